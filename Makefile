@@ -1,0 +1,54 @@
+# Every target installs what is missing first; nothing global is needed beyond Node 20 and npm.
+SHELL := /bin/bash
+export PORT ?= 8080
+export DATA_DIR ?= ./data
+TSX := node --import tsx
+
+.PHONY: run test install capture standin fill seal compact backfill query bench-capture typecheck clean
+
+node_modules/.installed: package.json package-lock.json
+	npm install --no-audit --no-fund
+	touch $@
+
+install: node_modules/.installed
+
+## make run: fill an empty lake from the local stand-in, then keep capturing from it.
+run: install
+	$(TSX) jobs/fill.ts
+	$(TSX) jobs/run.ts
+
+## make test: the whole suite (typecheck, then tap).
+test: install
+	npx tsc --noEmit -p .
+	npx tap
+
+capture: install
+	$(TSX) jobs/capture.ts
+
+standin: install
+	$(TSX) jobs/standin.ts
+
+fill: install
+	$(TSX) jobs/fill.ts
+
+seal: install
+	$(TSX) jobs/seal.ts $(if $(ALL),--all,)
+
+compact: install
+	$(TSX) jobs/compact.ts
+
+## make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12
+backfill: install
+	$(TSX) jobs/backfill.ts --venue "$(VENUE)" --coin "$(COIN)" --window "$(WINDOW)" --from "$(FROM)" --to "$(TO)" $(if $(filter live,$(UPSTREAM)),,--standin)
+
+query: install
+	$(TSX) jobs/query.ts "$(SQL)"
+
+bench-capture: install
+	$(TSX) bench/capture.ts
+
+typecheck: install
+	npx tsc --noEmit -p .
+
+clean:
+	rm -rf node_modules .tap coverage

@@ -1,0 +1,27 @@
+// Long-running capture. SIGINT/SIGTERM flush the spool and stop; a restart resumes.
+import { Capture } from '../src/capture/capture.js';
+import { clockFrom } from '../src/clock.js';
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { acquireLock } from '../src/lake/lock.js';
+import { createLogger } from '../src/log.js';
+import { createAdapters } from '../src/venues/index.js';
+
+const config = loadConfig();
+const log = createLogger(config.logLevel, 'capture');
+const release = await acquireLock(config.dataDir, 'capture');
+const clock = clockFrom(config.clock);
+const duck = await Duck.open(1);
+const capture = new Capture(config, clock, duck, createAdapters(config, clock), log);
+await capture.start();
+let stopping = false;
+const stop = async () => {
+  if (stopping) return;
+  stopping = true;
+  await capture.stop();
+  duck.close();
+  await release();
+  process.exit(0);
+};
+process.once('SIGINT', stop);
+process.once('SIGTERM', stop);

@@ -1,0 +1,16 @@
+// make compact: merge the small files of sealed partitions (safe while readers read).
+import { clockFrom } from '../src/clock.js';
+import { loadConfig } from '../src/config.js';
+import { compact } from '../src/lake/compact.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { acquireLock } from '../src/lake/lock.js';
+import { createLogger } from '../src/log.js';
+
+const config = loadConfig();
+const log = createLogger(config.logLevel, 'compact');
+const release = await acquireLock(config.dataDir, 'compact');
+const duck = await Duck.open(1);
+log.info(await compact(duck, lakePaths(config.dataDir), clockFrom(config.clock).now()), 'compacted');
+duck.close();
+await release();

@@ -1,0 +1,25 @@
+// Fills an empty lake from the stand-in (see src/capture/fill.ts). A lake with data is left alone.
+import { fill } from '../src/capture/fill.js';
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { listFiles } from '../src/lake/fsutil.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { acquireLock } from '../src/lake/lock.js';
+import { createLogger } from '../src/log.js';
+
+const config = loadConfig();
+const log = createLogger(config.logLevel, 'fill');
+const paths = lakePaths(config.dataDir);
+if ((await listFiles(paths.lake, '.parquet')).length > 0 && !process.argv.includes('--force')) {
+  log.info({ lake: paths.lake }, 'lake already has data; not filling');
+  process.exit(0);
+}
+const release = await acquireLock(config.dataDir, 'capture');
+const hours = Number(process.env.FILL_HOURS ?? 2);
+const speed = Number(process.env.FILL_SPEED ?? 240);
+log.info({ hours, speed, seconds: Math.round((hours * 3600) / (speed - 1)) }, 'filling the lake from the stand-in');
+const duck = await Duck.open(1);
+const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs: Number(process.env.FILL_POLL_MS ?? 5000) });
+log.info({ ...capture.stats, sealed }, 'fill done');
+duck.close();
+await release();

@@ -1,0 +1,19 @@
+// Ad-hoc SQL over the lake: `books`, `metrics`, `markets` and `gaps` are views over the sealed
+// hive-partitioned Parquet files (what an analyst gets by opening data/lake with DuckDB).
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { listFiles } from '../src/lake/fsutil.js';
+import { lakePaths } from '../src/lake/layout.js';
+
+const config = loadConfig();
+const { lake } = lakePaths(config.dataDir);
+const duck = await Duck.open(1);
+for (const dataset of ['books', 'metrics', 'markets', 'gaps']) {
+  if ((await listFiles(`${lake}/${dataset}`, '.parquet')).length === 0) continue;
+  await duck.run(
+    `CREATE VIEW ${dataset} AS SELECT * FROM read_parquet('${lake}/${dataset}/**/*.parquet', hive_partitioning = true, hive_types = {'hour': INTEGER})`,
+  );
+}
+const sql = process.argv[2] ?? 'SELECT 1';
+console.table(await duck.rows(sql));
+duck.close();

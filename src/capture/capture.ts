@@ -1,0 +1,270 @@
+// The capture engine: per venue, discover markets, poll every open market's books and quotes
+// each interval, and spool four datasets. Failures become gap records with their spans;
+// nothing is filled in. A heartbeat beside the spool lets a restart record the time the
+// process was down as a gap too.
+import path from 'node:path';
+import type { Clock } from '../clock.js';
+import type { Config, Venue } from '../config.js';
+import type { Duck } from '../lake/duckdb.js';
+import { readJson, writeFileAtomic } from '../lake/fsutil.js';
+import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
+import { type SealReport, sealDue } from '../lake/seal.js';
+import { Spool, recoverSpool } from '../lake/spool.js';
+import type { Logger } from '../log.js';
+import { type Book, type BookRow, type GapRow, type Market, type MarketRow, type MetricRow, marketLakeRow } from '../records.js';
+import type { VenueAdapter } from '../venues/adapter.js';
+import { UpstreamError } from '../venues/http.js';
+
+interface OpenGap {
+  venue: Venue;
+  coin: string;
+  window: Market['window'];
+  market_id: string | null;
+  dataset: GapRow['dataset'];
+  from_ts: number;
+  /** When the market's window ends: an open gap never outlasts what should have been recorded. */
+  until: number | null;
+  reason: string;
+  detail: string;
+  failures: number;
+}
+
+interface Heartbeat {
+  ts: number;
+  segment: string;
+  open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
+  gaps: OpenGap[];
+}
+
+export interface LatestBook {
+  ts: number;
+  books: Book[];
+}
+
+export interface CaptureStats {
+  cycles: number;
+  books: number;
+  metrics: number;
+  versions: number;
+  gaps: number;
+  discoverFailures: number;
+}
+
+export class Capture {
+  readonly spool: Spool;
+  readonly paths: LakePaths;
+  readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, gaps: 0, discoverFailures: 0 };
+  /** Newest captured books of each market, for readers in this process. */
+  readonly latest = new Map<string, LatestBook>();
+  private readonly known = new Map<string, { market: Market; version: string }>();
+  private readonly gaps = new Map<string, OpenGap>();
+  private readonly lastDiscover = new Map<Venue, number>();
+  private running = false;
+  private loops: Promise<void>[] = [];
+  private timers: NodeJS.Timeout[] = [];
+  private sealing: Promise<SealReport | void> = Promise.resolve();
+
+  constructor(
+    private readonly config: Config,
+    private readonly clock: Clock,
+    private readonly duck: Duck,
+    private readonly adapters: VenueAdapter[],
+    private readonly log: Logger,
+  ) {
+    this.paths = lakePaths(config.dataDir);
+    this.spool = new Spool(this.paths.spool);
+  }
+
+  private get heartbeatFile(): string {
+    return path.join(this.paths.state, 'capture-heartbeat.json');
+  }
+
+  /** Recovers what a previous process left, then starts the loops. */
+  async start(): Promise<void> {
+    const recovered = await recoverSpool(this.paths.spool, this.spool.segment);
+    await this.resumeFromHeartbeat();
+    this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
+    this.running = true;
+    this.loops = this.adapters.map((a) => this.venueLoop(a));
+    this.timers.push(setInterval(() => void this.flush(), this.config.capture.flushMs));
+    this.timers.push(setInterval(() => void this.seal(), 2000));
+  }
+
+  async stop(): Promise<void> {
+    this.running = false;
+    for (const t of this.timers) clearInterval(t);
+    await Promise.all(this.loops);
+    await this.sealing;
+    await this.flush();
+    await this.spool.close();
+    this.log.info({ ...this.stats, acknowledged: this.spool.acknowledged }, 'capture stopped');
+  }
+
+  private async resumeFromHeartbeat(): Promise<void> {
+    const beat = await readJson<Heartbeat>(this.heartbeatFile);
+    if (!beat) return;
+    for (const g of beat.gaps) this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
+    for (const m of beat.open) {
+      if (m.end_time <= beat.ts) continue;
+      for (const dataset of ['books', 'metrics'] as const) {
+        const key = gapKey({ ...m, dataset });
+        if (this.gaps.has(key)) continue;
+        this.gaps.set(key, {
+          ...m, dataset, from_ts: beat.ts, until: m.end_time, reason: 'process_down',
+          detail: `capture process ${beat.segment} stopped`, failures: 1,
+        });
+      }
+    }
+    this.log.warn({ since: new Date(beat.ts).toISOString(), gaps: this.gaps.size }, 'resuming after a previous capture process');
+  }
+
+  /** Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time. */
+  async flush(): Promise<void> {
+    const ts = this.clock.now();
+    await this.spool.flush();
+    const open = [...this.known.values()]
+      .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
+      .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
+    const beat: Heartbeat = { ts, segment: this.spool.segment, open, gaps: [...this.gaps.values()] };
+    await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat));
+  }
+
+  seal(now = this.clock.now()): Promise<SealReport | void> {
+    const grace = (d: string) => (d === 'markets' ? this.config.capture.marketsSealGraceMs : this.config.capture.sealGraceMs);
+    this.sealing = this.sealing
+      .then(() => sealDue(this.duck, this.paths, now, grace, this.spool))
+      .then((report) => {
+        if (report.files > 0) this.log.info(report, 'sealed');
+        return report;
+      })
+      .catch((err) => this.log.error({ err }, 'seal failed; the spool keeps the rows'));
+    return this.sealing;
+  }
+
+  private async venueLoop(adapter: VenueAdapter): Promise<void> {
+    while (this.running) {
+      const started = this.clock.now();
+      try {
+        await this.cycle(adapter, started);
+      } catch (err) {
+        this.log.error({ err, venue: adapter.venue }, 'capture cycle failed');
+      }
+      const next = started + this.config.capture.pollMs;
+      const wait = next - this.clock.now();
+      if (wait > 0 && this.running) await this.clock.sleep(wait);
+      else await new Promise((r) => setImmediate(r));
+    }
+  }
+
+  /** One poll of a venue at clock time `now`; exposed so tests can drive capture step by step. */
+  async cycle(adapter: VenueAdapter, now: number): Promise<void> {
+    this.stats.cycles++;
+    const venue = adapter.venue;
+    if (now - (this.lastDiscover.get(venue) ?? -Infinity) >= this.config.capture.discoverMs) {
+      await this.discover(adapter, now);
+    }
+    for (const g of [...this.gaps.values()]) {
+      if (g.venue === venue && g.until !== null && g.until <= now) this.closeGap(g, g.until);
+    }
+    const open = [...this.known.values()]
+      .map((k) => k.market)
+      .filter((m) => m.venue === venue && m.start_time <= now && now < m.end_time && m.status !== 'cancelled');
+    if (open.length === 0) return;
+    const polled = await adapter.poll(open, now);
+    for (const m of open) {
+      const r = polled.get(m.market_id);
+      if (!r) continue;
+      const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+      if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+      else this.recordBooks(m, now, r.recvTs, r.books);
+      if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
+      else this.recordMetrics(m, now, r.recvTs, r.quotes);
+    }
+  }
+
+  private async discover(adapter: VenueAdapter, now: number): Promise<void> {
+    let markets: Market[];
+    try {
+      markets = await adapter.discover(now);
+    } catch (err) {
+      this.stats.discoverFailures++;
+      const e = err instanceof UpstreamError ? err : new UpstreamError('malformed', String(err));
+      this.log.warn({ venue: adapter.venue, err: e.message }, 'discovery failed');
+      for (const coin of this.config.capture.coins[adapter.venue]) {
+        for (const window of this.config.capture.windows) {
+          this.fail({ venue: adapter.venue, coin, window, market_id: null, dataset: 'markets', until: null }, now, e);
+        }
+      }
+      return;
+    }
+    this.lastDiscover.set(adapter.venue, now);
+    for (const g of [...this.gaps.values()]) {
+      if (g.venue === adapter.venue && g.dataset === 'markets') this.closeGap(g, now);
+    }
+    for (const market of markets) {
+      const key = `${market.venue}:${market.market_id}`;
+      const version = JSON.stringify(market);
+      if (this.known.get(key)?.version === version) continue;
+      this.known.set(key, { market, version });
+      this.spool.append(partitionOf('markets', market.venue, market.coin, market.window, market.start_time), [
+        marketLakeRow(market, now) as unknown as MarketRow,
+      ]);
+      this.stats.versions++;
+    }
+    // Forget markets long past, so memory stays flat over weeks of capture.
+    for (const [key, { market }] of this.known) {
+      if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
+    }
+  }
+
+  private recordBooks(m: Market, ts: number, recvTs: number, books: Book[]): void {
+    const rows: BookRow[] = books.map((b) => ({ ts, recv_ts: recvTs, ...b }));
+    this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
+    this.latest.set(`${m.venue}:${m.market_id}`, { ts, books });
+    this.stats.books += rows.length;
+    this.succeed(m, 'books', ts);
+  }
+
+  private recordMetrics(m: Market, ts: number, recvTs: number, quotes: { outcome_index: number; chance: number | null; price: number | null; last_trade: number | null }[]): void {
+    const rows: MetricRow[] = [];
+    for (const q of quotes) {
+      const outcome = m.outcomes.find((o) => o.index === q.outcome_index);
+      if (!outcome) continue;
+      rows.push({
+        ts, market_id: m.market_id, token_id: outcome.token_id, outcome_index: q.outcome_index, outcome: outcome.label,
+        chance: q.chance, price: q.price, last_trade: q.last_trade, recv_ts: recvTs,
+      });
+    }
+    this.spool.append(partitionOf('metrics', m.venue, m.coin, m.window, ts), rows);
+    this.stats.metrics += rows.length;
+    this.succeed(m, 'metrics', ts);
+  }
+
+  private fail(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, err: UpstreamError): void {
+    const key = gapKey(scope);
+    const open = this.gaps.get(key);
+    if (open) {
+      open.failures++;
+      return;
+    }
+    this.gaps.set(key, { ...scope, from_ts: now, reason: err.kind, detail: err.message.slice(0, 300), failures: 1 });
+  }
+
+  private succeed(m: Market, dataset: 'books' | 'metrics', now: number): void {
+    const open = this.gaps.get(gapKey({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset }));
+    if (open) this.closeGap(open, now);
+  }
+
+  private closeGap(g: OpenGap, to: number): void {
+    this.gaps.delete(gapKey(g));
+    if (to <= g.from_ts) return;
+    const row: GapRow = { market_id: g.market_id, dataset: g.dataset, from_ts: g.from_ts, to_ts: to, reason: g.reason, detail: g.detail, failures: g.failures };
+    this.spool.append(partitionOf('gaps', g.venue, g.coin, g.window, g.from_ts), [row]);
+    this.stats.gaps++;
+    this.log.warn({ venue: g.venue, market_id: g.market_id, dataset: g.dataset, from: new Date(g.from_ts).toISOString(), to: new Date(to).toISOString(), reason: g.reason }, 'capture gap');
+  }
+}
+
+function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string }): string {
+  return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}`;
+}

@@ -1,0 +1,53 @@
+// Fills a lake with recent history by running the real capture code against an in-process
+// stand-in whose clock starts `hours` ago and runs `speed` times faster, until it has caught
+// up with the wall clock. Used by `make run` on an empty lake, by tests and by benchmarks.
+import { Capture } from './capture.js';
+import { createClock } from '../clock.js';
+import type { Config } from '../config.js';
+import type { Duck } from '../lake/duckdb.js';
+import type { Logger } from '../log.js';
+import { type Faults, StandIn, WALLET_PREFIX } from '../standin/server.js';
+import { HOUR } from '../time.js';
+import { createAdapters } from '../venues/index.js';
+
+export interface FillOptions {
+  hours: number;
+  speed: number;
+  seed?: number;
+  pollMs?: number;
+  faults?: Partial<Faults>;
+  /** Stop at this clock time instead of catching up with the wall clock. */
+  until?: number;
+  start?: number;
+}
+
+/** The config capture uses against a stand-in at `url`, with upstream budgets lifted. */
+export function standinConfig(config: Config, url: string, pollMs?: number): Config {
+  return {
+    ...config,
+    capture: { ...config.capture, pollMs: pollMs ?? config.capture.pollMs },
+    wallet: { ...config.wallet, baseUrl: `${url}${WALLET_PREFIX}`, requestsPerSecond: 100_000, concurrency: 32 },
+    polymarket: { ...config.polymarket, gammaUrl: url, clobUrl: url, requestsPerSecond: 100_000, concurrency: 32 },
+  };
+}
+
+export async function fill(config: Config, duck: Duck, log: Logger, options: FillOptions) {
+  const start = options.start ?? Date.now() - options.hours * HOUR;
+  const clock = createClock(start, options.speed);
+  const standin = new StandIn({
+    clock, seed: options.seed ?? 1, apiKey: config.wallet.apiKey, apiSecret: config.wallet.apiSecret,
+    walletWeightPerMinute: Number.MAX_SAFE_INTEGER, faults: options.faults,
+  });
+  const url = await standin.start(0);
+  const cfg = standinConfig(config, url, options.pollMs);
+  const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
+  await capture.start();
+  const until = options.until ?? null;
+  while (until === null ? clock.now() < Date.now() : clock.now() < until) {
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await capture.stop();
+  const sealed = await capture.seal(clock.now());
+  await standin.stop();
+  return { capture, standin, clock, sealed, endedAt: clock.now() };
+}

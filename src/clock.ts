@@ -1,0 +1,24 @@
+// Capture and the stand-in agree on time through a Clock. In production it is the wall
+// clock; for fills, tests and benchmarks it starts in the past and runs faster, so hours
+// of market life pass through the unchanged capture code in seconds.
+export interface Clock {
+  now(): number;
+  /** Resolves after `ms` of clock time. */
+  sleep(ms: number): Promise<void>;
+  readonly speed: number;
+}
+
+/** `anchorMs` is the wall-clock instant at which the clock reads `startMs`; processes sharing all three agree. */
+export function createClock(startMs: number | null = null, speed = 1, anchorMs = Date.now()): Clock {
+  const realStart = anchorMs;
+  const origin = startMs ?? realStart;
+  return {
+    speed,
+    now: () => Math.floor(origin + (Date.now() - realStart) * speed),
+    sleep: (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms / speed))),
+  };
+}
+
+export function clockFrom(c: { startMs: number | null; speed: number; anchorMs: number | null }): Clock {
+  return createClock(c.startMs, c.speed, c.anchorMs ?? Date.now());
+}

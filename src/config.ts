@@ -1,0 +1,148 @@
+// The one place that reads the environment. Everything else receives a frozen Config.
+import path from 'node:path';
+
+export const VENUES = ['wallet-prediction', 'polymarket'] as const;
+export type Venue = (typeof VENUES)[number];
+export const WINDOWS = ['5m', '15m'] as const;
+export type Window = (typeof WINDOWS)[number];
+export const VENUE_COINS: Record<Venue, readonly string[]> = {
+  'wallet-prediction': ['btc', 'eth', 'bnb'],
+  polymarket: ['btc', 'eth', 'sol', 'xrp'],
+};
+
+export interface UpstreamConfig {
+  timeoutMs: number;
+  maxRetries: number;
+  concurrency: number;
+  /** Requests per second this client allows itself, below the upstream's documented limit. */
+  requestsPerSecond: number;
+}
+
+export interface Config {
+  dataDir: string;
+  host: string;
+  port: number;
+  logLevel: string;
+  /** A simulated clock for fills and tests; real time when `startMs` is null. */
+  clock: { startMs: number | null; speed: number; anchorMs: number | null };
+  capture: {
+    venues: Venue[];
+    coins: Record<Venue, string[]>;
+    windows: Window[];
+    pollMs: number;
+    discoverMs: number;
+    flushMs: number;
+    sealGraceMs: number;
+    marketsSealGraceMs: number;
+  };
+  wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
+  polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string };
+  backfill: { concurrency: number };
+}
+
+type Env = Record<string, string | undefined>;
+
+export class ConfigError extends Error {}
+
+function int(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new ConfigError(`${name}=${JSON.stringify(raw)} is not an integer in ${min}..${max}`);
+  }
+  return n;
+}
+
+function num(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < min || n > max) {
+    throw new ConfigError(`${name}=${JSON.stringify(raw)} is not a number in ${min}..${max}`);
+  }
+  return n;
+}
+
+function list<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: readonly T[]): T[] {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return [...fallback];
+  const items = raw.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+  for (const item of items) {
+    if (!allowed.includes(item as T)) {
+      throw new ConfigError(`${name} has ${JSON.stringify(item)}; expected some of: ${allowed.join(', ')}`);
+    }
+  }
+  if (items.length === 0) throw new ConfigError(`${name} is empty`);
+  return items as T[];
+}
+
+function url(env: Env, name: string, fallback: string): string {
+  const raw = env[name] || fallback;
+  try {
+    const u = new URL(raw);
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    throw new ConfigError(`${name}=${JSON.stringify(raw)} is not a URL`);
+  }
+}
+
+function time(env: Env, name: string): number | null {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return null;
+  const ms = /^\d+$/.test(raw) ? Number(raw) : Date.parse(raw);
+  if (!Number.isFinite(ms)) throw new ConfigError(`${name}=${JSON.stringify(raw)} is not a time`);
+  return ms;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (value && typeof value === 'object') {
+    for (const v of Object.values(value)) deepFreeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const standin = `http://127.0.0.1:${int(env, 'STANDIN_PORT', 8090, 1, 65535)}`;
+  const config: Config = {
+    dataDir: path.resolve(env.DATA_DIR || './data'),
+    host: env.HOST || '127.0.0.1',
+    port: int(env, 'PORT', 8080, 0, 65535),
+    logLevel: env.LOG_LEVEL || 'info',
+    clock: { startMs: time(env, 'CLOCK_START'), speed: num(env, 'CLOCK_SPEED', 1, 1, 100_000), anchorMs: time(env, 'CLOCK_ANCHOR') },
+    capture: {
+      venues: list(env, 'CAPTURE_VENUES', VENUES, VENUES),
+      coins: {
+        'wallet-prediction': list(env, 'WALLET_COINS', VENUE_COINS['wallet-prediction'], VENUE_COINS['wallet-prediction']),
+        polymarket: list(env, 'POLYMARKET_COINS', VENUE_COINS.polymarket, VENUE_COINS.polymarket),
+      },
+      windows: list(env, 'CAPTURE_WINDOWS', WINDOWS, WINDOWS),
+      pollMs: int(env, 'POLL_MS', 1000, 10, 3_600_000),
+      discoverMs: int(env, 'DISCOVER_MS', 30_000, 100, 3_600_000),
+      flushMs: int(env, 'SPOOL_FLUSH_MS', 1000, 10, 60_000),
+      sealGraceMs: int(env, 'SEAL_GRACE_MS', 30_000, 0, 3_600_000),
+      marketsSealGraceMs: int(env, 'MARKETS_SEAL_GRACE_MS', 3_600_000, 0, 86_400_000),
+    },
+    wallet: {
+      baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
+      apiKey: env.WALLET_API_KEY ?? 'standin-key',
+      apiSecret: env.WALLET_API_SECRET ?? 'standin-secret',
+      timeoutMs: int(env, 'WALLET_TIMEOUT_MS', 5000, 50, 120_000),
+      maxRetries: int(env, 'WALLET_MAX_RETRIES', 3, 0, 20),
+      concurrency: int(env, 'WALLET_CONCURRENCY', 4, 1, 256),
+      // 12000 weight per minute at 200 per call is one call per second.
+      requestsPerSecond: num(env, 'WALLET_RPS', 1, 0.01, 100_000),
+    },
+    polymarket: {
+      gammaUrl: url(env, 'POLYMARKET_GAMMA_URL', standin),
+      clobUrl: url(env, 'POLYMARKET_CLOB_URL', standin),
+      timeoutMs: int(env, 'POLYMARKET_TIMEOUT_MS', 5000, 50, 120_000),
+      maxRetries: int(env, 'POLYMARKET_MAX_RETRIES', 3, 0, 20),
+      concurrency: int(env, 'POLYMARKET_CONCURRENCY', 8, 1, 256),
+      requestsPerSecond: num(env, 'POLYMARKET_RPS', 50, 0.01, 100_000),
+    },
+    backfill: { concurrency: int(env, 'BACKFILL_CONCURRENCY', 4, 1, 64) },
+  };
+  return deepFreeze(config);
+}

@@ -1,0 +1,49 @@
+// Merges the files of a sealed partition into one sorted file. A partition gets more than
+// one file when capture restarted within an hour, when a late market version arrived after
+// its hour was sealed, or when backfill wrote beside capture. Idempotent: the merged name
+// is derived from the sources it holds. Safe while readers read: the manifest swap is the
+// commit, and replaced files are moved aside, not deleted, so open readers finish.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { HOUR } from '../time.js';
+import type { Duck } from './duckdb.js';
+import { listFiles, shortHash } from './fsutil.js';
+import { type LakePaths, parsePartitionDir, partitionDir } from './layout.js';
+import { readManifest } from './manifest.js';
+import { commitFiles, parquetSource, writeParquet } from './writer.js';
+
+export interface CompactReport {
+  partitions: number;
+  merged: number;
+  rows: number;
+  trashed: number;
+}
+
+export async function compact(duck: Duck, paths: LakePaths, now: number, trashAfterMs = 10 * 60_000): Promise<CompactReport> {
+  const report: CompactReport = { partitions: 0, merged: 0, rows: 0, trashed: 0 };
+  for (const rel of await listFiles(paths.manifest, '.json')) {
+    const partition = parsePartitionDir(rel.replace(/\.json$/, ''));
+    if (!partition) continue;
+    report.partitions++;
+    // The open hour still receives rows; only sealed hours are merged.
+    if (partition.hour + HOUR > now) continue;
+    const manifest = await readManifest(paths.manifest, partition);
+    if (manifest.files.length < 2) continue;
+    const sources = [...new Set(manifest.files.flatMap((f) => f.sources))].sort();
+    const name = `compact-${shortHash(sources.join(','))}.parquet`;
+    const dir = path.join(paths.lake, partitionDir(partition));
+    const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource(manifest.files.map((f) => path.join(dir, f.name))), sources);
+    await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], manifest.files.map((f) => f.name));
+    report.merged += manifest.files.length;
+    report.rows += entry.rows;
+  }
+  const trash = path.join(paths.root, 'trash');
+  for (const name of await listFiles(trash, '.parquet')) {
+    const file = path.join(trash, name);
+    if ((await fs.stat(file)).mtimeMs < Date.now() - trashAfterMs) {
+      await fs.rm(file, { force: true });
+      report.trashed++;
+    }
+  }
+  return report;
+}

@@ -1,0 +1,100 @@
+// Where every dataset lives on disk and what its columns are (CONTRACT.md section 7).
+// Pure: no I/O here, so planners and tests can compute paths without touching the lake.
+import path from 'node:path';
+import type { Venue, Window } from '../config.js';
+import type { Dataset } from '../records.js';
+import { HOUR, floorTo, hourParts } from '../time.js';
+
+export interface Partition {
+  dataset: Dataset;
+  venue: Venue;
+  coin: string;
+  window: Window;
+  /** Start of the UTC hour, epoch ms. */
+  hour: number;
+}
+
+export interface Column {
+  name: string;
+  /** DuckDB type in the Parquet file. `TIMESTAMP_MS` columns are epoch ms in the spool. */
+  type: string;
+}
+
+const ts = (name: string): Column => ({ name, type: 'TIMESTAMP_MS' });
+const col = (name: string, type: string): Column => ({ name, type });
+
+export const SCHEMAS: Record<Dataset, readonly Column[]> = {
+  books: [
+    ts('ts'), col('market_id', 'VARCHAR'), col('token_id', 'VARCHAR'), col('outcome_index', 'INTEGER'),
+    col('outcome', 'VARCHAR'), ts('exchange_ts'), ts('recv_ts'),
+    col('bid_prices', 'DOUBLE[]'), col('bid_sizes', 'DOUBLE[]'), col('ask_prices', 'DOUBLE[]'), col('ask_sizes', 'DOUBLE[]'),
+  ],
+  metrics: [
+    ts('ts'), col('market_id', 'VARCHAR'), col('token_id', 'VARCHAR'), col('outcome_index', 'INTEGER'),
+    col('outcome', 'VARCHAR'), col('chance', 'DOUBLE'), col('price', 'DOUBLE'), col('last_trade', 'DOUBLE'), ts('recv_ts'),
+  ],
+  markets: [
+    ts('ts'), col('market_id', 'VARCHAR'), col('topic_id', 'VARCHAR'), col('slug', 'VARCHAR'), col('title', 'VARCHAR'),
+    ts('start_time'), ts('end_time'), ts('created_time'), ts('resolved_time'),
+    col('status', 'VARCHAR'), col('resolution', 'VARCHAR'), col('winning_outcome_index', 'INTEGER'),
+    col('condition_id', 'VARCHAR'), col('question_id', 'VARCHAR'), col('oracle', 'VARCHAR'),
+    col('outcome_labels', 'VARCHAR[]'), col('outcome_token_ids', 'VARCHAR[]'),
+    col('volume', 'DOUBLE'), col('liquidity', 'DOUBLE'), col('participant_count', 'BIGINT'),
+    col('chain_id', 'BIGINT'), col('chain_name', 'VARCHAR'), col('exchange_address', 'VARCHAR'),
+    col('exchange_kind', 'VARCHAR'), col('collateral', 'VARCHAR'), col('fee_rate_bps', 'DOUBLE'),
+    col('tick_size', 'DOUBLE'), col('reference_price_start', 'DOUBLE'), col('reference_price_end', 'DOUBLE'),
+  ],
+  gaps: [
+    col('market_id', 'VARCHAR'), col('dataset', 'VARCHAR'), ts('from_ts'), ts('to_ts'),
+    col('reason', 'VARCHAR'), col('detail', 'VARCHAR'), col('failures', 'BIGINT'),
+  ],
+};
+
+/** Sealed files are sorted by these, so a market's rows are contiguous and in time order. */
+export const SORT_KEYS: Record<Dataset, readonly string[]> = {
+  books: ['market_id', 'ts', 'outcome_index'],
+  metrics: ['market_id', 'ts', 'outcome_index'],
+  markets: ['market_id', 'ts'],
+  gaps: ['market_id', 'from_ts'],
+};
+
+export function partitionDir(p: Partition): string {
+  const { date, hour } = hourParts(p.hour);
+  return `${p.dataset}/venue=${p.venue}/coin=${p.coin}/window=${p.window}/date=${date}/hour=${hour}`;
+}
+
+const DIR_RE = /^(markets|books|metrics|gaps)\/venue=([a-z-]+)\/coin=([a-z0-9]+)\/window=(5m|15m)\/date=(\d{4}-\d{2}-\d{2})\/hour=(\d{2})$/;
+
+export function parsePartitionDir(dir: string): Partition | null {
+  const m = DIR_RE.exec(dir.split(path.sep).join('/'));
+  if (!m) return null;
+  const hour = Date.parse(`${m[5]}T${m[6]}:00:00Z`);
+  if (!Number.isFinite(hour)) return null;
+  return { dataset: m[1] as Dataset, venue: m[2] as Venue, coin: m[3], window: m[4] as Window, hour };
+}
+
+export function partitionOf(dataset: Dataset, venue: Venue, coin: string, window: Window, atMs: number): Partition {
+  return { dataset, venue, coin, window, hour: floorTo(atMs, HOUR) };
+}
+
+export function partitionId(p: Partition): string {
+  return partitionDir(p);
+}
+
+export interface LakePaths {
+  root: string;
+  lake: string;
+  spool: string;
+  manifest: string;
+  state: string;
+}
+
+export function lakePaths(dataDir: string): LakePaths {
+  return {
+    root: dataDir,
+    lake: path.join(dataDir, 'lake'),
+    spool: path.join(dataDir, 'spool'),
+    manifest: path.join(dataDir, 'manifest'),
+    state: path.join(dataDir, 'state'),
+  };
+}

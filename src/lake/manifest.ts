@@ -1,0 +1,35 @@
+// One manifest per partition, beside the lake: which sealed files the partition holds, with
+// their row counts and sha256. Swapped atomically, so a reader planning from it sees the
+// partition before or after a seal or compaction, never between.
+import path from 'node:path';
+import { readJson, writeFileAtomic } from './fsutil.js';
+import { type Partition, partitionDir } from './layout.js';
+
+export interface ManifestFile {
+  name: string;
+  rows: number;
+  bytes: number;
+  sha256: string;
+  /** Spool parts (or `backfill`) whose rows the file holds. */
+  sources: string[];
+  min_ts: number | null;
+  max_ts: number | null;
+  written_at: number;
+}
+
+export interface PartitionManifest {
+  partition: string;
+  files: ManifestFile[];
+}
+
+export function manifestFile(manifestDir: string, p: Partition): string {
+  return path.join(manifestDir, `${partitionDir(p)}.json`);
+}
+
+export async function readManifest(manifestDir: string, p: Partition): Promise<PartitionManifest> {
+  return (await readJson<PartitionManifest>(manifestFile(manifestDir, p))) ?? { partition: partitionDir(p), files: [] };
+}
+
+export async function writeManifest(manifestDir: string, p: Partition, m: PartitionManifest): Promise<void> {
+  await writeFileAtomic(manifestFile(manifestDir, p), JSON.stringify(m, null, 1));
+}

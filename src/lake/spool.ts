@@ -1,0 +1,152 @@
+// The write-ahead spool. A record is acknowledged once a flush has fsynced it; a crash loses
+// at most what arrived since the last flush (one flush interval). Each process writes its own
+// segment directory, and within it a partition's rows go to numbered part files, so a part
+// is sealed exactly once and never appended to afterwards.
+import fs from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
+import path from 'node:path';
+import type { Dataset, DatasetRows } from '../records.js';
+import { listFiles } from './fsutil.js';
+import { type Partition, parsePartitionDir, partitionDir } from './layout.js';
+
+export interface SpoolPart {
+  /** `<segment>:<part>`: identifies the part in the manifest so a re-seal never repeats it. */
+  source: string;
+  file: string;
+  partition: Partition;
+}
+
+interface OpenPart {
+  handle: FileHandle;
+  dirty: boolean;
+}
+
+export function newSegmentId(): string {
+  const stamp = new Date().toISOString().replace(/[-:.TZ]/g, '');
+  return `${stamp}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+export class Spool {
+  readonly segment = newSegmentId();
+  private readonly buffered = new Map<string, { partition: Partition; lines: string[] }>();
+  private readonly open = new Map<string, OpenPart & { part: number }>();
+  private nextPart = 1;
+  private flushing: Promise<number> = Promise.resolve(0);
+  private pendingRows = 0;
+  acknowledged = 0;
+
+  constructor(private readonly dir: string) {}
+
+  append<D extends Dataset>(partition: Partition & { dataset: D }, rows: readonly DatasetRows[D][]): void {
+    if (rows.length === 0) return;
+    const key = partitionDir(partition);
+    let entry = this.buffered.get(key);
+    if (!entry) {
+      entry = { partition, lines: [] };
+      this.buffered.set(key, entry);
+    }
+    for (const row of rows) entry.lines.push(JSON.stringify(row));
+    this.pendingRows += rows.length;
+  }
+
+  get pending(): number {
+    return this.pendingRows;
+  }
+
+  /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
+  flush(): Promise<number> {
+    this.flushing = this.flushing.then(() => this.flushNow());
+    return this.flushing;
+  }
+
+  private async flushNow(): Promise<number> {
+    if (this.buffered.size === 0) return 0;
+    const batch = [...this.buffered.entries()];
+    const rows = this.pendingRows;
+    this.buffered.clear();
+    this.pendingRows = 0;
+    const touched: FileHandle[] = [];
+    for (const [key, { lines }] of batch) {
+      const part = await this.partFor(key);
+      await part.handle.write(lines.join('\n') + '\n');
+      touched.push(part.handle);
+    }
+    await Promise.all(touched.map((h) => h.datasync()));
+    this.acknowledged += rows;
+    return rows;
+  }
+
+  private async partFor(key: string): Promise<OpenPart & { part: number }> {
+    const existing = this.open.get(key);
+    if (existing) return existing;
+    const part = this.nextPart++;
+    const file = path.join(this.dir, this.segment, key, `${String(part).padStart(6, '0')}.ndjson`);
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    const opened = { handle: await fs.open(file, 'a'), dirty: false, part };
+    this.open.set(key, opened);
+    return opened;
+  }
+
+  /** Closes the part files of partitions that `due` selects, so they can be sealed. */
+  async release(due: (p: Partition) => boolean): Promise<void> {
+    await this.flush();
+    for (const [key, part] of [...this.open.entries()]) {
+      const partition = parsePartitionDir(key);
+      if (partition && due(partition)) {
+        this.open.delete(key);
+        await part.handle.close();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.flush();
+    for (const part of this.open.values()) await part.handle.close();
+    this.open.clear();
+  }
+
+  /** Parts that may be sealed: every part of other segments, and this one's released parts. */
+  async sealable(): Promise<SpoolPart[]> {
+    const openFiles = new Set(
+      [...this.open.entries()].map(([key, p]) => `${this.segment}/${key}/${String(p.part).padStart(6, '0')}.ndjson`),
+    );
+    return (await listSpool(this.dir)).filter((p) => !openFiles.has(path.relative(this.dir, p.file)));
+  }
+}
+
+export async function listSpool(dir: string): Promise<SpoolPart[]> {
+  const parts: SpoolPart[] = [];
+  for (const rel of await listFiles(dir, '.ndjson')) {
+    const segments = rel.split(path.sep);
+    const segment = segments[0];
+    const name = segments[segments.length - 1];
+    const partition = parsePartitionDir(segments.slice(1, -1).join('/'));
+    if (!partition) continue;
+    parts.push({ source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(dir, rel), partition });
+  }
+  return parts;
+}
+
+/**
+ * After a crash the last line of a part may be half written; it was never acknowledged, so
+ * it is cut off. Only parts of other (dead) segments are touched.
+ */
+export async function recoverSpool(dir: string, ownSegment: string): Promise<{ parts: number; truncatedBytes: number }> {
+  let truncatedBytes = 0;
+  const parts = (await listSpool(dir)).filter((p) => !p.source.startsWith(`${ownSegment}:`));
+  for (const part of parts) {
+    const data = await fs.readFile(part.file);
+    const end = data.lastIndexOf(0x0a) + 1;
+    if (end < data.length) {
+      const handle = await fs.open(part.file, 'r+');
+      try {
+        await handle.truncate(end);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      truncatedBytes += data.length - end;
+    }
+  }
+  return { parts: parts.length, truncatedBytes };
+}

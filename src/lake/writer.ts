@@ -1,0 +1,93 @@
+// Turns rows into sealed Parquet: one COPY per output file, each with its own ORDER BY
+// (PARTITION_BY does not keep order inside files, MEASURED.md), written to a temporary name,
+// fsynced and renamed into place, then recorded in the partition's manifest.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { type Duck, sqlPath } from './duckdb.js';
+import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
+import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
+import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
+
+export const ROW_GROUP_SIZE = 2048;
+
+function timeColumn(p: Partition): string {
+  return p.dataset === 'gaps' ? 'from_ts' : 'ts';
+}
+
+/** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
+export function spoolSelect(p: Partition): string {
+  return SCHEMAS[p.dataset]
+    .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`))
+    .join(', ');
+}
+
+/** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
+export function spoolSource(p: Partition, files: string[], lenient: boolean): string {
+  const columns = SCHEMAS[p.dataset]
+    .map((c) => `"${c.name}": '${c.type === 'TIMESTAMP_MS' ? 'BIGINT' : c.type}'`)
+    .join(', ');
+  const first = SCHEMAS[p.dataset][0].name;
+  return `(SELECT ${spoolSelect(p)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
+    `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE "${first}" IS NOT NULL)`;
+}
+
+export function parquetSource(files: string[]): string {
+  return `read_parquet([${files.map(sqlPath).join(', ')}])`;
+}
+
+/**
+ * Writes `source` (a SQL relation) sorted into `<lake>/<partition>/<name>`, and returns its
+ * manifest entry. Does not touch the manifest: callers swap it once every file is in place.
+ */
+export async function writeParquet(duck: Duck, lakeDir: string, p: Partition, name: string, source: string, sources: string[]): Promise<ManifestFile> {
+  const dir = path.join(lakeDir, partitionDir(p));
+  await fs.mkdir(dir, { recursive: true });
+  const file = path.join(dir, name);
+  const tmp = path.join(dir, `.${name}.tmp`);
+  const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
+  await duck.run(
+    `COPY (SELECT * FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
+      `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`,
+  );
+  await fsyncFile(tmp);
+  const t = timeColumn(p);
+  const [stats] = await duck.rows(
+    `SELECT count(*)::BIGINT AS n, epoch_ms(min("${t}"))::BIGINT AS lo, epoch_ms(max("${t}"))::BIGINT AS hi FROM read_parquet(${sqlPath(tmp)})`,
+  );
+  const bytes = (await fs.stat(tmp)).size;
+  const sha256 = await sha256File(tmp);
+  await fs.rename(tmp, file);
+  await fsyncDir(dir);
+  return {
+    name,
+    rows: Number(stats.n),
+    bytes,
+    sha256,
+    sources,
+    min_ts: stats.lo === null ? null : Number(stats.lo),
+    max_ts: stats.hi === null ? null : Number(stats.hi),
+    written_at: Date.now(),
+  };
+}
+
+/**
+ * Replaces the files named in `replaces` (and any file of the same name) with `added`, then
+ * moves the replaced files out of the lake. The manifest swap is the commit point.
+ */
+export async function commitFiles(lakeDir: string, manifestDir: string, trashDir: string, p: Partition, added: ManifestFile[], replaces: string[]): Promise<void> {
+  const manifest = await readManifest(manifestDir, p);
+  const drop = new Set([...replaces, ...added.map((f) => f.name)]);
+  manifest.files = [...manifest.files.filter((f) => !drop.has(f.name)), ...added].sort((a, b) => a.name.localeCompare(b.name));
+  await writeManifest(manifestDir, p, manifest);
+  const keep = new Set(added.map((f) => f.name));
+  for (const name of replaces) {
+    if (keep.has(name)) continue;
+    // Moved, not deleted: a reader that already opened the file keeps reading it.
+    const from = path.join(lakeDir, partitionDir(p), name);
+    const to = path.join(trashDir, `${Date.now()}-${partitionDir(p).replaceAll('/', '_')}-${name}`);
+    await fs.mkdir(trashDir, { recursive: true });
+    await fs.rename(from, to).catch((err: NodeJS.ErrnoException) => {
+      if (err.code !== 'ENOENT') throw err;
+    });
+  }
+}

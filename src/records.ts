@@ -1,0 +1,107 @@
+// The normalized records of CONTRACT.md. Adapters produce them; nothing past an adapter
+// sees an upstream shape. Times are epoch milliseconds (UTC).
+import type { Venue, Window } from './config.js';
+
+export type MarketStatus = 'upcoming' | 'open' | 'closed' | 'resolved' | 'cancelled';
+export type Resolution = 'pending' | 'resolved' | 'invalid';
+
+export interface Outcome {
+  index: number;
+  label: string;
+  token_id: string;
+}
+
+export interface Market {
+  market_id: string;
+  topic_id: string | null;
+  venue: Venue;
+  slug: string | null;
+  title: string | null;
+  coin: string;
+  window: Window;
+  start_time: number;
+  end_time: number;
+  created_time: number | null;
+  resolved_time: number | null;
+  status: MarketStatus;
+  resolution: Resolution;
+  winning_outcome_index: number | null;
+  condition_id: string | null;
+  question_id: string | null;
+  oracle: string | null;
+  outcomes: Outcome[];
+  volume: number | null;
+  liquidity: number | null;
+  participant_count: number | null;
+  chain_id: number | null;
+  chain_name: string | null;
+  exchange_address: string | null;
+  exchange_kind: string | null;
+  collateral: string | null;
+  fee_rate_bps: number | null;
+  tick_size: number | null;
+  reference_price_start: number | null;
+  reference_price_end: number | null;
+}
+
+/** One outcome token's ladders, best level first on both sides. */
+export interface Book {
+  market_id: string;
+  token_id: string;
+  outcome_index: number;
+  outcome: string;
+  exchange_ts: number | null;
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
+}
+
+export interface BookRow extends Book {
+  ts: number;
+  recv_ts: number;
+}
+
+export interface MetricRow {
+  ts: number;
+  market_id: string;
+  token_id: string;
+  outcome_index: number;
+  outcome: string;
+  chance: number | null;
+  price: number | null;
+  last_trade: number | null;
+  recv_ts: number | null;
+}
+
+export interface MarketRow extends Market {
+  /** When this version of the record was captured. */
+  ts: number;
+}
+
+/** A span in which capture should have recorded and did not. `market_id` null: the whole series. */
+export interface GapRow {
+  market_id: string | null;
+  dataset: 'books' | 'metrics' | 'markets';
+  from_ts: number;
+  to_ts: number;
+  reason: string;
+  detail: string | null;
+  failures: number;
+}
+
+export type Dataset = 'markets' | 'books' | 'metrics' | 'gaps';
+export const DATASETS: readonly Dataset[] = ['markets', 'books', 'metrics', 'gaps'];
+
+export interface DatasetRows {
+  markets: MarketRow;
+  books: BookRow;
+  metrics: MetricRow;
+  gaps: GapRow;
+}
+
+/** A market version as the lake stores it: outcomes as two parallel list columns. */
+export function marketLakeRow(market: Market, ts: number): Record<string, unknown> {
+  const { outcomes, venue: _venue, coin: _coin, window: _window, ...rest } = market;
+  return { ts, ...rest, outcome_labels: outcomes.map((o) => o.label), outcome_token_ids: outcomes.map((o) => o.token_id) };
+}

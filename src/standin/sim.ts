@@ -1,0 +1,225 @@
+// A deterministic model of both venues: every market, book, trade and resolution is a pure
+// function of (seed, time), so a fast-clock fill of the past and a live run agree, and a
+// test can recompute what the stand-in served.
+import type { Venue, Window } from '../config.js';
+import { MINUTE, SECOND, WINDOW_MS, floorTo } from '../time.js';
+
+export const GENESIS = Date.parse('2026-05-01T00:00:00Z');
+export const WALLET_LIST_LEAD = 60 * MINUTE;
+export const POLY_CREATE_LEAD = 24 * 60 * MINUTE;
+export const TICK = 0.01;
+const BLOCK = 15 * MINUTE;
+const TOKEN_SALT = '7108255942817004617739286502';
+
+const BASE_PRICE: Record<string, number> = { btc: 67890, eth: 3520, bnb: 610, sol: 152, xrp: 0.61 };
+
+export interface SimMarket {
+  venue: Venue;
+  coin: string;
+  window: Window;
+  start: number;
+  end: number;
+  code: number;
+  tokenIds: [string, string];
+  resolvedAt: number;
+}
+
+export function hash32(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  h ^= h >>> 15;
+  h = Math.imul(h, 0x2c1b3c6d);
+  h ^= h >>> 12;
+  return h >>> 0;
+}
+
+export class Sim {
+  constructor(readonly seed: number, readonly coins: Record<Venue, readonly string[]>) {}
+
+  rand(...keys: (string | number)[]): number {
+    return hash32(`${this.seed}|${keys.join('|')}`) / 2 ** 32;
+  }
+
+  /** Reference price of a coin at second resolution: smooth cycles plus per-second noise. */
+  reference(coin: string, t: number): number {
+    const sec = Math.floor(t / SECOND);
+    const periods = [86400, 14400, 3600, 900, 300, 60];
+    const amps = [0.02, 0.01, 0.004, 0.002, 0.0012, 0.0005];
+    let x = 0;
+    for (let i = 0; i < periods.length; i++) {
+      x += amps[i] * Math.sin((2 * Math.PI * sec) / periods[i] + 2 * Math.PI * this.rand(coin, 'phase', i));
+    }
+    x += 0.0003 * (this.rand(coin, 'noise', sec) - 0.5);
+    const base = BASE_PRICE[coin] ?? 100;
+    return Math.round(base * (1 + x) * 100) / 100;
+  }
+
+  /** Fair probability that the Up outcome wins, given the reference path so far. */
+  fairUp(m: SimMarket, t: number): number {
+    if (t <= m.start) return 0.5;
+    const s = this.reference(m.coin, m.start);
+    if (t >= m.end) return this.reference(m.coin, m.end) >= s ? 1 : 0;
+    const drift = Math.log(this.reference(m.coin, t) / s);
+    const remaining = (m.end - t) / SECOND;
+    const p = normalCdf(drift / (0.00012 * Math.sqrt(remaining)));
+    return Math.min(0.98, Math.max(0.02, p));
+  }
+
+  winner(m: SimMarket): 0 | 1 {
+    return this.reference(m.coin, m.end) >= this.reference(m.coin, m.start) ? 0 : 1;
+  }
+
+  market(venue: Venue, coin: string, window: Window, start: number): SimMarket {
+    const coinIndex = this.coins[venue].indexOf(coin);
+    const code = (((start - GENESIS) / (5 * MINUTE)) * 8 + coinIndex) * 2 + (window === '15m' ? 1 : 0);
+    const end = start + WINDOW_MS[window];
+    const token = (i: number) => `${TOKEN_SALT}${String(code * 2 + i).padStart(12, '0')}${venue === 'polymarket' ? '1' : '2'}`;
+    return {
+      venue, coin, window, start, end, code,
+      tokenIds: [token(0), token(1)],
+      resolvedAt: end + 5 * SECOND + Math.floor(this.rand(venue, code, 'resolve') * 15 * SECOND),
+    };
+  }
+
+  exists(venue: Venue, coin: string, window: Window, start: number): boolean {
+    return this.coins[venue].includes(coin) && start >= GENESIS && start % WINDOW_MS[window] === 0;
+  }
+
+  byCode(venue: Venue, code: number): SimMarket | null {
+    const window: Window = code % 2 === 1 ? '15m' : '5m';
+    const rest = Math.floor(code / 2);
+    const coin = this.coins[venue][rest % 8];
+    const start = GENESIS + Math.floor(rest / 8) * 5 * MINUTE;
+    if (!coin || !this.exists(venue, coin, window, start)) return null;
+    return this.market(venue, coin, window, start);
+  }
+
+  byToken(venue: Venue, tokenId: string): { market: SimMarket; index: 0 | 1 } | null {
+    const suffix = venue === 'polymarket' ? '1' : '2';
+    if (!tokenId.startsWith(TOKEN_SALT) || !tokenId.endsWith(suffix) || tokenId.length !== TOKEN_SALT.length + 13) return null;
+    const n = Number(tokenId.slice(TOKEN_SALT.length, -1));
+    if (!Number.isSafeInteger(n)) return null;
+    const market = this.byCode(venue, Math.floor(n / 2));
+    return market ? { market, index: (n % 2) as 0 | 1 } : null;
+  }
+
+  /** Wallet topics in listing order: by start, then coin, then 5m before 15m. */
+  walletTopicCount(now: number): number {
+    const c = this.coins['wallet-prediction'].length;
+    const horizon = now + WALLET_LIST_LEAD;
+    if (horizon < GENESIS) return 0;
+    const blocks = Math.floor((horizon - GENESIS) / BLOCK);
+    const into = horizon - GENESIS - blocks * BLOCK;
+    return blocks * 4 * c + 2 * c + (into >= 5 * MINUTE ? c : 0) + (into >= 10 * MINUTE ? c : 0);
+  }
+
+  walletTopicAt(ordinal: number): SimMarket {
+    const coins = this.coins['wallet-prediction'];
+    const c = coins.length;
+    const block = Math.floor(ordinal / (4 * c));
+    const r = ordinal % (4 * c);
+    const blockStart = GENESIS + block * BLOCK;
+    if (r < 2 * c) return this.market('wallet-prediction', coins[Math.floor(r / 2)], r % 2 ? '15m' : '5m', blockStart);
+    const offset = 1 + Math.floor((r - 2 * c) / c);
+    return this.market('wallet-prediction', coins[(r - 2 * c) % c], '5m', blockStart + offset * 5 * MINUTE);
+  }
+
+  walletTopicId(m: SimMarket): number {
+    return 4_000_000 + m.code;
+  }
+
+  walletMarketId(m: SimMarket): number {
+    return 50_000_000 + m.code;
+  }
+
+  polymarketId(m: SimMarket): string {
+    return String(1_000_000 + m.code);
+  }
+
+  slug(m: SimMarket): string {
+    return `${m.coin}-updown-${m.window}-${m.start / SECOND}`;
+  }
+
+  /** Full ladders of one outcome token, best first, as the venue holds them at `t`. */
+  book(m: SimMarket, index: 0 | 1, t: number): { bids: [number, number][]; asks: [number, number][]; timestamp: number } {
+    const sec = Math.floor(t / SECOND);
+    const up = this.fairUp(m, t);
+    const fair = index === 0 ? up : 1 - up;
+    const wobble = (this.rand(m.venue, m.code, 'mid', sec) - 0.5) * 0.02;
+    const mid = Math.min(0.99, Math.max(0.01, fair + wobble));
+    const half = TICK * (1 + Math.floor(this.rand(m.venue, m.code, index, 'spread', sec) * 3));
+    const bestBid = roundTick(mid - half / 2);
+    const bestAsk = roundTick(bestBid + half);
+    const levels = 10 + Math.floor(this.rand(m.venue, m.code, index, 'levels', Math.floor(sec / 30)) * 11);
+    const side = (best: number, dir: -1 | 1, tag: string): [number, number][] => {
+      const out: [number, number][] = [];
+      for (let i = 0; i < levels; i++) {
+        const price = roundTick(best + dir * i * TICK);
+        if (price < TICK - 1e-9 || price > 1 - TICK + 1e-9) break;
+        const size = Math.round((5 + this.rand(m.venue, m.code, index, tag, i, sec) * 4995) * 100) / 100;
+        out.push([price, size]);
+      }
+      return out;
+    };
+    return {
+      bids: side(bestBid, -1, 'bid'),
+      asks: side(bestAsk, 1, 'ask'),
+      timestamp: t - 20 - Math.floor(this.rand(m.venue, m.code, 'lag', sec) * 200),
+    };
+  }
+
+  /** Price of the newest trade at or before `t` in the market's window, or null before any. */
+  lastTrade(m: SimMarket, index: 0 | 1, t: number): number | null {
+    const until = Math.min(t, m.end);
+    for (let s = Math.floor(until / SECOND); s * SECOND >= m.start && s > Math.floor(until / SECOND) - 120; s--) {
+      if (this.rand(m.venue, m.code, 'trade', s) < 0.25) {
+        const b = this.book(m, index, s * SECOND);
+        const side = this.rand(m.venue, m.code, 'side', s) < 0.5 ? b.bids : b.asks;
+        return side.length ? side[0][0] : null;
+      }
+    }
+    return null;
+  }
+
+  /** The interface's displayed probability: the fair value, rounded as the venue shows it. */
+  chance(m: SimMarket, index: 0 | 1, t: number): number {
+    const up = this.fairUp(m, Math.min(t, m.end));
+    return Math.round((index === 0 ? up : 1 - up) * 1000) / 1000;
+  }
+
+  volume(m: SimMarket, t: number): number {
+    const elapsed = Math.min(1, Math.max(0, (t - m.start) / (m.end - m.start)));
+    return Math.round(elapsed * (20_000 + this.rand(m.venue, m.code, 'vol') * 180_000) * 100) / 100;
+  }
+
+  liquidity(m: SimMarket): number {
+    return Math.round((5_000 + this.rand(m.venue, m.code, 'liq') * 45_000) * 100) / 100;
+  }
+
+  participants(m: SimMarket, t: number): number {
+    const elapsed = Math.min(1, Math.max(0, (t - m.start) / (m.end - m.start)));
+    return Math.floor(elapsed * (100 + this.rand(m.venue, m.code, 'people') * 4000));
+  }
+
+  /** Open windows of a venue at `t`, for every coin and window. */
+  openMarkets(venue: Venue, windows: readonly Window[], t: number): SimMarket[] {
+    return this.coins[venue].flatMap((coin) =>
+      windows.map((w) => this.market(venue, coin, w, floorTo(t, WINDOW_MS[w]))).filter((m) => m.start >= GENESIS),
+    );
+  }
+}
+
+export function roundTick(x: number): number {
+  return Math.round(x / TICK) * TICK > 0 ? Number((Math.round(x / TICK) * TICK).toFixed(2)) : 0;
+}
+
+/** Abramowitz-Stegun approximation; plenty for a simulator. */
+export function normalCdf(z: number): number {
+  const t = 1 / (1 + 0.2316419 * Math.abs(z));
+  const d = 0.3989423 * Math.exp((-z * z) / 2);
+  const p = d * t * (0.3193815 + t * (-0.3565638 + t * (1.781478 + t * (-1.821256 + t * 1.330274))));
+  return z > 0 ? 1 - p : p;
+}

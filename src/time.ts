@@ -1,0 +1,32 @@
+import type { Window } from './config.js';
+
+export const SECOND = 1000;
+export const MINUTE = 60 * SECOND;
+export const HOUR = 60 * MINUTE;
+export const DAY = 24 * HOUR;
+
+export const WINDOW_MS: Record<Window, number> = { '5m': 5 * MINUTE, '15m': 15 * MINUTE };
+
+export function floorTo(ms: number, step: number): number {
+  return Math.floor(ms / step) * step;
+}
+
+/** `YYYY-MM-DD` and `HH` of the UTC hour holding `ms`. */
+export function hourParts(ms: number): { date: string; hour: string } {
+  const iso = new Date(floorTo(ms, HOUR)).toISOString();
+  return { date: iso.slice(0, 10), hour: iso.slice(11, 13) };
+}
+
+export function isoMs(ms: number): string {
+  return new Date(ms).toISOString();
+}
+
+/** Parses `YYYY-MM-DD`, an ISO time (UTC when no zone) or epoch ms. */
+export function parseTime(raw: string): number | null {
+  if (/^\d{1,15}$/.test(raw)) return Number(raw);
+  if (!/^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw)) return null;
+  const hasZone = /(Z|[+-]\d{2}:?\d{2})$/.test(raw) && raw.length > 10;
+  const text = raw.length === 10 ? `${raw}T00:00:00Z` : hasZone ? raw : `${raw.replace(' ', 'T')}Z`;
+  const ms = Date.parse(text);
+  return Number.isFinite(ms) ? ms : null;
+}
