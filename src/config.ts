@@ -42,7 +42,9 @@ export interface Config {
 
 type Env = Record<string, string | undefined>;
 
-export class ConfigError extends Error {}
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
 
 function int(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];

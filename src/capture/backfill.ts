@@ -40,7 +40,9 @@ export interface Progress {
   finish(): void;
 }
 
-export class CoverageError extends Error {}
+export class CoverageError extends Error {
+  override name = 'CoverageError';
+}
 
 export const BACKFILL_FILE = 'backfill.parquet';
 

@@ -2,7 +2,9 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 
-export class LockedError extends Error {}
+export class LockedError extends Error {
+  override name = 'LockedError';
+}
 
 function alive(pid: number): boolean {
   try {

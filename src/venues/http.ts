@@ -6,6 +6,7 @@ import type { UpstreamConfig } from '../config.js';
 export type UpstreamErrorKind = 'timeout' | 'network' | 'http_5xx' | 'http_4xx' | 'rate_limited' | 'malformed';
 
 export class UpstreamError extends Error {
+  override name = 'UpstreamError';
   constructor(
     readonly kind: UpstreamErrorKind,
     message: string,
