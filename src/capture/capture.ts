@@ -81,8 +81,8 @@ export class Capture {
 
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
-    const recovered = await recoverSpool(this.paths.spool, this.spool.segment);
-    await this.resumeFromHeartbeat();
+    const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
+    await this.resumeFromHeartbeat(lastTs);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
     this.running = true;
     this.loops = this.adapters.map((a) => this.venueLoop(a));
@@ -100,17 +100,26 @@ export class Capture {
     this.log.info({ ...this.stats, acknowledged: this.spool.acknowledged }, 'capture stopped');
   }
 
-  private async resumeFromHeartbeat(): Promise<void> {
+  /**
+   * The heartbeat lags the spool by up to one flush, so `lastTs` (the newest row each market
+   * really has in the spool) decides: a gap open in the heartbeat whose market has rows after
+   * its start was closed, and its row spooled with them; a downtime gap starts after the last row.
+   */
+  private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<void> {
     const beat = await readJson<Heartbeat>(this.heartbeatFile);
     if (!beat) return;
-    for (const g of beat.gaps) this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
+    const last = (dataset: string, id: string | null) => (id === null ? -Infinity : lastTs.get(`${dataset}:${id}`) ?? -Infinity);
+    for (const g of beat.gaps) {
+      if (last(g.dataset, g.market_id) > g.from_ts) continue;
+      this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
+    }
     for (const m of beat.open) {
-      if (m.end_time <= beat.ts) continue;
       for (const dataset of ['books', 'metrics'] as const) {
+        const from = Math.max(beat.ts, last(dataset, m.market_id));
         const key = gapKey({ ...m, dataset });
-        if (this.gaps.has(key)) continue;
+        if (this.gaps.has(key) || m.end_time <= from) continue;
         this.gaps.set(key, {
-          ...m, dataset, from_ts: beat.ts, until: m.end_time, reason: 'process_down',
+          ...m, dataset, from_ts: from, until: m.end_time, reason: 'process_down',
           detail: `capture process ${beat.segment} stopped`, failures: 1,
         });
       }

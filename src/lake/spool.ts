@@ -18,7 +18,6 @@ export interface SpoolPart {
 
 interface OpenPart {
   handle: FileHandle;
-  dirty: boolean;
 }
 
 export function newSegmentId(): string {
@@ -82,7 +81,7 @@ export class Spool {
     const part = this.nextPart++;
     const file = path.join(this.dir, this.segment, key, `${String(part).padStart(6, '0')}.ndjson`);
     await fs.mkdir(path.dirname(file), { recursive: true });
-    const opened = { handle: await fs.open(file, 'a'), dirty: false, part };
+    const opened = { handle: await fs.open(file, 'a'), part };
     this.open.set(key, opened);
     return opened;
   }
@@ -127,26 +126,49 @@ export async function listSpool(dir: string): Promise<SpoolPart[]> {
   return parts;
 }
 
+/** Bytes read from the end of each part to find a market's newest spooled row. */
+const TAIL_BYTES = 512 * 1024;
+
+export interface Recovered {
+  parts: number;
+  truncatedBytes: number;
+  /** Newest spooled `ts` per `<dataset>:<market_id>` (books and metrics), from the parts' tails. */
+  lastTs: Map<string, number>;
+}
+
 /**
  * After a crash the last line of a part may be half written; it was never acknowledged, so
- * it is cut off. Only parts of other (dead) segments are touched.
+ * it is cut off. Only parts of other (dead) segments are touched. The newest row of each
+ * market is reported so that a restart's downtime gap starts after what was really kept.
  */
-export async function recoverSpool(dir: string, ownSegment: string): Promise<{ parts: number; truncatedBytes: number }> {
+export async function recoverSpool(dir: string, ownSegment: string): Promise<Recovered> {
   let truncatedBytes = 0;
+  const lastTs = new Map<string, number>();
   const parts = (await listSpool(dir)).filter((p) => !p.source.startsWith(`${ownSegment}:`));
   for (const part of parts) {
-    const data = await fs.readFile(part.file);
-    const end = data.lastIndexOf(0x0a) + 1;
-    if (end < data.length) {
-      const handle = await fs.open(part.file, 'r+');
-      try {
-        await handle.truncate(end);
+    const handle = await fs.open(part.file, 'r+');
+    try {
+      const size = (await handle.stat()).size;
+      const start = Math.max(0, size - TAIL_BYTES);
+      const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - start), 0, size - start, start);
+      const tail = buffer.subarray(0, bytesRead);
+      const end = tail.lastIndexOf(0x0a) + 1;
+      if (start + end < size) {
+        await handle.truncate(start + end);
         await handle.sync();
-      } finally {
-        await handle.close();
+        truncatedBytes += size - start - end;
       }
-      truncatedBytes += data.length - end;
+      if (part.partition.dataset !== 'books' && part.partition.dataset !== 'metrics') continue;
+      for (const line of tail.subarray(0, end).toString('utf8').split('\n')) {
+        const m = /"ts":(\d+),.*?"market_id":"([^"]*)"/.exec(line) ?? /"market_id":"([^"]*)".*?"ts":(\d+)/.exec(line);
+        if (!m) continue;
+        const [ts, id] = m[1].match(/^\d+$/) ? [Number(m[1]), m[2]] : [Number(m[2]), m[1]];
+        const key = `${part.partition.dataset}:${id}`;
+        if (ts > (lastTs.get(key) ?? -Infinity)) lastTs.set(key, ts);
+      }
+    } finally {
+      await handle.close();
     }
   }
-  return { parts: parts.length, truncatedBytes };
+  return { parts: parts.length, truncatedBytes, lastTs };
 }

@@ -1,0 +1,61 @@
+// Upstream faults: capture keeps running, every failure span becomes a gap, and nothing is
+// recorded (or invented) inside a gap.
+import t from 'tap';
+import { fill } from '../src/capture/fill.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { WALLET_PREFIX } from '../src/standin/server.js';
+import { MINUTE } from '../src/time.js';
+import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+
+const START = Date.parse('2026-07-27T08:00:00Z');
+const OUTAGE = { from: START + 10 * MINUTE, to: START + 14 * MINUTE };
+const SLACK = 30_000;
+const dir = t.testdir();
+const config = testConfig(dir, { WALLET_TIMEOUT_MS: '300', POLYMARKET_TIMEOUT_MS: '300', WALLET_MAX_RETRIES: '1', POLYMARKET_MAX_RETRIES: '1' });
+const duck = await Duck.open(1);
+t.teardown(() => duck.close());
+
+const run = await fill(config, duck, quiet, {
+  hours: 0, speed: 120, start: START, until: START + 25 * MINUTE, pollMs: 2000,
+  faults: {
+    errorRate: 0.03, rateLimitRate: 0.03, retryAfterSec: 0, timeoutRate: 0.005, stallRate: 0.005,
+    truncateRate: 0.02, malformedRate: 0.02,
+    outages: [{ path: '/books', ...OUTAGE }, { path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }],
+  },
+});
+await sealAll(duck, dir);
+const books = lakeTable(dir, 'books');
+const gaps = lakeTable(dir, 'gaps');
+
+t.test('the stand-in really misbehaved', async (t) => {
+  t.ok(run.standin.stats.faults > 50, `${run.standin.stats.faults} faults injected`);
+});
+
+t.test('capture kept recording before, between and after the faults', async (t) => {
+  const after = await duck.rows(`SELECT count(*) AS n FROM ${books} WHERE epoch_ms(ts) >= ${OUTAGE.to + MINUTE}`);
+  t.ok(Number(after[0].n) > 100, 'books recorded after the outage');
+  const before = await duck.rows(`SELECT count(*) AS n FROM ${books} WHERE epoch_ms(ts) < ${OUTAGE.from}`);
+  t.ok(Number(before[0].n) > 100, 'books recorded before the outage');
+});
+
+t.test('the outage is a gap on every market open through it, with its span', async (t) => {
+  const rows = await duck.rows(`SELECT venue, market_id, reason, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t FROM ${gaps}
+    WHERE dataset = 'books' AND epoch_ms(from_ts) <= ${OUTAGE.from + SLACK} AND epoch_ms(to_ts) >= ${OUTAGE.to - SLACK}`);
+  const venues = new Set(rows.map((r) => r.venue));
+  t.same([...venues].sort(), ['polymarket', 'wallet-prediction'], 'both venues');
+  t.ok(rows.some((r) => r.reason === 'http_5xx'), 'the reason says what failed');
+  const open = await duck.rows(`SELECT DISTINCT m.venue, m.market_id FROM ${lakeTable(dir, 'markets')} m
+    WHERE epoch_ms(m.start_time) <= ${OUTAGE.from} AND epoch_ms(m.end_time) >= ${OUTAGE.to + SLACK}`);
+  const gapped = new Set(rows.map((r) => r.market_id));
+  const missing = open.filter((m) => !gapped.has(m.market_id));
+  t.ok(open.length >= 2, `${open.length} markets were open through the whole outage`);
+  t.same(missing, [], 'each of them has a gap over it');
+});
+
+t.test('nothing is recorded inside any gap', async (t) => {
+  const inside = await duck.rows(`SELECT g.market_id, g.from_ts, g.to_ts, b.ts FROM ${gaps} g JOIN ${books} b
+    ON b.market_id = g.market_id AND b.ts > g.from_ts AND b.ts < g.to_ts WHERE g.dataset = 'books' LIMIT 5`);
+  t.same(inside, []);
+  const count = await duck.rows(`SELECT count(*) AS n, count(DISTINCT reason) AS reasons FROM ${gaps}`);
+  t.ok(Number(count[0].n) > 10, `${count[0].n} gaps recorded`);
+});
