@@ -42,7 +42,7 @@ backfill: install
 	$(TSX) jobs/backfill.ts --venue "$(VENUE)" --coin "$(COIN)" --window "$(WINDOW)" --from "$(FROM)" --to "$(TO)" $(if $(filter live,$(UPSTREAM)),,--standin)
 
 query: install
-	$(TSX) jobs/query.ts "$(SQL)"
+	$(TSX) jobs/query.ts
 
 bench-capture: install
 	$(TSX) bench/capture.ts

@@ -14,6 +14,7 @@ for (const dataset of ['books', 'metrics', 'markets', 'gaps']) {
     `CREATE VIEW ${dataset} AS SELECT * FROM read_parquet('${lake}/${dataset}/**/*.parquet', hive_partitioning = true, hive_types = {'hour': INTEGER})`,
   );
 }
-const sql = process.argv[2] ?? 'SELECT 1';
+// From the environment, so `make query SQL='..."window"...'` keeps its quotes.
+const sql = process.argv[2] ?? process.env.SQL ?? 'SELECT 1';
 console.table(await duck.rows(sql));
 duck.close();

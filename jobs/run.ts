@@ -21,7 +21,7 @@ const duck = await Duck.open(1);
 const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
 await capture.start();
 log.info({ standin: url, lake: `${config.dataDir}/lake` }, 'capturing; Ctrl-C stops');
-console.log(`\nThe lake is at ${config.dataDir}/lake. Try:\n  npx tsx jobs/query.ts "SELECT venue, coin, \\"window\\", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL"\n`);
+console.log(`\nThe lake is at ${config.dataDir}/lake. Try:\n  make query SQL='SELECT venue, coin, "window", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL'\n`);
 let stopping = false;
 const stop = async () => {
   if (stopping) return;
