@@ -4,7 +4,6 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { fill } from '../src/capture/fill.js';
-import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
 import { sealDue } from '../src/lake/seal.js';
@@ -58,7 +57,6 @@ const config = loadConfig({ DATA_DIR: fillDir, SPOOL_FLUSH_MS: '1000' });
 const t2 = performance.now();
 const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 300, start: HOUR0, until: HOUR0 + HOUR, pollMs: 1000 });
 const fillSeconds = (performance.now() - t2) / 1000;
-void createClock;
 
 const rss = process.resourceUsage().maxRSS / 1024;
 const cpu = os.cpus()[0]?.model ?? 'unknown';

@@ -160,10 +160,11 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
       }
       if (part.partition.dataset !== 'books' && part.partition.dataset !== 'metrics') continue;
       for (const line of tail.subarray(0, end).toString('utf8').split('\n')) {
-        const m = /"ts":(\d+),.*?"market_id":"([^"]*)"/.exec(line) ?? /"market_id":"([^"]*)".*?"ts":(\d+)/.exec(line);
+        // Capture writes `ts` first in every book and metric row.
+        const m = /^\{"ts":(\d+),.*?"market_id":"([^"]*)"/.exec(line);
         if (!m) continue;
-        const [ts, id] = m[1].match(/^\d+$/) ? [Number(m[1]), m[2]] : [Number(m[2]), m[1]];
-        const key = `${part.partition.dataset}:${id}`;
+        const ts = Number(m[1]);
+        const key = `${part.partition.dataset}:${m[2]}`;
         if (ts > (lastTs.get(key) ?? -Infinity)) lastTs.set(key, ts);
       }
     } finally {
