@@ -91,7 +91,6 @@ export interface GapRow {
 }
 
 export type Dataset = 'markets' | 'books' | 'metrics' | 'gaps';
-export const DATASETS: readonly Dataset[] = ['markets', 'books', 'metrics', 'gaps'];
 
 export interface DatasetRows {
   markets: MarketRow;

@@ -77,10 +77,6 @@ export function partitionOf(dataset: Dataset, venue: Venue, coin: string, window
   return { dataset, venue, coin, window, hour: floorTo(atMs, HOUR) };
 }
 
-export function partitionId(p: Partition): string {
-  return partitionDir(p);
-}
-
 export interface LakePaths {
   root: string;
   lake: string;

@@ -48,10 +48,6 @@ export class Spool {
     this.pendingRows += rows.length;
   }
 
-  get pending(): number {
-    return this.pendingRows;
-  }
-
   /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
   flush(): Promise<number> {
     this.flushing = this.flushing.then(() => this.flushNow());
@@ -153,10 +149,11 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
       const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - start), 0, size - start, start);
       const tail = buffer.subarray(0, bytesRead);
       const end = tail.lastIndexOf(0x0a) + 1;
-      if (start + end < size) {
-        await handle.truncate(start + end);
+      const keep = end > 0 || start === 0 ? start + end : await lastLineEnd(handle, start);
+      if (keep < size) {
+        await handle.truncate(keep);
         await handle.sync();
-        truncatedBytes += size - start - end;
+        truncatedBytes += size - keep;
       }
       if (part.partition.dataset !== 'books' && part.partition.dataset !== 'metrics') continue;
       for (const line of tail.subarray(0, end).toString('utf8').split('\n')) {
@@ -172,4 +169,16 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
     }
   }
   return { parts: parts.length, truncatedBytes, lastTs };
+}
+
+/** Byte offset just past the last newline before `before`, scanning back; 0 when there is none. */
+async function lastLineEnd(handle: FileHandle, before: number): Promise<number> {
+  const chunk = Buffer.alloc(TAIL_BYTES);
+  for (let end = before; end > 0; end -= TAIL_BYTES) {
+    const from = Math.max(0, end - TAIL_BYTES);
+    const { bytesRead } = await handle.read(chunk, 0, end - from, from);
+    const at = chunk.subarray(0, bytesRead).lastIndexOf(0x0a);
+    if (at >= 0) return from + at + 1;
+  }
+  return 0;
 }

@@ -179,7 +179,7 @@ export class StandIn {
     if (p === '/events' && method === 'GET') return { status: 200, body: this.polyEvents(q, now) };
     if (p === '/markets' && method === 'GET') return { status: 200, body: this.polyMarketsBySlug(q, now) };
     if (p.startsWith('/markets/') && method === 'GET') return { status: 200, body: this.polyMarketById(p.slice(9), now) };
-    if (p === '/book' && method === 'GET') return this.polyBook(q.get('token_id') ?? '', now);
+    if (p === '/book' && method === 'GET') return this.clobBook(q.get('token_id') ?? '', now);
     if (p === '/books' && method === 'POST') return this.polyBooks(body, now);
     if (p === '/last-trade-price' && method === 'GET') return this.polyLastTrade(q, now);
     if (p === '/prices-history' && method === 'GET') return { status: 200, body: this.polyHistory(q, now) };
@@ -384,10 +384,6 @@ export class StandIn {
         last_trade_price: (this.sim.lastTrade(market, index, now) ?? 0.5).toFixed(3),
       },
     };
-  }
-
-  private polyBook(tokenId: string, now: number): Reply {
-    return this.clobBook(tokenId, now);
   }
 
   private polyBooks(body: string, now: number): Reply {

@@ -2,7 +2,7 @@
 // function of (seed, time), so a fast-clock fill of the past and a live run agree, and a
 // test can recompute what the stand-in served.
 import type { Venue, Window } from '../config.js';
-import { MINUTE, SECOND, WINDOW_MS, floorTo } from '../time.js';
+import { MINUTE, SECOND, WINDOW_MS } from '../time.js';
 
 export const GENESIS = Date.parse('2026-05-01T00:00:00Z');
 export const WALLET_LIST_LEAD = 60 * MINUTE;
@@ -202,13 +202,6 @@ export class Sim {
   participants(m: SimMarket, t: number): number {
     const elapsed = Math.min(1, Math.max(0, (t - m.start) / (m.end - m.start)));
     return Math.floor(elapsed * (100 + this.rand(m.venue, m.code, 'people') * 4000));
-  }
-
-  /** Open windows of a venue at `t`, for every coin and window. */
-  openMarkets(venue: Venue, windows: readonly Window[], t: number): SimMarket[] {
-    return this.coins[venue].flatMap((coin) =>
-      windows.map((w) => this.market(venue, coin, w, floorTo(t, WINDOW_MS[w]))).filter((m) => m.start >= GENESIS),
-    );
   }
 }
 

@@ -53,6 +53,8 @@ export class WalletAdapter implements VenueAdapter {
   readonly venue = 'wallet-prediction' as const;
   readonly http: HttpClient;
   private readonly resolvedDetail = new Map<string, WalletTopic>();
+  /** The list page discovery fetched, reused by a poll at the same clock time (one call, not two). */
+  private listed: { now: number; page: Promise<WalletList> } | null = null;
 
   constructor(private readonly config: Config, private readonly clock: Clock) {
     this.http = new HttpClient('wallet-prediction', config.wallet);
@@ -66,8 +68,15 @@ export class WalletAdapter implements VenueAdapter {
     });
   }
 
+  private newestPage(now: number): Promise<WalletList> {
+    if (this.listed?.now !== now) {
+      this.listed = { now, page: this.get<WalletList>('market/list', { offset: 0, limit: PAGE, sortBy: 'startDate', orderBy: 'desc' }) };
+    }
+    return this.listed.page;
+  }
+
   async discover(now: number): Promise<Market[]> {
-    const page = await this.get<WalletList>('market/list', { offset: 0, limit: PAGE, sortBy: 'startDate', orderBy: 'desc' });
+    const page = await this.newestPage(now);
     const markets: Market[] = [];
     for (const topic of page.marketTopics ?? []) {
       let record = this.normalize(topic, now);
@@ -136,9 +145,9 @@ export class WalletAdapter implements VenueAdapter {
     };
   }
 
-  async poll(markets: Market[], _now: number): Promise<Map<string, MarketPoll>> {
+  async poll(markets: Market[], now: number): Promise<Map<string, MarketPoll>> {
     const wanted = new Set(markets.map((m) => m.market_id));
-    const listing = this.get<WalletList>('market/list', { offset: 0, limit: PAGE, sortBy: 'startDate', orderBy: 'desc' })
+    const listing = this.newestPage(now)
       .then((page) => {
         const quotes = new Map<string, Quote[]>();
         for (const topic of page.marketTopics ?? []) {
