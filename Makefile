@@ -4,7 +4,7 @@ export PORT ?= 8080
 export DATA_DIR ?= ./data
 TSX := node --import tsx
 
-.PHONY: run test install capture standin fill seal compact backfill query bench-capture typecheck clean
+.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke bench-capture typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -27,6 +27,19 @@ capture: install
 
 standin: install
 	$(TSX) jobs/standin.ts
+
+api: install
+	$(TSX) jobs/api.ts
+
+## make key PLAN=paid LABEL=me: prints a new key alone on its last line
+key: install
+	@$(TSX) jobs/keys.ts issue "$(PLAN)" "$(LABEL)"
+
+keys: install
+	@$(TSX) jobs/keys.ts list
+
+revoke: install
+	@$(TSX) jobs/keys.ts revoke "$(KEY_ID)"
 
 fill: install
 	$(TSX) jobs/fill.ts

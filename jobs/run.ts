@@ -1,5 +1,7 @@
-// `make run`: the stand-in on STANDIN_PORT and capture against it, in one process, on the
-// wall clock. (The fill of an empty lake runs before this, as its own job.)
+// `make run`: the stand-in on STANDIN_PORT, capture against it and the API on PORT, in one
+// process on the wall clock, so the API answers the latest book from capture's memory.
+// (The fill of an empty lake runs before this, as its own job.)
+import { startApi } from '../src/api/server.js';
 import { Capture } from '../src/capture/capture.js';
 import { standinConfig } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
@@ -17,15 +19,26 @@ const clock = createClock();
 const standin = new StandIn({ clock, apiKey: config.wallet.apiKey, apiSecret: config.wallet.apiSecret, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
 const url = await standin.start(Number(process.env.STANDIN_PORT ?? 8090));
 const cfg = standinConfig(config, url);
-const duck = await Duck.open(1);
+const duck = await Duck.open(2);
 const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
 await capture.start();
-log.info({ standin: url, lake: `${config.dataDir}/lake` }, 'capturing; Ctrl-C stops');
-console.log(`\nThe lake is at ${config.dataDir}/lake. Try:\n  make query SQL='SELECT venue, coin, "window", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL'\n`);
+const api = await startApi(config, duck, clock, log, capture.latest);
+const { key } = await api.keys.issue('paid', 'make run');
+const market = api.lake.all(clock.now()).find((m) => m.venue === 'wallet-prediction' && m.status === 'open');
+log.info({ standin: url, api: api.url, lake: `${config.dataDir}/lake`, markets: api.lake.size }, 'capturing and serving; Ctrl-C stops');
+console.log(`
+API ${api.url}  (a paid key was issued for this run; \`make key PLAN=paid LABEL=me\` issues more)
+  export KEY=${key}
+  curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/markets?coin=btc&window=15m&limit=2'
+  curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/orderbook/latest'
+  curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/snapshots?limit=5'
+Lake SQL: make query SQL='SELECT venue, coin, "window", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL'
+`);
 let stopping = false;
 const stop = async () => {
   if (stopping) return;
   stopping = true;
+  await api.stop();
   await capture.stop();
   await standin.stop();
   duck.close();

@@ -38,6 +38,7 @@ export interface Config {
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
   polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string };
   backfill: { concurrency: number };
+  api: { rateFree: number; ratePaid: number; cursorSecret: string | null; maxRangeDays: number };
 }
 
 type Env = Record<string, string | undefined>;
@@ -145,6 +146,13 @@ export function loadConfig(env: Env = process.env): Config {
       requestsPerSecond: num(env, 'POLYMARKET_RPS', 50, 0.01, 100_000),
     },
     backfill: { concurrency: int(env, 'BACKFILL_CONCURRENCY', 4, 1, 64) },
+    api: {
+      rateFree: num(env, 'RATE_FREE_PER_SECOND', 2, 0.1, 100_000),
+      ratePaid: num(env, 'RATE_PAID_PER_SECOND', 25, 0.1, 100_000),
+      // Never logged: it signs cursors. Generated into DATA_DIR/state when not set.
+      cursorSecret: env.CURSOR_SECRET || null,
+      maxRangeDays: int(env, 'MAX_RANGE_DAYS', 31, 1, 3660),
+    },
   };
   return deepFreeze(config);
 }

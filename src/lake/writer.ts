@@ -7,6 +7,7 @@ import { type Duck, sqlPath } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
 import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
+import type { Dataset } from '../records.js';
 
 export const ROW_GROUP_SIZE = 2048;
 
@@ -15,19 +16,19 @@ function timeColumn(p: Partition): string {
 }
 
 /** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
-export function spoolSelect(p: Partition): string {
-  return SCHEMAS[p.dataset]
+export function spoolSelect(dataset: Dataset): string {
+  return SCHEMAS[dataset]
     .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`))
     .join(', ');
 }
 
 /** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
-export function spoolSource(p: Partition, files: string[], lenient: boolean): string {
-  const columns = SCHEMAS[p.dataset]
+export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
+  const columns = SCHEMAS[dataset]
     .map((c) => `"${c.name}": '${c.type === 'TIMESTAMP_MS' ? 'BIGINT' : c.type}'`)
     .join(', ');
-  const first = SCHEMAS[p.dataset][0].name;
-  return `(SELECT ${spoolSelect(p)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
+  const first = SCHEMAS[dataset][0].name;
+  return `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
     `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE "${first}" IS NOT NULL)`;
 }
 

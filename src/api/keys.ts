@@ -1,0 +1,84 @@
+// API keys: `pmh_` + 32 base62 characters, shown once at issue. Only a SHA-256 of each key is
+// stored; a presented key is hashed and compared against every stored hash in constant time.
+// The file is re-read when it changes, so keys issued or revoked by the CLI apply at once.
+import { createHash, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { readJson, writeFileAtomic } from '../lake/fsutil.js';
+
+export type Plan = 'free' | 'paid';
+export const PLANS: readonly Plan[] = ['free', 'paid'];
+export const KEY_RE = /^pmh_[0-9A-Za-z]{32}$/;
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+export interface KeyRecord {
+  key_id: string;
+  hash: string;
+  plan: Plan;
+  label: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export class KeyStore {
+  private records: KeyRecord[] = [];
+  private loadedMtime = -1;
+  private checkedAt = 0;
+
+  constructor(readonly file: string) {}
+
+  static at(dataDir: string): KeyStore {
+    return new KeyStore(path.join(dataDir, 'state', 'keys.json'));
+  }
+
+  private async refresh(force = false): Promise<void> {
+    if (!force && Date.now() - this.checkedAt < 1000) return;
+    this.checkedAt = Date.now();
+    const mtime = await fs.stat(this.file).then((s) => s.mtimeMs, () => 0);
+    if (mtime === this.loadedMtime && !force) return;
+    this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
+    this.loadedMtime = mtime;
+  }
+
+  async issue(plan: Plan, label: string): Promise<{ key: string; record: KeyRecord }> {
+    await this.refresh(true);
+    let key = 'pmh_';
+    for (let i = 0; i < 32; i++) key += BASE62[randomInt(62)];
+    const record: KeyRecord = {
+      key_id: `key_${randomBytes(6).toString('hex')}`, hash: hash(key), plan, label,
+      created_at: new Date().toISOString(), revoked_at: null,
+    };
+    this.records.push(record);
+    await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
+    return { key, record };
+  }
+
+  async list(): Promise<KeyRecord[]> {
+    await this.refresh(true);
+    return this.records;
+  }
+
+  async revoke(keyId: string): Promise<boolean> {
+    await this.refresh(true);
+    const record = this.records.find((r) => r.key_id === keyId && !r.revoked_at);
+    if (!record) return false;
+    record.revoked_at = new Date().toISOString();
+    await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
+    return true;
+  }
+
+  /** The active record of a presented key, or null. */
+  async find(key: string): Promise<KeyRecord | null> {
+    await this.refresh();
+    const presented = Buffer.from(hash(key), 'hex');
+    let found: KeyRecord | null = null;
+    for (const r of this.records) {
+      if (timingSafeEqual(presented, Buffer.from(r.hash, 'hex')) && !r.revoked_at) found = r;
+    }
+    return found;
+  }
+}
+
+function hash(key: string): string {
+  return createHash('sha256').update(key).digest('hex');
+}

@@ -1,0 +1,111 @@
+// The OpenAPI 3.1 document, generated from the route table and the same parameter specs the
+// server validates with.
+import { STATUS_OF, type ErrorCode } from './errors.js';
+import type { Route } from './routes.js';
+
+const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
+const str = { type: 'string' };
+const num = { type: 'number' };
+const time = { type: 'string', format: 'date-time' };
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+const obj = (properties: Record<string, unknown>, required = Object.keys(properties)) =>
+  ({ type: 'object', properties, required, additionalProperties: false });
+
+const outcome = obj({ index: { type: 'integer' }, label: str, token_id: str });
+const ladder = { type: 'array', items: num };
+
+export const SCHEMAS: Record<string, unknown> = {
+  Meta: { type: 'object', properties: { request_id: str, timestamp: time }, required: ['request_id', 'timestamp'] },
+  Pagination: obj({ limit: { type: 'integer' }, has_more: { type: 'boolean' }, next_cursor: nullable(str) }),
+  Error: obj({
+    error: obj({ code: { type: 'string', enum: Object.keys(STATUS_OF) }, message: str, details: { type: 'array', items: obj({ param: str, message: str }, ['message']) } }),
+    meta: ref('Meta'),
+  }),
+  Outcome: outcome,
+  Market: obj({
+    market_id: str, topic_id: nullable(str), venue: str, slug: nullable(str), title: nullable(str), coin: str,
+    window: { type: 'string', enum: ['5m', '15m'] }, start_time: time, end_time: time, created_time: nullable(time), resolved_time: nullable(time),
+    status: { type: 'string', enum: ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] },
+    resolution: { type: 'string', enum: ['pending', 'resolved', 'invalid'] },
+    winning_outcome: nullable(ref('Outcome')),
+    condition: obj({ condition_id: nullable(str), question_id: nullable(str), oracle: nullable(str), outcome_slot_count: nullable({ type: 'integer' }) }),
+    outcomes: { type: 'array', items: ref('Outcome') },
+    volume: nullable(num), liquidity: nullable(num), participant_count: nullable({ type: 'integer' }),
+    chain: obj({ chain_id: nullable({ type: 'integer' }), name: nullable(str) }),
+    exchange: obj({ address: nullable(str), kind: nullable(str), collateral: nullable(str), fee_rate_bps: nullable(num), tick_size: nullable(num) }),
+    reference_price: obj({ start: nullable(num), end: nullable(num) }),
+  }),
+  Book: obj({
+    outcome_index: { type: 'integer' }, outcome: str, token_id: str, exchange_time: nullable(time),
+    bid_prices: ladder, bid_sizes: ladder, ask_prices: ladder, ask_sizes: ladder,
+    best_bid: nullable(num), best_ask: nullable(num), bid_depth: num, ask_depth: num,
+  }, ['outcome_index', 'outcome', 'token_id', 'exchange_time']),
+  Snapshot: obj({ timestamp: time, books: { type: 'array', items: ref('Book') } }),
+  Sample: obj({ timestamp: time, value: num }),
+  Health: obj({ status: str, lake: obj({ newest_capture: nullable(time), files: { type: 'integer' }, markets: { type: 'integer' } }) }),
+  WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
+};
+
+const envelope = (data: unknown, list: boolean) => ({
+  type: 'object',
+  properties: { data, ...(list ? { pagination: ref('Pagination') } : {}), meta: ref('Meta') },
+  required: ['data', 'meta', ...(list ? ['pagination'] : [])],
+  additionalProperties: false,
+});
+
+export const RESPONSES: Record<string, unknown> = {
+  Health: envelope(ref('Health'), false),
+  WhoAmI: envelope(ref('WhoAmI'), false),
+  MarketList: envelope({ type: 'array', items: ref('Market') }, true),
+  MarketOne: envelope(ref('Market'), false),
+  LatestBook: envelope(nullable(obj({ market_id: str, timestamp: time, books: { type: 'array', items: ref('Book') } })), false),
+  SnapshotList: envelope({ type: 'array', items: ref('Snapshot') }, true),
+  SampleList: envelope({ type: 'array', items: ref('Sample') }, true),
+  TradeList: envelope({ type: 'array', maxItems: 0 }, true),
+  OpenApi: { type: 'object' },
+};
+
+const ERRORS_BY_ACCESS: Record<Route['access'], ErrorCode[]> = {
+  public: ['INTERNAL_ERROR'],
+  key: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'NOT_FOUND', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
+  paid: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'PLAN_REQUIRED', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
+};
+
+export function openApiDocument(routes: Route[]): Record<string, unknown> {
+  const paths: Record<string, unknown> = {};
+  for (const r of routes) {
+    const statuses = new Map<number, ErrorCode[]>();
+    for (const code of ERRORS_BY_ACCESS[r.access]) statuses.set(STATUS_OF[code], [...(statuses.get(STATUS_OF[code]) ?? []), code]);
+    statuses.set(405, ['METHOD_NOT_ALLOWED']);
+    const responses: Record<string, unknown> = {
+      200: { description: r.summary, content: { 'application/json': { schema: ref(`Response${r.response}`) } } },
+    };
+    for (const [status, codes] of statuses) {
+      responses[status] = { description: codes.join(', '), content: { 'application/json': { schema: ref('Error') } } };
+    }
+    paths[r.path.replace(/:([a-z_]+)/g, '{$1}')] = {
+      get: {
+        operationId: r.id.replace(/[^A-Za-z0-9]+(.)/g, (_, c: string) => c.toUpperCase()),
+        summary: r.summary,
+        ...(r.access === 'public' ? { security: [] } : {}),
+        ...(r.access === 'paid' ? { description: 'Paid plans only: a free key gets 403 PLAN_REQUIRED.' } : {}),
+        parameters: r.params.map((p) => ({
+          name: p.name, in: p.in, required: p.required ?? p.in === 'path', description: `${p.description} Accepts ${p.expect}.`,
+          schema: p.schema, ...(p.list ? { style: 'form', explode: false } : {}),
+        })),
+        responses,
+      },
+    };
+  }
+  return {
+    openapi: '3.1.0',
+    info: { title: 'Prediction-market history', version: '3.0.0', description: 'Recorded full-L2 order books, market records and price series. Envelopes, errors and parameters as in CONTRACT.md.' },
+    servers: [{ url: '/' }],
+    security: [{ bearer: [] }],
+    paths,
+    components: {
+      securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: '`pmh_` + 32 base62 characters' } },
+      schemas: { ...SCHEMAS, ...Object.fromEntries(Object.entries(RESPONSES).map(([k, v]) => [`Response${k}`, v])) },
+    },
+  };
+}

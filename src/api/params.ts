@@ -1,0 +1,109 @@
+// Every query and path parameter, declared once. The same declarations build the ajv
+// validators and the OpenAPI document, so the two cannot disagree.
+import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
+import { WINDOWS } from '../config.js';
+import { parseTime } from '../time.js';
+import { echo, fail } from './errors.js';
+
+export interface ParamSpec {
+  name: string;
+  in: 'query' | 'path';
+  description: string;
+  /** OpenAPI 3.1 / JSON Schema of the value after parsing. */
+  schema: Record<string, unknown>;
+  /** What the error message says is accepted. */
+  expect: string;
+  required?: boolean;
+  /** Comma-separated list in the query string. */
+  list?: boolean;
+}
+
+export const INTERVALS: Record<string, number> = { '1s': 1e3, '5s': 5e3, '15s': 15e3, '1m': 6e4, '5m': 3e5, '15m': 9e5, '1h': 3.6e6 };
+export const MARKET_STATUSES = ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] as const;
+export const METRICS = ['chance', 'price', 'last_trade'] as const;
+export const WALLET_COINS = ['btc', 'eth', 'bnb'] as const;
+export const POLY_COINS = ['btc', 'eth', 'sol', 'xrp'] as const;
+export const MAX_LIMIT = 1000;
+
+const q = (name: string, description: string, schema: Record<string, unknown>, expect: string, extra: Partial<ParamSpec> = {}): ParamSpec =>
+  ({ name, in: 'query', description, schema, expect, ...extra });
+const time = (name: string, description: string) =>
+  q(name, description, { type: 'string', format: 'timestamp', examples: ['2026-07-26T13:30:00Z', '1785072600000'] }, 'epoch milliseconds or an ISO-8601 time (UTC when no zone)');
+const enumOf = (values: readonly string[]) => `one of: ${values.join(', ')}`;
+
+export const P = {
+  limit: q('limit', 'Items per page.', { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 100 }, `an integer from 1 to ${MAX_LIMIT}`),
+  cursor: q('cursor', 'Opaque cursor from `pagination.next_cursor`.', { type: 'string', minLength: 1, maxLength: 2048 }, 'a cursor from pagination.next_cursor'),
+  start_time: time('start_time', 'Inclusive start of the time range.'),
+  end_time: time('end_time', 'Exclusive end of the time range.'),
+  interval: q('interval', 'Downsampling: the last record in each UTC-aligned bucket; absent means every record.', { type: 'string', enum: Object.keys(INTERVALS) }, enumOf(Object.keys(INTERVALS))),
+  order: q('order', 'Time order.', { type: 'string', enum: ['asc', 'desc'] }, enumOf(['asc', 'desc'])),
+  outcome: q('outcome', 'Outcome token: 0, 1, or its label (case-insensitive).', { type: 'string', pattern: '^[0-9A-Za-z _-]{1,32}$' }, '0, 1, or an outcome label such as Up'),
+  walletCoin: q('coin', 'Coins, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WALLET_COINS] }, minItems: 1, uniqueItems: true }, enumOf(WALLET_COINS), { list: true }),
+  window: q('window', 'Market windows, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true }, enumOf(WINDOWS), { list: true }),
+  status: q('status', 'Market statuses, comma-separated.', { type: 'array', items: { type: 'string', enum: [...MARKET_STATUSES] }, minItems: 1, uniqueItems: true }, enumOf(MARKET_STATUSES), { list: true }),
+  metric: q('metric', 'Which series: displayed probability, displayed price, or newest execution.', { type: 'string', enum: [...METRICS] }, enumOf(METRICS), { required: true }),
+  includeOrderbook: q('include_orderbook', 'Include full ladders; otherwise best levels and depth.', { type: 'string', enum: ['true', 'false'] }, 'true or false'),
+  marketId: { name: 'market_id', in: 'path', description: 'Market identifier at the venue.', schema: { type: 'string', pattern: '^[0-9A-Za-z_-]{1,80}$' }, expect: 'up to 80 letters, digits, "_" or "-"', required: true } as ParamSpec,
+  coin: { name: 'coin', in: 'path', description: 'Coin of the per-coin routes.', schema: { type: 'string', enum: [...POLY_COINS] }, expect: enumOf(POLY_COINS), required: true } as ParamSpec,
+} as const;
+
+const ajv = new Ajv({ allErrors: false, strict: false });
+ajv.addFormat('timestamp', { type: 'string', validate: (s: string) => parseTime(s) !== null });
+
+export interface Validator {
+  specs: ParamSpec[];
+  check: ValidateFunction;
+}
+
+export function validator(specs: ParamSpec[]): Validator {
+  const properties = Object.fromEntries(specs.map((s) => [s.name, s.schema]));
+  const required = specs.filter((s) => s.required).map((s) => s.name);
+  return { specs, check: ajv.compile({ type: 'object', properties, required, additionalProperties: false }) };
+}
+
+export type Parsed = Record<string, unknown>;
+
+/** Validates raw query (or path) values; throws INVALID_PARAMETER naming the first problem. */
+export function parse(v: Validator, raw: Record<string, string | string[] | undefined>, kind: 'query' | 'path'): Parsed {
+  const values: Parsed = {};
+  const accepted = v.specs.filter((s) => s.in === kind).map((s) => s.name);
+  for (const [name, value] of Object.entries(raw)) {
+    const spec = v.specs.find((s) => s.name === name && s.in === kind);
+    if (!spec) {
+      fail('INVALID_PARAMETER', `Unknown parameter ${echo(name)}. Accepted: ${accepted.join(', ') || 'none'}`, [{ param: name, message: 'unknown parameter' }]);
+    }
+    if (Array.isArray(value)) fail('INVALID_PARAMETER', `Parameter "${name}" was given ${value.length} times; give it once`, [{ param: name, message: 'repeated' }]);
+    if (value === undefined) continue;
+    values[name] = convert(spec, value);
+  }
+  if (!v.check(values)) {
+    const err = (v.check.errors ?? [])[0] as ErrorObject;
+    const name = err.keyword === 'required' ? String(err.params.missingProperty) : err.instancePath.split('/')[1];
+    const spec = v.specs.find((s) => s.name === name)!;
+    if (err.keyword === 'required') {
+      fail('INVALID_PARAMETER', `Missing required parameter "${name}". Expected ${spec.expect}`, [{ param: name, message: 'required' }]);
+    }
+    fail('INVALID_PARAMETER', `Invalid "${name}": ${echo(raw[name])}. Expected ${spec.expect}`, [{ param: name, message: err.message ?? 'invalid' }]);
+  }
+  return values;
+}
+
+function convert(spec: ParamSpec, value: string): unknown {
+  if (spec.list) return value.split(',').map((s) => s.trim().toLowerCase());
+  if (spec.schema.type === 'integer') return /^-?\d{1,16}$/.test(value) ? Number(value) : value;
+  return value;
+}
+
+/** Both times parsed, ordered, and in range. */
+export function timeRange(p: Parsed, maxSpanMs?: number): { from: number | null; to: number | null } {
+  const from = p.start_time === undefined ? null : parseTime(String(p.start_time));
+  const to = p.end_time === undefined ? null : parseTime(String(p.end_time));
+  if (from !== null && to !== null && from >= to) {
+    fail('INVALID_RANGE', `start_time ${echo(p.start_time)} is not before end_time ${echo(p.end_time)}; the range is half-open [start, end)`, [{ param: 'start_time', message: 'not before end_time' }]);
+  }
+  if (maxSpanMs !== undefined && from !== null && to !== null && to - from > maxSpanMs) {
+    fail('INVALID_RANGE', `The range is longer than ${maxSpanMs / 86_400_000} days`, [{ param: 'end_time', message: 'range too long' }]);
+  }
+  return { from, to };
+}

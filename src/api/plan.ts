@@ -1,0 +1,111 @@
+// Pure steps of a request: which hourly partitions it needs, and the SQL over the files the
+// server found for them. Every value is bound; the only spliced text is the quoted file list.
+import type { Venue, Window } from '../config.js';
+import { sqlPath } from '../lake/duckdb.js';
+import { type Partition, partitionOf } from '../lake/layout.js';
+import { spoolSource } from '../lake/writer.js';
+import type { Dataset } from '../records.js';
+import { HOUR, floorTo } from '../time.js';
+
+/** Rows of a market are captured within its window, plus the lag of the last poll. */
+export const CAPTURE_LAG_MS = 60_000;
+
+export interface MarketSpan {
+  venue: Venue;
+  coin: string;
+  window: Window;
+  start_time: number;
+  end_time: number;
+}
+
+export interface Plan {
+  partitions: Partition[];
+  from: number;
+  to: number;
+}
+
+/** The hours of `dataset` that can hold rows of `market` in [from, to); none when they miss. */
+export function planPartitions(dataset: Dataset, market: MarketSpan, from: number | null, to: number | null): Plan {
+  const lo = Math.max(from ?? -Infinity, market.start_time);
+  const hi = Math.min(to ?? Infinity, market.end_time + CAPTURE_LAG_MS);
+  const partitions: Partition[] = [];
+  for (let h = floorTo(lo, HOUR); h < hi; h += HOUR) partitions.push(partitionOf(dataset, market.venue, market.coin, market.window, h));
+  return { partitions: lo < hi ? partitions : [], from: lo, to: hi };
+}
+
+export interface Files {
+  sealed: string[];
+  /** Parts of open hours, read leniently: the writer may be mid-line. */
+  spool: string[];
+}
+
+/** One relation over sealed Parquet and spooled rows of one dataset, or null when there are no files. */
+export function relation(dataset: Dataset, files: Files, columns: string[]): string | null {
+  const cols = columns.map((c) => `"${c}"`).join(', ');
+  const parts: string[] = [];
+  if (files.sealed.length) parts.push(`SELECT ${cols} FROM read_parquet([${files.sealed.map(sqlPath).join(', ')}])`);
+  if (files.spool.length) parts.push(`SELECT ${cols} FROM ${spoolSource(dataset, files.spool, true)}`);
+  return parts.length ? parts.join(' UNION ALL ') : null;
+}
+
+export interface PageQuery {
+  marketId: string;
+  from: number;
+  to: number;
+  order: 'asc' | 'desc';
+  /** Keyset: the last timestamp of the previous page. */
+  after: number | null;
+  limit: number;
+  intervalMs: number | null;
+  outcomeIndex: number | null;
+}
+
+export const BOOK_COLUMNS = ['ts', 'market_id', 'token_id', 'outcome_index', 'outcome', 'exchange_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'];
+
+function filtered(source: string, q: PageQuery, extra = ''): string {
+  return `SELECT * FROM (${source}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)` +
+    `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}${extra}`;
+}
+
+function pageOfTimes(q: PageQuery): string {
+  const times = q.intervalMs === null
+    ? 'SELECT DISTINCT ts FROM rows'
+    : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : `WHERE ts ${cmp} epoch_ms($after::BIGINT)`;
+  return `times AS (${times}), page AS (SELECT ts FROM times ${after} ORDER BY ts ${q.order.toUpperCase()} LIMIT $limit::BIGINT)`;
+}
+
+function binds(q: PageQuery): Record<string, string | number> {
+  const p: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to, limit: q.limit };
+  if (q.outcomeIndex !== null) p.outcome_index = q.outcomeIndex;
+  if (q.intervalMs !== null) p.interval = q.intervalMs;
+  if (q.after !== null) p.after = q.after;
+  return p;
+}
+
+/** A page of snapshots: every book at each of `limit` capture times (one more to see if there are further pages). */
+export function snapshotSql(source: string, q: PageQuery): { sql: string; params: Record<string, string | number> } {
+  const sql = `WITH rows AS (${filtered(source, q)}), ${pageOfTimes(q)}
+    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
+      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes
+    FROM rows r JOIN page USING (ts) ORDER BY r.ts ${q.order.toUpperCase()}, r.outcome_index`;
+  return { sql, params: binds(q) };
+}
+
+export const METRIC_COLUMNS = { chance: 'chance', price: 'price', last_trade: 'last_trade' } as const;
+
+/** A page of one metric of one outcome; samples without a value are not samples. */
+export function timeseriesSql(source: string, q: PageQuery, metric: keyof typeof METRIC_COLUMNS): { sql: string; params: Record<string, string | number> } {
+  const column = METRIC_COLUMNS[metric];
+  const sql = `WITH rows AS (${filtered(source, q, ` AND "${column}" IS NOT NULL`)}), ${pageOfTimes(q)}
+    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r."${column}" AS value FROM rows r JOIN page USING (ts) ORDER BY r.ts ${q.order.toUpperCase()}`;
+  return { sql, params: binds(q) };
+}
+
+export function latestSql(source: string): string {
+  return `WITH rows AS (SELECT * FROM (${source}) WHERE market_id = $market_id),
+    newest AS (SELECT max(ts) AS ts FROM rows)
+    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
+      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes FROM rows r JOIN newest USING (ts) ORDER BY r.outcome_index`;
+}

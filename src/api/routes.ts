@@ -1,0 +1,291 @@
+// The route table: every route once, with its parameters, its access and its handler. The
+// server, the validators and the OpenAPI document are all built from this list.
+import type { Venue } from '../config.js';
+import { coverageStart } from '../coverage.js';
+import type { LakeReader, StoredMarket } from '../lake/reader.js';
+import type { Book } from '../records.js';
+import type { Cursors, Keyset } from './cursor.js';
+import { echo, fail } from './errors.js';
+import type { KeyRecord } from './keys.js';
+import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
+import { BOOK_COLUMNS, type PageQuery, latestSql, planPartitions, relation, snapshotSql, timeseriesSql } from './plan.js';
+import { bookJson, iso, marketJson, rowBook, snapshots } from './shape.js';
+
+export type Access = 'public' | 'key' | 'paid';
+
+export interface RequestContext {
+  query: Parsed;
+  path: Parsed;
+  key: KeyRecord | null;
+  now: number;
+  /** For the request log line: partitions planned and rows read. */
+  stats: { partitions: number; rows: number };
+}
+
+export interface Result {
+  data: unknown;
+  pagination?: { limit: number; has_more: boolean; next_cursor: string | null };
+  meta?: Record<string, unknown>;
+  /** A body without the envelope (the OpenAPI document). */
+  raw?: boolean;
+}
+
+export interface Route {
+  id: string;
+  path: string;
+  access: Access;
+  summary: string;
+  params: ParamSpec[];
+  /** Name of the response schema in the OpenAPI document. */
+  response: string;
+  list: boolean;
+  handle(ctx: RequestContext): Promise<Result>;
+}
+
+export interface LatestBook {
+  ts: number;
+  books: Book[];
+}
+
+export interface RouteDeps {
+  lake: LakeReader;
+  cursors: Cursors;
+  /** Newest books per `<venue>:<market_id>`, kept current by capture. */
+  latest: Map<string, LatestBook>;
+  rate: (plan: KeyRecord['plan']) => number;
+  health: () => Promise<Record<string, unknown>>;
+  openapi: () => unknown;
+  maxRangeMs: number;
+}
+
+const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
+const TRADES_NOTICE = 'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
+
+function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
+  const hasMore = rows > limit;
+  return { limit, has_more: hasMore, next_cursor: hasMore ? issue(key()) : null };
+}
+
+function filtersOf(q: Parsed): Parsed {
+  const { limit: _l, cursor: _c, ...rest } = q;
+  return rest;
+}
+
+function coverageMeta(dataset: string, venue: Venue, coins: readonly string[], from: number | null) {
+  const starts = coins.map((c) => coverageStart(dataset, venue, c)).filter((s): s is number => s !== null);
+  if (!starts.length) return undefined;
+  const start = Math.min(...starts);
+  return { dataset, starts: iso(start), truncated: from !== null && from < start, note: 'No history exists before this; nothing earlier is returned.' };
+}
+
+function resolveOutcome(m: StoredMarket, raw: unknown, fallback: number | null): number | null {
+  if (raw === undefined) return fallback;
+  const text = String(raw).toLowerCase();
+  const found = m.outcomes.find((o) => String(o.index) === text || o.label.toLowerCase() === text);
+  if (!found) {
+    fail('INVALID_PARAMETER', `Invalid "outcome": ${echo(raw)}. Expected one of: ${m.outcomes.map((o) => `${o.index} (${o.label})`).join(', ')}`, [{ param: 'outcome', message: 'no such outcome in this market' }]);
+  }
+  return found.index;
+}
+
+export function buildRoutes(deps: RouteDeps): Route[] {
+  const { lake, cursors } = deps;
+
+  const findMarket = (venue: Venue, ctx: RequestContext, coin?: string): StoredMarket => {
+    const id = String(ctx.path.market_id);
+    const m = lake.market(venue, id, ctx.now);
+    if (!m || (coin && m.coin !== coin)) fail('MARKET_NOT_FOUND', `No recorded market ${echo(id)} in this namespace`, [{ param: 'market_id', message: 'not found' }]);
+    return m;
+  };
+
+  const markets = (id: string, venue: Venue, coins: readonly string[]) => async (ctx: RequestContext): Promise<Result> => {
+    const q = ctx.query;
+    const { from, to } = timeRange(q);
+    const limit = Number(q.limit ?? 100);
+    const order = (q.order as string) ?? 'desc';
+    const coin = ctx.path.coin ? [String(ctx.path.coin)] : (q.coin as string[] | undefined) ?? coins;
+    const scope = `${id}:${coin.join(',')}`;
+    const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
+    const windows = q.window as string[] | undefined;
+    const statuses = q.status as string[] | undefined;
+    const all = lake.all(ctx.now);
+    const ordered = order === 'desc' ? all : [...all].reverse();
+    const out: StoredMarket[] = [];
+    for (const m of ordered) {
+      if (m.venue !== venue || !coin.includes(m.coin)) continue;
+      if (windows && !windows.includes(m.window)) continue;
+      if (statuses && !statuses.includes(m.status)) continue;
+      if (from !== null && m.end_time <= from) continue;
+      if (to !== null && m.start_time >= to) continue;
+      if (after) {
+        const [s, mid] = after as [number, string];
+        const beyond = order === 'desc'
+          ? m.start_time < s || (m.start_time === s && m.market_id < mid)
+          : m.start_time > s || (m.start_time === s && m.market_id > mid);
+        if (!beyond) continue;
+      }
+      out.push(m);
+      if (out.length > limit) break;
+    }
+    ctx.stats.rows = out.length;
+    const shown = out.slice(0, limit);
+    const last = shown[shown.length - 1];
+    return {
+      data: shown.map(marketJson),
+      pagination: page(limit, out.length, () => [last.start_time, last.market_id], (k) => cursors.issue(scope, filtersOf(q), k)),
+      meta: { coverage: coverageMeta('markets', venue, coin, from) },
+    };
+  };
+
+  const pageQuery = (ctx: RequestContext, m: StoredMarket, scope: string, outcomeIndex: number | null): { pq: PageQuery; from: number | null } => {
+    const q = ctx.query;
+    const { from, to } = timeRange(q);
+    const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
+    return {
+      from,
+      pq: {
+        marketId: m.market_id, from: from ?? m.start_time, to: to ?? m.end_time + 60_000,
+        order: (q.order as 'asc' | 'desc') ?? 'asc', after: after ? Number(after[0]) : null,
+        limit: Number(q.limit ?? 100) + 1, intervalMs: q.interval ? INTERVALS[String(q.interval)] : null, outcomeIndex,
+      },
+    };
+  };
+
+  const snapshotRoute = (id: string, venue: Venue, ladderDefault: boolean) => async (ctx: RequestContext): Promise<Result> => {
+    const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+    const scope = `${id}:${m.market_id}`;
+    const { pq, from } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
+    const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
+    const plan = planPartitions('books', m, pq.from, pq.to);
+    ctx.stats.partitions = plan.partitions.length;
+    const source = relation('books', await lake.files(plan.partitions), BOOK_COLUMNS);
+    const rows = source ? await lake.duck.rows(...sql(snapshotSql(source, { ...pq, from: plan.from, to: plan.to }))) : [];
+    ctx.stats.rows = rows.length;
+    const snaps = snapshots(rows, ladders);
+    const limit = pq.limit - 1;
+    const shown = snaps.slice(0, limit);
+    return {
+      data: shown,
+      pagination: page(limit, snaps.length, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      meta: { coverage: coverageMeta('books', venue, [m.coin], from) },
+    };
+  };
+
+  const timeseriesRoute = (id: string, venue: Venue) => async (ctx: RequestContext): Promise<Result> => {
+    const m = findMarket(venue, ctx);
+    const scope = `${id}:${m.market_id}`;
+    const outcome = resolveOutcome(m, ctx.query.outcome, 0)!;
+    const { pq, from } = pageQuery(ctx, m, scope, outcome);
+    const plan = planPartitions('metrics', m, pq.from, pq.to);
+    ctx.stats.partitions = plan.partitions.length;
+    const metric = ctx.query.metric as 'chance' | 'price' | 'last_trade';
+    const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
+    const rows = source ? await lake.duck.rows(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric))) : [];
+    ctx.stats.rows = rows.length;
+    const limit = pq.limit - 1;
+    const shown = rows.slice(0, limit).map((r) => ({ timestamp: iso(Number(r.ts))!, value: Number(r.value) }));
+    const label = m.outcomes.find((o) => o.index === outcome)?.label ?? null;
+    return {
+      data: shown,
+      pagination: page(limit, rows.length, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      meta: { metric, outcome: { index: outcome, label }, coverage: coverageMeta('metrics', venue, [m.coin], from) },
+    };
+  };
+
+  const latestRoute = (venue: Venue) => async (ctx: RequestContext): Promise<Result> => {
+    const m = findMarket(venue, ctx);
+    const outcome = resolveOutcome(m, ctx.query.outcome, null);
+    const key = `${venue}:${m.market_id}`;
+    let latest = deps.latest.get(key);
+    if (!latest) {
+      // Not seen by this process's capture: read the market's newest hour once; an ended
+      // market's last book never changes, so it is kept in memory from then on.
+      const plan = planPartitions('books', m, null, null);
+      ctx.stats.partitions = plan.partitions.length;
+      for (const p of [...plan.partitions].reverse()) {
+        const source = relation('books', await lake.files([p]), BOOK_COLUMNS);
+        const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
+        if (!rows.length) continue;
+        latest = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
+        if (m.end_time + 120_000 < ctx.now) deps.latest.set(key, latest);
+        break;
+      }
+    }
+    const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
+    ctx.stats.rows = books.length;
+    return { data: latest ? { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } : null };
+  };
+
+  const routes: Route[] = [
+    {
+      id: 'health', path: '/v3/health', access: 'public', summary: 'Service and lake health.', params: [], response: 'Health', list: false,
+      handle: async () => ({ data: await deps.health() }),
+    },
+    {
+      id: 'openapi', path: '/v3/openapi.json', access: 'public', summary: 'This document.', params: [], response: 'OpenApi', list: false,
+      handle: async () => ({ data: deps.openapi(), raw: true }),
+    },
+    {
+      id: 'whoami', path: '/v3/whoami', access: 'key', summary: 'The calling key, its plan and its rate.', params: [], response: 'WhoAmI', list: false,
+      handle: async (ctx) => ({ data: { key_id: ctx.key!.key_id, plan: ctx.key!.plan, rate_limit: { per_second: deps.rate(ctx.key!.plan) } } }),
+    },
+  ];
+
+  for (const ns of NAMESPACES) {
+    const base = `/v3/${ns}`;
+    const venue: Venue = 'wallet-prediction';
+    routes.push(
+      {
+        id: `${ns}.markets`, path: `${base}/markets`, access: 'paid', summary: 'Discover and filter markets.', response: 'MarketList', list: true,
+        params: [P.walletCoin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order],
+        handle: markets('wp.markets', venue, ['btc', 'eth', 'bnb']),
+      },
+      {
+        id: `${ns}.orderbook`, path: `${base}/:market_id/orderbook/latest`, access: 'paid', summary: 'The newest recorded full-L2 book of a market.', response: 'LatestBook', list: false,
+        params: [P.marketId, P.outcome], handle: latestRoute(venue),
+      },
+      {
+        id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true,
+        params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval], handle: snapshotRoute('wp.snapshots', venue, true),
+      },
+      {
+        id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true,
+        params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order], handle: timeseriesRoute('wp.timeseries', venue),
+      },
+      {
+        id: `${ns}.trades`, path: `${base}/:market_id/trades`, access: 'paid', summary: 'Reserved: historical fills (empty for now).', response: 'TradeList', list: true,
+        params: [P.marketId, P.limit, P.cursor],
+        handle: async (ctx) => {
+          const m = findMarket(venue, ctx);
+          if (ctx.query.cursor) cursors.read(String(ctx.query.cursor), `wp.trades:${m.market_id}`, filtersOf(ctx.query));
+          return { data: [], pagination: { limit: Number(ctx.query.limit ?? 100), has_more: false, next_cursor: null }, meta: { notice: TRADES_NOTICE } };
+        },
+      },
+      {
+        id: `${ns}.market`, path: `${base}/:market_id`, access: 'paid', summary: 'One market record.', response: 'MarketOne', list: false,
+        params: [P.marketId], handle: async (ctx) => ({ data: marketJson(findMarket(venue, ctx)) }),
+      },
+    );
+  }
+
+  routes.push(
+    {
+      id: 'coin.markets', path: '/v3/:coin/markets', access: 'key', summary: 'Markets of other venues for one coin.', response: 'MarketList', list: true,
+      params: [P.coin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),
+    },
+    {
+      id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true,
+      params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome],
+      handle: snapshotRoute('coin.snapshots', 'polymarket', false),
+    },
+    {
+      id: 'coin.market', path: '/v3/:coin/markets/:market_id', access: 'key', summary: 'One market record of another venue.', response: 'MarketOne', list: false,
+      params: [P.coin, P.marketId], handle: async (ctx) => ({ data: marketJson(findMarket('polymarket', ctx, String(ctx.path.coin))) }),
+    },
+  );
+  return routes;
+}
+
+function sql(s: { sql: string; params: Record<string, string | number> }): [string, Record<string, string | number>] {
+  return [s.sql, s.params];
+}

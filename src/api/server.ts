@@ -1,0 +1,91 @@
+// Builds and starts the API for a lake: catalogue loaded once, then refreshed; the cursor
+// secret generated into DATA_DIR on first start when not configured.
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import type http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import type { Clock } from '../clock.js';
+import { type Config, VENUES, VENUE_COINS, WINDOWS } from '../config.js';
+import type { Duck } from '../lake/duckdb.js';
+import { listFiles } from '../lake/fsutil.js';
+import { lakePaths } from '../lake/layout.js';
+import { LakeReader } from '../lake/reader.js';
+import type { Logger } from '../log.js';
+import { createApp } from './app.js';
+import { Cursors } from './cursor.js';
+import { KeyStore } from './keys.js';
+import { openApiDocument } from './openapi.js';
+import { type LatestBook, buildRoutes } from './routes.js';
+
+export interface Api {
+  url: string;
+  lake: LakeReader;
+  keys: KeyStore;
+  server: http.Server;
+  stop(): Promise<void>;
+}
+
+async function cursorSecret(config: Config): Promise<Buffer> {
+  if (config.api.cursorSecret) return Buffer.from(config.api.cursorSecret);
+  const file = path.join(config.dataDir, 'state', 'cursor-secret');
+  try {
+    return Buffer.from(await fs.readFile(file, 'utf8'), 'hex');
+  } catch {
+    await fs.mkdir(path.dirname(file), { recursive: true });
+    const secret = randomBytes(32);
+    await fs.writeFile(file, secret.toString('hex'), { mode: 0o600, flag: 'wx' }).catch(() => undefined);
+    return Buffer.from(await fs.readFile(file, 'utf8'), 'hex');
+  }
+}
+
+export async function startApi(config: Config, duck: Duck, clock: Clock, log: Logger, latest = new Map<string, LatestBook>(), port = config.port): Promise<Api> {
+  const paths = lakePaths(config.dataDir);
+  const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
+  const lake = new LakeReader(duck, paths, series);
+  await lake.loadAll();
+  let files = (await listFiles(paths.lake, '.parquet')).length;
+  let refreshing = false;
+  const timer = setInterval(async () => {
+    if (refreshing) return;
+    refreshing = true;
+    try {
+      await lake.refresh(clock.now());
+      files = (await listFiles(paths.lake, '.parquet')).length;
+    } catch (err) {
+      log.warn({ err }, 'catalogue refresh failed');
+    } finally {
+      refreshing = false;
+    }
+  }, 5000);
+  const keys = KeyStore.at(config.dataDir);
+  const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
+  let document: unknown = null;
+  const routes = buildRoutes({
+    lake, latest, rate, cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
+    openapi: () => document,
+    health: async () => {
+      let newest = -Infinity;
+      for (const l of latest.values()) newest = Math.max(newest, l.ts);
+      return { status: 'ok', lake: { newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files, markets: lake.size } };
+    },
+  });
+  document = openApiDocument(routes);
+  const app = createApp({ routes, keys, rate, log, now: () => clock.now() });
+  const server = app.listen(port, config.host);
+  await new Promise<void>((resolve) => server.once('listening', resolve));
+  const address = server.address() as AddressInfo;
+  return {
+    url: `http://${config.host}:${address.port}`,
+    lake, keys, server,
+    async stop() {
+      clearInterval(timer);
+      // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        setTimeout(() => server.closeAllConnections(), 5000).unref();
+      });
+    },
+  };
+}

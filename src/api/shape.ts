@@ -1,0 +1,72 @@
+// JSON shapes of CONTRACT.md section 4, built once per row in the cheapest place.
+import type { JsonRow } from '../lake/duckdb.js';
+import type { StoredMarket } from '../lake/reader.js';
+import type { Book } from '../records.js';
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+export function marketJson(m: StoredMarket) {
+  const winner = m.winning_outcome_index === null ? null : m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null;
+  return {
+    market_id: m.market_id, topic_id: m.topic_id, venue: m.venue === 'wallet-prediction' ? 'predict_fun' : 'polymarket',
+    slug: m.slug, title: m.title, coin: m.coin, window: m.window,
+    start_time: iso(m.start_time), end_time: iso(m.end_time), created_time: iso(m.created_time), resolved_time: iso(m.resolved_time),
+    status: m.status, resolution: m.resolution,
+    winning_outcome: winner && { index: winner.index, label: winner.label, token_id: winner.token_id },
+    condition: { condition_id: m.condition_id, question_id: m.question_id, oracle: m.oracle, outcome_slot_count: m.outcomes.length || null },
+    outcomes: m.outcomes.map((o) => ({ index: o.index, label: o.label, token_id: o.token_id })),
+    volume: m.volume, liquidity: m.liquidity, participant_count: m.participant_count,
+    chain: { chain_id: m.chain_id, name: m.chain_name },
+    exchange: { address: m.exchange_address, kind: m.exchange_kind, collateral: m.collateral, fee_rate_bps: m.fee_rate_bps, tick_size: m.tick_size },
+    reference_price: { start: m.reference_price_start, end: m.reference_price_end },
+  };
+}
+
+export interface BookJson {
+  outcome_index: number;
+  outcome: string;
+  token_id: string;
+  exchange_time: string | null;
+  bid_prices?: number[];
+  bid_sizes?: number[];
+  ask_prices?: number[];
+  ask_sizes?: number[];
+  best_bid?: number | null;
+  best_ask?: number | null;
+  bid_depth?: number;
+  ask_depth?: number;
+}
+
+type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & { exchange_ts: number | null };
+
+export function bookJson(b: BookLike, ladders = true): BookJson {
+  const head = { outcome_index: b.outcome_index, outcome: b.outcome, token_id: b.token_id, exchange_time: iso(b.exchange_ts) };
+  if (ladders) return { ...head, bid_prices: b.bid_prices, bid_sizes: b.bid_sizes, ask_prices: b.ask_prices, ask_sizes: b.ask_sizes };
+  const sum = (xs: number[]) => Math.round(xs.reduce((a, x) => a + x, 0) * 1e8) / 1e8;
+  return { ...head, best_bid: b.bid_prices[0] ?? null, best_ask: b.ask_prices[0] ?? null, bid_depth: sum(b.bid_sizes), ask_depth: sum(b.ask_sizes) };
+}
+
+export function rowBook(r: JsonRow): BookLike {
+  return {
+    outcome_index: Number(r.outcome_index), outcome: String(r.outcome), token_id: String(r.token_id),
+    exchange_ts: r.exchange_ts === null ? null : Number(r.exchange_ts),
+    bid_prices: r.bid_prices as number[], bid_sizes: r.bid_sizes as number[], ask_prices: r.ask_prices as number[], ask_sizes: r.ask_sizes as number[],
+  };
+}
+
+/** Rows ordered by time become one snapshot per capture time. */
+export function snapshots(rows: JsonRow[], ladders: boolean): { timestamp: string; books: BookJson[] }[] {
+  const out: { timestamp: string; books: BookJson[] }[] = [];
+  let current: { ts: number; snap: { timestamp: string; books: BookJson[] } } | null = null;
+  for (const r of rows) {
+    const ts = Number(r.ts);
+    if (!current || current.ts !== ts) {
+      current = { ts, snap: { timestamp: iso(ts)!, books: [] } };
+      out.push(current.snap);
+    }
+    current.snap.books.push(bookJson(rowBook(r), ladders));
+  }
+  return out;
+}
+
+export { iso };

@@ -1,0 +1,139 @@
+// The read side of the lake for the API: files of planned partitions (sealed ones from their
+// manifests, open hours from the spool; never a glob), and the market catalogue in memory.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Venue, Window } from '../config.js';
+import { type Market, type MarketStatus } from '../records.js';
+import { HOUR, floorTo } from '../time.js';
+import type { Duck, JsonRow } from './duckdb.js';
+import { listFiles } from './fsutil.js';
+import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir, partitionOf } from './layout.js';
+import { readManifest } from './manifest.js';
+import { spoolSource } from './writer.js';
+
+export interface PartitionFiles {
+  sealed: string[];
+  spool: string[];
+}
+
+export interface StoredMarket extends Market {
+  /** When this newest version was captured. */
+  ts: number;
+}
+
+const FINAL: MarketStatus[] = ['resolved', 'cancelled'];
+
+export class LakeReader {
+  private readonly markets = new Map<string, StoredMarket>();
+  private sorted: StoredMarket[] | null = null;
+  newestCapture: number | null = null;
+
+  constructor(readonly duck: Duck, readonly paths: LakePaths, private readonly series: { venue: Venue; coin: string; window: Window }[]) {}
+
+  /** Sealed files and spool parts of `partitions`; a part already sealed into a file is left out. */
+  async files(partitions: Partition[]): Promise<PartitionFiles> {
+    const sealed: string[] = [];
+    const spool: string[] = [];
+    const segments = await fs.readdir(this.paths.spool).catch(() => [] as string[]);
+    for (const p of partitions) {
+      const dir = partitionDir(p);
+      const manifest = await readManifest(this.paths.manifest, p);
+      const done = new Set(manifest.files.flatMap((f) => f.sources));
+      for (const f of manifest.files) sealed.push(path.join(this.paths.lake, dir, f.name));
+      for (const segment of segments) {
+        const names = await fs.readdir(path.join(this.paths.spool, segment, dir)).catch(() => [] as string[]);
+        for (const name of names) {
+          if (name.endsWith('.ndjson') && !done.has(`${segment}:${name.replace('.ndjson', '')}`)) spool.push(path.join(this.paths.spool, segment, dir, name));
+        }
+      }
+    }
+    return { sealed, spool };
+  }
+
+  // --- the market catalogue -----------------------------------------------------------
+
+  /** Reads every market version in the lake once; afterwards `refresh` reads recent hours only. */
+  async loadAll(): Promise<void> {
+    const partitions = (await listFiles(path.join(this.paths.manifest, 'markets'), '.json'))
+      .map((f) => parsePartitionDir(`markets/${f.replace(/\.json$/, '')}`))
+      .filter((p): p is Partition => p !== null);
+    const spoolParts = (await listFiles(this.paths.spool, '.ndjson'))
+      .map((f) => parsePartitionDir(path.dirname(f).split(path.sep).slice(1).join('/')))
+      .filter((p): p is Partition => p !== null && p.dataset === 'markets');
+    await this.ingest([...partitions, ...spoolParts]);
+  }
+
+  /** Re-reads the market partitions of the last hours, where new versions still arrive. */
+  async refresh(now: number, lookbackMs = 6 * HOUR): Promise<void> {
+    const partitions: Partition[] = [];
+    for (const s of this.series) {
+      for (let h = floorTo(now - lookbackMs, HOUR); h <= now + 2 * HOUR; h += HOUR) partitions.push(partitionOf('markets', s.venue, s.coin, s.window, h));
+    }
+    await this.ingest(partitions);
+  }
+
+  private async ingest(partitions: Partition[]): Promise<void> {
+    const unique = new Map(partitions.map((p) => [partitionDir(p), p]));
+    const select = SCHEMAS.markets
+      .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
+      .join(', ');
+    for (const p of unique.values()) {
+      const files = await this.files([p]);
+      const parts: string[] = [];
+      if (files.sealed.length) parts.push(`SELECT ${select} FROM read_parquet([${files.sealed.map((f) => `'${f.replaceAll("'", "''")}'`).join(', ')}])`);
+      if (files.spool.length) parts.push(`SELECT ${select} FROM ${spoolSource('markets', files.spool, true)}`);
+      if (!parts.length) continue;
+      for (const row of await this.duck.rows(parts.join(' UNION ALL '))) this.upsert(toMarket(row, p));
+    }
+  }
+
+  upsert(m: StoredMarket): void {
+    const key = `${m.venue}:${m.market_id}`;
+    const current = this.markets.get(key);
+    if (current && current.ts >= m.ts) return;
+    this.markets.set(key, m);
+    this.sorted = null;
+  }
+
+  market(venue: Venue, id: string, now: number): StoredMarket | null {
+    const m = this.markets.get(`${venue}:${id}`);
+    return m ? withStatus(m, now) : null;
+  }
+
+  /** Every market, newest window first (ties by id, descending). */
+  all(now: number): StoredMarket[] {
+    if (!this.sorted) {
+      this.sorted = [...this.markets.values()].sort((a, b) => b.start_time - a.start_time || (a.market_id < b.market_id ? 1 : a.market_id > b.market_id ? -1 : 0));
+    }
+    return this.sorted.map((m) => withStatus(m, now));
+  }
+
+  get size(): number {
+    return this.markets.size;
+  }
+}
+
+/** Status as of `now`: a record captured while open is closed once its window is over. */
+function withStatus(m: StoredMarket, now: number): StoredMarket {
+  if (FINAL.includes(m.status)) return m;
+  const status: MarketStatus = now < m.start_time ? 'upcoming' : now < m.end_time ? 'open' : 'closed';
+  return status === m.status ? m : { ...m, status };
+}
+
+function toMarket(r: JsonRow, p: Partition): StoredMarket {
+  const labels = (r.outcome_labels as string[] | null) ?? [];
+  const tokens = (r.outcome_token_ids as string[] | null) ?? [];
+  const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+  return {
+    ts: Number(r.ts), market_id: String(r.market_id), topic_id: (r.topic_id as string) ?? null, venue: p.venue,
+    slug: (r.slug as string) ?? null, title: (r.title as string) ?? null, coin: p.coin, window: p.window,
+    start_time: Number(r.start_time), end_time: Number(r.end_time), created_time: num(r.created_time), resolved_time: num(r.resolved_time),
+    status: r.status as MarketStatus, resolution: r.resolution as Market['resolution'], winning_outcome_index: num(r.winning_outcome_index),
+    condition_id: (r.condition_id as string) ?? null, question_id: (r.question_id as string) ?? null, oracle: (r.oracle as string) ?? null,
+    outcomes: labels.map((label, index) => ({ index, label, token_id: tokens[index] })),
+    volume: num(r.volume), liquidity: num(r.liquidity), participant_count: num(r.participant_count),
+    chain_id: num(r.chain_id), chain_name: (r.chain_name as string) ?? null, exchange_address: (r.exchange_address as string) ?? null,
+    exchange_kind: (r.exchange_kind as string) ?? null, collateral: (r.collateral as string) ?? null, fee_rate_bps: num(r.fee_rate_bps),
+    tick_size: num(r.tick_size), reference_price_start: num(r.reference_price_start), reference_price_end: num(r.reference_price_end),
+  };
+}
