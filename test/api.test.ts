@@ -276,3 +276,30 @@ t.test('at least 100 bad inputs get 4xx, never 5xx', async (t) => {
   }
   t.same(wrong, [], 'bad input is 4xx (never 5xx); the valid few are 200');
 });
+
+t.test('a process without capture reads the latest book from the lake: the same book', async (t) => {
+  const lines: any[] = [];
+  const { default: pino } = await import('pino');
+  const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  const cold = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
+  t.teardown(() => cold.stop());
+  const res = await fetch(`${cold.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': 'cold-1' } });
+  const fromLake = await res.json();
+  const fromMemory = (await get(`/v3/wallet-prediction/${m15.market_id}/orderbook/latest`)).body;
+  t.equal(res.status, 200);
+  t.same(fromLake.data, fromMemory.data);
+  const line = lines.find((l) => l.req_id === 'cold-1');
+  t.match(line, { msg: 'request finished', route: 'wallet-prediction.orderbook', status: 200, partitions: 1, rows: 2 });
+  t.type(line.ms, 'number');
+  t.notOk(JSON.stringify(lines).includes(paid), 'the key never reaches the log');
+});
+
+t.test('a range reaching before coverage returns what exists and says where history starts', async (t) => {
+  const r = await get('/v3/wallet-prediction/markets?coin=eth&start_time=2026-01-01&end_time=2026-07-01');
+  t.equal(r.status, 200);
+  t.same(r.body.data, [], 'nothing is manufactured');
+  t.match(r.body.meta.coverage, { dataset: 'markets', starts: '2026-06-29T00:00:00.000Z', truncated: true });
+  const s = await get(`/v3/wallet-prediction/${m15.market_id}/snapshots?start_time=2026-01-01&limit=1`);
+  t.match(s.body.meta.coverage, { dataset: 'books', truncated: true });
+  t.equal(s.body.data.length, 1);
+});
