@@ -8,7 +8,7 @@ import { ApiError, echo, fail } from './errors.js';
 import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
-import type { RequestContext, Route } from './routes.js';
+import { RawJson, type RequestContext, type Route } from './routes.js';
 
 export interface AppOptions {
   routes: Route[];
@@ -88,7 +88,13 @@ export function createApp(options: AppOptions): Koa {
         ctx.body = result.data;
         return;
       }
-      ctx.body = { data: result.data, ...(result.pagination ? { pagination: result.pagination } : {}), meta: { ...meta(ctx), ...stripUndefined(result.meta) } };
+      const rest = { ...(result.pagination ? { pagination: result.pagination } : {}), meta: { ...meta(ctx), ...stripUndefined(result.meta) } };
+      if (result.data instanceof RawJson) {
+        ctx.type = 'application/json';
+        ctx.body = `{"data":${result.data.text},${JSON.stringify(rest).slice(1)}`;
+      } else {
+        ctx.body = { data: result.data, ...rest };
+      }
     });
   }
   app.use(router.routes());

@@ -84,13 +84,35 @@ function binds(q: PageQuery): Record<string, string | number> {
   return p;
 }
 
-/** A page of snapshots: every book at each of `limit` capture times (one more to see if there are further pages). */
-export function snapshotSql(source: string, q: PageQuery): { sql: string; params: Record<string, string | number> } {
-  const sql = `WITH rows AS (${filtered(source, q)}), ${pageOfTimes(q)}
-    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
-      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes
-    FROM rows r JOIN page USING (ts) ORDER BY r.ts ${q.order.toUpperCase()}, r.outcome_index`;
+/**
+ * Snapshots take two statements: a narrow scan (timestamps only) picks the page's capture
+ * times, then the wide ladders are read for exactly those times, bounded by constants so
+ * row-group statistics prune everything else. One statement read the lists of every row in range.
+ */
+export function snapshotTimesSql(narrow: string, q: PageQuery): { sql: string; params: Record<string, string | number> } {
+  const sql = `WITH rows AS (${filtered(narrow, q)}), ${pageOfTimes(q)}
+    SELECT epoch_ms(ts)::DOUBLE AS ts FROM page ORDER BY ts ${q.order.toUpperCase()}`;
   return { sql, params: binds(q) };
+}
+
+export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
+
+const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
+
+/** One JSON text per snapshot, built by DuckDB: rows of list columns never become JS objects. */
+export function snapshotBooksSql(wide: string, q: PageQuery, times: number[], ladders: boolean): { sql: string; params: Record<string, string | number> } {
+  const book = ladders
+    ? 'bid_prices := bid_prices, bid_sizes := bid_sizes, ask_prices := ask_prices, ask_sizes := ask_sizes'
+    : 'best_bid := bid_prices[1], best_ask := ask_prices[1], bid_depth := round(coalesce(list_sum(bid_sizes), 0), 8), ask_depth := round(coalesce(list_sum(ask_sizes), 0), 8)';
+  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, to_json(struct_pack("timestamp" := strftime(ts, ${ISO}), books := list(struct_pack(
+      outcome_index := outcome_index, outcome := outcome, token_id := token_id, exchange_time := strftime(exchange_ts, ${ISO}), ${book}
+    ) ORDER BY outcome_index)))::VARCHAR AS json
+    FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)
+      AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}
+    GROUP BY ts ORDER BY ts ${q.order.toUpperCase()}`;
+  const params: Record<string, string | number> = { market_id: q.marketId, lo: Math.min(...times), hi: Math.max(...times), times: times.join(',') };
+  if (q.outcomeIndex !== null) params.outcome_index = q.outcomeIndex;
+  return { sql, params };
 }
 
 export const METRIC_COLUMNS = { chance: 'chance', price: 'price', last_trade: 'last_trade' } as const;

@@ -8,8 +8,8 @@ import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
-import { BOOK_COLUMNS, type PageQuery, latestSql, planPartitions, relation, snapshotSql, timeseriesSql } from './plan.js';
-import { bookJson, iso, marketJson, rowBook, snapshots } from './shape.js';
+import { BOOK_COLUMNS, type PageQuery, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from './plan.js';
+import { bookJson, iso, marketJson, rowBook } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
 
@@ -20,6 +20,11 @@ export interface RequestContext {
   now: number;
   /** For the request log line: partitions planned and rows read. */
   stats: { partitions: number; rows: number };
+}
+
+/** Data already serialized (by DuckDB), spliced into the envelope as it is. */
+export class RawJson {
+  constructor(readonly text: string) {}
 }
 
 export interface Result {
@@ -158,15 +163,17 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
     const plan = planPartitions('books', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
-    const source = relation('books', await lake.files(plan.partitions), BOOK_COLUMNS);
-    const rows = source ? await lake.duck.rows(...sql(snapshotSql(source, { ...pq, from: plan.from, to: plan.to }))) : [];
-    ctx.stats.rows = rows.length;
-    const snaps = snapshots(rows, ladders);
+    const files = await lake.files(plan.partitions);
+    const narrow = relation('books', files, TIME_COLUMNS);
+    const bounded = { ...pq, from: plan.from, to: plan.to };
+    const times = narrow ? (await lake.duck.rows(...sql(snapshotTimesSql(narrow, bounded)))).map((r) => Number(r.ts)) : [];
     const limit = pq.limit - 1;
-    const shown = snaps.slice(0, limit);
+    const shownTimes = times.slice(0, limit);
+    const rows = shownTimes.length ? await lake.duck.rows(...sql(snapshotBooksSql(relation('books', files, BOOK_COLUMNS)!, bounded, shownTimes, ladders))) : [];
+    ctx.stats.rows = rows.length;
     return {
-      data: shown,
-      pagination: page(limit, snaps.length, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      data: new RawJson(`[${rows.map((r) => r.json).join(',')}]`),
+      pagination: page(limit, times.length, () => [shownTimes[shownTimes.length - 1]], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
       meta: { coverage: coverageMeta('books', venue, [m.coin], from) },
     };
   };

@@ -27,23 +27,20 @@ export interface BookJson {
   outcome: string;
   token_id: string;
   exchange_time: string | null;
-  bid_prices?: number[];
-  bid_sizes?: number[];
-  ask_prices?: number[];
-  ask_sizes?: number[];
-  best_bid?: number | null;
-  best_ask?: number | null;
-  bid_depth?: number;
-  ask_depth?: number;
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
 }
 
 type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & { exchange_ts: number | null };
 
-export function bookJson(b: BookLike, ladders = true): BookJson {
-  const head = { outcome_index: b.outcome_index, outcome: b.outcome, token_id: b.token_id, exchange_time: iso(b.exchange_ts) };
-  if (ladders) return { ...head, bid_prices: b.bid_prices, bid_sizes: b.bid_sizes, ask_prices: b.ask_prices, ask_sizes: b.ask_sizes };
-  const sum = (xs: number[]) => Math.round(xs.reduce((a, x) => a + x, 0) * 1e8) / 1e8;
-  return { ...head, best_bid: b.bid_prices[0] ?? null, best_ask: b.ask_prices[0] ?? null, bid_depth: sum(b.bid_sizes), ask_depth: sum(b.ask_sizes) };
+/** A book of the latest-book route (snapshot pages are shaped in SQL: plan.ts snapshotBooksSql). */
+export function bookJson(b: BookLike): BookJson {
+  return {
+    outcome_index: b.outcome_index, outcome: b.outcome, token_id: b.token_id, exchange_time: iso(b.exchange_ts),
+    bid_prices: b.bid_prices, bid_sizes: b.bid_sizes, ask_prices: b.ask_prices, ask_sizes: b.ask_sizes,
+  };
 }
 
 export function rowBook(r: JsonRow): BookLike {
@@ -52,21 +49,6 @@ export function rowBook(r: JsonRow): BookLike {
     exchange_ts: r.exchange_ts === null ? null : Number(r.exchange_ts),
     bid_prices: r.bid_prices as number[], bid_sizes: r.bid_sizes as number[], ask_prices: r.ask_prices as number[], ask_sizes: r.ask_sizes as number[],
   };
-}
-
-/** Rows ordered by time become one snapshot per capture time. */
-export function snapshots(rows: JsonRow[], ladders: boolean): { timestamp: string; books: BookJson[] }[] {
-  const out: { timestamp: string; books: BookJson[] }[] = [];
-  let current: { ts: number; snap: { timestamp: string; books: BookJson[] } } | null = null;
-  for (const r of rows) {
-    const ts = Number(r.ts);
-    if (!current || current.ts !== ts) {
-      current = { ts, snap: { timestamp: iso(ts)!, books: [] } };
-      out.push(current.snap);
-    }
-    current.snap.books.push(bookJson(rowBook(r), ladders));
-  }
-  return out;
 }
 
 export { iso };

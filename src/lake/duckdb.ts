@@ -25,7 +25,7 @@ export class Duck {
     const connections = await Promise.all(Array.from({ length: lanes }, () => instance.connect()));
     const duck = new Duck(instance, connections.map((c) => new Lane(c)));
     // Footers are read once per file instead of once per query.
-    await duck.run("SET parquet_metadata_cache = true");
+    await duck.run("SET GLOBAL parquet_metadata_cache = true");
     return duck;
   }
 

@@ -22,6 +22,9 @@ export interface StoredMarket extends Market {
 }
 
 const FINAL: MarketStatus[] = ['resolved', 'cancelled'];
+const MARKET_SELECT = SCHEMAS.markets
+  .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
+  .join(', ');
 
 export class LakeReader {
   private readonly markets = new Map<string, StoredMarket>();
@@ -57,10 +60,22 @@ export class LakeReader {
     const partitions = (await listFiles(path.join(this.paths.manifest, 'markets'), '.json'))
       .map((f) => parsePartitionDir(`markets/${f.replace(/\.json$/, '')}`))
       .filter((p): p is Partition => p !== null);
+    const sealed: string[] = [];
+    for (const p of partitions) {
+      for (const f of (await readManifest(this.paths.manifest, p)).files) sealed.push(path.join(this.paths.lake, partitionDir(p), f.name));
+    }
+    // One scan per few thousand files, not one query per partition: startup stays seconds at 90 days.
+    for (let i = 0; i < sealed.length; i += 4000) {
+      const files = sealed.slice(i, i + 4000).map((f) => `'${f.replaceAll("'", "''")}'`).join(', ');
+      for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM read_parquet([${files}], filename = true)`)) {
+        const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(row.filename))));
+        if (p) this.upsert(toMarket(row, p));
+      }
+    }
     const spoolParts = (await listFiles(this.paths.spool, '.ndjson'))
       .map((f) => parsePartitionDir(path.dirname(f).split(path.sep).slice(1).join('/')))
       .filter((p): p is Partition => p !== null && p.dataset === 'markets');
-    await this.ingest([...partitions, ...spoolParts]);
+    await this.ingest(spoolParts);
   }
 
   /** Re-reads the market partitions of the last hours, where new versions still arrive. */
@@ -74,9 +89,7 @@ export class LakeReader {
 
   private async ingest(partitions: Partition[]): Promise<void> {
     const unique = new Map(partitions.map((p) => [partitionDir(p), p]));
-    const select = SCHEMAS.markets
-      .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
-      .join(', ');
+    const select = MARKET_SELECT;
     for (const p of unique.values()) {
       const files = await this.files([p]);
       const parts: string[] = [];
