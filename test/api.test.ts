@@ -134,13 +134,15 @@ async function walk(first: string, key = paid): Promise<{ stamps: string[]; page
 }
 
 t.test('cursor walks return exactly the lake’s records, once each, in order', async (t) => {
+  // How many captures a market got depends on the machine's speed at 400x: page by a quarter of them.
   const direct = await duck.rows(`SELECT DISTINCT epoch_ms(ts)::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' ORDER BY ts`);
   const expected = direct.map((r) => new Date(Number(r.ts)).toISOString());
-  t.ok(expected.length > 20);
-  const asc = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=7`);
+  t.ok(expected.length >= 8, `${expected.length} captures`);
+  const limit = Math.ceil(expected.length / 4);
+  const asc = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=${limit}`);
   t.same(asc.stamps, expected);
   t.ok(asc.pages > 2);
-  const desc = await walk(`/v3/provider-alias/${m15.market_id}/snapshots?limit=6&order=desc`);
+  const desc = await walk(`/v3/provider-alias/${m15.market_id}/snapshots?limit=${limit - 1}&order=desc`);
   t.same(desc.stamps, [...expected].reverse());
   const bucketed = await duck.rows(`SELECT max(epoch_ms(ts))::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' GROUP BY floor(epoch_ms(ts) / 60000) ORDER BY ts`);
   const byMinute = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=4&interval=1m`);

@@ -8,7 +8,9 @@ import { ApiError, echo, fail } from './errors.js';
 import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
-import { RawJson, type RequestContext, type Route } from './routes.js';
+import { type FileBody, RawJson, type RequestContext, type Route } from './routes.js';
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
 
 export interface AppOptions {
   routes: Route[];
@@ -61,7 +63,10 @@ export function createApp(options: AppOptions): Koa {
       const e = toApiError(err);
       if (e.status >= 500) log.error({ req_id: ctx.state.requestId, err }, 'request failed');
       ctx.status = e.status;
+      ctx.remove('ETag');
+      ctx.remove('Content-Disposition');
       ctx.set(e.headers);
+      ctx.type = 'application/json';
       ctx.body = { error: { code: e.code, message: e.message, details: e.details }, meta: meta(ctx) };
     }
   });
@@ -84,6 +89,10 @@ export function createApp(options: AppOptions): Koa {
       const query = parse(queryCheck, ctx.query as Record<string, string | string[]>, 'query');
       const rc: RequestContext = { query, path, key, now: now(), stats: ctx.state.stats };
       const result = await route.handle(rc);
+      if (result.file) {
+        await sendFile(ctx, result.file);
+        return;
+      }
       if (result.raw) {
         ctx.body = result.data;
         return;
@@ -135,4 +144,37 @@ function toApiError(err: unknown): ApiError {
     return new ApiError(503, 'UNAVAILABLE', 'The lake cannot be read right now; retry shortly');
   }
   return new ApiError(500, 'INTERNAL_ERROR', 'Internal error; the request id identifies it in our logs');
+}
+
+/** Streams a sealed file: strong ETag (its sha256), If-None-Match -> 304, one Range -> 206 or 416. */
+async function sendFile(ctx: Koa.Context, { absolute, file }: FileBody): Promise<void> {
+  const size = (await fs.stat(absolute)).size;
+  const etag = `"${file.sha256}"`;
+  ctx.set({ ETag: etag, 'Accept-Ranges': 'bytes', 'Cache-Control': 'private, max-age=86400, immutable' });
+  ctx.set('Content-Disposition', `attachment; filename="${file.path.replaceAll('/', '_')}"`);
+  ctx.type = 'application/vnd.apache.parquet';
+  const match = ctx.get('if-none-match');
+  if (match && match.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
+    ctx.status = 304;
+    return;
+  }
+  const range = ctx.get('range');
+  const single = /^bytes=(\d*)-(\d*)$/.exec(range.trim());
+  if (range && single && (single[1] !== '' || single[2] !== '')) {
+    let start = single[1] === '' ? size - Number(single[2]) : Number(single[1]);
+    let end = single[1] === '' || single[2] === '' ? size - 1 : Math.min(Number(single[2]), size - 1);
+    if (single[1] === '' && Number(single[2]) > size) start = 0;
+    if (start >= size || start < 0 || end < start) {
+      fail('RANGE_NOT_SATISFIABLE', `Range ${echo(range)} lies outside the file of ${size} bytes`, [{ param: 'Range', message: 'unsatisfiable' }], { 'Content-Range': `bytes */${size}` });
+    }
+    end = Math.max(start, end);
+    ctx.status = 206;
+    ctx.set('Content-Range', `bytes ${start}-${end}/${size}`);
+    ctx.length = end - start + 1;
+    ctx.body = createReadStream(absolute, { start, end });
+    return;
+  }
+  // Several ranges, or a malformed header: the whole file, as RFC 9110 allows.
+  ctx.length = size;
+  ctx.body = createReadStream(absolute);
 }

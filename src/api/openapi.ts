@@ -43,6 +43,13 @@ export const SCHEMAS: Record<string, unknown> = {
   Snapshot: obj({ timestamp: time, books: { type: 'array', items: ref('Book') } }),
   Sample: obj({ timestamp: time, value: num }),
   Health: obj({ status: str, lake: obj({ newest_capture: nullable(time), files: { type: 'integer' }, markets: { type: 'integer' } }) }),
+  Coverage: obj({
+    published: { type: 'array', items: obj({ dataset: str, coins: { type: 'array', items: str }, starts: str, what: str }) },
+    recorded: { type: 'array', items: obj({ dataset: str, coin: str, window: str, first: nullable(time), last: nullable(time), rows: { type: 'integer' }, files: { type: 'integer' } }) },
+    gaps: { type: 'array', items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }) },
+  }),
+  File: obj({ dataset: str, coin: str, window: str, date: str, hour: { type: 'integer' }, rows: { type: 'integer' }, bytes: { type: 'integer' }, sha256: str, url: str }),
+  Gap: obj({ from: time, to: time, reason: str }),
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };
 
@@ -61,6 +68,8 @@ export const RESPONSES: Record<string, unknown> = {
   LatestBook: envelope(nullable(obj({ market_id: str, timestamp: time, books: { type: 'array', items: ref('Book') } })), false),
   SnapshotList: envelope({ type: 'array', items: ref('Snapshot') }, true),
   SampleList: envelope({ type: 'array', items: ref('Sample') }, true),
+  Coverage: envelope(ref('Coverage'), false),
+  FileList: envelope({ type: 'array', items: ref('File') }, true),
   TradeList: envelope({ type: 'array', maxItems: 0 }, true),
   OpenApi: { type: 'object' },
 };
@@ -77,13 +86,18 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     const statuses = new Map<number, ErrorCode[]>();
     for (const code of ERRORS_BY_ACCESS[r.access]) statuses.set(STATUS_OF[code], [...(statuses.get(STATUS_OF[code]) ?? []), code]);
     statuses.set(405, ['METHOD_NOT_ALLOWED']);
-    const responses: Record<string, unknown> = {
-      200: { description: r.summary, content: { 'application/json': { schema: ref(`Response${r.response}`) } } },
-    };
+    const responses: Record<string, unknown> = r.response === 'Parquet'
+      ? {
+        200: { description: 'The file', headers: { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }, content: { 'application/vnd.apache.parquet': { schema: { type: 'string', contentMediaType: 'application/vnd.apache.parquet' } } } },
+        206: { description: 'The requested byte range', content: { 'application/vnd.apache.parquet': { schema: { type: 'string' } } } },
+        304: { description: 'Not modified (If-None-Match matched the ETag)' },
+        416: { description: 'RANGE_NOT_SATISFIABLE', content: { 'application/json': { schema: ref('Error') } } },
+      }
+      : { 200: { description: r.summary, content: { 'application/json': { schema: ref(`Response${r.response}`) } } } };
     for (const [status, codes] of statuses) {
       responses[status] = { description: codes.join(', '), content: { 'application/json': { schema: ref('Error') } } };
     }
-    paths[r.path.replace(/:([a-z_]+)/g, '{$1}')] = {
+    paths[r.path.replace(/:([a-z_]+)/g, '{$1}').replace('/*path', '/{path}')] = {
       get: {
         operationId: r.id.replace(/[^A-Za-z0-9]+(.)/g, (_, c: string) => c.toUpperCase()),
         summary: r.summary,

@@ -2,7 +2,10 @@
 // server, the validators and the OpenAPI document are all built from this list.
 import type { Venue } from '../config.js';
 import { coverageStart } from '../coverage.js';
-import type { LakeReader, StoredMarket } from '../lake/reader.js';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { COVERAGE } from '../coverage.js';
+import type { IndexedFile, LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
@@ -27,12 +30,19 @@ export class RawJson {
   constructor(readonly text: string) {}
 }
 
+/** A sealed lake file to stream (the app handles ETag, If-None-Match and Range). */
+export interface FileBody {
+  absolute: string;
+  file: IndexedFile;
+}
+
 export interface Result {
   data: unknown;
   pagination?: { limit: number; has_more: boolean; next_cursor: string | null };
   meta?: Record<string, unknown>;
   /** A body without the envelope (the OpenAPI document). */
   raw?: boolean;
+  file?: FileBody;
 }
 
 export interface Route {
@@ -95,6 +105,10 @@ function resolveOutcome(m: StoredMarket, raw: unknown, fallback: number | null):
 
 export function buildRoutes(deps: RouteDeps): Route[] {
   const { lake, cursors } = deps;
+
+  const gapsMeta = (venue: Venue, m: StoredMarket, dataset: string, from: number, to: number) =>
+    lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset }, from, to)
+      .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason }));
 
   const findMarket = (venue: Venue, ctx: RequestContext, coin?: string): StoredMarket => {
     const id = String(ctx.path.market_id);
@@ -174,7 +188,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     return {
       data: new RawJson(`[${rows.map((r) => r.json).join(',')}]`),
       pagination: page(limit, times.length, () => [shownTimes[shownTimes.length - 1]], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
-      meta: { coverage: coverageMeta('books', venue, [m.coin], from) },
+      meta: { coverage: coverageMeta('books', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) },
     };
   };
 
@@ -195,7 +209,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     return {
       data: shown,
       pagination: page(limit, rows.length, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
-      meta: { metric, outcome: { index: outcome, label }, coverage: coverageMeta('metrics', venue, [m.coin], from) },
+      meta: { metric, outcome: { index: outcome, label }, coverage: coverageMeta('metrics', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'metrics', pq.from, pq.to) },
     };
   };
 
@@ -221,6 +235,75 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
     ctx.stats.rows = books.length;
     return { data: latest ? { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } : null };
+  };
+
+  const fileList = (id: string, venue: Venue, base: (ctx: RequestContext) => string, coins: readonly string[]) => async (ctx: RequestContext): Promise<Result> => {
+    const q = ctx.query;
+    const { from, to } = timeRange(q);
+    const limit = Number(q.limit ?? 100);
+    const coin = ctx.path.coin ? [String(ctx.path.coin)] : (q.coin as string[] | undefined) ?? coins;
+    const windows = q.window as string[] | undefined;
+    const scope = `${id}:${coin.join(',')}`;
+    const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
+    const out: IndexedFile[] = [];
+    for (const f of lake.sealedFiles()) {
+      const p = f.partition;
+      if (p.venue !== venue || !coin.includes(p.coin) || (windows && !windows.includes(p.window))) continue;
+      if (q.dataset && p.dataset !== q.dataset) continue;
+      if ((from !== null && p.hour + 3_600_000 <= from) || (to !== null && p.hour >= to)) continue;
+      if (after && (p.hour < Number(after[0]) || (p.hour === Number(after[0]) && f.path <= String(after[1])))) continue;
+      out.push(f);
+      if (out.length > limit) break;
+    }
+    ctx.stats.rows = out.length;
+    const shown = out.slice(0, limit);
+    const last = shown[shown.length - 1];
+    return {
+      data: shown.map((f) => ({
+        dataset: f.partition.dataset, coin: f.partition.coin, window: f.partition.window,
+        date: iso(f.partition.hour)!.slice(0, 10), hour: new Date(f.partition.hour).getUTCHours(),
+        rows: f.rows, bytes: f.bytes, sha256: f.sha256, url: `${base(ctx)}/files/${f.path}`,
+      })),
+      pagination: page(limit, out.length, () => [last.partition.hour, last.path], (k) => cursors.issue(scope, filtersOf(q), k)),
+    };
+  };
+
+  const fileDownload = (venue: Venue) => async (ctx: RequestContext): Promise<Result> => {
+    const rel = String(ctx.path.path);
+    const file = lake.sealedFile(rel);
+    // Only what the manifest lists: nothing else below (or outside) the lake can be named.
+    if (!file || file.partition.venue !== venue || (ctx.path.coin && file.partition.coin !== ctx.path.coin)) {
+      fail('NOT_FOUND', `No sealed file ${echo(rel)} in this namespace; list them with /files`, [{ param: 'path', message: 'not in the files listing' }]);
+    }
+    const absolute = path.join(lake.paths.lake, file.path);
+    const real = await fs.realpath(absolute).catch(() => null);
+    const root = await fs.realpath(lake.paths.lake);
+    if (!real || !real.startsWith(root + path.sep)) fail('NOT_FOUND', `No sealed file ${echo(rel)} in this namespace`, [{ param: 'path', message: 'not in the lake' }]);
+    return { data: null, file: { absolute: real, file } };
+  };
+
+  const coverage = (venue: Venue) => async (): Promise<Result> => {
+    const recorded = new Map<string, { dataset: string; coin: string; window: string; first: number; last: number; rows: number; files: number }>();
+    for (const f of lake.sealedFiles()) {
+      const p = f.partition;
+      if (p.venue !== venue || f.min_ts === null || f.max_ts === null) continue;
+      const key = `${p.dataset}|${p.coin}|${p.window}`;
+      const r = recorded.get(key) ?? { dataset: p.dataset, coin: p.coin, window: p.window, first: Infinity, last: -Infinity, rows: 0, files: 0 };
+      r.first = Math.min(r.first, f.min_ts);
+      r.last = Math.max(r.last, f.max_ts);
+      r.rows += f.rows;
+      r.files++;
+      recorded.set(key, r);
+    }
+    return {
+      data: {
+        published: COVERAGE.filter((c) => c.venue === venue).map((c) => ({ dataset: c.dataset, coins: c.coins, starts: c.starts, what: c.what })),
+        recorded: [...recorded.values()].sort((a, b) => (a.dataset + a.coin + a.window).localeCompare(b.dataset + b.coin + b.window))
+          .map((r) => ({ dataset: r.dataset, coin: r.coin, window: r.window, first: iso(r.first), last: iso(r.last), rows: r.rows, files: r.files })),
+        gaps: lake.gaps({ venue }).map((g) => ({ coin: g.coin, window: g.window, market_id: g.market_id, dataset: g.dataset, from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason })),
+      },
+      meta: { note: 'Recorded spans and gaps are read from sealed files; the open hour is sealed within about an hour.' },
+    };
   };
 
   const routes: Route[] = [
@@ -269,6 +352,18 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         },
       },
       {
+        id: `${ns}.coverage`, path: `${base}/coverage`, access: 'paid', summary: 'What history exists: published coverage, recorded spans and every recorded gap.', response: 'Coverage', list: false,
+        params: [], handle: coverage(venue),
+      },
+      {
+        id: `${ns}.files`, path: `${base}/files`, access: 'paid', summary: 'Sealed Parquet files of the lake, with rows and sha256.', response: 'FileList', list: true,
+        params: [P.dataset, P.walletCoin, P.window, P.start_time, P.end_time, P.limit, P.cursor], handle: fileList('wp.files', venue, () => base, ['btc', 'eth', 'bnb']),
+      },
+      {
+        id: `${ns}.file`, path: `${base}/files/*path`, access: 'paid', summary: 'One sealed Parquet file (ETag, If-None-Match, single Range).', response: 'Parquet', list: false,
+        params: [P.filePath], handle: fileDownload(venue),
+      },
+      {
         id: `${ns}.market`, path: `${base}/:market_id`, access: 'paid', summary: 'One market record.', response: 'MarketOne', list: false,
         params: [P.marketId], handle: async (ctx) => ({ data: marketJson(findMarket(venue, ctx)) }),
       },
@@ -276,6 +371,14 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   }
 
   routes.push(
+    {
+      id: 'coin.files', path: '/v3/:coin/files', access: 'key', summary: 'Sealed Parquet files of another venue for one coin.', response: 'FileList', list: true,
+      params: [P.coin, P.dataset, P.window, P.start_time, P.end_time, P.limit, P.cursor], handle: fileList('coin.files', 'polymarket', (ctx) => `/v3/${ctx.path.coin}`, ['btc', 'eth', 'sol', 'xrp']),
+    },
+    {
+      id: 'coin.file', path: '/v3/:coin/files/*path', access: 'key', summary: 'One sealed Parquet file of another venue.', response: 'Parquet', list: false,
+      params: [P.coin, P.filePath], handle: fileDownload('polymarket'),
+    },
     {
       id: 'coin.markets', path: '/v3/:coin/markets', access: 'key', summary: 'Markets of other venues for one coin.', response: 'MarketList', list: true,
       params: [P.coin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),

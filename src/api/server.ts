@@ -44,6 +44,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
   await lake.loadAll();
+  await lake.indexAll();
+  let reindexed = Date.now();
   let files = (await listFiles(paths.lake, '.parquet')).length;
   let refreshing = false;
   const timer = setInterval(async () => {
@@ -51,6 +53,13 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     refreshing = true;
     try {
       await lake.refresh(clock.now());
+      // Recent hours every few seconds; the whole index now and then, for compaction and backfill.
+      if (Date.now() - reindexed > 10 * 60_000) {
+        await lake.indexAll();
+        reindexed = Date.now();
+      } else {
+        await lake.indexRecent(clock.now());
+      }
       files = (await listFiles(paths.lake, '.parquet')).length;
     } catch (err) {
       log.warn({ err }, 'catalogue refresh failed');

@@ -8,12 +8,30 @@ import { HOUR, floorTo } from '../time.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import { listFiles } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir, partitionOf } from './layout.js';
-import { readManifest } from './manifest.js';
+import { type ManifestFile, readManifest } from './manifest.js';
 import { spoolSource } from './writer.js';
 
 export interface PartitionFiles {
   sealed: string[];
   spool: string[];
+}
+
+/** A sealed file as the listing and downloads see it (from its partition's manifest). */
+export interface IndexedFile extends ManifestFile {
+  partition: Partition;
+  /** Path below the lake root, `books/venue=.../hour=HH/<name>`. */
+  path: string;
+}
+
+export interface GapRecord {
+  venue: Venue;
+  coin: string;
+  window: Window;
+  market_id: string | null;
+  dataset: string;
+  from_ts: number;
+  to_ts: number;
+  reason: string;
 }
 
 export interface StoredMarket extends Market {
@@ -29,7 +47,10 @@ const MARKET_SELECT = SCHEMAS.markets
 export class LakeReader {
   private readonly markets = new Map<string, StoredMarket>();
   private sorted: StoredMarket[] | null = null;
-  newestCapture: number | null = null;
+  /** Sealed files by partition directory; swapped whole on each index rebuild. */
+  private index = new Map<string, IndexedFile[]>();
+  private indexSorted: IndexedFile[] | null = null;
+  private gapRows: GapRecord[] = [];
 
   constructor(readonly duck: Duck, readonly paths: LakePaths, private readonly series: { venue: Venue; coin: string; window: Window }[]) {}
 
@@ -51,6 +72,74 @@ export class LakeReader {
       }
     }
     return { sealed, spool };
+  }
+
+  // --- the sealed-file index and recorded gaps -----------------------------------------
+
+  /** Walks every manifest: at start, and now and then (compaction and backfill rewrite old hours). */
+  async indexAll(): Promise<void> {
+    const index = new Map<string, IndexedFile[]>();
+    for (const rel of await listFiles(this.paths.manifest, '.json')) {
+      const p = parsePartitionDir(rel.replace(/\.json$/, ''));
+      if (p) index.set(partitionDir(p), await this.indexed(p));
+    }
+    this.index = index;
+    this.indexSorted = null;
+    await this.loadGaps();
+  }
+
+  /** Re-reads the manifests of recent hours, where sealing happens. */
+  async indexRecent(now: number, lookbackMs = 6 * HOUR): Promise<void> {
+    for (const s of this.series) {
+      for (const dataset of ['markets', 'books', 'metrics', 'gaps'] as const) {
+        for (let h = floorTo(now - lookbackMs, HOUR); h <= now + 2 * HOUR; h += HOUR) {
+          const p = partitionOf(dataset, s.venue, s.coin, s.window, h);
+          const files = await this.indexed(p);
+          if (files.length || this.index.has(partitionDir(p))) this.index.set(partitionDir(p), files);
+        }
+      }
+    }
+    this.indexSorted = null;
+    await this.loadGaps();
+  }
+
+  private async indexed(p: Partition): Promise<IndexedFile[]> {
+    const dir = partitionDir(p);
+    return (await readManifest(this.paths.manifest, p)).files.map((f) => ({ ...f, partition: p, path: `${dir}/${f.name}` }));
+  }
+
+  /** Every sealed file, by hour, then path. */
+  sealedFiles(): IndexedFile[] {
+    if (!this.indexSorted) {
+      this.indexSorted = [...this.index.values()].flat().sort((a, b) => a.partition.hour - b.partition.hour || (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+    }
+    return this.indexSorted;
+  }
+
+  sealedFile(relPath: string): IndexedFile | null {
+    return this.index.get(path.posix.dirname(relPath))?.find((f) => f.path === relPath) ?? null;
+  }
+
+  private async loadGaps(): Promise<void> {
+    const files = [...this.index.values()].flat().filter((f) => f.partition.dataset === 'gaps');
+    const rows: GapRecord[] = [];
+    for (let i = 0; i < files.length; i += 4000) {
+      const list = files.slice(i, i + 4000).map((f) => `'${path.join(this.paths.lake, f.path).replaceAll("'", "''")}'`).join(', ');
+      const found = await this.duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM read_parquet([${list}], filename = true)`);
+      for (const r of found) {
+        const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(r.filename))));
+        if (!p) continue;
+        rows.push({ venue: p.venue, coin: p.coin, window: p.window, market_id: (r.market_id as string) ?? null, dataset: String(r.dataset), from_ts: Number(r.f), to_ts: Number(r.t), reason: String(r.reason) });
+      }
+    }
+    this.gapRows = rows.sort((a, b) => a.from_ts - b.from_ts);
+  }
+
+  /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
+  gaps(filter: { venue: Venue; coin?: string; window?: Window; market_id?: string; dataset?: string }, from = -Infinity, to = Infinity): GapRecord[] {
+    return this.gapRows.filter((g) => g.venue === filter.venue && (!filter.coin || g.coin === filter.coin) && (!filter.window || g.window === filter.window)
+      && (!filter.market_id || g.market_id === filter.market_id || g.market_id === null) && (!filter.dataset || g.dataset === filter.dataset)
+      && g.from_ts < to && g.to_ts > from);
   }
 
   // --- the market catalogue -----------------------------------------------------------

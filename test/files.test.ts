@@ -1,0 +1,154 @@
+// Bulk access through real HTTP: the files listing, downloads (ETag, Range, traversal), the
+// coverage table, and gaps reported beside the data they interrupt.
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { parquetMetadata, parquetReadObjects } from 'hyparquet';
+import { compressors } from 'hyparquet-compressors';
+import t from 'tap';
+import { startApi } from '../src/api/server.js';
+import { fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { WALLET_PREFIX } from '../src/standin/server.js';
+import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+
+const START = Date.parse('2026-07-28T10:00:00Z');
+const END = START + 40 * 60_000;
+const OUTAGE = { from: START + 20 * 60_000, to: START + 23 * 60_000 };
+const dir = t.testdir();
+const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '100000' });
+const duck = await Duck.open(2);
+await fill(config, duck, quiet, {
+  hours: 0, speed: 400, start: START, until: END, pollMs: 3000,
+  faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }] },
+});
+await sealAll(duck, dir);
+const api = await startApi(config, duck, createClock(END, 1), quiet, undefined, 0);
+t.teardown(async () => {
+  await api.stop();
+  duck.close();
+});
+const paid = (await api.keys.issue('paid', 'test')).key;
+const free = (await api.keys.issue('free', 'test')).key;
+
+async function get(url: string, key: string | null = paid, headers: Record<string, string> = {}) {
+  const res = await fetch(`${api.url}${url}`, { headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers } });
+  const buf = Buffer.from(await res.arrayBuffer());
+  const json = res.headers.get('content-type')?.includes('json') ? JSON.parse(buf.toString('utf8')) : null;
+  return { status: res.status, headers: res.headers, buf, json };
+}
+
+async function listAll(first: string, key = paid) {
+  const out: any[] = [];
+  let url: string | null = first;
+  while (url) {
+    const r = await get(url, key);
+    if (r.status !== 200) throw new Error(`${url}: ${r.buf}`);
+    out.push(...r.json.data);
+    url = r.json.pagination.has_more ? `${first}&cursor=${encodeURIComponent(r.json.pagination.next_cursor)}` : null;
+  }
+  return out;
+}
+
+t.test('the listing pages through every sealed file with rows and sha256 from the manifest', async (t) => {
+  const listed = await listAll('/v3/wallet-prediction/files?limit=7');
+  const onDisk = (await fs.readdir(path.join(dir, 'lake'), { recursive: true })).filter((f) => f.endsWith('.parquet') && f.includes('venue=wallet-prediction'));
+  t.equal(listed.length, onDisk.length, 'every wallet file, once');
+  t.equal(new Set(listed.map((f) => f.url)).size, listed.length);
+  const books = await listAll('/v3/provider-alias/files?dataset=books&coin=btc&window=15m&limit=3');
+  t.ok(books.length > 0 && books.every((f) => f.dataset === 'books' && f.coin === 'btc' && f.window === '15m'));
+  const ranged = await listAll(`/v3/wallet-prediction/files?start_time=${START + 3_600_000}&limit=50`);
+  t.ok(ranged.every((f) => Date.parse(`${f.date}T${String(f.hour).padStart(2, '0')}:00:00Z`) + 3_600_000 > START + 3_600_000));
+  t.match((await get('/v3/wallet-prediction/files', free)), { status: 403 });
+  const coin = await listAll('/v3/sol/files?dataset=books&limit=100', free);
+  t.ok(coin.length > 0 && coin.every((f) => f.coin === 'sol' && f.url.startsWith('/v3/sol/files/')));
+});
+
+t.test('downloads match the listing and read back with an independent Parquet reader', async (t) => {
+  const listed = await listAll('/v3/wallet-prediction/files?dataset=books&limit=100');
+  for (const f of listed.slice(0, 4)) {
+    const r = await get(f.url);
+    t.equal(r.status, 200);
+    t.equal(r.headers.get('content-type'), 'application/vnd.apache.parquet');
+    t.equal(Number(r.headers.get('content-length')), f.bytes);
+    t.equal(r.headers.get('etag'), `"${f.sha256}"`);
+    t.equal(createHash('sha256').update(r.buf).digest('hex'), f.sha256, 'the bytes are the listed sha256');
+    const file = r.buf.buffer.slice(r.buf.byteOffset, r.buf.byteOffset + r.buf.byteLength);
+    const meta = parquetMetadata(file);
+    t.equal(Number(meta.num_rows), f.rows, 'rows as listed');
+    t.same(meta.schema.filter((s) => s.name !== 'duckdb_schema' && s.name !== 'list' && s.name !== 'element').map((s) => s.name),
+      ['ts', 'market_id', 'token_id', 'outcome_index', 'outcome', 'exchange_ts', 'recv_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes']);
+    const rows = await parquetReadObjects({ file, compressors, rowEnd: 3 });
+    t.type(rows[0].market_id, 'string');
+    t.ok(Array.isArray(rows[0].bid_prices), 'ladders are standard lists');
+    t.equal(rows[0].bid_prices.length, rows[0].bid_sizes.length);
+  }
+});
+
+t.test('ETag, If-None-Match, Range', async (t) => {
+  const [f] = await listAll('/v3/wallet-prediction/files?dataset=books&limit=1');
+  const whole = (await get(f.url)).buf;
+  t.equal((await get(f.url, paid, { 'if-none-match': `"${f.sha256}"` })).status, 304);
+  t.equal((await get(f.url, paid, { 'if-none-match': '"other"' })).status, 200);
+  const head = await get(f.url, paid, { range: 'bytes=0-99' });
+  t.equal(head.status, 206);
+  t.equal(head.headers.get('content-range'), `bytes 0-99/${f.bytes}`);
+  t.same(head.buf, whole.subarray(0, 100));
+  const tail = await get(f.url, paid, { range: 'bytes=-16' });
+  t.same(tail.buf, whole.subarray(whole.length - 16), 'a suffix range: the footer');
+  const rest = await get(f.url, paid, { range: `bytes=${f.bytes - 10}-` });
+  t.equal(rest.buf.length, 10, 'an open range resumes a partial download');
+  const outside = await get(f.url, paid, { range: `bytes=${f.bytes}-${f.bytes + 10}` });
+  t.equal(outside.status, 416);
+  t.equal(outside.json.error.code, 'RANGE_NOT_SATISFIABLE');
+  t.equal(outside.headers.get('content-range'), `bytes */${f.bytes}`);
+});
+
+t.test('nothing outside the listed files can be read', async (t) => {
+  const secret = path.join(dir, 'state', 'cursor-secret');
+  const [f] = await listAll('/v3/wallet-prediction/files?dataset=books&limit=1');
+  const partitionDir = path.dirname(path.join(dir, 'lake', f.url.replace('/v3/wallet-prediction/files/', '')));
+  const sneaky = path.join(partitionDir, 'sneaky.parquet');
+  await fs.symlink(secret, sneaky);
+  t.teardown(() => fs.rm(sneaky, { force: true }));
+  const attempts = [
+    '/v3/wallet-prediction/files/..%2F..%2Fstate%2Fcursor-secret',
+    '/v3/wallet-prediction/files/%2e%2e/%2e%2e/state/cursor-secret',
+    '/v3/wallet-prediction/files/%2Fetc%2Fpasswd',
+    '/v3/wallet-prediction/files//etc/passwd',
+    `${f.url.replace(/[^/]+\.parquet$/, 'sneaky.parquet')}`,
+    `${f.url.replace('venue=wallet-prediction', 'venue=polymarket')}`,
+    `${f.url}.tmp`,
+    f.url.replace('/v3/wallet-prediction/', '/v3/btc/'),
+  ];
+  for (const a of attempts) {
+    const r = await get(a);
+    t.ok(r.status >= 400 && r.status < 500, `${r.status} ${a}`);
+    t.notOk(r.buf.toString('utf8').includes(await fs.readFile(secret, 'utf8')), 'never the secret');
+  }
+});
+
+t.test('coverage: the published table, recorded spans from the lake, and every recorded gap', async (t) => {
+  const r = await get('/v3/wallet-prediction/coverage');
+  t.equal(r.status, 200);
+  t.ok(r.json.data.published.some((p: any) => p.dataset === 'markets' && p.starts === '2026-05-05'));
+  const span = await duck.rows(`SELECT coin, "window", epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi, count(*) AS n FROM ${lakeTable(dir, 'books')} WHERE venue = 'wallet-prediction' GROUP BY ALL`);
+  for (const s of span) {
+    const rec = r.json.data.recorded.find((x: any) => x.dataset === 'books' && x.coin === s.coin && x.window === s.window);
+    t.match(rec, { first: new Date(Number(s.lo)).toISOString(), last: new Date(Number(s.hi)).toISOString(), rows: Number(s.n) });
+  }
+  const gaps = await duck.rows(`SELECT count(*) AS n FROM ${lakeTable(dir, 'gaps')} WHERE venue = 'wallet-prediction'`);
+  t.equal(r.json.data.gaps.length, Number(gaps[0].n));
+  t.ok(r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) <= OUTAGE.from + 30_000), 'the outage is there');
+});
+
+t.test('snapshots and timeseries overlapping a gap say so in meta.gaps', async (t) => {
+  const cov = (await get('/v3/wallet-prediction/coverage')).json.data.gaps.find((g: any) => g.dataset === 'books' && g.market_id);
+  const snap = await get(`/v3/wallet-prediction/${cov.market_id}/snapshots?limit=1000`);
+  t.ok(snap.json.meta.gaps.some((g: any) => g.from === cov.from && g.to === cov.to));
+  const inside = snap.json.data.filter((s: any) => s.timestamp > cov.from && s.timestamp < cov.to);
+  t.same(inside, [], 'and nothing is returned inside it');
+  const before = await get(`/v3/wallet-prediction/${cov.market_id}/snapshots?end_time=${encodeURIComponent(cov.from)}`);
+  t.same(before.json.meta.gaps, [], 'a range before the gap has none');
+});
