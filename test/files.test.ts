@@ -152,3 +152,68 @@ t.test('snapshots and timeseries overlapping a gap say so in meta.gaps', async (
   const before = await get(`/v3/wallet-prediction/${cov.market_id}/snapshots?end_time=${encodeURIComponent(cov.from)}`);
   t.same(before.json.meta.gaps, [], 'a range before the gap has none');
 });
+
+function parseCsv(text: string): Record<string, string>[] {
+  const rows: string[][] = [];
+  let row: string[] = [];
+  let cell = '';
+  let quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') (cell += '"'), i++;
+      else if (c === '"') quoted = false;
+      else cell += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ',') row.push(cell), (cell = '');
+    else if (c === '\n') row.push(cell), rows.push(row), (row = []), (cell = '');
+    else cell += c;
+  }
+  const [header, ...body] = rows;
+  return body.map((r) => Object.fromEntries(header.map((h, i) => [h, r[i]])));
+}
+
+t.test('CSV and Parquet exports equal the JSON pages of the same range, record for record', async (t) => {
+  const market = (await get('/v3/wallet-prediction/markets?window=15m&status=closed,resolved&limit=5')).json.data
+    .find((m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START);
+  const base = `/v3/wallet-prediction/${market.market_id}`;
+  const pages: any[] = [];
+  let url: string | null = `${base}/snapshots?limit=40&interval=15s`;
+  while (url) {
+    const r = await get(url);
+    pages.push(...r.json.data);
+    url = r.json.pagination.has_more ? `${base}/snapshots?limit=40&interval=15s&cursor=${encodeURIComponent(r.json.pagination.next_cursor)}` : null;
+  }
+  const fromJson = pages.flatMap((s) => s.books.map((b: any) => [s.timestamp, b.outcome_index, b.bid_prices, b.ask_sizes]));
+  t.ok(fromJson.length > 10);
+
+  const csv = await get(`${base}/snapshots?interval=15s&format=csv`);
+  t.equal(csv.status, 200);
+  t.match(csv.headers.get('content-type'), /text\/csv/);
+  t.match(csv.headers.get('content-disposition'), new RegExp(`attachment; filename="${market.market_id}-snapshots-.*\\.csv"`));
+  const fromCsv = parseCsv(csv.buf.toString('utf8')).map((r) => [r.timestamp, Number(r.outcome_index), JSON.parse(r.bid_prices), JSON.parse(r.ask_sizes)]);
+  t.same(fromCsv, fromJson, 'CSV = JSON');
+
+  const pq = await get(`${base}/snapshots?interval=15s&format=parquet`);
+  t.equal(pq.headers.get('content-type'), 'application/vnd.apache.parquet');
+  const file = pq.buf.buffer.slice(pq.buf.byteOffset, pq.buf.byteOffset + pq.buf.byteLength);
+  const rows = await parquetReadObjects({ file, compressors });
+  const fromParquet = rows.map((r: any) => [new Date(r.ts).toISOString(), r.outcome_index, r.bid_prices, r.ask_sizes]);
+  t.same(fromParquet, fromJson, 'Parquet = JSON');
+
+  const series = await get(`${base}/timeseries?metric=price&outcome=1&limit=1000`);
+  const seriesCsv = parseCsv((await get(`${base}/timeseries?metric=price&outcome=1&format=csv`)).buf.toString('utf8'));
+  t.same(seriesCsv.map((r) => [r.timestamp, Number(r.value)]), series.json.data.map((s: any) => [s.timestamp, s.value]));
+
+  t.match(await get(`${base}/snapshots?format=csv&limit=10`), { status: 400 });
+  const long = await get(`${base}/snapshots?format=csv&start_time=2026-06-01&end_time=2026-07-15`);
+  t.equal(long.json.error.code, 'INVALID_RANGE', 'over 31 days');
+  // Deleted when the stream closes, just after the response ends.
+  let exportsLeft: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    exportsLeft = await fs.readdir(path.join(dir, 'state', 'exports')).catch(() => []);
+    if (!exportsLeft.length) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  t.same(exportsLeft, [], 'exports are deleted once sent');
+});

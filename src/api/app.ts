@@ -146,13 +146,24 @@ function toApiError(err: unknown): ApiError {
   return new ApiError(500, 'INTERNAL_ERROR', 'Internal error; the request id identifies it in our logs');
 }
 
-/** Streams a sealed file: strong ETag (its sha256), If-None-Match -> 304, one Range -> 206 or 416. */
-async function sendFile(ctx: Koa.Context, { absolute, file }: FileBody): Promise<void> {
+/**
+ * Streams a file. A sealed file has a strong ETag (its sha256): If-None-Match -> 304, one
+ * Range -> 206 or 416. An export is streamed once and deleted when the response ends.
+ */
+async function sendFile(ctx: Koa.Context, body: FileBody): Promise<void> {
+  const { absolute, sha256 } = body;
   const size = (await fs.stat(absolute)).size;
-  const etag = `"${file.sha256}"`;
+  ctx.type = body.contentType;
+  ctx.set('Content-Disposition', `attachment; filename="${body.filename}"`);
+  if (body.temporary) {
+    ctx.length = size;
+    const stream = createReadStream(absolute);
+    stream.once('close', () => void fs.rm(absolute, { force: true }));
+    ctx.body = stream;
+    return;
+  }
+  const etag = `"${sha256}"`;
   ctx.set({ ETag: etag, 'Accept-Ranges': 'bytes', 'Cache-Control': 'private, max-age=86400, immutable' });
-  ctx.set('Content-Disposition', `attachment; filename="${file.path.replaceAll('/', '_')}"`);
-  ctx.type = 'application/vnd.apache.parquet';
   const match = ctx.get('if-none-match');
   if (match && match.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
     ctx.status = 304;

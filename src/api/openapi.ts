@@ -93,7 +93,17 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
         304: { description: 'Not modified (If-None-Match matched the ETag)' },
         416: { description: 'RANGE_NOT_SATISFIABLE', content: { 'application/json': { schema: ref('Error') } } },
       }
-      : { 200: { description: r.summary, content: { 'application/json': { schema: ref(`Response${r.response}`) } } } };
+      : {
+        200: {
+          description: r.summary,
+          content: {
+            'application/json': { schema: ref(`Response${r.response}`) },
+            ...(r.params.some((p) => p.name === 'format')
+              ? { 'text/csv': { schema: { type: 'string' } }, 'application/vnd.apache.parquet': { schema: { type: 'string', contentMediaType: 'application/vnd.apache.parquet' } } }
+              : {}),
+          },
+        },
+      };
     for (const [status, codes] of statuses) {
       responses[status] = { description: codes.join(', '), content: { 'application/json': { schema: ref('Error') } } };
     }

@@ -44,6 +44,7 @@ export const P = {
   status: q('status', 'Market statuses, comma-separated.', { type: 'array', items: { type: 'string', enum: [...MARKET_STATUSES] }, minItems: 1, uniqueItems: true }, enumOf(MARKET_STATUSES), { list: true }),
   metric: q('metric', 'Which series: displayed probability, displayed price, or newest execution.', { type: 'string', enum: [...METRICS] }, enumOf(METRICS), { required: true }),
   includeOrderbook: q('include_orderbook', 'Include full ladders; otherwise best levels and depth.', { type: 'string', enum: ['true', 'false'] }, 'true or false'),
+  format: q('format', 'json (paginated), or csv / parquet: the whole range as one file, unpaginated.', { type: 'string', enum: ['json', 'csv', 'parquet'] }, enumOf(['json', 'csv', 'parquet'])),
   dataset: q('dataset', 'Which dataset.', { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps'] }, enumOf(['markets', 'books', 'metrics', 'gaps'])),
   filePath: { name: 'path', in: 'path', description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.', schema: { type: 'string', pattern: '^(markets|books|metrics|gaps)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$', maxLength: 300 }, expect: 'a path from the files listing', required: true } as ParamSpec,
   marketId: { name: 'market_id', in: 'path', description: 'Market identifier at the venue.', schema: { type: 'string', pattern: '^[0-9A-Za-z_-]{1,80}$' }, expect: 'up to 80 letters, digits, "_" or "-"', required: true } as ParamSpec,

@@ -77,7 +77,8 @@ function pageOfTimes(q: PageQuery): string {
 }
 
 function binds(q: PageQuery): Record<string, string | number> {
-  const p: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to, limit: q.limit };
+  const p: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to };
+  if (q.limit > 0) p.limit = q.limit;
   if (q.outcomeIndex !== null) p.outcome_index = q.outcomeIndex;
   if (q.intervalMs !== null) p.interval = q.intervalMs;
   if (q.after !== null) p.after = q.after;
@@ -130,4 +131,24 @@ export function latestSql(source: string): string {
     newest AS (SELECT max(ts) AS ts FROM rows)
     SELECT epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
       r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes FROM rows r JOIN newest USING (ts) ORDER BY r.outcome_index`;
+}
+
+export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'];
+
+/**
+ * The whole range as rows for a file: CSV with ISO times and ladders as JSON arrays in cells,
+ * Parquet with the lake's own column types. The same filters and interval as the JSON pages.
+ */
+export function exportSql(source: string, q: PageQuery, kind: 'snapshots' | 'timeseries', format: 'csv' | 'parquet', metric?: keyof typeof METRIC_COLUMNS): { sql: string; params: Record<string, string | number> } {
+  const extra = kind === 'timeseries' ? ` AND "${METRIC_COLUMNS[metric!]}" IS NOT NULL` : '';
+  const times = q.intervalMs === null ? 'SELECT DISTINCT ts FROM rows' : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
+  const t = (c: string) => (format === 'csv' ? `strftime(${c}, ${ISO}) AS ${c === 'ts' ? 'timestamp' : c === 'exchange_ts' ? 'exchange_time' : c === 'recv_ts' ? 'recv_time' : c}` : c);
+  const columns = kind === 'snapshots'
+    ? [t('ts'), 'market_id', 'outcome_index', 'outcome', 'token_id', t('exchange_ts'), t('recv_ts'), 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes']
+    : [t('ts'), 'market_id', 'outcome_index', format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`];
+  const cast = format === 'csv' ? columns.map((c) => (/_prices$|_sizes$/.test(c) ? `${c}::VARCHAR AS ${c}` : c)) : columns;
+  const sql = `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
+    SELECT ${cast.join(', ')} FROM rows JOIN times USING (ts) ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;
+  const { limit: _l, after: _a, ...rest } = q;
+  return { sql, params: binds({ ...rest, limit: 0, after: null }) };
 }

@@ -2,6 +2,7 @@
 // server, the validators and the OpenAPI document are all built from this list.
 import type { Venue } from '../config.js';
 import { coverageStart } from '../coverage.js';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
@@ -11,7 +12,7 @@ import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
-import { BOOK_COLUMNS, type PageQuery, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from './plan.js';
+import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from './plan.js';
 import { bookJson, iso, marketJson, rowBook } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
@@ -30,10 +31,14 @@ export class RawJson {
   constructor(readonly text: string) {}
 }
 
-/** A sealed lake file to stream (the app handles ETag, If-None-Match and Range). */
+/** A file to stream: a sealed lake file (ETag, If-None-Match, Range) or an export (deleted once sent). */
 export interface FileBody {
   absolute: string;
-  file: IndexedFile;
+  filename: string;
+  contentType: string;
+  /** The sha256 of a sealed file; exports have none. */
+  sha256?: string;
+  temporary?: boolean;
 }
 
 export interface Result {
@@ -64,6 +69,8 @@ export interface LatestBook {
 
 export interface RouteDeps {
   lake: LakeReader;
+  /** Where exports are written before they are streamed. */
+  exportDir: string;
   cursors: Cursors;
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;
@@ -74,6 +81,7 @@ export interface RouteDeps {
 }
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
+const PARQUET = 'application/vnd.apache.parquet';
 const TRADES_NOTICE = 'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
 
 function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
@@ -170,10 +178,35 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     };
   };
 
+  /** format=csv|parquet: the whole range, unpaginated, written by DuckDB and streamed. */
+  const exportFile = async (ctx: RequestContext, m: StoredMarket, kind: 'snapshots' | 'timeseries', pq: PageQuery, dataset: 'books' | 'metrics', metric?: 'chance' | 'price' | 'last_trade'): Promise<Result> => {
+    const format = ctx.query.format as 'csv' | 'parquet';
+    for (const name of ['limit', 'cursor']) {
+      if (ctx.query[name] !== undefined) fail('INVALID_PARAMETER', `Parameter "${name}" is not accepted with format=${format}: the whole range comes as one file`, [{ param: name, message: 'not with csv or parquet' }]);
+    }
+    timeRange(ctx.query, deps.maxRangeMs);
+    const plan = planPartitions(dataset, m, pq.from, pq.to);
+    ctx.stats.partitions = plan.partitions.length;
+    const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
+    const source = relation(dataset, await lake.files(plan.partitions), columns)
+      ?? `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? 'TIMESTAMP_MS' : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
+    const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
+    await fs.mkdir(deps.exportDir, { recursive: true });
+    const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
+    const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd';
+    await lake.duck.run(`COPY (${query}) TO '${file}' (${options})`, params);
+    const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
+    return {
+      data: null,
+      file: { absolute: file, filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`, contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET, temporary: true },
+    };
+  };
+
   const snapshotRoute = (id: string, venue: Venue, ladderDefault: boolean) => async (ctx: RequestContext): Promise<Result> => {
     const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
     const scope = `${id}:${m.market_id}`;
     const { pq, from } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
+    if (ctx.query.format && ctx.query.format !== 'json') return exportFile(ctx, m, 'snapshots', pq, 'books');
     const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
     const plan = planPartitions('books', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
@@ -197,9 +230,10 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const scope = `${id}:${m.market_id}`;
     const outcome = resolveOutcome(m, ctx.query.outcome, 0)!;
     const { pq, from } = pageQuery(ctx, m, scope, outcome);
+    const metric = ctx.query.metric as 'chance' | 'price' | 'last_trade';
+    if (ctx.query.format && ctx.query.format !== 'json') return exportFile(ctx, m, 'timeseries', pq, 'metrics', metric);
     const plan = planPartitions('metrics', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
-    const metric = ctx.query.metric as 'chance' | 'price' | 'last_trade';
     const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
     const rows = source ? await lake.duck.rows(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric))) : [];
     ctx.stats.rows = rows.length;
@@ -279,7 +313,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const real = await fs.realpath(absolute).catch(() => null);
     const root = await fs.realpath(lake.paths.lake);
     if (!real || !real.startsWith(root + path.sep)) fail('NOT_FOUND', `No sealed file ${echo(rel)} in this namespace`, [{ param: 'path', message: 'not in the lake' }]);
-    return { data: null, file: { absolute: real, file } };
+    return { data: null, file: { absolute: real, filename: file.path.replaceAll('/', '_'), contentType: PARQUET, sha256: file.sha256 } };
   };
 
   const coverage = (venue: Venue) => async (): Promise<Result> => {
@@ -336,11 +370,11 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       },
       {
         id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true,
-        params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval], handle: snapshotRoute('wp.snapshots', venue, true),
+        params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval, P.format], handle: snapshotRoute('wp.snapshots', venue, true),
       },
       {
         id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true,
-        params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order], handle: timeseriesRoute('wp.timeseries', venue),
+        params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order, P.format], handle: timeseriesRoute('wp.timeseries', venue),
       },
       {
         id: `${ns}.trades`, path: `${base}/:market_id/trades`, access: 'paid', summary: 'Reserved: historical fills (empty for now).', response: 'TradeList', list: true,
@@ -385,7 +419,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     },
     {
       id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true,
-      params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome],
+      params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.format],
       handle: snapshotRoute('coin.snapshots', 'polymarket', false),
     },
     {

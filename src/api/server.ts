@@ -43,6 +43,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const paths = lakePaths(config.dataDir);
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
+  // Exports are written, streamed and deleted; a crash can leave some behind.
+  await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
   await lake.loadAll();
   await lake.indexAll();
   let reindexed = Date.now();
@@ -71,7 +73,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   let document: unknown = null;
   const routes = buildRoutes({
-    lake, latest, rate, cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
+    lake, latest, rate, exportDir: path.join(config.dataDir, 'state', 'exports'), cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
     openapi: () => document,
     health: async () => {
       let newest = -Infinity;
