@@ -217,3 +217,13 @@ t.test('CSV and Parquet exports equal the JSON pages of the same range, record f
   }
   t.same(exportsLeft, [], 'exports are deleted once sent');
 });
+
+t.test('every DuckDB example of the analyst guide runs against a real lake and returns rows', async (t) => {
+  const guide = await fs.readFile(path.resolve('docs/ANALYSTS.md'), 'utf8');
+  const examples = [...guide.matchAll(/```sql\n-- run\n([\s\S]*?)```/g)].map((m) => m[1].replaceAll('LAKE', path.join(dir, 'lake')));
+  t.ok(examples.length >= 4, `${examples.length} examples`);
+  for (const sql of examples) {
+    const rows = await duck.rows(sql.trim().replace(/;$/, ''));
+    t.ok(rows.length > 0, sql.split('\n')[1]?.slice(0, 60));
+  }
+});
