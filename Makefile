@@ -4,7 +4,7 @@ export PORT ?= 8080
 export DATA_DIR ?= ./data
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke bench-capture bench-api typecheck clean
+.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -53,6 +53,10 @@ compact: install
 ## make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12
 backfill: install
 	$(TSX) jobs/backfill.ts --venue "$(VENUE)" --coin "$(COIN)" --window "$(WINDOW)" --from "$(FROM)" --to "$(TO)" $(if $(filter live,$(UPSTREAM)),,--standin)
+
+## make download DATASET=books COIN=btc WINDOW=15m FROM=2026-07-26 TO=2026-07-27 DEST=./mirror (key in PMH_API_KEY)
+download: install
+	$(TSX) jobs/download.ts --ns "$(or $(NS),wallet-prediction)" --dataset "$(DATASET)" --coin "$(COIN)" --window "$(WINDOW)" --from "$(FROM)" --to "$(TO)" --dest "$(DEST)"
 
 query: install
 	$(TSX) jobs/query.ts

@@ -227,3 +227,49 @@ t.test('every DuckDB example of the analyst guide runs against a real lake and r
     t.ok(rows.length > 0, sql.split('\n')[1]?.slice(0, 60));
   }
 });
+
+t.test('the download job mirrors, skips what is valid, replaces corrupt copies, resumes, and names failures', async (t) => {
+  const { download } = await import('../src/download.js');
+  const { spawn } = await import('node:child_process');
+  const dest = path.join(dir, 'mirror');
+  const req = { baseUrl: api.url, key: paid, namespace: 'wallet-prediction', dest, query: { dataset: 'books', coin: 'btc' } };
+  const first = await download(req);
+  t.ok(first.listed > 0);
+  t.match(first, { downloaded: first.listed, skipped: 0, failed: [] });
+  const second = await download(req);
+  t.match(second, { downloaded: 0, skipped: first.listed, bytes: 0 }, 'a second run downloads nothing');
+
+  const files = (await fs.readdir(dest, { recursive: true })).filter((f) => f.endsWith('.parquet')).map((f) => path.join(dest, f));
+  const corrupt = files[0];
+  const bytes = await fs.readFile(corrupt);
+  bytes[100] ^= 0xff;
+  await fs.writeFile(corrupt, bytes);
+  const partial = files[1];
+  const whole = await fs.readFile(partial);
+  await fs.rm(partial);
+  await fs.writeFile(`${partial}.part`, whole.subarray(0, Math.floor(whole.length / 2)));
+  const third = await download(req);
+  t.match(third, { refetched: 1, resumed: 1, downloaded: 2, failed: [] });
+  t.equal(third.bytes, bytes.length + (whole.length - Math.floor(whole.length / 2)), 'the partial file fetched only its missing half');
+  t.same(await fs.readFile(partial), whole);
+
+  // A server-side file that no longer matches its listing: the job fails, naming it.
+  const listed = (await get('/v3/wallet-prediction/files?dataset=books&coin=btc&limit=1')).json.data[0];
+  const served = path.join(dir, 'lake', listed.url.replace('/v3/wallet-prediction/files/', ''));
+  const original = await fs.readFile(served);
+  const tampered = Buffer.from(original);
+  tampered[200] ^= 0xff;
+  await fs.writeFile(served, tampered);
+  await fs.rm(path.join(dest, listed.url.replace('/v3/wallet-prediction/files/', '')));
+  const cli = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/download.ts'), '--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url], {
+    env: { ...process.env, PMH_API_KEY: paid }, stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  cli.stdout.on('data', (d) => (out += d));
+  cli.stderr.on('data', (d) => (out += d));
+  const code = await new Promise((r) => cli.once('exit', r));
+  await fs.writeFile(served, original);
+  t.equal(code, 1, 'exit non-zero');
+  t.match(out, new RegExp(`FAILED ${listed.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: sha256`));
+  t.notOk(out.includes(paid), 'the key is never printed');
+});
