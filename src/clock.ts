@@ -8,13 +8,16 @@ export interface Clock {
   readonly speed: number;
 }
 
-/** `anchorMs` is the wall-clock instant at which the clock reads `startMs`; processes sharing all three agree. */
-export function createClock(startMs: number | null = null, speed = 1, anchorMs = Date.now()): Clock {
+/**
+ * `anchorMs` is the wall-clock instant at which the clock reads `startMs`; processes sharing all
+ * three agree. `capMs` stops the clock there: a fill ends exactly where live capture begins.
+ */
+export function createClock(startMs: number | null = null, speed = 1, anchorMs = Date.now(), capMs = Infinity): Clock {
   const realStart = anchorMs;
   const origin = startMs ?? realStart;
   return {
     speed,
-    now: () => Math.floor(origin + (Date.now() - realStart) * speed),
+    now: () => Math.min(capMs, Math.floor(origin + (Date.now() - realStart) * speed)),
     sleep: (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms / speed))),
   };
 }

@@ -151,8 +151,15 @@ export class Capture {
   }
 
   private async venueLoop(adapter: VenueAdapter): Promise<void> {
+    let previous = -Infinity;
     while (this.running) {
       const started = this.clock.now();
+      // A stopped clock (the end of a fill) must not record the same instant twice.
+      if (started <= previous) {
+        await new Promise((r) => setTimeout(r, 10));
+        continue;
+      }
+      previous = started;
       try {
         await this.cycle(adapter, started);
       } catch (err) {

@@ -32,8 +32,12 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
 }
 
 export async function fill(config: Config, duck: Duck, log: Logger, options: FillOptions) {
-  const start = options.start ?? Date.now() - options.hours * HOUR;
-  const clock = createClock(start, options.speed);
+  if (options.until === undefined && options.speed <= 1) throw new Error('a fill that catches up with the wall clock needs a speed above 1');
+  const realStart = Date.now();
+  const start = options.start ?? realStart - options.hours * HOUR;
+  // Without `until`, the fill ends when its clock reaches the wall clock: (R * speed - S) / (speed - 1).
+  const until = options.until ?? Math.floor((realStart * options.speed - start) / (options.speed - 1));
+  const clock = createClock(start, options.speed, realStart, until);
   const standin = new StandIn({
     clock, seed: options.seed ?? 1, apiKey: config.wallet.apiKey, apiSecret: config.wallet.apiSecret,
     walletWeightPerMinute: Number.MAX_SAFE_INTEGER, faults: options.faults,
@@ -42,10 +46,7 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   const cfg = standinConfig(config, url, options.pollMs);
   const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
   await capture.start();
-  const until = options.until ?? null;
-  while (until === null ? clock.now() < Date.now() : clock.now() < until) {
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  while (clock.now() < until) await new Promise((r) => setTimeout(r, 50));
   await capture.stop();
   const sealed = await capture.seal(clock.now());
   await standin.stop();
