@@ -14,8 +14,9 @@ import { WALLET_PREFIX } from '../src/standin/server.js';
 import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
-const END = START + 40 * 60_000;
-const OUTAGE = { from: START + 20 * 60_000, to: START + 23 * 60_000 };
+const END = START + 45 * 60_000;
+// Ten simulated minutes (1.5 s of wall time at 400x): long enough that no poll cycle can miss it.
+const OUTAGE = { from: START + 20 * 60_000, to: START + 30 * 60_000 };
 const dir = t.testdir();
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
@@ -140,7 +141,7 @@ t.test('coverage: the published table, recorded spans from the lake, and every r
   }
   const gaps = await duck.rows(`SELECT count(*) AS n FROM ${lakeTable(dir, 'gaps')} WHERE venue = 'wallet-prediction'`);
   t.equal(r.json.data.gaps.length, Number(gaps[0].n));
-  t.ok(r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) <= OUTAGE.from + 30_000), 'the outage is there');
+  t.ok(r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from), 'the outage is there');
 });
 
 t.test('snapshots and timeseries overlapping a gap say so in meta.gaps', async (t) => {

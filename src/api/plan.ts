@@ -100,17 +100,13 @@ export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
 
 const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
 
-/** One JSON text per snapshot, built by DuckDB: rows of list columns never become JS objects. */
-export function snapshotBooksSql(wide: string, q: PageQuery, times: number[], ladders: boolean): { sql: string; params: Record<string, string | number> } {
-  const book = ladders
-    ? 'bid_prices := bid_prices, bid_sizes := bid_sizes, ask_prices := ask_prices, ask_sizes := ask_sizes'
-    : 'best_bid := bid_prices[1], best_ask := ask_prices[1], bid_depth := round(coalesce(list_sum(bid_sizes), 0), 8), ask_depth := round(coalesce(list_sum(ask_sizes), 0), 8)';
-  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, to_json(struct_pack("timestamp" := strftime(ts, ${ISO}), books := list(struct_pack(
-      outcome_index := outcome_index, outcome := outcome, token_id := token_id, exchange_time := strftime(exchange_ts, ${ISO}), ${book}
-    ) ORDER BY outcome_index)))::VARCHAR AS json
+/** The page's books in time order; shape.ts renders them straight from the result vectors. */
+export function snapshotBooksSql(wide: string, q: PageQuery, times: number[]): { sql: string; params: Record<string, string | number> } {
+  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
+      bid_prices, bid_sizes, ask_prices, ask_sizes
     FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)
       AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}
-    GROUP BY ts ORDER BY ts ${q.order.toUpperCase()}`;
+    ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;
   const params: Record<string, string | number> = { market_id: q.marketId, lo: Math.min(...times), hi: Math.max(...times), times: times.join(',') };
   if (q.outcomeIndex !== null) params.outcome_index = q.outcomeIndex;
   return { sql, params };

@@ -13,7 +13,7 @@ import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
 import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from './plan.js';
-import { bookJson, iso, marketJson, rowBook } from './shape.js';
+import { bookJson, iso, marketJson, rowBook, snapshotsJson } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
 
@@ -216,10 +216,11 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const times = narrow ? (await lake.duck.rows(...sql(snapshotTimesSql(narrow, bounded)))).map((r) => Number(r.ts)) : [];
     const limit = pq.limit - 1;
     const shownTimes = times.slice(0, limit);
-    const rows = shownTimes.length ? await lake.duck.rows(...sql(snapshotBooksSql(relation('books', files, BOOK_COLUMNS)!, bounded, shownTimes, ladders))) : [];
-    ctx.stats.rows = rows.length;
+    const chunks = shownTimes.length ? await lake.duck.chunks(...sql(snapshotBooksSql(relation('books', files, BOOK_COLUMNS)!, bounded, shownTimes))) : [];
+    const rendered = snapshotsJson(chunks, ladders);
+    ctx.stats.rows = rendered.books;
     return {
-      data: new RawJson(`[${rows.map((r) => r.json).join(',')}]`),
+      data: new RawJson(rendered.json),
       pagination: page(limit, times.length, () => [shownTimes[shownTimes.length - 1]], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
       meta: { coverage: coverageMeta('books', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) },
     };

@@ -1,6 +1,6 @@
 // One DuckDB instance per process. Connections run one statement at a time, so each is
 // wrapped in a queue; callers never share a connection's state by accident.
-import { DuckDBInstance, type DuckDBConnection, type DuckDBType, type DuckDBValue } from '@duckdb/node-api';
+import { type DuckDBDataChunk, DuckDBInstance, type DuckDBConnection, type DuckDBType, type DuckDBValue } from '@duckdb/node-api';
 
 export type Params = Record<string, DuckDBValue>;
 export type ParamTypes = Record<string, DuckDBType>;
@@ -43,6 +43,11 @@ export class Duck {
       const reader = await c.runAndReadAll(sql, params, types);
       return reader.getRowObjectsJson() as JsonRow[];
     });
+  }
+
+  /** The result as DataChunks, for callers that read vectors directly instead of row objects. */
+  async chunks(sql: string, params?: Params, types?: ParamTypes): Promise<DuckDBDataChunk[]> {
+    return this.lane().run(async (c) => (await c.run(sql, params, types)).fetchAllChunks());
   }
 
   close(): void {

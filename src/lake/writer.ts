@@ -46,8 +46,10 @@ export async function writeParquet(duck: Duck, lakeDir: string, p: Partition, na
   const file = path.join(dir, name);
   const tmp = path.join(dir, `.${name}.tmp`);
   const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
+  // Every file gets exactly the dataset's columns and types, whatever the source produced.
+  const columns = SCHEMAS[p.dataset].map((c) => `CAST("${c.name}" AS ${c.type}) AS "${c.name}"`).join(', ');
   await duck.run(
-    `COPY (SELECT * FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
+    `COPY (SELECT ${columns} FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
       `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`,
   );
   await fsyncFile(tmp);
