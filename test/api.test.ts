@@ -305,3 +305,23 @@ t.test('a range reaching before coverage returns what exists and says where hist
   t.match(s.body.meta.coverage, { dataset: 'books', truncated: true });
   t.equal(s.body.data.length, 1);
 });
+
+t.test('an internal fault is a 500 that says nothing internal and is logged once with the request id', async (t) => {
+  const lines: any[] = [];
+  const { default: pino } = await import('pino');
+  const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  const other = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
+  t.teardown(() => other.stop());
+  const file = path.join(dir, 'state/keys.json');
+  const saved = await fs.readFile(file, 'utf8');
+  await fs.writeFile(file, '{ not json');
+  const res = await fetch(`${other.url}/v3/whoami`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': 'boom-1' } });
+  const body = await res.json();
+  await fs.writeFile(file, saved);
+  t.equal(res.status, 500);
+  t.same(body.error, { code: 'INTERNAL_ERROR', message: 'Internal error; the request id identifies it in our logs', details: [] });
+  t.equal(body.meta.request_id, 'boom-1');
+  const failures = lines.filter((l) => l.req_id === 'boom-1' && l.msg === 'request failed');
+  t.equal(failures.length, 1, 'logged once');
+  t.ok(failures[0].err, 'with the error');
+});
