@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
-import type { IndexedFile, LakeReader, StoredMarket } from '../lake/reader.js';
+import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
@@ -89,6 +89,17 @@ function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset)
   return { limit, has_more: hasMore, next_cursor: hasMore ? issue(key()) : null };
 }
 
+/** The first `limit` items of an ordered list that `keep` accepts, and whether any further one does. */
+function takePage<T>(items: Iterable<T>, limit: number, keep: (item: T) => boolean): { shown: T[]; more: boolean } {
+  const shown: T[] = [];
+  for (const item of items) {
+    if (!keep(item)) continue;
+    if (shown.length === limit) return { shown, more: true };
+    shown.push(item);
+  }
+  return { shown, more: false };
+}
+
 function filtersOf(q: Parsed): Parsed {
   const { limit: _l, cursor: _c, ...rest } = q;
   return rest;
@@ -137,29 +148,21 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const statuses = q.status as string[] | undefined;
     const all = lake.all(ctx.now);
     const ordered = order === 'desc' ? all : [...all].reverse();
-    const out: StoredMarket[] = [];
-    for (const m of ordered) {
-      if (m.venue !== venue || !coin.includes(m.coin)) continue;
-      if (windows && !windows.includes(m.window)) continue;
-      if (statuses && !statuses.includes(m.status)) continue;
-      if (from !== null && m.end_time <= from) continue;
-      if (to !== null && m.start_time >= to) continue;
-      if (after) {
-        const [s, mid] = after as [number, string];
-        const beyond = order === 'desc'
-          ? m.start_time < s || (m.start_time === s && m.market_id < mid)
-          : m.start_time > s || (m.start_time === s && m.market_id > mid);
-        if (!beyond) continue;
-      }
-      out.push(m);
-      if (out.length > limit) break;
-    }
-    ctx.stats.rows = out.length;
-    const shown = out.slice(0, limit);
+    const { shown, more } = takePage(ordered, limit, (m) => {
+      if (m.venue !== venue || !coin.includes(m.coin)) return false;
+      if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
+      if ((from !== null && m.end_time <= from) || (to !== null && m.start_time >= to)) return false;
+      if (!after) return true;
+      const [s, mid] = after as [number, string];
+      return order === 'desc'
+        ? m.start_time < s || (m.start_time === s && m.market_id < mid)
+        : m.start_time > s || (m.start_time === s && m.market_id > mid);
+    });
+    ctx.stats.rows = shown.length;
     const last = shown[shown.length - 1];
     return {
       data: shown.map(marketJson),
-      pagination: page(limit, out.length, () => [last.start_time, last.market_id], (k) => cursors.issue(scope, filtersOf(q), k)),
+      pagination: { limit, has_more: more, next_cursor: more ? cursors.issue(scope, filtersOf(q), [last.start_time, last.market_id]) : null },
       meta: { coverage: coverageMeta('markets', venue, coin, from) },
     };
   };
@@ -280,18 +283,14 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const windows = q.window as string[] | undefined;
     const scope = `${id}:${coin.join(',')}`;
     const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
-    const out: IndexedFile[] = [];
-    for (const f of lake.sealedFiles()) {
+    const { shown, more } = takePage(lake.sealedFiles(), limit, (f) => {
       const p = f.partition;
-      if (p.venue !== venue || !coin.includes(p.coin) || (windows && !windows.includes(p.window))) continue;
-      if (q.dataset && p.dataset !== q.dataset) continue;
-      if ((from !== null && p.hour + 3_600_000 <= from) || (to !== null && p.hour >= to)) continue;
-      if (after && (p.hour < Number(after[0]) || (p.hour === Number(after[0]) && f.path <= String(after[1])))) continue;
-      out.push(f);
-      if (out.length > limit) break;
-    }
-    ctx.stats.rows = out.length;
-    const shown = out.slice(0, limit);
+      if (p.venue !== venue || !coin.includes(p.coin) || (windows && !windows.includes(p.window))) return false;
+      if (q.dataset && p.dataset !== q.dataset) return false;
+      if ((from !== null && p.hour + 3_600_000 <= from) || (to !== null && p.hour >= to)) return false;
+      return !after || p.hour > Number(after[0]) || (p.hour === Number(after[0]) && f.path > String(after[1]));
+    });
+    ctx.stats.rows = shown.length;
     const last = shown[shown.length - 1];
     return {
       data: shown.map((f) => ({
@@ -299,7 +298,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         date: iso(f.partition.hour)!.slice(0, 10), hour: new Date(f.partition.hour).getUTCHours(),
         rows: f.rows, bytes: f.bytes, sha256: f.sha256, url: `${base(ctx)}/files/${f.path}`,
       })),
-      pagination: page(limit, out.length, () => [last.partition.hour, last.path], (k) => cursors.issue(scope, filtersOf(q), k)),
+      pagination: { limit, has_more: more, next_cursor: more ? cursors.issue(scope, filtersOf(q), [last.partition.hour, last.path]) : null },
     };
   };
 
