@@ -4,7 +4,7 @@ export PORT ?= 8080
 export DATA_DIR ?= ./data
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api typecheck clean
+.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -67,6 +67,9 @@ bench-capture: install
 ## make bench-api: builds a 1-day and a 90-day lake (about 11 GB in $$TMPDIR, 10-15 min), then loads the API
 bench-api: install
 	$(TSX) bench/api.ts
+
+bench-export: install
+	$(TSX) bench/export.ts
 
 typecheck: install
 	npx tsc --noEmit -p .

@@ -38,7 +38,7 @@ export interface Config {
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
   polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string };
   backfill: { concurrency: number };
-  api: { rateFree: number; ratePaid: number; cursorSecret: string | null; maxRangeDays: number };
+  api: { rateFree: number; ratePaid: number; cursorSecret: string | null; maxRangeDays: number; duckdbMemoryLimit: string };
 }
 
 type Env = Record<string, string | undefined>;
@@ -152,6 +152,7 @@ export function loadConfig(env: Env = process.env): Config {
       // Never logged: it signs cursors. Generated into DATA_DIR/state when not set.
       cursorSecret: env.CURSOR_SECRET || null,
       maxRangeDays: int(env, 'MAX_RANGE_DAYS', 31, 1, 3660),
+      duckdbMemoryLimit: /^\d+(\.\d+)?\s*(MB|GB|MiB|GiB)$/i.test(env.DUCKDB_MEMORY_LIMIT ?? '') ? env.DUCKDB_MEMORY_LIMIT! : '4GB',
     },
   };
   return deepFreeze(config);

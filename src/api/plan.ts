@@ -143,7 +143,12 @@ export function exportSql(source: string, q: PageQuery, kind: 'snapshots' | 'tim
     ? [t('ts'), 'market_id', 'outcome_index', 'outcome', 'token_id', t('exchange_ts'), t('recv_ts'), 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes']
     : [t('ts'), 'market_id', 'outcome_index', format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`];
   const cast = format === 'csv' ? columns.map((c) => (/_prices$|_sizes$/.test(c) ? `${c}::VARCHAR AS ${c}` : c)) : columns;
-  const sql = `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
+  // Sealed files are sorted by (market_id, ts, outcome_index) and planned in hour order, and
+  // DuckDB keeps scan order without ORDER BY: an ascending export of every record streams
+  // without a sort. Descending or downsampled exports sort (spilling past memory_limit).
+  const sql = q.order === 'asc' && q.intervalMs === null
+    ? `WITH rows AS (${filtered(source, q, extra)}) SELECT ${cast.join(', ')} FROM rows`
+    : `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
     SELECT ${cast.join(', ')} FROM rows JOIN times USING (ts) ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;
   const { limit: _l, after: _a, ...rest } = q;
   return { sql, params: binds({ ...rest, limit: 0, after: null }) };

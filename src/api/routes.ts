@@ -196,7 +196,8 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
     await fs.mkdir(deps.exportDir, { recursive: true });
     const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
-    const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd';
+    // The Parquet writer holds whole row groups in memory: keep them small.
+    const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192';
     await lake.duck.run(`COPY (${query}) TO '${file}' (${options})`, params);
     const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
     return {

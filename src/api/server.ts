@@ -43,6 +43,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const paths = lakePaths(config.dataDir);
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
+  // Sorts of large exports spill to disk instead of growing without bound.
+  await duck.run(`SET GLOBAL memory_limit = '${config.api.duckdbMemoryLimit}'`);
+  await duck.run(`SET GLOBAL temp_directory = '${path.join(config.dataDir, 'state', 'duckdb-tmp').replaceAll("'", "''")}'`);
   // Exports are written, streamed and deleted; a crash can leave some behind.
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
   await lake.loadAll();
