@@ -274,3 +274,20 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
   t.match(out, new RegExp(`FAILED ${listed.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: sha256`));
   t.notOk(out.includes(paid), 'the key is never printed');
 });
+
+t.test('an export whose lake file cannot be read is a 503, not a hung or empty download', async (t) => {
+  const market = (await get('/v3/wallet-prediction/markets?window=5m&status=closed,resolved&limit=5')).json.data
+    .find((m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START);
+  const files = await api.lake.files([{ dataset: 'books', venue: 'wallet-prediction', coin: market.coin, window: '5m', hour: Math.floor(Date.parse(market.start_time) / 3_600_000) * 3_600_000 }]);
+  const victim = files.sealed[0];
+  const saved = await fs.readFile(victim);
+  await fs.writeFile(victim, 'not parquet');
+  const r = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?format=csv`);
+  await fs.writeFile(victim, saved);
+  t.equal(r.status, 503);
+  t.equal(r.json.error.code, 'UNAVAILABLE');
+  const again = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?format=csv`);
+  t.equal(again.status, 200, 'and the next export works');
+  await new Promise((res) => setTimeout(res, 100));
+  t.same(await fs.readdir(path.join(dir, 'state', 'exports')), [], 'no pipe is left behind');
+});

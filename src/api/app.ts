@@ -147,21 +147,45 @@ function toApiError(err: unknown): ApiError {
 }
 
 /**
- * Streams a file. A sealed file has a strong ETag (its sha256): If-None-Match -> 304, one
- * Range -> 206 or 416. An export is streamed once and deleted when the response ends.
+ * Streams an export from the named pipe DuckDB writes into. Headers wait for the first bytes:
+ * a COPY that fails before writing anything is still a proper error response. A failure after
+ * that aborts the transfer, so the client sees it truncated rather than complete.
  */
+async function sendExport(ctx: Koa.Context, body: FileBody, producing: Promise<void>): Promise<void> {
+  const stream = createReadStream(body.absolute);
+  const removePipe = () => void fs.rm(body.absolute, { force: true });
+  stream.once('close', removePipe);
+  const failure = producing.then(() => null, (err: unknown) => err);
+  const first = new Promise<'data'>((resolve, reject) => {
+    stream.once('readable', () => resolve('data'));
+    stream.once('error', reject);
+  });
+  const outcome = await Promise.race([first, failure.then((err) => err ?? 'data')]);
+  if (outcome !== 'data') {
+    // DuckDB never opened the pipe: open and close its write end so the pending read ends.
+    await fs.open(body.absolute, 'w').then((h) => h.close()).catch(() => undefined);
+    stream.destroy();
+    removePipe();
+    throw outcome;
+  }
+  void failure.then((err) => {
+    if (err) stream.destroy(err as Error);
+  });
+  ctx.type = body.contentType;
+  ctx.set('Content-Disposition', `attachment; filename="${body.filename}"`);
+  ctx.body = stream;
+}
+
+/** Streams a sealed file: strong ETag (its sha256), If-None-Match -> 304, one Range -> 206 or 416. */
 async function sendFile(ctx: Koa.Context, body: FileBody): Promise<void> {
   const { absolute, sha256 } = body;
+  if (body.producing) {
+    await sendExport(ctx, body, body.producing);
+    return;
+  }
   const size = (await fs.stat(absolute)).size;
   ctx.type = body.contentType;
   ctx.set('Content-Disposition', `attachment; filename="${body.filename}"`);
-  if (body.temporary) {
-    ctx.length = size;
-    const stream = createReadStream(absolute);
-    stream.once('close', () => void fs.rm(absolute, { force: true }));
-    ctx.body = stream;
-    return;
-  }
   const etag = `"${sha256}"`;
   ctx.set({ ETag: etag, 'Accept-Ranges': 'bytes', 'Cache-Control': 'private, max-age=86400, immutable' });
   const match = ctx.get('if-none-match');

@@ -2,7 +2,9 @@
 // server, the validators and the OpenAPI document are all built from this list.
 import type { Venue } from '../config.js';
 import { coverageStart } from '../coverage.js';
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { promisify } from 'node:util';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
@@ -38,7 +40,8 @@ export interface FileBody {
   contentType: string;
   /** The sha256 of a sealed file; exports have none. */
   sha256?: string;
-  temporary?: boolean;
+  /** An export: a named pipe DuckDB is writing into; settles when the COPY ends. */
+  producing?: Promise<void>;
 }
 
 export interface Result {
@@ -82,6 +85,7 @@ export interface RouteDeps {
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
 const PARQUET = 'application/vnd.apache.parquet';
+const execFileAsync = promisify(execFile);
 const TRADES_NOTICE = 'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
 
 function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
@@ -195,14 +199,16 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       ?? `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? 'TIMESTAMP_MS' : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
     const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
     await fs.mkdir(deps.exportDir, { recursive: true });
-    const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
-    // The Parquet writer holds whole row groups in memory: keep them small.
+    // DuckDB writes into a named pipe the response reads from: bytes leave as they are
+    // produced, and neither side holds the export. The Parquet writer holds one row group: small ones.
+    const pipe = path.join(deps.exportDir, `${randomUUID()}.${format}`);
+    await execFileAsync('mkfifo', ['-m', '600', pipe]);
     const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192';
-    await lake.duck.run(`COPY (${query}) TO '${file}' (${options})`, params);
+    const producing = lake.duck.run(`COPY (${query}) TO '${pipe.replaceAll("'", "''")}' (${options}, USE_TMP_FILE false)`, params);
     const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
     return {
       data: null,
-      file: { absolute: file, filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`, contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET, temporary: true },
+      file: { absolute: pipe, filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`, contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET, producing },
     };
   };
 
