@@ -291,3 +291,16 @@ t.test('an export whose lake file cannot be read is a 503, not a hung or empty d
   await new Promise((res) => setTimeout(res, 100));
   t.same(await fs.readdir(path.join(dir, 'state', 'exports')), [], 'no pipe is left behind');
 });
+
+t.test('a gap still in the spool (open hour) is reported before it is sealed', async (t) => {
+  const { partitionOf, partitionDir } = await import('../src/lake/layout.js');
+  const p = partitionOf('gaps', 'wallet-prediction', 'eth', '5m', END);
+  const part = path.join(dir, 'spool', 'live-seg', partitionDir(p), '000001.ndjson');
+  await fs.mkdir(path.dirname(part), { recursive: true });
+  await fs.writeFile(part, `${JSON.stringify({ market_id: 'm-open', dataset: 'books', from_ts: END + 1000, to_ts: END + 5000, reason: 'timeout', detail: null, failures: 3 })}\n`);
+  await api.lake.indexRecent(END);
+  const r = await get('/v3/wallet-prediction/coverage');
+  t.ok(r.json.data.gaps.some((g: any) => g.market_id === 'm-open' && g.reason === 'timeout'));
+  await fs.rm(path.join(dir, 'spool', 'live-seg'), { recursive: true });
+  await api.lake.indexRecent(END);
+});

@@ -9,6 +9,7 @@ import type { Duck, JsonRow } from './duckdb.js';
 import { listFiles } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir, partitionOf } from './layout.js';
 import { type ManifestFile, readManifest } from './manifest.js';
+import { listSpool } from './spool.js';
 import { spoolSource } from './writer.js';
 
 export interface PartitionFiles {
@@ -129,6 +130,15 @@ export class LakeReader {
       for (const r of found) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(r.filename))));
         if (!p) continue;
+        rows.push({ venue: p.venue, coin: p.coin, window: p.window, market_id: (r.market_id as string) ?? null, dataset: String(r.dataset), from_ts: Number(r.f), to_ts: Number(r.t), reason: String(r.reason) });
+      }
+    }
+    // Gaps closed in the open hour are still in the spool: they count too.
+    const spooled = new Map((await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'gaps').map((s) => [partitionDir(s.partition), s.partition]));
+    for (const p of spooled.values()) {
+      const { spool } = await this.files([p]);
+      if (!spool.length) continue;
+      for (const r of await this.duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason FROM ${spoolSource('gaps', spool, true)}`)) {
         rows.push({ venue: p.venue, coin: p.coin, window: p.window, market_id: (r.market_id as string) ?? null, dataset: String(r.dataset), from_ts: Number(r.f), to_ts: Number(r.t), reason: String(r.reason) });
       }
     }
