@@ -154,6 +154,10 @@ async function measure(dir: string): Promise<{ figures: Figure[]; startup: numbe
   return { figures, startup, markets };
 }
 
+if (process.env.BENCH_BUILD_ONLY) {
+  for (const days of DAYS) console.log(`built ${(await buildLake(days)).dir}`);
+  process.exit(0);
+}
 const results: ({ days: number; lake: Awaited<ReturnType<typeof buildLake>> } & Awaited<ReturnType<typeof measure>>)[] = [];
 for (const days of DAYS) {
   const lake = await buildLake(days);
@@ -192,4 +196,5 @@ const next = start >= 0 ? existing.indexOf('\n## ', start + 5) : -1;
 await fs.writeFile(file, start < 0 ? `${existing.trimEnd()}\n\n${report}` : existing.slice(0, start) + report + (next >= 0 ? existing.slice(next + 1) : ''));
 console.log(report);
 duck.close();
-await fs.rm(root, { recursive: true, force: true });
+if (process.env.BENCH_KEEP) console.log(`kept ${root}`);
+else await fs.rm(root, { recursive: true, force: true });

@@ -285,6 +285,9 @@ t.test('a process without capture reads the latest book from the lake: the same 
   const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
   const cold = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
   t.teardown(() => cold.stop());
+  // This process started from the catalogue checkpoint the first one wrote: the same catalogue.
+  await fs.access(path.join(dir, 'state/catalogue.ndjson'));
+  t.same(cold.lake.all(END), api.lake.all(END), 'the checkpointed catalogue equals the one read from the lake');
   const res = await fetch(`${cold.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': 'cold-1' } });
   const fromLake = await res.json();
   const fromMemory = (await get(`/v3/wallet-prediction/${m15.market_id}/orderbook/latest`)).body;

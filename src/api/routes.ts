@@ -150,9 +150,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
     const windows = q.window as string[] | undefined;
     const statuses = q.status as string[] | undefined;
-    const all = lake.all(ctx.now);
-    const ordered = order === 'desc' ? all : [...all].reverse();
-    const { shown, more } = takePage(ordered, limit, (m) => {
+    const { shown, more } = takePage(lake.walk(order as 'asc' | 'desc', ctx.now), limit, (m) => {
       if (m.venue !== venue || !coin.includes(m.coin)) return false;
       if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
       if ((from !== null && m.end_time <= from) || (to !== null && m.start_time >= to)) return false;

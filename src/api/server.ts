@@ -48,8 +48,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   await duck.run(`SET GLOBAL temp_directory = '${path.join(config.dataDir, 'state', 'duckdb-tmp').replaceAll("'", "''")}'`);
   // Exports are written, streamed and deleted; a crash can leave some behind.
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
-  await lake.loadAll();
   await lake.indexAll();
+  await lake.loadAll();
   let reindexed = Date.now();
   let files = (await listFiles(paths.lake, '.parquet')).length;
   let refreshing = false;
@@ -61,6 +61,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       // Recent hours every few seconds; the whole index now and then, for compaction and backfill.
       if (Date.now() - reindexed > 10 * 60_000) {
         await lake.indexAll();
+        await lake.writeCheckpoint();
         reindexed = Date.now();
       } else {
         await lake.indexRecent(clock.now());
