@@ -182,9 +182,9 @@ export class LakeReader {
     const sealed = this.sealedFiles()
       .filter((f) => f.partition.dataset === 'markets' && !covered.has(`${f.path}@${f.sha256}`))
       .map((f) => path.join(this.paths.lake, f.path));
-    // One scan per few thousand files, not one query per partition: startup stays seconds at 90 days.
-    for (let i = 0; i < sealed.length; i += 4000) {
-      const files = sealed.slice(i, i + 4000).map((f) => `'${f.replaceAll("'", "''")}'`).join(', ');
+    // One scan per 500 files (measured fastest), not one query per partition.
+    for (let i = 0; i < sealed.length; i += 500) {
+      const files = sealed.slice(i, i + 500).map((f) => `'${f.replaceAll("'", "''")}'`).join(', ');
       for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM read_parquet([${files}], filename = true)`)) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(row.filename))));
         if (p) this.upsert(toMarket(row, p));
