@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import pino from 'pino';
+import { writeSection } from './report.js';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { type Window, loadConfig } from '../src/config.js';
@@ -189,12 +190,7 @@ Targets: orderbook/latest p50 under 1 ms; a 100-snapshot page p50 under 15 ms; t
 The alternative users would pick (MEASURED.md, PostgreSQL 15 with a (market_id, ts) btree, minimal server): latest book
 p50 0.21 ms over HTTP and 10,178 requests/s at 4 connections; 100-snapshot page p50 3.9 ms and 413 requests/s.
 `;
-const file = path.resolve('BENCHMARKS.md');
-const existing = await fs.readFile(file, 'utf8').catch(() => '# Benchmarks\n\n');
-const start = existing.indexOf('## API');
-const next = start >= 0 ? existing.indexOf('\n## ', start + 5) : -1;
-await fs.writeFile(file, start < 0 ? `${existing.trimEnd()}\n\n${report}` : existing.slice(0, start) + report + (next >= 0 ? existing.slice(next + 1) : ''));
-console.log(report);
+await writeSection('## API', report);
 duck.close();
 if (process.env.BENCH_KEEP) console.log(`kept ${root}`);
 else await fs.rm(root, { recursive: true, force: true });

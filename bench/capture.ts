@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
+import { writeSection } from './report.js';
 import { fill } from '../src/capture/fill.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
@@ -77,17 +78,6 @@ Machine: ${os.cpus().length} x ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} G
 The end-to-end line is limited by the poll loop (one cycle of HTTP calls at a time per venue)
 and by how few markets are open at once (14); the writer's own rate is the first line.
 `;
-const file = path.resolve('BENCHMARKS.md');
-let existing = '';
-try {
-  existing = await fs.readFile(file, 'utf8');
-} catch {
-  existing = '# Benchmarks\n\nFigures are written by the make targets named in each section; rerun to refresh.\n\n';
-}
-const start = existing.indexOf('## Capture');
-const next = start >= 0 ? existing.indexOf('\n## ', start + 5) : -1;
-const updated = start < 0 ? existing + report : existing.slice(0, start) + report + (next >= 0 ? existing.slice(next + 1) : '');
-await fs.writeFile(file, updated);
-console.log(report);
+await writeSection('## Capture', report);
 duck.close();
 await fs.rm(dir, { recursive: true, force: true });

@@ -6,6 +6,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
+import { writeSection } from './report.js';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
@@ -83,9 +84,4 @@ ${runs.map((r) => `| ${r.format} | ${r.status} | ${(r.bytes / 2 ** 20).toFixed(1
 
 Memory does not grow with the export: DuckDB writes as the client reads, and an ascending export of every record needs no sort.
 `;
-const file = path.resolve('BENCHMARKS.md');
-const existing = await fs.readFile(file, 'utf8').catch(() => '# Benchmarks\n\n');
-const start = existing.indexOf('## Exports');
-const next = start >= 0 ? existing.indexOf('\n## ', start + 5) : -1;
-await fs.writeFile(file, start < 0 ? `${existing.trimEnd()}\n\n${report}` : existing.slice(0, start) + report + (next >= 0 ? existing.slice(next + 1) : ''));
-console.log(report);
+await writeSection('## Exports', report);

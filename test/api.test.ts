@@ -279,12 +279,19 @@ t.test('at least 100 bad inputs get 4xx, never 5xx', async (t) => {
   t.same(wrong, [], 'bad input is 4xx (never 5xx); the valid few are 200');
 });
 
-t.test('a process without capture reads the latest book from the lake: the same book', async (t) => {
+
+/** A second API over the same lake, with no capture memory, whose log lines are kept. */
+async function loggedApi(t: Test) {
   const lines: any[] = [];
   const { default: pino } = await import('pino');
   const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-  const cold = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
-  t.teardown(() => cold.stop());
+  const server = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
+  t.teardown(() => server.stop());
+  return { server, lines };
+}
+
+t.test('a process without capture reads the latest book from the lake: the same book', async (t) => {
+  const { server: cold, lines } = await loggedApi(t);
   // This process started from the catalogue checkpoint the first one wrote: the same catalogue.
   await fs.access(path.join(dir, 'state/catalogue.ndjson'));
   t.same(cold.lake.all(END), api.lake.all(END), 'the checkpointed catalogue equals the one read from the lake');
@@ -310,11 +317,7 @@ t.test('a range reaching before coverage returns what exists and says where hist
 });
 
 t.test('an internal fault is a 500 that says nothing internal and is logged once with the request id', async (t) => {
-  const lines: any[] = [];
-  const { default: pino } = await import('pino');
-  const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-  const other = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
-  t.teardown(() => other.stop());
+  const { server: other, lines } = await loggedApi(t);
   const file = path.join(dir, 'state/keys.json');
   const saved = await fs.readFile(file, 'utf8');
   await fs.writeFile(file, '{ not json');
