@@ -23,7 +23,8 @@ const END = Date.parse('2026-10-01T00:00:00Z');
 const SERIES = ['btc', 'eth', 'bnb'].flatMap((coin) => (['5m', '15m'] as Window[]).map((window) => ({ coin, window })));
 const DAYS = (process.env.BENCH_DAYS ?? '1,90').split(',').map(Number);
 const sim = new Sim(1, { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc'] });
-const root = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-api-'));
+// BENCH_ROOT keeps the lakes between runs (a 90-day build takes 20-25 minutes); a lake is reused once complete.
+const root = process.env.BENCH_ROOT ?? await fs.mkdtemp(path.join(os.tmpdir(), 'bench-api-'));
 const duck = await Duck.open(2);
 
 async function buildDay(paths: LakePaths, day: number, coin: string, window: Window, lane: number): Promise<number> {
@@ -70,6 +71,10 @@ async function buildDay(paths: LakePaths, day: number, coin: string, window: Win
 async function buildLake(days: number): Promise<{ dir: string; seconds: number; files: number; bytes: number }> {
   const dir = path.join(root, `lake-${days}d`);
   const paths = lakePaths(dir);
+  const done = path.join(dir, 'built.json');
+  const built = await fs.readFile(done, 'utf8').catch(() => null);
+  if (built) return JSON.parse(built);
+  await fs.rm(dir, { recursive: true, force: true });
   const started = performance.now();
   const jobs: { day: number; coin: string; window: Window }[] = [];
   for (let d = END - days * DAY; d < END; d += DAY) for (const s of SERIES) jobs.push({ day: d, ...s });
@@ -86,7 +91,9 @@ async function buildLake(days: number): Promise<{ dir: string; seconds: number; 
   const du = await fs.readdir(paths.lake, { recursive: true, withFileTypes: true });
   let bytes = 0;
   for (const e of du) if (e.isFile()) bytes += (await fs.stat(path.join(e.parentPath, e.name))).size;
-  return { dir, seconds: (performance.now() - started) / 1000, files, bytes };
+  const result = { dir, seconds: (performance.now() - started) / 1000, files, bytes };
+  await fs.writeFile(done, JSON.stringify(result));
+  return result;
 }
 
 interface Figure {
@@ -192,5 +199,5 @@ p50 0.21 ms over HTTP and 10,178 requests/s at 4 connections; 100-snapshot page 
 `;
 await writeSection('## API', report);
 duck.close();
-if (process.env.BENCH_KEEP) console.log(`kept ${root}`);
+if (process.env.BENCH_KEEP || process.env.BENCH_ROOT) console.log(`kept ${root}`);
 else await fs.rm(root, { recursive: true, force: true });

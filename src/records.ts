@@ -57,6 +57,12 @@ export interface Book {
   ask_sizes: number[];
 }
 
+/** The newest book of a market: every outcome captured at `ts`. */
+export interface LatestBook {
+  ts: number;
+  books: Book[];
+}
+
 export interface BookRow extends Book {
   ts: number;
   recv_ts: number;

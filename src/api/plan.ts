@@ -100,14 +100,20 @@ export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
 
 const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
 
-/** The page's books in time order; shape.ts renders them straight from the result vectors. */
+/**
+ * The books at the page's times. Without `interval` the page is every capture time between its
+ * first and last, so the bounds alone select it; with `interval` the chosen times are listed.
+ * No ORDER BY: sorting rows that carry four lists cost as much as reading them, so shape.ts
+ * orders the (at most a few hundred) rows by (ts, outcome_index) itself.
+ */
 export function snapshotBooksSql(wide: string, q: PageQuery, times: number[]): { sql: string; params: Record<string, string | number> } {
+  const chosen = q.intervalMs === null ? '' : ` AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))`;
   const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
       bid_prices, bid_sizes, ask_prices, ask_sizes
-    FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)
-      AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}
-    ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;
-  const params: Record<string, string | number> = { market_id: q.marketId, lo: Math.min(...times), hi: Math.max(...times), times: times.join(',') };
+    FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)${chosen}` +
+    `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}`;
+  const params: Record<string, string | number> = { market_id: q.marketId, lo: Math.min(...times), hi: Math.max(...times) };
+  if (q.intervalMs !== null) params.times = times.join(',');
   if (q.outcomeIndex !== null) params.outcome_index = q.outcomeIndex;
   return { sql, params };
 }

@@ -9,7 +9,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import type { Book } from '../records.js';
+import type { Book, LatestBook } from '../records.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
@@ -63,11 +63,6 @@ export interface Route {
   response: string;
   list: boolean;
   handle(ctx: RequestContext): Promise<Result>;
-}
-
-export interface LatestBook {
-  ts: number;
-  books: Book[];
 }
 
 export interface RouteDeps {
@@ -225,7 +220,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const limit = pq.limit - 1;
     const shownTimes = times.slice(0, limit);
     const chunks = shownTimes.length ? await lake.duck.chunks(...sql(snapshotBooksSql(relation('books', files, BOOK_COLUMNS)!, bounded, shownTimes))) : [];
-    const rendered = snapshotsJson(chunks, ladders);
+    const rendered = snapshotsJson(chunks, ladders, pq.order);
     ctx.stats.rows = rendered.books;
     return {
       data: new RawJson(rendered.json),

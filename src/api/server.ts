@@ -8,15 +8,19 @@ import path from 'node:path';
 import type { Clock } from '../clock.js';
 import { type Config, VENUES, VENUE_COINS, WINDOWS } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
-import { listFiles } from '../lake/fsutil.js';
 import { lakePaths } from '../lake/layout.js';
 import { LakeReader } from '../lake/reader.js';
+import { SpoolTail } from '../lake/tail.js';
 import type { Logger } from '../log.js';
+import type { LatestBook } from '../records.js';
 import { createApp } from './app.js';
 import { Cursors } from './cursor.js';
 import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
-import { type LatestBook, buildRoutes } from './routes.js';
+import { buildRoutes } from './routes.js';
+
+/** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
+const TAIL_MS = 500;
 
 export interface Api {
   url: string;
@@ -39,7 +43,11 @@ async function cursorSecret(config: Config): Promise<Buffer> {
   }
 }
 
-export async function startApi(config: Config, duck: Duck, clock: Clock, log: Logger, latest = new Map<string, LatestBook>(), port = config.port): Promise<Api> {
+/**
+ * `latest` is capture's own map when capture runs in this process; without it the API follows
+ * the spool capture writes, so the newest books are in memory either way.
+ */
+export async function startApi(config: Config, duck: Duck, clock: Clock, log: Logger, shared?: Map<string, LatestBook>, port = config.port): Promise<Api> {
   const paths = lakePaths(config.dataDir);
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
@@ -50,8 +58,16 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
   await lake.indexAll();
   await lake.loadAll();
+  const latest = shared ?? new Map<string, LatestBook>();
+  const tail = shared ? null : new SpoolTail(paths.spool, latest);
+  await tail?.poll();
+  let tailing = false;
+  const follow = tail && setInterval(async () => {
+    if (tailing) return;
+    tailing = true;
+    await tail.poll().catch((err) => log.warn({ err }, 'spool tail failed')).finally(() => { tailing = false; });
+  }, TAIL_MS);
   let reindexed = Date.now();
-  let files = (await listFiles(paths.lake, '.parquet')).length;
   let refreshing = false;
   const timer = setInterval(async () => {
     if (refreshing) return;
@@ -66,7 +82,6 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       } else {
         await lake.indexRecent(clock.now());
       }
-      files = (await listFiles(paths.lake, '.parquet')).length;
     } catch (err) {
       log.warn({ err }, 'catalogue refresh failed');
     } finally {
@@ -82,7 +97,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     health: async () => {
       let newest = -Infinity;
       for (const l of latest.values()) newest = Math.max(newest, l.ts);
-      return { status: 'ok', lake: { newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files, markets: lake.size } };
+      return { status: 'ok', lake: { newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files: lake.sealedFiles().length, markets: lake.size } };
     },
   });
   document = openApiDocument(routes);
@@ -95,6 +110,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     lake, keys, server,
     async stop() {
       clearInterval(timer);
+      if (follow) clearInterval(follow);
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

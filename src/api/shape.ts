@@ -36,7 +36,7 @@ export interface BookJson {
 
 type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & { exchange_ts: number | null };
 
-/** A book of the latest-book route (snapshot pages are shaped in SQL: plan.ts snapshotBooksSql). */
+/** A book of the latest-book route (snapshot pages are rendered from vectors: snapshotsJson). */
 export function bookJson(b: BookLike): BookJson {
   return {
     outcome_index: b.outcome_index, outcome: b.outcome, token_id: b.token_id, exchange_time: iso(b.exchange_ts),
@@ -55,42 +55,48 @@ export function rowBook(r: JsonRow): BookLike {
 /**
  * Snapshots as JSON text, read straight from the result's vectors: list columns are walked in
  * their flat Float64Array storage, so no per-value objects are made (that conversion cost as much
- * as the query). Columns as snapshotBooksSql selects them.
+ * as the query). Rows come unordered (snapshotBooksSql) and are put in page order here: by time
+ * in `order`, outcomes ascending within a time. Columns as snapshotBooksSql selects them.
  */
-export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean): { json: string; books: number } {
+export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order: 'asc' | 'desc'): { json: string; books: number } {
+  const rows: { chunk: number; row: number; ts: number; outcome: number }[] = [];
+  const columns = chunks.map((chunk) => ({
+    scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)),
+    lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector),
+  }));
+  chunks.forEach((chunk, c) => {
+    const [ts, index] = columns[c].scalars;
+    for (let row = 0; row < chunk.rowCount; row++) rows.push({ chunk: c, row, ts: ts.getItem(row) as number, outcome: index.getItem(row) as number });
+  });
+  const direction = order === 'asc' ? 1 : -1;
+  rows.sort((a, b) => (a.ts - b.ts) * direction || a.outcome - b.outcome);
   const parts: string[] = [];
-  let books = 0;
   let open: number | null = null;
-  for (const chunk of chunks) {
-    const [ts, index, outcome, token, exchange] = [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c));
-    const lists = [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector);
-    for (let row = 0; row < chunk.rowCount; row++) {
-      const t = ts.getItem(row) as number;
-      if (t !== open) {
-        if (open !== null) parts.push(']},');
-        parts.push(`{"timestamp":"${new Date(t).toISOString()}","books":[`);
-        open = t;
-      } else {
-        parts.push(',');
-      }
-      const ex = exchange.getItem(row) as number | null;
-      parts.push(`{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`);
-      const levels = lists.map((l) => readDoubles(l, row));
-      if (ladders) {
-        parts.push(`,"bid_prices":[${levels[0].join(',')}],"bid_sizes":[${levels[1].join(',')}],"ask_prices":[${levels[2].join(',')}],"ask_sizes":[${levels[3].join(',')}]}`);
-      } else {
-        const depth = (xs: ArrayLike<number>) => {
-          let sum = 0;
-          for (let i = 0; i < xs.length; i++) sum += xs[i];
-          return Math.round(sum * 1e8) / 1e8;
-        };
-        parts.push(`,"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`);
-      }
-      books++;
+  for (const { chunk, row, ts: t, outcome: index } of rows) {
+    const [, , outcome, token, exchange] = columns[chunk].scalars;
+    if (t !== open) {
+      if (open !== null) parts.push(']},');
+      parts.push(`{"timestamp":"${new Date(t).toISOString()}","books":[`);
+      open = t;
+    } else {
+      parts.push(',');
+    }
+    const ex = exchange.getItem(row) as number | null;
+    parts.push(`{"outcome_index":${index},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`);
+    const levels = columns[chunk].lists.map((l) => readDoubles(l, row));
+    if (ladders) {
+      parts.push(`,"bid_prices":[${levels[0].join(',')}],"bid_sizes":[${levels[1].join(',')}],"ask_prices":[${levels[2].join(',')}],"ask_sizes":[${levels[3].join(',')}]}`);
+    } else {
+      const depth = (xs: ArrayLike<number>) => {
+        let sum = 0;
+        for (let i = 0; i < xs.length; i++) sum += xs[i];
+        return Math.round(sum * 1e8) / 1e8;
+      };
+      parts.push(`,"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`);
     }
   }
   if (open !== null) parts.push(']}');
-  return { json: `[${parts.join('')}]`, books };
+  return { json: `[${parts.join('')}]`, books: rows.length };
 }
 
 /**

@@ -11,7 +11,7 @@ import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type SealReport, sealDue } from '../lake/seal.js';
 import { Spool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
-import { type Book, type BookRow, type GapRow, type Market, type MarketRow, type MetricRow, marketLakeRow } from '../records.js';
+import { type Book, type BookRow, type GapRow, type LatestBook, type Market, type MarketRow, type MetricRow, marketLakeRow } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 
@@ -34,11 +34,6 @@ interface Heartbeat {
   segment: string;
   open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
   gaps: OpenGap[];
-}
-
-export interface LatestBook {
-  ts: number;
-  books: Book[];
 }
 
 export interface CaptureStats {

@@ -1,0 +1,70 @@
+// An API process beside capture (not inside it) answers the latest book from memory, kept
+// current by following the spool: the same books capture holds, and new rows within a second.
+import pino from 'pino';
+import t from 'tap';
+import { startApi } from '../src/api/server.js';
+import { fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths, partitionOf } from '../src/lake/layout.js';
+import { Spool } from '../src/lake/spool.js';
+import { sealAll, testConfig } from './helpers.js';
+
+const START = Date.parse('2026-07-28T10:00:00Z');
+const END = START + 12 * 60_000;
+const dir = t.testdir();
+const config = testConfig(dir);
+const duck = await Duck.open(2);
+// The hour is still open when the fill ends, so every book is in the spool, none sealed.
+const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
+const lines: Record<string, unknown>[] = [];
+const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), undefined, 0);
+const { key } = await api.keys.issue('paid', 'tail');
+t.teardown(async () => {
+  await api.stop();
+  duck.close();
+});
+
+async function latest(venue: string, id: string, requestId: string) {
+  const res = await fetch(`${api.url}/v3/${venue === 'polymarket' ? 'provider-alias' : 'wallet-prediction'}/${id}/orderbook/latest`, {
+    headers: { authorization: `Bearer ${key}`, 'x-request-id': requestId },
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+const wallet = [...run.capture.latest.entries()].filter(([k]) => k.startsWith('wallet-prediction:'));
+
+t.test('every market capture saw: the same newest book, read from memory', async (t) => {
+  t.ok(wallet.length >= 6, `${wallet.length} wallet markets captured`);
+  for (const [k, mem] of wallet) {
+    const id = k.split(':')[1];
+    const r = await latest('wallet-prediction', id, `same-${id}`);
+    t.equal(r.status, 200);
+    t.equal(r.body.data.timestamp, new Date(mem.ts).toISOString(), `${id}: newest capture time`);
+    t.same(r.body.data.books.map((b: { bid_prices: number[]; ask_sizes: number[] }) => [b.bid_prices, b.ask_sizes]), mem.books.map((b) => [b.bid_prices, b.ask_sizes]), `${id}: the same ladders`);
+    t.same(r.body.data.books.map((b: { outcome_index: number }) => b.outcome_index), mem.books.map((b) => b.outcome_index));
+    t.match(lines.find((l) => l.req_id === `same-${id}`), { status: 200, partitions: 0 }, 'no partition was read');
+  }
+});
+
+t.test('a row capture appends is served within a second; a sealed hour does not lose it', async (t) => {
+  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  const id = k.split(':')[1];
+  const ts = mem.ts + 1000;
+  const m = api.lake.market('wallet-prediction', id, END)!;
+  const writer = new Spool(lakePaths(dir).spool);
+  writer.append(partitionOf('books', 'wallet-prediction', m.coin, m.window, ts), mem.books.map((b) => ({ ...b, ts, recv_ts: ts + 30, bid_sizes: b.bid_sizes.map(() => 7) })));
+  await writer.close();
+  let body: { data: { timestamp: string; books: { bid_sizes: number[] }[] } } | null = null;
+  for (let i = 0; i < 40; i++) {
+    body = (await latest('wallet-prediction', id, `new-${i}`)).body;
+    if (body!.data.timestamp === new Date(ts).toISOString()) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  t.equal(body!.data.timestamp, new Date(ts).toISOString(), 'the appended row is the latest book');
+  t.same(body!.data.books.map((b) => b.bid_sizes.every((size) => size === 7)), [true, true], 'both outcomes of the new poll');
+  await sealAll(duck, dir);
+  await new Promise((r) => setTimeout(r, 700));
+  const after = await latest('wallet-prediction', id, 'after-seal');
+  t.equal(after.body.data.timestamp, new Date(ts).toISOString(), 'still the newest after the spool was sealed away');
+});
