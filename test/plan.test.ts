@@ -1,0 +1,93 @@
+// The pure steps of a request, without a server: partitions planned from a market's span and a
+// range, SQL with every value bound, and cursors. The HTTP tests run the same steps end to end.
+import t from 'tap';
+import { Cursors } from '../src/api/cursor.js';
+import { ApiError } from '../src/api/errors.js';
+import { BOOK_COLUMNS, CAPTURE_LAG_MS, type PageQuery, exportSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from '../src/api/plan.js';
+import { partitionDir } from '../src/lake/layout.js';
+
+const at = (iso: string) => Date.parse(iso);
+const market = { venue: 'wallet-prediction' as const, coin: 'btc', window: '15m' as const, start_time: at('2026-07-27T23:45:00Z'), end_time: at('2026-07-28T00:00:00Z') };
+
+t.test('planPartitions: the hours of the market span, clipped to the range', async (t) => {
+  const all = planPartitions('books', market, null, null);
+  t.same(all.partitions.map(partitionDir), [
+    'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-27/hour=23',
+    'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-28/hour=00',
+  ], 'a market ending on the hour reaches into the next one by the last poll\'s lag, across midnight');
+  t.same([all.from, all.to], [market.start_time, market.end_time + CAPTURE_LAG_MS]);
+
+  const inside = planPartitions('metrics', market, at('2026-07-27T23:50:00Z'), at('2026-07-27T23:55:00Z'));
+  t.same(inside.partitions.map((p) => [p.dataset, new Date(p.hour).toISOString()]), [['metrics', '2026-07-27T23:00:00.000Z']], 'a range inside one hour plans one partition');
+  t.same([inside.from, inside.to], [at('2026-07-27T23:50:00Z'), at('2026-07-27T23:55:00Z')]);
+
+  t.same(planPartitions('books', market, at('2026-07-28T00:01:00Z'), null).partitions, [], 'a range after the market (and its lag) plans nothing');
+  t.same(planPartitions('books', market, null, market.start_time).partitions, [], 'the end of a range is exclusive');
+  t.same(planPartitions('books', market, at('2020-01-01T00:00:00Z'), at('2030-01-01T00:00:00Z')).partitions.length, 2, 'a wide range never plans more than the market span');
+  const fiveMinute = { ...market, window: '5m' as const, start_time: at('2026-07-28T10:20:00Z'), end_time: at('2026-07-28T10:25:00Z') };
+  t.equal(planPartitions('books', fiveMinute, null, null).partitions.length, 1, 'a market inside an hour: one partition');
+});
+
+t.test('relation: exactly the computed files, quoted; none is null', async (t) => {
+  t.equal(relation('books', { sealed: [], spool: [] }, BOOK_COLUMNS), null);
+  const sql = relation('books', { sealed: ["/lake/a'b/part.parquet", '/lake/c/part.parquet'], spool: ['/spool/s/000001.ndjson'] }, ['ts', 'market_id'])!;
+  t.match(sql, /^SELECT "ts", "market_id" FROM read_parquet\(\['\/lake\/a''b\/part\.parquet', '\/lake\/c\/part\.parquet'\]\) UNION ALL SELECT "ts", "market_id" FROM \(SELECT .* FROM read_json\(\['\/spool\/s\/000001\.ndjson'\]/s);
+  t.notMatch(sql, /\*\*|\*\.parquet/, 'never a glob');
+});
+
+const hostile = "x' OR 1=1; DROP TABLE books; --";
+const page = (over: Partial<PageQuery> = {}): PageQuery => ({
+  marketId: hostile, from: market.start_time, to: market.end_time, order: 'asc', after: null, limit: 101, intervalMs: null, outcomeIndex: null, ...over,
+});
+
+t.test('SQL builders bind every value; user text never reaches the statement', async (t) => {
+  const cases = {
+    times: snapshotTimesSql('SELECT 1', page({ after: 1, outcomeIndex: 1, intervalMs: 60_000 })),
+    books: snapshotBooksSql('SELECT 1', page({ outcomeIndex: 0, intervalMs: 5_000 }), [3, 1, 2]),
+    series: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5 }), 'chance'),
+    export: exportSql('SELECT 1', page(), 'snapshots', 'csv'),
+  };
+  for (const [name, { sql, params }] of Object.entries(cases)) {
+    t.notOk(sql.includes(hostile) || sql.includes('DROP'), `${name}: the market id is not in the SQL`);
+    t.equal(params.market_id, hostile, `${name}: it is a parameter`);
+    for (const name of sql.match(/\$[a-z_]+/g) ?? []) t.ok(name.slice(1) in params, `${name} is bound`);
+    for (const key of Object.keys(params)) t.ok(sql.includes(`$${key}`), `${key} is used`);
+  }
+  t.match(cases.times.sql, /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)/, 'interval downsampling happens in SQL');
+  t.match(cases.times.params, { after: 1, outcome_index: 1, interval: 60_000, limit: 101 });
+  t.match(cases.series.sql, /ts < epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts DESC LIMIT \$limit/, 'a descending keyset');
+  t.same([cases.books.params.lo, cases.books.params.hi, cases.books.params.times], [1, 3, '3,1,2'], 'the page\'s bounds and, with interval, its chosen times');
+});
+
+t.test('a page without interval is selected by its bounds alone', async (t) => {
+  const { sql, params } = snapshotBooksSql('SELECT 1', page(), [10, 20, 30]);
+  t.notMatch(sql, /list_contains|ORDER BY/, 'no time list and no sort of list columns');
+  t.same(params, { market_id: hostile, lo: 10, hi: 30 });
+});
+
+t.test('an ascending full export streams in file order; others sort', async (t) => {
+  t.notMatch(exportSql('SELECT 1', page(), 'snapshots', 'parquet').sql, /ORDER BY/);
+  t.match(exportSql('SELECT 1', page({ order: 'desc' }), 'snapshots', 'parquet').sql, /ORDER BY ts DESC, outcome_index/);
+  t.match(exportSql('SELECT 1', page({ intervalMs: 1000 }), 'timeseries', 'csv', 'price').sql, /GROUP BY floor/);
+});
+
+t.test('cursors: a keyset bound to the scope and every filter', async (t) => {
+  const cursors = new Cursors(Buffer.from('k'.repeat(32)));
+  const filters = { start_time: '2026-07-27', order: 'asc', outcome: undefined };
+  const c = cursors.issue('wp.snapshots:1', filters, [1_785_000_000_000]);
+  t.same(cursors.read(c, 'wp.snapshots:1', { order: 'asc', start_time: '2026-07-27' }), [1_785_000_000_000], 'filter order and undefined filters do not matter');
+  const refused = (f: () => unknown, why: RegExp) => {
+    try {
+      f();
+      t.fail('accepted');
+    } catch (err) {
+      t.ok(err instanceof ApiError && err.code === 'INVALID_CURSOR' && why.test(err.message), (err as Error).message);
+    }
+  };
+  refused(() => cursors.read(c, 'wp.snapshots:2', filters), /another route or market/);
+  refused(() => cursors.read(c, 'wp.snapshots:1', { ...filters, order: 'desc' }), /other filters/);
+  refused(() => cursors.read(`${c.slice(0, 5)}A${c.slice(6)}`, 'wp.snapshots:1', filters), /altered/);
+  refused(() => new Cursors(Buffer.from('another secret')).read(c, 'wp.snapshots:1', filters), /altered/);
+  refused(() => cursors.read('abc', 'wp.snapshots:1', filters), /not issued/);
+  refused(() => cursors.read(`${c}.x`, 'wp.snapshots:1', filters), /not issued/);
+});
