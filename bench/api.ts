@@ -136,7 +136,9 @@ async function latencies(url: string, key: string, paths: string[], seconds: num
 async function measure(dir: string): Promise<{ figures: Figure[]; startup: number; markets: number }> {
   const config = loadConfig({ DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'silent' });
   const started = performance.now();
-  const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'silent' }), undefined, 0);
+  // Request lines are built as in production (their cost is in the figures) but only startup is shown.
+  const log = pino({ level: 'info' }, { write: (line: string) => void (line.includes('"lake loaded"') && process.stderr.write(line)) });
+  const api = await startApi(config, duck, createClock(END, 1), log, undefined, 0);
   const startup = (performance.now() - started) / 1000;
   const { key } = await api.keys.issue('paid', 'bench');
   // The newest day's ended markets, the same set whatever the lake's length.

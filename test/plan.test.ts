@@ -3,6 +3,7 @@
 import t from 'tap';
 import { Cursors } from '../src/api/cursor.js';
 import { ApiError } from '../src/api/errors.js';
+import { numbers } from '../src/api/shape.js';
 import { BOOK_COLUMNS, CAPTURE_LAG_MS, type PageQuery, exportSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from '../src/api/plan.js';
 import { partitionDir } from '../src/lake/layout.js';
 
@@ -90,4 +91,12 @@ t.test('cursors: a keyset bound to the scope and every filter', async (t) => {
   refused(() => new Cursors(Buffer.from('another secret')).read(c, 'wp.snapshots:1', filters), /altered/);
   refused(() => cursors.read('abc', 'wp.snapshots:1', filters), /not issued/);
   refused(() => cursors.read(`${c}.x`, 'wp.snapshots:1', filters), /not issued/);
+});
+
+t.test('numbers: exactly what JSON.stringify writes', async (t) => {
+  const samples = [0, -0, 1, 0.5, 0.49, 0.01, 0.001, 0.0001, 0.00015, 1e-7, 5000, 4999.99, 1234567.89, 0.1 + 0.2, 1 / 3, 2 ** 53, 1e21, -0.5, -12.34, 123456789012.3456, 0.07, 0.99, 100.1];
+  for (let i = 0; i < 20_000; i++) samples.push(Math.round(Math.random() * 10 ** (2 + (i % 8))) / 10 ** (i % 6), Math.random() * 1000);
+  const xs = Float64Array.from(samples);
+  t.equal(numbers(xs), JSON.stringify(Array.from(xs)));
+  t.equal(numbers([]), '[]');
 });

@@ -68,3 +68,29 @@ t.test('a row capture appends is served within a second; a sealed hour does not 
   const after = await latest('wallet-prediction', id, 'after-seal');
   t.equal(after.body.data.timestamp, new Date(ts).toISOString(), 'still the newest after the spool was sealed away');
 });
+
+t.test('a page is whole capture times even when a time holds more rows than outcomes', async (t) => {
+  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  const id = k.split(':')[1];
+  const m = api.lake.market('wallet-prediction', id, END)!;
+  const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const before = await get('limit=3');
+  const times = before.data.map((s: { timestamp: string }) => Date.parse(s.timestamp));
+  // The same books once more at the page's first two times (as an overlapping backfill would).
+  const writer = new Spool(lakePaths(dir).spool);
+  for (const ts of times.slice(0, 2)) writer.append(partitionOf('books', 'wallet-prediction', m.coin, m.window, ts), mem.books.map((b) => ({ ...b, ts, recv_ts: ts })));
+  await writer.close();
+  const after = await get('limit=3');
+  t.same(after.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)), times, 'still the same three times');
+  t.same(after.data.map((s: { books: unknown[] }) => s.books.length), [4, 4, 2], 'with every row of each');
+  t.equal(after.pagination.has_more, true);
+  let cursor = after.pagination.next_cursor;
+  const seen = [...times];
+  while (cursor) {
+    const next = await get(`limit=3&cursor=${encodeURIComponent(cursor)}`);
+    seen.push(...next.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)));
+    cursor = next.pagination.next_cursor;
+  }
+  t.equal(new Set(seen).size, seen.length, 'each time once across the walk');
+  t.same(seen, [...seen].sort((a, b) => a - b), 'in order');
+});

@@ -86,9 +86,9 @@ function binds(q: PageQuery): Record<string, string | number> {
 }
 
 /**
- * Snapshots take two statements: a narrow scan (timestamps only) picks the page's capture
- * times, then the wide ladders are read for exactly those times, bounded by constants so
- * row-group statistics prune everything else. One statement read the lists of every row in range.
+ * With `interval`, snapshots take two statements: a narrow scan (timestamps only) picks the
+ * page's capture times, downsampled in SQL, then the wide ladders are read for exactly those
+ * times, bounded by constants so row-group statistics prune everything else.
  */
 export function snapshotTimesSql(narrow: string, q: PageQuery): { sql: string; params: Record<string, string | number> } {
   const sql = `WITH rows AS (${filtered(narrow, q)}), ${pageOfTimes(q)}
@@ -96,13 +96,31 @@ export function snapshotTimesSql(narrow: string, q: PageQuery): { sql: string; p
   return { sql, params: binds(q) };
 }
 
+/**
+ * A page without `interval` in one statement: the rows of the first `rows` (time, outcome)
+ * pairs after the keyset. A page is `limit` capture times, not rows, so the caller asks for
+ * (limit + 1) x outcomes rows and asks again for more only if some time had more rows than
+ * outcomes. One statement instead of two saved a bind and a scan (about 2 ms).
+ */
+export function snapshotPageSql(wide: string, q: PageQuery, rows: number): { sql: string; params: Record<string, string | number> } {
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
+  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
+      bid_prices, bid_sizes, ask_prices, ask_sizes
+    FROM (${filtered(wide, q, after)}) ORDER BY ts ${q.order.toUpperCase()}, outcome_index LIMIT $rows::BIGINT`;
+  const params: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to, rows };
+  if (q.outcomeIndex !== null) params.outcome_index = q.outcomeIndex;
+  if (q.after !== null) params.after = q.after;
+  return { sql, params };
+}
+
 export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
 
 const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
 
 /**
- * The books at the page's times. Without `interval` the page is every capture time between its
- * first and last, so the bounds alone select it; with `interval` the chosen times are listed.
+ * The books at the page's times. When the page is every capture time between its first and
+ * last, the bounds alone select it; with `interval` the chosen times are listed.
  * No ORDER BY: sorting rows that carry four lists cost as much as reading them, so shape.ts
  * orders the (at most a few hundred) rows by (ts, outcome_index) itself.
  */

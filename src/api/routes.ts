@@ -14,7 +14,7 @@ import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
-import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from './plan.js';
+import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotPageSql, snapshotTimesSql, timeseriesSql } from './plan.js';
 import { bookJson, iso, marketJson, rowBook, snapshotsJson } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
@@ -214,17 +214,27 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const plan = planPartitions('books', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
     const files = await lake.files(plan.partitions);
-    const narrow = relation('books', files, TIME_COLUMNS);
+    const wide = relation('books', files, BOOK_COLUMNS);
     const bounded = { ...pq, from: plan.from, to: plan.to };
-    const times = narrow ? (await lake.duck.rows(...sql(snapshotTimesSql(narrow, bounded)))).map((r) => Number(r.ts)) : [];
     const limit = pq.limit - 1;
-    const shownTimes = times.slice(0, limit);
-    const chunks = shownTimes.length ? await lake.duck.chunks(...sql(snapshotBooksSql(relation('books', files, BOOK_COLUMNS)!, bounded, shownTimes))) : [];
-    const rendered = snapshotsJson(chunks, ladders, pq.order);
+    let rendered = snapshotsJson([], ladders, pq.order, limit);
+    if (wide && pq.intervalMs === null) {
+      // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
+      for (let rows = pq.limit * (pq.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
+        const chunks = await lake.duck.chunks(...sql(snapshotPageSql(wide, bounded, rows)));
+        rendered = snapshotsJson(chunks, ladders, pq.order, limit);
+        if (chunks.reduce((n, c) => n + c.rowCount, 0) < rows || rendered.times > limit) break;
+      }
+    } else if (wide) {
+      const times = (await lake.duck.rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
+      const shown = times.slice(0, limit);
+      const chunks = shown.length ? await lake.duck.chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
+      rendered = { ...snapshotsJson(chunks, ladders, pq.order, limit), times: times.length };
+    }
     ctx.stats.rows = rendered.books;
     return {
       data: new RawJson(rendered.json),
-      pagination: page(limit, times.length, () => [shownTimes[shownTimes.length - 1]], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      pagination: page(limit, rendered.times, () => [rendered.last!], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
       meta: { coverage: coverageMeta('books', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) },
     };
   };

@@ -52,13 +52,24 @@ export function rowBook(r: JsonRow): BookLike {
   };
 }
 
+export interface RenderedSnapshots {
+  json: string;
+  /** Books rendered. */
+  books: number;
+  /** Distinct capture times among all rows given, rendered or not. */
+  times: number;
+  /** The last rendered capture time: the next page's keyset. */
+  last: number | null;
+}
+
 /**
- * Snapshots as JSON text, read straight from the result's vectors: list columns are walked in
- * their flat Float64Array storage, so no per-value objects are made (that conversion cost as much
- * as the query). Rows come unordered (snapshotBooksSql) and are put in page order here: by time
- * in `order`, outcomes ascending within a time. Columns as snapshotBooksSql selects them.
+ * The first `maxTimes` capture times of `chunks` as JSON text, read straight from the result's
+ * vectors: list columns are walked in their flat Float64Array storage, so no per-value objects
+ * are made (that conversion cost as much as the query). Rows are put in page order here (time in
+ * `order`, outcomes ascending), so a statement need not sort rows that carry four lists.
+ * Columns as snapshotBooksSql selects them.
  */
-export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order: 'asc' | 'desc'): { json: string; books: number } {
+export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order: 'asc' | 'desc', maxTimes: number): RenderedSnapshots {
   const rows: { chunk: number; row: number; ts: number; outcome: number }[] = [];
   const columns = chunks.map((chunk) => ({
     scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)),
@@ -72,20 +83,28 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   rows.sort((a, b) => (a.ts - b.ts) * direction || a.outcome - b.outcome);
   const parts: string[] = [];
   let open: number | null = null;
+  let last: number | null = null;
+  let times = 0;
+  let books = 0;
   for (const { chunk, row, ts: t, outcome: index } of rows) {
-    const [, , outcome, token, exchange] = columns[chunk].scalars;
     if (t !== open) {
-      if (open !== null) parts.push(']},');
-      parts.push(`{"timestamp":"${new Date(t).toISOString()}","books":[`);
+      times++;
+      if (open !== null && times <= maxTimes + 1) parts.push(']}');
       open = t;
+      if (times > maxTimes) continue;
+      parts.push(`${times > 1 ? ',' : ''}{"timestamp":"${new Date(t).toISOString()}","books":[`);
+      last = t;
+    } else if (times > maxTimes) {
+      continue;
     } else {
       parts.push(',');
     }
+    const [, , outcome, token, exchange] = columns[chunk].scalars;
     const ex = exchange.getItem(row) as number | null;
     parts.push(`{"outcome_index":${index},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`);
     const levels = columns[chunk].lists.map((l) => readDoubles(l, row));
     if (ladders) {
-      parts.push(`,"bid_prices":[${levels[0].join(',')}],"bid_sizes":[${levels[1].join(',')}],"ask_prices":[${levels[2].join(',')}],"ask_sizes":[${levels[3].join(',')}]}`);
+      parts.push(`,"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`);
     } else {
       const depth = (xs: ArrayLike<number>) => {
         let sum = 0;
@@ -94,9 +113,36 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
       };
       parts.push(`,"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`);
     }
+    books++;
   }
-  if (open !== null) parts.push(']}');
-  return { json: `[${parts.join('')}]`, books: rows.length };
+  if (open !== null && times <= maxTimes) parts.push(']}');
+  return { json: `[${parts.join('')}]`, books, times, last };
+}
+
+/**
+ * A JSON array of doubles, exactly as JSON.stringify writes it. Prices and sizes are decimals
+ * with a few places; those are written from their scaled integer, about twice as fast as the
+ * general conversion, which the rest (and anything not exactly such a decimal) still takes.
+ */
+export function numbers(xs: ArrayLike<number>): string {
+  let out = '[';
+  for (let i = 0; i < xs.length; i++) {
+    if (i) out += ',';
+    out += decimal(xs[i]);
+  }
+  return out + ']';
+}
+
+const SCALE = 10_000;
+/** ".0001" to ".9999" without trailing zeros, and "" for none: the fraction part of the short form. */
+const FRACTIONS = Array.from({ length: SCALE }, (_, f) => (f === 0 ? '' : `.${String(f).padStart(4, '0').replace(/0+$/, '')}`));
+
+function decimal(x: number): string {
+  const scaled = Math.round(x * SCALE);
+  // Only when x is exactly the double nearest scaled / 10^4 is the short form its shortest form.
+  if (scaled / SCALE !== x || scaled < 0 || scaled > 1e15) return JSON.stringify(x);
+  const whole = Math.floor(scaled / SCALE);
+  return `${whole}${FRACTIONS[scaled - whole * SCALE]}`;
 }
 
 /**
