@@ -150,6 +150,18 @@ t.test('cursor walks return exactly the lake’s records, once each, in order', 
   const metrics = await duck.rows(`SELECT epoch_ms(ts)::DOUBLE AS ts FROM ${lakeTable(dir, 'metrics')} WHERE market_id = '${m15.market_id}' AND outcome_index = 1 AND chance IS NOT NULL ORDER BY ts`);
   const series = await walk(`/v3/wallet-prediction/${m15.market_id}/timeseries?metric=chance&outcome=1&limit=9`);
   t.same(series.stamps, metrics.map((r) => new Date(Number(r.ts)).toISOString()));
+  // Downsampled and descending: each minute's newest sample, values included.
+  const minutes = await duck.rows(`SELECT max(epoch_ms(ts))::DOUBLE AS ts, arg_max(price, ts) AS v FROM ${lakeTable(dir, 'metrics')}
+    WHERE market_id = '${m15.market_id}' AND outcome_index = 0 AND price IS NOT NULL GROUP BY floor(epoch_ms(ts) / 60000) ORDER BY ts DESC`);
+  const samples: [string, number][] = [];
+  for (let url: string | null = `/v3/wallet-prediction/${m15.market_id}/timeseries?metric=price&interval=1m&order=desc&limit=2`; url;) {
+    const r = await get(url);
+    samples.push(...r.body.data.map((x: { timestamp: string; value: number }) => [x.timestamp, x.value] as [string, number]));
+    url = r.body.pagination.next_cursor ? `/v3/wallet-prediction/${m15.market_id}/timeseries?metric=price&interval=1m&order=desc&limit=2&cursor=${encodeURIComponent(r.body.pagination.next_cursor)}` : null;
+  }
+  t.same(samples, minutes.map((r) => [new Date(Number(r.ts)).toISOString(), Number(r.v)]), 'interval, descending: every minute once, newest sample');
+  const minutesDesc = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=3&interval=1m&order=desc`);
+  t.same(minutesDesc.stamps, bucketed.map((r) => new Date(Number(r.ts)).toISOString()).reverse(), 'snapshots by minute, descending');
   // Markets across midnight: both dates, paged.
   const all = api.lake.all(END).filter((m) => m.venue === 'wallet-prediction');
   const listed = await walk(`/v3/wallet-prediction/markets?limit=11&order=asc&start_time=${START}&end_time=${END}`);

@@ -45,7 +45,8 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
   const cases = {
     times: snapshotTimesSql('SELECT 1', page({ after: 1, outcomeIndex: 1, intervalMs: 60_000 })),
     books: snapshotBooksSql('SELECT 1', page({ outcomeIndex: 0, intervalMs: 5_000 }), [3, 1, 2]),
-    series: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5 }), 'chance'),
+    series: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5 }), 'chance', 101),
+    downsampled: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5, intervalMs: 60_000 }), 'price', 101),
     export: exportSql('SELECT 1', page(), 'snapshots', 'csv'),
   };
   for (const [name, { sql, params }] of Object.entries(cases)) {
@@ -56,7 +57,8 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
   }
   t.match(cases.times.sql, /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)/, 'interval downsampling happens in SQL');
   t.match(cases.times.params, { after: 1, outcome_index: 1, interval: 60_000, limit: 101 });
-  t.match(cases.series.sql, /ts < epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts DESC LIMIT \$limit/, 'a descending keyset');
+  t.match(cases.series.sql, /ts < epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts DESC LIMIT \$rows/, 'a descending keyset');
+  t.match(cases.downsampled.sql, /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)\) WHERE true AND ts < epoch_ms\(\$after::BIGINT\)/, 'the keyset applies to buckets, after downsampling');
   t.same([cases.books.params.lo, cases.books.params.hi, cases.books.params.times], [1, 3, '3,1,2'], 'the page\'s bounds and, with interval, its chosen times');
 });
 

@@ -138,12 +138,23 @@ export function snapshotBooksSql(wide: string, q: PageQuery, times: number[]): {
 
 export const METRIC_COLUMNS = { chance: 'chance', price: 'price', last_trade: 'last_trade' } as const;
 
-/** A page of one metric of one outcome; samples without a value are not samples. */
-export function timeseriesSql(source: string, q: PageQuery, metric: keyof typeof METRIC_COLUMNS): { sql: string; params: Record<string, string | number> } {
-  const column = METRIC_COLUMNS[metric];
-  const sql = `WITH rows AS (${filtered(source, q, ` AND "${column}" IS NOT NULL`)}), ${pageOfTimes(q)}
-    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r."${column}" AS value FROM rows r JOIN page USING (ts) ORDER BY r.ts ${q.order.toUpperCase()}`;
-  return { sql, params: binds(q) };
+/**
+ * A page of one metric of one outcome, in one scan; samples without a value are not samples.
+ * With `interval`, each bucket's newest sample (downsampled in SQL, the keyset applied to the
+ * buckets). Without it, the first `rows` samples after the keyset: the caller asks again for
+ * more only when a capture time repeats (the page must hold every sample of its last time).
+ */
+export function timeseriesSql(source: string, q: PageQuery, metric: keyof typeof METRIC_COLUMNS, rows: number): { sql: string; params: Record<string, string | number> } {
+  const column = `"${METRIC_COLUMNS[metric]}"`;
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
+  const samples = q.intervalMs === null
+    ? `SELECT ts, ${column} AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL${after}`)})`
+    : `SELECT * FROM (SELECT max(ts) AS ts, arg_max(${column}, ts) AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL`)})
+        GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)) WHERE true${after}`;
+  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, value FROM (${samples}) ORDER BY ts ${q.order.toUpperCase()} LIMIT $rows::BIGINT`;
+  const { limit: _, ...params } = binds(q);
+  return { sql, params: { ...params, rows } };
 }
 
 export function latestSql(source: string): string {

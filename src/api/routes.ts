@@ -5,6 +5,7 @@ import { coverageStart } from '../coverage.js';
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { promisify } from 'node:util';
+import type { DuckDBDataChunk } from '@duckdb/node-api';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
@@ -249,14 +250,22 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const plan = planPartitions('metrics', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
     const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
-    const rows = source ? await lake.duck.rows(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric))) : [];
-    ctx.stats.rows = rows.length;
     const limit = pq.limit - 1;
-    const shown = rows.slice(0, limit).map((r) => ({ timestamp: iso(Number(r.ts))!, value: Number(r.value) }));
+    let samples: { ts: number; value: number }[] = [];
+    let times = 0;
+    for (let rows = pq.limit; source; rows *= 2) {
+      samples = await lake.duck.chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows))).then(readSamples);
+      times = distinctTimes(samples);
+      if (samples.length < rows || times > limit) break;
+    }
+    let shownTimes = 0;
+    const shown = samples.filter((s, i) => (i === 0 || s.ts !== samples[i - 1].ts ? ++shownTimes : shownTimes) <= limit)
+      .map((s) => ({ timestamp: iso(s.ts)!, value: s.value }));
+    ctx.stats.rows = shown.length;
     const label = m.outcomes.find((o) => o.index === outcome)?.label ?? null;
     return {
       data: shown,
-      pagination: page(limit, rows.length, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      pagination: page(limit, times, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
       meta: { metric, outcome: { index: outcome, label }, coverage: coverageMeta('metrics', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'metrics', pq.from, pq.to) },
     };
   };
@@ -438,6 +447,22 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     },
   );
   return routes;
+}
+
+function readSamples(chunks: DuckDBDataChunk[]): { ts: number; value: number }[] {
+  const out: { ts: number; value: number }[] = [];
+  for (const chunk of chunks) {
+    const [ts, value] = [chunk.getColumnVector(0), chunk.getColumnVector(1)];
+    for (let row = 0; row < chunk.rowCount; row++) out.push({ ts: ts.getItem(row) as number, value: value.getItem(row) as number });
+  }
+  return out;
+}
+
+/** Samples come ordered by time, so equal times are adjacent. */
+function distinctTimes(samples: { ts: number }[]): number {
+  let n = 0;
+  for (let i = 0; i < samples.length; i++) if (i === 0 || samples[i].ts !== samples[i - 1].ts) n++;
+  return n;
 }
 
 function sql(s: { sql: string; params: Record<string, string | number> }): [string, Record<string, string | number>] {
