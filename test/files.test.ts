@@ -298,9 +298,44 @@ t.test('a gap still in the spool (open hour) is reported before it is sealed', a
   const part = path.join(dir, 'spool', 'live-seg', partitionDir(p), '000001.ndjson');
   await fs.mkdir(path.dirname(part), { recursive: true });
   await fs.writeFile(part, `${JSON.stringify({ market_id: 'm-open', dataset: 'books', from_ts: END + 1000, to_ts: END + 5000, reason: 'timeout', detail: null, failures: 3 })}\n`);
-  await api.lake.indexRecent(END);
+  await api.lake.update();
   const r = await get('/v3/wallet-prediction/coverage');
   t.ok(r.json.data.gaps.some((g: any) => g.market_id === 'm-open' && g.reason === 'timeout'));
   await fs.rm(path.join(dir, 'spool', 'live-seg'), { recursive: true });
-  await api.lake.indexRecent(END);
+  await api.lake.update();
+});
+
+t.test('a file committed beside the API (late seal, then compaction) is listed within seconds', async (t) => {
+  const { lakePaths, parsePartitionDir } = await import('../src/lake/layout.js');
+  const { commitFiles, parquetSource, writeParquet } = await import('../src/lake/writer.js');
+  const { compact } = await import('../src/lake/compact.js');
+  const paths = lakePaths(dir);
+  const listed = async () => (await listAll('/v3/wallet-prediction/files?dataset=metrics&coin=btc&window=15m&limit=100'));
+  const before = await listed();
+  const victim = before[0];
+  const rel = victim.url.split('/files/')[1] as string;
+  const partition = parsePartitionDir(path.posix.dirname(rel))!;
+  const inPartition = (files: any[]) => files.filter((f) => f.url.includes(path.posix.dirname(rel) + '/'));
+  const until = async (check: (files: any[]) => boolean) => {
+    for (let i = 0; i < 40; i++) {
+      const files = await listed();
+      if (check(files)) return files;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return listed();
+  };
+  // Another process writes a second file into an hour the API indexed at start.
+  const late = await writeParquet(duck, paths.lake, partition, 'part-late.parquet', parquetSource([path.join(paths.lake, rel)]), ['late-test']);
+  await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [late], []);
+  const two = await until((files) => inPartition(files).length === 2);
+  t.equal(inPartition(two).length, 2, 'the late file is listed');
+  t.ok(inPartition(two).some((f) => f.url.endsWith('/part-late.parquet') && f.sha256 === late.sha256));
+  await compact(duck, paths, END + 3_600_000);
+  const one = await until((files) => inPartition(files).length === 1);
+  t.equal(inPartition(one).length, 1, 'compaction replaced both with one file');
+  t.match(inPartition(one)[0].url, /\/compact-[0-9a-f]+\.parquet$/);
+  t.equal(inPartition(one)[0].rows, victim.rows * 2);
+  const download = await get(`/v3/wallet-prediction/files/${inPartition(one)[0].url.split('/files/')[1]}`);
+  t.equal(download.status, 200);
+  t.equal(createHash('sha256').update(download.buf).digest('hex'), inPartition(one)[0].sha256);
 });

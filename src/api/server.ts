@@ -22,6 +22,22 @@ import { buildRoutes } from './routes.js';
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
 
+/** New seals, compactions and market versions reach the index and catalogue within this. */
+const UPDATE_MS = 2000;
+const REINDEX_MS = 3_600_000;
+
+/** Runs `task` every `ms`, never two at once. */
+function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) => void): NodeJS.Timeout {
+  let running = false;
+  return setInterval(() => {
+    if (running) return;
+    running = true;
+    task().catch(failed).finally(() => {
+      running = false;
+    });
+  }, ms);
+}
+
 export interface Api {
   url: string;
   lake: LakeReader;
@@ -65,33 +81,21 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const latest = shared ?? new Map<string, LatestBook>();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
   await tail?.poll();
-  let tailing = false;
-  const follow = tail && setInterval(async () => {
-    if (tailing) return;
-    tailing = true;
-    await tail.poll().catch((err) => log.warn({ err }, 'spool tail failed')).finally(() => { tailing = false; });
-  }, TAIL_MS);
   let reindexed = Date.now();
-  let refreshing = false;
-  const timer = setInterval(async () => {
-    if (refreshing) return;
-    refreshing = true;
-    try {
-      await lake.refresh(clock.now());
-      // Recent hours every few seconds; the whole index now and then, for compaction and backfill.
-      if (Date.now() - reindexed > 10 * 60_000) {
-        await lake.indexAll();
-        await lake.writeCheckpoint();
+  const timers = [
+    tail && every(TAIL_MS, () => tail.poll(), (err) => log.warn({ err }, 'spool tail failed')),
+    every(UPDATE_MS, async () => {
+      // The full walk is a safety net behind the commit log (a line lost in a crash).
+      if (Date.now() - reindexed > REINDEX_MS) {
         reindexed = Date.now();
+        await lake.indexAll();
+        await lake.update();
+        await lake.writeCheckpoint();
       } else {
-        await lake.indexRecent(clock.now());
+        await lake.update();
       }
-    } catch (err) {
-      log.warn({ err }, 'catalogue refresh failed');
-    } finally {
-      refreshing = false;
-    }
-  }, 5000);
+    }, (err) => log.warn({ err }, 'lake update failed')),
+  ];
   const keys = KeyStore.at(config.dataDir);
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   let document: unknown = null;
@@ -113,8 +117,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     url: `http://${config.host}:${address.port}`,
     lake, keys, server,
     async stop() {
-      clearInterval(timer);
-      if (follow) clearInterval(follow);
+      for (const timer of timers) if (timer) clearInterval(timer);
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -1,6 +1,7 @@
 // One manifest per partition, beside the lake: which sealed files the partition holds, with
 // their row counts and sha256. Swapped atomically, so a reader planning from it sees the
 // partition before or after a seal or compaction, never between.
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import { readJson, writeFileAtomic } from './fsutil.js';
 import { type Partition, partitionDir } from './layout.js';
@@ -30,6 +31,14 @@ export async function readManifest(manifestDir: string, p: Partition): Promise<P
   return (await readJson<PartitionManifest>(manifestFile(manifestDir, p))) ?? { partition: partitionDir(p), files: [] };
 }
 
+/**
+ * Every manifest swap is announced by a line appended here after it, so a reader re-reads
+ * exactly the partitions that changed instead of polling thousands of manifests. A line lost
+ * to a crash right after a swap is caught by the reader's occasional full walk.
+ */
+export const COMMIT_LOG = '_commits.ndjson';
+
 export async function writeManifest(manifestDir: string, p: Partition, m: PartitionManifest): Promise<void> {
   await writeFileAtomic(manifestFile(manifestDir, p), JSON.stringify(m, null, 1));
+  await fs.appendFile(path.join(manifestDir, COMMIT_LOG), `${JSON.stringify({ partition: partitionDir(p), at: Date.now() })}\n`);
 }

@@ -4,11 +4,10 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue, Window } from '../config.js';
 import { type Market, type MarketStatus } from '../records.js';
-import { HOUR, floorTo } from '../time.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import { listFiles, writeFileAtomic } from './fsutil.js';
-import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir, partitionOf } from './layout.js';
-import { type ManifestFile, readManifest } from './manifest.js';
+import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir } from './layout.js';
+import { COMMIT_LOG, type ManifestFile, readManifest } from './manifest.js';
 import { listSpool } from './spool.js';
 import { spoolSource } from './writer.js';
 
@@ -54,6 +53,8 @@ export class LakeReader {
   private gapRows: GapRecord[] = [];
   private gapSignature = '';
   private readonly ingested = new Map<string, string>();
+  /** Bytes of the commit log already applied. */
+  private commitOffset = 0;
 
   constructor(readonly duck: Duck, readonly paths: LakePaths, private readonly series: { venue: Venue; coin: string; window: Window }[]) {}
 
@@ -79,8 +80,10 @@ export class LakeReader {
 
   // --- the sealed-file index and recorded gaps -----------------------------------------
 
-  /** Walks every manifest: at start, and now and then (compaction and backfill rewrite old hours). */
+  /** Walks every manifest: at start, and as a rare safety net behind the commit log. */
   async indexAll(): Promise<void> {
+    // Lines appended from here on are followed later; re-reading a partition twice is harmless.
+    this.commitOffset = await fs.stat(this.commitLog).then((s) => s.size, () => 0);
     const index = new Map<string, IndexedFile[]>();
     const partitions = (await listFiles(this.paths.manifest, '.json'))
       .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
@@ -98,19 +101,40 @@ export class LakeReader {
     await this.loadGaps();
   }
 
-  /** Re-reads the manifests of recent hours, where sealing happens. */
-  async indexRecent(now: number, lookbackMs = 6 * HOUR): Promise<void> {
-    for (const s of this.series) {
-      for (const dataset of ['markets', 'books', 'metrics', 'gaps'] as const) {
-        for (let h = floorTo(now - lookbackMs, HOUR); h <= now + 2 * HOUR; h += HOUR) {
-          const p = partitionOf(dataset, s.venue, s.coin, s.window, h);
-          const files = await this.indexed(p);
-          if (files.length || this.index.has(partitionDir(p))) this.index.set(partitionDir(p), files);
+  private get commitLog(): string {
+    return path.join(this.paths.manifest, COMMIT_LOG);
+  }
+
+  /**
+   * Brings the index and catalogue up to date: the partitions the commit log names since the
+   * last call are re-read (seal, compaction and backfill all commit through it), market versions
+   * still in the spool are read when their parts grew, and gaps when theirs changed.
+   */
+  async update(): Promise<Partition[]> {
+    const changed = new Map<string, Partition>();
+    const handle = await fs.open(this.commitLog, 'r').catch(() => null);
+    if (handle) {
+      try {
+        const size = (await handle.stat()).size;
+        if (size > this.commitOffset) {
+          const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - this.commitOffset), 0, size - this.commitOffset, this.commitOffset);
+          const end = buffer.subarray(0, bytesRead).lastIndexOf(0x0a) + 1;
+          for (const line of buffer.subarray(0, end).toString('utf8').split('\n')) {
+            const p = line ? parsePartitionDir(String((JSON.parse(line) as { partition: string }).partition)) : null;
+            if (p) changed.set(partitionDir(p), p);
+          }
+          this.commitOffset += end;
         }
+      } finally {
+        await handle.close();
       }
     }
-    this.indexSorted = null;
+    for (const [dir, p] of changed) this.index.set(dir, await this.indexed(p));
+    if (changed.size) this.indexSorted = null;
+    const spooled = (await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
+    await this.ingest([...[...changed.values()].filter((p) => p.dataset === 'markets'), ...spooled]);
     await this.loadGaps();
+    return [...changed.values()];
   }
 
   private async indexed(p: Partition): Promise<IndexedFile[]> {
@@ -219,15 +243,6 @@ export class LakeReader {
     const files = this.sealedFiles().filter((f) => f.partition.dataset === 'markets').map((f) => `${f.path}@${f.sha256}`);
     const lines = [JSON.stringify({ files }), ...[...this.markets.values()].map((m) => JSON.stringify(m))];
     await writeFileAtomic(this.checkpointFile, `${lines.join('\n')}\n`);
-  }
-
-  /** Re-reads the market partitions of the last hours, where new versions still arrive. */
-  async refresh(now: number, lookbackMs = 6 * HOUR): Promise<void> {
-    const partitions: Partition[] = [];
-    for (const s of this.series) {
-      for (let h = floorTo(now - lookbackMs, HOUR); h <= now + 2 * HOUR; h += HOUR) partitions.push(partitionOf('markets', s.venue, s.coin, s.window, h));
-    }
-    await this.ingest(partitions);
   }
 
   private async ingest(partitions: Partition[]): Promise<void> {
