@@ -276,8 +276,9 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const key = `${venue}:${m.market_id}`;
     let latest = deps.latest.get(key);
     if (!latest) {
-      // Not seen by this process's capture: read the market's newest hour once; an ended
-      // market's last book never changes, so it is kept in memory from then on.
+      // Not seen by capture or the spool tail since this process started (it ended before):
+      // read its newest hour once and keep it. Newer rows, if any ever come, arrive through
+      // capture or the tail and replace it; an older result never replaces a newer one.
       const plan = planPartitions('books', m, null, null);
       ctx.stats.partitions = plan.partitions.length;
       for (const p of [...plan.partitions].reverse()) {
@@ -285,7 +286,9 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
         if (!rows.length) continue;
         latest = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
-        if (m.end_time + 120_000 < ctx.now) deps.latest.set(key, latest);
+        const meanwhile = deps.latest.get(key);
+        if (meanwhile && meanwhile.ts >= latest.ts) latest = meanwhile;
+        else deps.latest.set(key, latest);
         break;
       }
     }
