@@ -307,6 +307,8 @@ t.test('a process without capture reads the latest book from the lake: the same 
   // This process started from the catalogue checkpoint the first one wrote: the same catalogue.
   await fs.access(path.join(dir, 'state/catalogue.ndjson'));
   t.same(cold.lake.all(END), api.lake.all(END), 'the checkpointed catalogue equals the one read from the lake');
+  t.same(cold.lake.sealedFiles(), api.lake.sealedFiles(), 'the checkpointed index equals the walked one');
+  t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' });
   const res = await fetch(`${cold.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': 'cold-1' } });
   const fromLake = await res.json();
   const fromMemory = (await get(`/v3/wallet-prediction/${m15.market_id}/orderbook/latest`)).body;

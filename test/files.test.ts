@@ -339,3 +339,21 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
   t.equal(download.status, 200);
   t.equal(createHash('sha256').update(download.buf).digest('hex'), inPartition(one)[0].sha256);
 });
+
+t.test('a restart restores the index from its checkpoint plus the commits since: the same listing', async (t) => {
+  const lines: any[] = [];
+  const { default: pino } = await import('pino');
+  const again = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), undefined, 0);
+  t.teardown(() => again.stop());
+  t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' }, 'no manifest walk');
+  await api.lake.update();
+  t.same(again.lake.sealedFiles(), api.lake.sealedFiles(), 'the late file and the compaction since the checkpoint are in it');
+  // A commit log that is not the one the checkpoint was taken against: walk instead.
+  const log = path.join(dir, 'manifest', '_commits.ndjson');
+  await fs.writeFile(log, '');
+  const walked: any[] = [];
+  const third = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => walked.push(JSON.parse(l)) }), undefined, 0);
+  t.teardown(() => third.stop());
+  t.match(walked.find((l) => l.msg === 'lake loaded'), { index: 'walk' });
+  t.same(third.lake.sealedFiles(), api.lake.sealedFiles());
+});

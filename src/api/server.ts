@@ -73,11 +73,11 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   // Exports are written, streamed and deleted; a crash can leave some behind.
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
   const began = performance.now();
-  await lake.indexAll();
+  const index = await lake.openIndex();
   const indexed = performance.now();
   await lake.loadAll();
   const ms = (a: number, b: number) => Math.round(b - a);
-  log.info({ files: lake.sealedFiles().length, markets: lake.size, index_ms: ms(began, indexed), catalogue_ms: ms(indexed, performance.now()) }, 'lake loaded');
+  log.info({ files: lake.sealedFiles().length, markets: lake.size, index, index_ms: ms(began, indexed), catalogue_ms: ms(indexed, performance.now()) }, 'lake loaded');
   const latest = shared ?? new Map<string, LatestBook>();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
   await tail?.poll();

@@ -80,7 +80,55 @@ export class LakeReader {
 
   // --- the sealed-file index and recorded gaps -----------------------------------------
 
-  /** Walks every manifest: at start, and as a rare safety net behind the commit log. */
+  /**
+   * The index at start: its checkpoint plus the commit log since, so a restart of a long lake
+   * reads one file instead of every manifest (38,880 of them at 90 days: 10-13 s). Without a
+   * usable checkpoint, every manifest is walked and a checkpoint written.
+   */
+  async openIndex(): Promise<'checkpoint' | 'walk'> {
+    if (await this.readIndexCheckpoint()) {
+      await this.followCommits();
+      await this.loadGaps();
+      return 'checkpoint';
+    }
+    await this.indexAll();
+    await this.writeIndexCheckpoint();
+    return 'walk';
+  }
+
+  private get indexCheckpointFile(): string {
+    return path.join(this.paths.state, 'index.ndjson');
+  }
+
+  private async readIndexCheckpoint(): Promise<boolean> {
+    try {
+      const lines = (await fs.readFile(this.indexCheckpointFile, 'utf8')).split('\n');
+      const { commit_offset: offset } = JSON.parse(lines[0]) as { commit_offset: number };
+      // A commit log shorter than the checkpoint's offset is not the log it was taken against.
+      if ((await fs.stat(this.commitLog).then((st) => st.size, () => 0)) < offset) return false;
+      const index = new Map<string, IndexedFile[]>();
+      for (let i = 1; i < lines.length; i++) {
+        if (!lines[i]) continue;
+        const [dir, files] = JSON.parse(lines[i]) as [string, ManifestFile[]];
+        const p = parsePartitionDir(dir);
+        if (p) index.set(dir, files.map((f) => ({ ...f, partition: p, path: `${dir}/${f.name}` })));
+      }
+      this.index = index;
+      this.indexSorted = null;
+      this.commitOffset = offset;
+      return true;
+    } catch {
+      return false; // none yet, or damaged: a walk rebuilds it
+    }
+  }
+
+  private async writeIndexCheckpoint(): Promise<void> {
+    const lines = [JSON.stringify({ commit_offset: this.commitOffset })];
+    for (const [dir, files] of this.index) lines.push(JSON.stringify([dir, files.map(({ partition: _p, path: _path, ...f }) => f)]));
+    await writeFileAtomic(this.indexCheckpointFile, `${lines.join('\n')}\n`);
+  }
+
+  /** Walks every manifest: without a checkpoint, and hourly as a safety net behind the commit log. */
   async indexAll(): Promise<void> {
     // Lines appended from here on are followed later; re-reading a partition twice is harmless.
     this.commitOffset = await fs.stat(this.commitLog).then((s) => s.size, () => 0);
@@ -111,6 +159,15 @@ export class LakeReader {
    * still in the spool are read when their parts grew, and gaps when theirs changed.
    */
   async update(): Promise<Partition[]> {
+    const changed = await this.followCommits();
+    const spooled = (await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
+    await this.ingest([...changed.filter((p) => p.dataset === 'markets'), ...spooled]);
+    await this.loadGaps();
+    return changed;
+  }
+
+  /** Re-reads the manifests the commit log names since the last call. */
+  private async followCommits(): Promise<Partition[]> {
     const changed = new Map<string, Partition>();
     const handle = await fs.open(this.commitLog, 'r').catch(() => null);
     if (handle) {
@@ -131,9 +188,6 @@ export class LakeReader {
     }
     for (const [dir, p] of changed) this.index.set(dir, await this.indexed(p));
     if (changed.size) this.indexSorted = null;
-    const spooled = (await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
-    await this.ingest([...[...changed.values()].filter((p) => p.dataset === 'markets'), ...spooled]);
-    await this.loadGaps();
     return [...changed.values()];
   }
 
@@ -238,8 +292,12 @@ export class LakeReader {
     }
   }
 
-  /** The catalogue as of the sealed market files; the spool's versions are read again at start. */
+  /**
+   * Checkpoints of the index and the catalogue. The catalogue's is as of the sealed market files;
+   * the spool's versions are read again at start.
+   */
   async writeCheckpoint(): Promise<void> {
+    await this.writeIndexCheckpoint();
     const files = this.sealedFiles().filter((f) => f.partition.dataset === 'markets').map((f) => `${f.path}@${f.sha256}`);
     const lines = [JSON.stringify({ files }), ...[...this.markets.values()].map((m) => JSON.stringify(m))];
     await writeFileAtomic(this.checkpointFile, `${lines.join('\n')}\n`);
