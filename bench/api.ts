@@ -6,6 +6,8 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import pino from 'pino';
 import { writeSection } from './report.js';
@@ -22,6 +24,7 @@ import { DAY, HOUR, WINDOW_MS } from '../src/time.js';
 const END = Date.parse('2026-10-01T00:00:00Z');
 const SERIES = ['btc', 'eth', 'bnb'].flatMap((coin) => (['5m', '15m'] as Window[]).map((window) => ({ coin, window })));
 const DAYS = (process.env.BENCH_DAYS ?? '1,90').split(',').map(Number);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const sim = new Sim(1, { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc'] });
 // BENCH_ROOT keeps the lakes between runs (a 90-day build takes 20-25 minutes); a lake is reused once complete.
 const root = process.env.BENCH_ROOT ?? await fs.mkdtemp(path.join(os.tmpdir(), 'bench-api-'));
@@ -106,32 +109,41 @@ interface Figure {
 
 async function load(url: string, key: string, paths: string[], connections: number): Promise<autocannon.Result> {
   return autocannon({
-    url, connections, duration: Number(process.env.BENCH_SECONDS ?? 8),
+    url, connections, duration: SECONDS,
     headers: { authorization: `Bearer ${key}` },
     requests: paths.map((p) => ({ method: 'GET', path: p })),
   });
 }
 
-/** Sequential requests on one keep-alive connection, timed to the microsecond (autocannon reports whole ms). */
-async function latencies(url: string, key: string, paths: string[], seconds: number): Promise<{ p50: number; p99: number }> {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const times: number[] = [];
+/**
+ * Sequential requests on one keep-alive connection per server, taking turns between the servers
+ * (one per lake), timed to the microsecond: the noise of a shared 2-core machine falls on every
+ * lake alike, so their ratio is the lakes' and not the minute's.
+ */
+async function interleaved(servers: Served[], route: string, seconds: number): Promise<{ p50: number; p99: number }[]> {
+  const agents = servers.map(() => new http.Agent({ keepAlive: true, maxSockets: 1 }));
+  const times: number[][] = servers.map(() => []);
   const until = performance.now() + seconds * 1000;
   for (let i = 0; performance.now() < until; i++) {
-    const started = performance.now();
-    await new Promise<void>((resolve, reject) => {
-      http.get(`${url}${paths[i % paths.length]}`, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
-        if (res.statusCode !== 200) reject(new Error(`${paths[i % paths.length]}: HTTP ${res.statusCode}`));
-        res.resume();
-        res.on('end', resolve);
-      }).on('error', reject);
-    });
-    times.push(performance.now() - started);
+    for (const [s, server] of servers.entries()) {
+      const target = server.routes[route][i % server.routes[route].length];
+      const started = performance.now();
+      await new Promise<void>((resolve, reject) => {
+        http.get(`${server.url}${target}`, { agent: agents[s], headers: { authorization: `Bearer ${server.key}` } }, (res) => {
+          if (res.statusCode !== 200) reject(new Error(`${target}: HTTP ${res.statusCode}`));
+          res.resume();
+          res.on('end', resolve);
+        }).on('error', reject);
+      });
+      times[s].push(performance.now() - started);
+    }
   }
-  agent.destroy();
-  times.sort((a, b) => a - b);
-  const at = (q: number) => Math.round(times[Math.min(times.length - 1, Math.floor(q * times.length))] * 100) / 100;
-  return { p50: at(0.5), p99: at(0.99) };
+  for (const agent of agents) agent.destroy();
+  return times.map((t) => {
+    t.sort((a, b) => a - b);
+    const at = (q: number) => Math.round(t[Math.min(t.length - 1, Math.floor(q * t.length))] * 100) / 100;
+    return { p50: at(0.5), p99: at(0.99) };
+  });
 }
 
 interface Startup {
@@ -151,13 +163,27 @@ async function start(dir: string): Promise<{ api: Awaited<ReturnType<typeof star
   return { api, startup: { seconds: (performance.now() - started) / 1000, index_ms: loaded.index_ms, catalogue_ms: loaded.catalogue_ms } };
 }
 
-async function measure(dir: string): Promise<{ figures: Figure[]; first: Startup; restart: Startup; markets: number; files: number }> {
-  // A first start (no checkpoints: every manifest and market file read), then a restart.
+/** A first start: no checkpoints, so every manifest and every market file is read. */
+async function firstStart(dir: string): Promise<Startup> {
   for (const f of ['index.ndjson', 'catalogue.ndjson']) await fs.rm(path.join(dir, 'state', f), { force: true });
-  const cold = await start(dir);
-  await cold.api.stop();
+  const { api, startup } = await start(dir);
+  await api.stop();
+  return startup;
+}
+
+interface Served {
+  url: string;
+  key: string;
+  /** Per route, the paths to cycle over. */
+  routes: Record<string, string[]>;
+  restart: Startup;
+  markets: number;
+  files: number;
+}
+
+/** Child: a restarted API on the lake, described on stdout; it stops when stdin closes. */
+async function serve(dir: string): Promise<void> {
   const { api, startup: restart } = await start(dir);
-  const first = cold.startup;
   const { key } = await api.keys.issue('paid', 'bench');
   // The newest day's ended markets, the same set whatever the lake's length.
   const recent = api.lake.all(END).filter((m) => m.start_time >= END - DAY && m.end_time <= END);
@@ -169,31 +195,65 @@ async function measure(dir: string): Promise<{ figures: Figure[]; first: Startup
     'timeseries, 100 per page': pick(50).map((m) => `${ns}/${m.market_id}/timeseries?metric=chance&limit=100`),
     'markets discovery, 100 per page': ['btc', 'eth', 'bnb'].flatMap((c) => ['5m', '15m'].map((w) => `${ns}/markets?coin=${c}&window=${w}&limit=100`)),
   };
-  const figures: Figure[] = [];
-  for (const [route, urls] of Object.entries(routes)) {
-    await latencies(api.url, key, urls, 2); // warm: caches, metadata, the latest-book memory
-    const one = await latencies(api.url, key, urls, Number(process.env.BENCH_SECONDS ?? 8));
-    const four = await load(api.url, key, urls, 4);
-    if (four.non2xx) throw new Error(`${route}: ${four.non2xx} non-2xx answers`);
-    figures.push({ route, p50: one.p50, p99: one.p99, rps: four.requests.average });
-  }
-  const markets = api.lake.size;
-  const files = api.lake.sealedFiles().length;
+  const served: Served = { url: api.url, key, routes, restart, markets: api.lake.size, files: api.lake.sealedFiles().length };
+  console.log(JSON.stringify(served));
+  process.stdin.resume();
+  await new Promise((resolve) => process.stdin.once('end', resolve));
   await api.stop();
-  return { figures, first, restart, markets, files };
+}
+
+// Starts and servers run in their own processes, as deployed servers would, so one lake's
+// caches and heap never weigh on the other's figures.
+if (process.env.BENCH_CHILD) {
+  const dir = process.env.BENCH_DIR!;
+  if (process.env.BENCH_CHILD === 'first') console.log(JSON.stringify(await firstStart(dir)));
+  else await serve(dir);
+  duck.close();
+  process.exit(0);
+}
+
+function child(mode: 'first' | 'serve', dir: string): { process: ChildProcess; first: Promise<string> } {
+  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+    env: { ...process.env, BENCH_CHILD: mode, BENCH_DIR: dir, BENCH_ROOT: root }, stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const first = new Promise<string>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString('utf8');
+      const complete = out.split('\n').slice(0, -1);
+      const line = complete.find((l) => l.startsWith('{'));
+      if (line) resolve(line);
+    });
+    proc.once('exit', (code) => reject(new Error(`bench child ${mode} ${dir} exited ${code}`)));
+  });
+  return { process: proc, first };
 }
 
 if (process.env.BENCH_BUILD_ONLY) {
   for (const days of DAYS) console.log(`built ${(await buildLake(days)).dir}`);
   process.exit(0);
 }
-const results: ({ days: number; lake: Awaited<ReturnType<typeof buildLake>> } & Awaited<ReturnType<typeof measure>>)[] = [];
-for (const days of DAYS) {
-  const lake = await buildLake(days);
-  const m = await measure(lake.dir);
-  results.push({ days, lake, ...m });
-  console.log(days, lake, m);
+const lakes = [];
+for (const days of DAYS) lakes.push({ days, lake: await buildLake(days) });
+const firsts: Startup[] = [];
+for (const { lake } of lakes) firsts.push(JSON.parse(await child('first', lake.dir).first) as Startup);
+const servers = lakes.map(({ lake }) => child('serve', lake.dir));
+const served = await Promise.all(servers.map(async (s) => JSON.parse(await s.first) as Served));
+const figures: Figure[][] = lakes.map(() => []);
+for (const route of Object.keys(served[0].routes)) {
+  await interleaved(served, route, 2); // warm: caches, metadata, the latest-book memory
+  const times = await interleaved(served, route, SECONDS * 2);
+  for (const [i, server] of served.entries()) {
+    const four = await load(server.url, server.key, server.routes[route], 4);
+    if (four.non2xx) throw new Error(`${route}: ${four.non2xx} non-2xx answers`);
+    figures[i].push({ route, ...times[i], rps: four.requests.average });
+  }
+  console.log(route, figures.map((f) => f[f.length - 1]));
 }
+for (const s of servers) s.process.stdin!.end();
+await Promise.all(servers.map((s) => new Promise((resolve) => s.process.once('exit', resolve))));
+const results = lakes.map(({ days, lake }, i) => ({ days, lake, figures: figures[i], first: firsts[i], restart: served[i].restart, markets: served[i].markets, files: served[i].files }));
+duck.close();
 
 const base = results[0];
 const row = (f: Figure, i: number) => {
@@ -235,9 +295,10 @@ const report = `## API (\`make bench-api\`)
 Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}.
 Lakes: ${results.map((r) => `${r.days} day(s): ${r.files.toLocaleString('en')} sealed files, ${(r.lake.bytes / 2 ** 30).toFixed(2)} GiB, built in ${r.lake.seconds.toFixed(0)} s, ${r.markets.toLocaleString('en')} markets, API first start ${phases(r.first)}, restart ${phases(r.restart)}`).join('; ')}.
 Books and metrics every second for the open market of each of 3 coins x 2 windows (synthetic ladders, 15 levels a side),
-written by the lake writer. p50 / p99 over one keep-alive connection (sequential, timed in-process), requests/s
-from autocannon at 4 connections on loopback,
-cycling over 50 ended markets of the newest day (the same markets in every lake).
+written by the lake writer. Each lake is served by its own API process, restarted from its checkpoints. p50 / p99 over
+one keep-alive connection per server, requests taking turns between the servers (${SECONDS * 2} s per route, timed to the
+microsecond), so machine noise falls on both lakes alike; requests/s from autocannon at 4 connections on loopback, one
+server at a time. Requests cycle over 50 ended markets of the newest day (the same markets in every lake).
 
 | route | ${results.map((r) => `${r.days}-day lake`).join(' | ')} | p50 ratio ${results.length > 1 ? `${results[results.length - 1].days}d / ${base.days}d` : ''} |
 |---|${results.map(() => '---|').join('')}---|
@@ -246,6 +307,5 @@ ${base.figures.map(row).join('\n')}
 ${verdict()}
 `;
 await writeSection('## API', report);
-duck.close();
 if (process.env.BENCH_KEEP || process.env.BENCH_ROOT) console.log(`kept ${root}`);
 else await fs.rm(root, { recursive: true, force: true });
