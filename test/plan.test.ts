@@ -102,3 +102,16 @@ t.test('numbers: exactly what JSON.stringify writes', async (t) => {
   t.equal(numbers(xs), JSON.stringify(Array.from(xs)));
   t.equal(numbers([]), '[]');
 });
+
+t.test('latest books: old ones leave memory unless read within the hour', async (t) => {
+  const { LatestReads, KEEP_RECENT_MS, KEEP_READ_MS } = await import('../src/api/latest.js');
+  const now = Date.parse('2026-07-28T12:00:00Z');
+  const book = (ts: number) => ({ ts, books: [] });
+  const latest = new Map([['recent', book(now - 60_000)], ['old', book(now - KEEP_RECENT_MS - 1)], ['old-read', book(now - 2 * KEEP_RECENT_MS)]]);
+  const reads = new LatestReads();
+  reads.read('old-read', now - KEEP_READ_MS + 1000);
+  t.equal(reads.prune(latest, now), 1);
+  t.same([...latest.keys()], ['recent', 'old-read'], 'a recent capture and a recently read one stay');
+  t.equal(reads.prune(latest, now + 2000), 1, 'once nobody has read it for an hour, it goes too');
+  t.same([...latest.keys()], ['recent']);
+});

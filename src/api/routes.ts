@@ -10,7 +10,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import type { Book, LatestBook } from '../records.js';
+import type { LatestBook } from '../records.js';
+import type { LatestReads } from './latest.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
@@ -73,6 +74,7 @@ export interface RouteDeps {
   cursors: Cursors;
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;
+  latestReads: LatestReads;
   rate: (plan: KeyRecord['plan']) => number;
   health: () => Promise<Record<string, unknown>>;
   openapi: () => unknown;
@@ -292,6 +294,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         break;
       }
     }
+    if (latest) deps.latestReads.read(key, ctx.now);
     const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
     ctx.stats.rows = books.length;
     return { data: latest ? { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } : null };

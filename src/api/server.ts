@@ -17,6 +17,7 @@ import { createApp } from './app.js';
 import { Cursors } from './cursor.js';
 import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
+import { LatestReads } from './latest.js';
 import { buildRoutes } from './routes.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
@@ -79,6 +80,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const ms = (a: number, b: number) => Math.round(b - a);
   log.info({ files: lake.sealedFiles().length, markets: lake.size, index, index_ms: ms(began, indexed), catalogue_ms: ms(indexed, performance.now()) }, 'lake loaded');
   const latest = shared ?? new Map<string, LatestBook>();
+  const latestReads = new LatestReads();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
   await tail?.poll();
   let reindexed = Date.now();
@@ -94,13 +96,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       } else {
         await lake.update();
       }
+      latestReads.prune(latest, clock.now());
     }, (err) => log.warn({ err }, 'lake update failed')),
   ];
   const keys = KeyStore.at(config.dataDir);
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   let document: unknown = null;
   const routes = buildRoutes({
-    lake, latest, rate, exportDir: path.join(config.dataDir, 'state', 'exports'), cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
+    lake, latest, latestReads, rate, exportDir: path.join(config.dataDir, 'state', 'exports'), cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
     openapi: () => document,
     health: async () => {
       let newest = -Infinity;
