@@ -317,7 +317,7 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
   const partition = parsePartitionDir(path.posix.dirname(rel))!;
   const inPartition = (files: any[]) => files.filter((f) => f.url.includes(path.posix.dirname(rel) + '/'));
   const until = async (check: (files: any[]) => boolean) => {
-    for (let i = 0; i < 40; i++) {
+    for (let i = 0; i < 100; i++) {
       const files = await listed();
       if (check(files)) return files;
       await new Promise((r) => setTimeout(r, 100));

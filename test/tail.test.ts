@@ -56,7 +56,7 @@ t.test('a row capture appends is served within a second; a sealed hour does not 
   writer.append(partitionOf('books', 'wallet-prediction', m.coin, m.window, ts), mem.books.map((b) => ({ ...b, ts, recv_ts: ts + 30, bid_sizes: b.bid_sizes.map(() => 7) })));
   await writer.close();
   let body: { data: { timestamp: string; books: { bid_sizes: number[] }[] } } | null = null;
-  for (let i = 0; i < 40; i++) {
+  for (let i = 0; i < 100; i++) {
     body = (await latest('wallet-prediction', id, `new-${i}`)).body;
     if (body!.data.timestamp === new Date(ts).toISOString()) break;
     await new Promise((r) => setTimeout(r, 50));
