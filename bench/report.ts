@@ -7,6 +7,7 @@ export async function writeSection(heading: string, report: string): Promise<voi
   const existing = await fs.readFile(file, 'utf8').catch(() => '# Benchmarks\n\nFigures are written by the make targets named in each section; rerun to refresh.\n\n');
   const start = existing.indexOf(heading);
   const next = start >= 0 ? existing.indexOf('\n## ', start + heading.length) : -1;
-  await fs.writeFile(file, start < 0 ? `${existing.trimEnd()}\n\n${report}` : existing.slice(0, start) + report + (next >= 0 ? existing.slice(next + 1) : ''));
+  const section = `${report.trimEnd()}\n`;
+  await fs.writeFile(file, start < 0 ? `${existing.trimEnd()}\n\n${section}` : existing.slice(0, start) + section + (next >= 0 ? `\n${existing.slice(next + 1)}` : ''));
   console.log(report);
 }
