@@ -293,31 +293,40 @@ t.test('at least 100 bad inputs get 4xx, never 5xx', async (t) => {
 
 
 /** A second API over the same lake, with no capture memory, whose log lines are kept. */
-async function loggedApi(t: Test) {
+async function loggedApi(t: Test, now = END) {
   const lines: any[] = [];
   const { default: pino } = await import('pino');
   const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-  const server = await startApi(config, duck, createClock(END, 1), log, new Map(), 0);
+  const server = await startApi(config, duck, createClock(now, 1), log, new Map(), 0);
   t.teardown(() => server.stop());
   return { server, lines };
 }
 
-t.test('a process without capture reads the latest book from the lake: the same book', async (t) => {
+t.test('a restarted process has the latest books in memory: preloaded when recent, else read once', async (t) => {
   const { server: cold, lines } = await loggedApi(t);
   // This process started from the catalogue checkpoint the first one wrote: the same catalogue.
   await fs.access(path.join(dir, 'state/catalogue.ndjson'));
   t.same(cold.lake.all(END), api.lake.all(END), 'the checkpointed catalogue equals the one read from the lake');
   t.same(cold.lake.sealedFiles(), api.lake.sealedFiles(), 'the checkpointed index equals the walked one');
   t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' });
-  const res = await fetch(`${cold.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': 'cold-1' } });
-  const fromLake = await res.json();
+  t.ok(lines.find((l) => l.msg === 'latest books loaded').preloaded >= wallet.length, 'every recent market preloaded');
   const fromMemory = (await get(`/v3/wallet-prediction/${m15.market_id}/orderbook/latest`)).body;
-  t.equal(res.status, 200);
-  t.same(fromLake.data, fromMemory.data);
-  const line = lines.find((l) => l.req_id === 'cold-1');
-  t.match(line, { msg: 'request finished', route: 'wallet-prediction.orderbook', status: 200, partitions: 1, rows: 2 });
-  t.type(line.ms, 'number');
-  t.notOk(JSON.stringify(lines).includes(paid), 'the key never reaches the log');
+  const ask = (server: typeof cold, id: string) => fetch(`${server.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': id } });
+  const preloaded = await (await ask(cold, 'cold-1')).json();
+  t.same(preloaded.data, fromMemory.data, 'the book capture holds');
+  t.match(lines.find((l) => l.req_id === 'cold-1'), { msg: 'request finished', status: 200, partitions: 0, rows: 2 });
+  // Hours later nothing is preloaded: the first request reads the newest hour, the next is memory.
+  const { server: later, lines: laterLines } = await loggedApi(t, END + 4 * 3_600_000);
+  t.match(laterLines.find((l) => l.msg === 'latest books loaded'), { preloaded: 0 });
+  const read = await ask(later, 'later-1');
+  t.equal(read.status, 200);
+  t.same((await read.json()).data, fromMemory.data);
+  await ask(later, 'later-2');
+  const first = laterLines.find((l) => l.req_id === 'later-1');
+  t.match(first, { msg: 'request finished', route: 'wallet-prediction.orderbook', status: 200, partitions: 1, rows: 2 });
+  t.type(first.ms, 'number');
+  t.match(laterLines.find((l) => l.req_id === 'later-2'), { partitions: 0, rows: 2 }, 'kept after one read');
+  t.notOk(JSON.stringify([...lines, ...laterLines]).includes(paid), 'the key never reaches the log');
 });
 
 t.test('a range reaching before coverage returns what exists and says where history starts', async (t) => {

@@ -2,7 +2,11 @@
 // records; left alone the map would hold every market ever seen, a few KiB each, growing by
 // thousands a day. Books captured long ago leave it unless a client read them recently; a later
 // request for one reads its newest hour once and keeps it again.
+import type { LakeReader } from '../lake/reader.js';
+import { HOUR } from '../time.js';
 import type { LatestBook } from '../records.js';
+import { BOOK_COLUMNS, newestBooksSql, relation } from './plan.js';
+import { rowBook } from './shape.js';
 
 /** A book this old is kept only while clients read it. */
 export const KEEP_RECENT_MS = 6 * 3_600_000;
@@ -26,4 +30,38 @@ export class LatestReads {
     for (const [key, at] of this.readAt) if (at < now - KEEP_READ_MS) this.readAt.delete(key);
     return dropped;
   }
+}
+
+/** Markets whose books were sealed this recently are loaded at start. */
+export const PRELOAD_MS = 2 * HOUR;
+
+/**
+ * At start, the newest book of every market in the sealed book hours of the last PRELOAD_MS
+ * (the spool tail or capture bring the open hours), so the latest book of a market that just
+ * closed is memory from the first request after a restart. Never replaces a newer book.
+ */
+export async function preloadLatest(lake: LakeReader, latest: Map<string, LatestBook>, now: number): Promise<number> {
+  let loaded = 0;
+  const hours = new Map<string, string[]>();
+  for (const f of lake.sealedFiles()) {
+    if (f.partition.dataset !== 'books' || f.partition.hour < now - PRELOAD_MS - HOUR || f.partition.hour > now) continue;
+    const key = `${f.partition.venue}|${f.partition.coin}|${f.partition.window}|${f.partition.hour}`;
+    hours.set(key, [...(hours.get(key) ?? []), `${lake.paths.lake}/${f.path}`]);
+  }
+  for (const [key, files] of hours) {
+    const venue = key.split('|')[0];
+    const newest = new Map<string, LatestBook>();
+    for (const r of await lake.duck.rows(newestBooksSql(relation('books', { sealed: files, spool: [] }, BOOK_COLUMNS)!))) {
+      const id = `${venue}:${String(r.market_id)}`;
+      const entry = newest.get(id) ?? { ts: Number(r.ts), books: [] };
+      entry.books.push({ market_id: String(r.market_id), ...rowBook(r) });
+      newest.set(id, entry);
+    }
+    for (const [id, book] of newest) {
+      if ((latest.get(id)?.ts ?? -Infinity) >= book.ts) continue;
+      latest.set(id, book);
+      loaded++;
+    }
+  }
+  return loaded;
 }

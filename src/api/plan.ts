@@ -157,6 +157,13 @@ export function timeseriesSql(source: string, q: PageQuery, metric: keyof typeof
   return { sql, params: { ...params, rows } };
 }
 
+/** The newest book of every market in `source`: what a restarted API keeps in memory for recent markets. */
+export function newestBooksSql(source: string): string {
+  return `WITH rows AS (${source}), newest AS (SELECT market_id, max(ts) AS ts FROM rows GROUP BY market_id)
+    SELECT r.market_id, epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
+      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes FROM rows r JOIN newest USING (market_id, ts) ORDER BY r.market_id, r.outcome_index`;
+}
+
 export function latestSql(source: string): string {
   return `WITH rows AS (SELECT * FROM (${source}) WHERE market_id = $market_id),
     newest AS (SELECT max(ts) AS ts FROM rows)

@@ -17,7 +17,7 @@ import { createApp } from './app.js';
 import { Cursors } from './cursor.js';
 import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
-import { LatestReads } from './latest.js';
+import { LatestReads, preloadLatest } from './latest.js';
 import { buildRoutes } from './routes.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
@@ -83,6 +83,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const latestReads = new LatestReads();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
   await tail?.poll();
+  const preloading = performance.now();
+  const preloaded = await preloadLatest(lake, latest, clock.now());
+  log.info({ preloaded, in_memory: latest.size, ms: ms(preloading, performance.now()) }, 'latest books loaded');
   let reindexed = Date.now();
   const timers = [
     tail && every(TAIL_MS, () => tail.poll(), (err) => log.warn({ err }, 'spool tail failed')),
