@@ -324,6 +324,8 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
     }
     return listed();
   };
+  // A damaged line (a torn write, a hand edit) is skipped, not fatal to following the log.
+  await fs.appendFile(path.join(paths.manifest, '_commits.ndjson'), '{"partition": "books/venue=x\n{not json\n');
   // Another process writes a second file into an hour the API indexed at start.
   const late = await writeParquet(duck, paths.lake, partition, 'part-late.parquet', parquetSource([path.join(paths.lake, rel)]), ['late-test']);
   await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [late], []);

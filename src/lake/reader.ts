@@ -177,7 +177,7 @@ export class LakeReader {
           const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - this.commitOffset), 0, size - this.commitOffset, this.commitOffset);
           const end = buffer.subarray(0, bytesRead).lastIndexOf(0x0a) + 1;
           for (const line of buffer.subarray(0, end).toString('utf8').split('\n')) {
-            const p = line ? parsePartitionDir(String((JSON.parse(line) as { partition: string }).partition)) : null;
+            const p = line ? parsePartitionDir(commitPartition(line)) : null;
             if (p) changed.set(partitionDir(p), p);
           }
           this.commitOffset += end;
@@ -349,6 +349,15 @@ export class LakeReader {
 
   get size(): number {
     return this.markets.size;
+  }
+}
+
+/** The partition a commit line names; a damaged line names none (the hourly walk covers it). */
+function commitPartition(line: string): string {
+  try {
+    return String((JSON.parse(line) as { partition?: unknown }).partition);
+  } catch {
+    return '';
   }
 }
 
