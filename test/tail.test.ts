@@ -94,3 +94,34 @@ t.test('a page is whole capture times even when a time holds more rows than outc
   t.equal(new Set(seen).size, seen.length, 'each time once across the walk');
   t.same(seen, [...seen].sort((a, b) => a - b), 'in order');
 });
+
+t.test('a timeseries page never splits the samples of one time', async (t) => {
+  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  const id = k.split(':')[1];
+  const m = api.lake.market('wallet-prediction', id, END)!;
+  const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/timeseries?metric=chance&${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const walk = async (limit: number) => {
+    const seen: [string, number][] = [];
+    let cursor: string | null = null;
+    do {
+      const r = await get(`limit=${limit}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+      seen.push(...r.data.map((s: { timestamp: string; value: number }) => [s.timestamp, s.value] as [string, number]));
+      cursor = r.pagination.next_cursor;
+    } while (cursor);
+    return seen;
+  };
+  const before = await walk(1000);
+  const times = before.slice(0, 2).map(([ts]) => Date.parse(ts));
+  const writer = new Spool(lakePaths(dir).spool);
+  const b = mem.books[0];
+  for (const ts of times) {
+    writer.append(partitionOf('metrics', 'wallet-prediction', m.coin, m.window, ts), [{ ts, market_id: id, token_id: b.token_id, outcome_index: 0, outcome: b.outcome, chance: 0.123, price: null, last_trade: null, recv_ts: ts }]);
+  }
+  await writer.close();
+  const first = await get('limit=2');
+  t.same(first.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)), [times[0], times[0], times[1], times[1]], 'two times, each with both of its samples');
+  t.equal(first.pagination.has_more, true);
+  const after = await walk(2);
+  t.equal(after.length, before.length + 2, 'every sample once across the walk');
+  t.same([...new Set(after.map(([ts]) => ts))], before.map(([ts]) => ts), 'every time once, in order');
+});

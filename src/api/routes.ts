@@ -254,20 +254,18 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
     const limit = pq.limit - 1;
     let samples: { ts: number; value: number }[] = [];
-    let times = 0;
+    let cut = { times: 0, end: 0 };
     for (let rows = pq.limit; source; rows *= 2) {
       samples = await lake.duck.chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows))).then(readSamples);
-      times = distinctTimes(samples);
-      if (samples.length < rows || times > limit) break;
+      cut = firstTimes(samples, limit);
+      if (samples.length < rows || cut.times > limit) break;
     }
-    let shownTimes = 0;
-    const shown = samples.filter((s, i) => (i === 0 || s.ts !== samples[i - 1].ts ? ++shownTimes : shownTimes) <= limit)
-      .map((s) => ({ timestamp: iso(s.ts)!, value: s.value }));
+    const shown = samples.slice(0, cut.end).map((s) => ({ timestamp: iso(s.ts)!, value: s.value }));
     ctx.stats.rows = shown.length;
     const label = m.outcomes.find((o) => o.index === outcome)?.label ?? null;
     return {
       data: shown,
-      pagination: page(limit, times, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+      pagination: page(limit, cut.times, () => [Date.parse(shown[shown.length - 1].timestamp)], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
       meta: { metric, outcome: { index: outcome, label }, coverage: coverageMeta('metrics', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'metrics', pq.from, pq.to) },
     };
   };
@@ -464,11 +462,18 @@ function readSamples(chunks: DuckDBDataChunk[]): { ts: number; value: number }[]
   return out;
 }
 
-/** Samples come ordered by time, so equal times are adjacent. */
-function distinctTimes(samples: { ts: number }[]): number {
-  let n = 0;
-  for (let i = 0; i < samples.length; i++) if (i === 0 || samples[i].ts !== samples[i - 1].ts) n++;
-  return n;
+/**
+ * How many distinct times `samples` (ordered by time, so equal times are adjacent) hold, and
+ * where the first `limit` of them end: a page never splits the samples of one time.
+ */
+function firstTimes(samples: { ts: number }[], limit: number): { times: number; end: number } {
+  let times = 0;
+  let end = samples.length;
+  for (let i = 0; i < samples.length; i++) {
+    if (i > 0 && samples[i].ts === samples[i - 1].ts) continue;
+    if (++times === limit + 1) end = i;
+  }
+  return { times, end };
 }
 
 function sql(s: { sql: string; params: Record<string, string | number> }): [string, Record<string, string | number>] {
