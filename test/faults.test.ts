@@ -39,8 +39,14 @@ t.test('capture kept recording before, between and after the faults', async (t) 
 });
 
 t.test('the outage is a gap on every market open through it, with its span', async (t) => {
-  const rows = await duck.rows(`SELECT venue, market_id, reason, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t FROM ${gaps}
-    WHERE dataset = 'books' AND epoch_ms(from_ts) <= ${OUTAGE.from + SLACK} AND epoch_ms(to_ts) >= ${OUTAGE.to - SLACK}`);
+  // A gap ends at the poll that succeeded. A poll's rows carry the time its cycle began (ts) and
+  // the time its answer arrived (recv_ts); retries behind the outage take real milliseconds, which
+  // are tens of seconds at this clock's 120x, so the closing poll may have begun inside the outage.
+  // Its answer, though, can only have arrived after the outage ended.
+  const rows = await duck.rows(`SELECT g.venue, g.market_id, g.reason, epoch_ms(g.from_ts)::BIGINT AS f, epoch_ms(g.to_ts)::BIGINT AS t,
+      (SELECT min(epoch_ms(b.recv_ts)) FROM ${books} b WHERE b.market_id = g.market_id AND b.ts = g.to_ts)::BIGINT AS closed_by
+    FROM ${gaps} g WHERE g.dataset = 'books' AND epoch_ms(g.from_ts) <= ${OUTAGE.from + SLACK}
+      AND (epoch_ms(g.to_ts) >= ${OUTAGE.to - SLACK} OR closed_by >= ${OUTAGE.to})`);
   const venues = new Set(rows.map((r) => r.venue));
   t.same([...venues].sort(), ['polymarket', 'wallet-prediction'], 'both venues');
   t.ok(rows.some((r) => r.reason === 'http_5xx'), 'the reason says what failed');

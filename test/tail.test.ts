@@ -11,12 +11,12 @@ import { Spool } from '../src/lake/spool.js';
 import { sealAll, testConfig } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
-const END = START + 12 * 60_000;
+const END = START + 7 * 60_000;
 const dir = t.testdir();
-const config = testConfig(dir);
+const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 // The hour is still open when the fill ends, so every book is in the spool, none sealed.
-const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
+const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 100, start: START, until: END, pollMs: 3000 });
 const lines: Record<string, unknown>[] = [];
 const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), undefined, 0);
 const { key } = await api.keys.issue('paid', 'tail');
@@ -33,6 +33,18 @@ async function latest(venue: string, id: string, requestId: string) {
 }
 
 const wallet = [...run.capture.latest.entries()].filter(([k]) => k.startsWith('wallet-prediction:'));
+// Of the markets whose whole window passed during the fill, the one with the most captures
+// (a loaded machine polls less often at a given clock speed).
+const captures = async (id: string) => (await (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?limit=1000`, { headers: { authorization: `Bearer ${key}` } })).json()).data.length as number;
+const whole: typeof wallet = [];
+let most = 0;
+for (const [k, mem] of wallet) {
+  const m = api.lake.market('wallet-prediction', k.split(':')[1], END);
+  if (mem.books.length !== 2 || !m || m.start_time < START || m.end_time > END) continue;
+  const n = await captures(m.market_id);
+  if (n > most) whole.unshift([k, mem]);
+  most = Math.max(most, n);
+}
 
 t.test('every market capture saw: the same newest book, read from memory', async (t) => {
   t.ok(wallet.length >= 6, `${wallet.length} wallet markets captured`);
@@ -48,7 +60,7 @@ t.test('every market capture saw: the same newest book, read from memory', async
 });
 
 t.test('a row capture appends is served within a second; a sealed hour does not lose it', async (t) => {
-  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  const [k, mem] = whole[0];
   const id = k.split(':')[1];
   const ts = mem.ts + 1000;
   const m = api.lake.market('wallet-prediction', id, END)!;
@@ -70,7 +82,8 @@ t.test('a row capture appends is served within a second; a sealed hour does not 
 });
 
 t.test('a page is whole capture times even when a time holds more rows than outcomes', async (t) => {
-  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  t.ok(most >= 6, `${most} captures of the market paged below`);
+  const [k, mem] = whole[0];
   const id = k.split(':')[1];
   const m = api.lake.market('wallet-prediction', id, END)!;
   const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
@@ -96,7 +109,7 @@ t.test('a page is whole capture times even when a time holds more rows than outc
 });
 
 t.test('a timeseries page never splits the samples of one time', async (t) => {
-  const [k, mem] = wallet.find(([, m]) => m.books.length === 2)!;
+  const [k, mem] = whole[0];
   const id = k.split(':')[1];
   const m = api.lake.market('wallet-prediction', id, END)!;
   const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/timeseries?metric=chance&${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
