@@ -39,13 +39,15 @@ t.test('capture kept recording before, between and after the faults', async (t) 
 });
 
 t.test('the outage is a gap on every market open through it, with its span', async (t) => {
-  // A gap ends at the poll that succeeded. A poll's rows carry the time its cycle began (ts) and
-  // the time its answer arrived (recv_ts); retries behind the outage take real milliseconds, which
-  // are tens of seconds at this clock's 120x, so the closing poll may have begun inside the outage.
-  // Its answer, though, can only have arrived after the outage ended.
+  // Polls are sparse on a loaded machine: request timeouts are real milliseconds, tens of
+  // simulated seconds at this clock's 120x. So a gap may open well after the outage began (at the
+  // first poll inside it: nothing was recorded between the outage's start and the gap), and the
+  // poll that closes it may have begun inside the outage (its answer, recv_ts, came after it).
   const rows = await duck.rows(`SELECT g.venue, g.market_id, g.reason, epoch_ms(g.from_ts)::BIGINT AS f, epoch_ms(g.to_ts)::BIGINT AS t,
+      (SELECT max(epoch_ms(b.ts)) FROM ${books} b WHERE b.market_id = g.market_id AND b.ts < g.from_ts)::BIGINT AS last_before,
       (SELECT min(epoch_ms(b.recv_ts)) FROM ${books} b WHERE b.market_id = g.market_id AND b.ts = g.to_ts)::BIGINT AS closed_by
-    FROM ${gaps} g WHERE g.dataset = 'books' AND epoch_ms(g.from_ts) <= ${OUTAGE.from + SLACK}
+    FROM ${gaps} g WHERE g.dataset = 'books' AND epoch_ms(g.from_ts) < ${OUTAGE.to}
+      AND (epoch_ms(g.from_ts) <= ${OUTAGE.from + SLACK} OR coalesce(last_before, 0) < ${OUTAGE.from})
       AND (epoch_ms(g.to_ts) >= ${OUTAGE.to - SLACK} OR closed_by >= ${OUTAGE.to})`);
   const venues = new Set(rows.map((r) => r.venue));
   t.same([...venues].sort(), ['polymarket', 'wallet-prediction'], 'both venues');
