@@ -2,6 +2,8 @@
 // records; left alone the map would hold every market ever seen, a few KiB each, growing by
 // thousands a day. Books captured long ago leave it unless a client read them recently; a later
 // request for one reads its newest hour once and keeps it again.
+import path from 'node:path';
+import { partitionDir } from '../lake/layout.js';
 import type { LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import type { LatestBook } from '../records.js';
@@ -42,14 +44,14 @@ export const PRELOAD_MS = 2 * HOUR;
  */
 export async function preloadLatest(lake: LakeReader, latest: Map<string, LatestBook>, now: number): Promise<number> {
   let loaded = 0;
-  const hours = new Map<string, string[]>();
+  const hours = new Map<string, { venue: string; files: string[] }>();
   for (const f of lake.sealedFiles()) {
     if (f.partition.dataset !== 'books' || f.partition.hour < now - PRELOAD_MS - HOUR || f.partition.hour > now) continue;
-    const key = `${f.partition.venue}|${f.partition.coin}|${f.partition.window}|${f.partition.hour}`;
-    hours.set(key, [...(hours.get(key) ?? []), `${lake.paths.lake}/${f.path}`]);
+    const dir = partitionDir(f.partition);
+    if (!hours.has(dir)) hours.set(dir, { venue: f.partition.venue, files: [] });
+    hours.get(dir)!.files.push(path.join(lake.paths.lake, f.path));
   }
-  for (const [key, files] of hours) {
-    const venue = key.split('|')[0];
+  for (const { venue, files } of hours.values()) {
     const newest = new Map<string, LatestBook>();
     for (const r of await lake.duck.rows(newestBooksSql(relation('books', { sealed: files, spool: [] }, BOOK_COLUMNS)!))) {
       const id = `${venue}:${String(r.market_id)}`;

@@ -51,6 +51,37 @@ export async function readJson<T>(file: string): Promise<T | null> {
   }
 }
 
+/** Read at most this much per step, so a long file being followed never needs one big buffer. */
+const FOLLOW_CHUNK = 4 * 1024 * 1024;
+
+/**
+ * Feeds `onLine` every complete line appended to `file` since byte `from`, and returns the
+ * offset just past the last newline (a line still being written is read next time), or null
+ * when the file is gone. Lines are short (a book row is a few KiB), well under one chunk.
+ */
+export async function followLines(file: string, from: number, onLine: (line: string) => void): Promise<number | null> {
+  const handle = await fs.open(file, 'r').catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return null;
+    throw err;
+  });
+  if (!handle) return null;
+  try {
+    const size = (await handle.stat()).size;
+    let at = from;
+    const buffer = Buffer.alloc(Math.min(FOLLOW_CHUNK, Math.max(size - at, 1)));
+    while (at < size) {
+      const { bytesRead } = await handle.read(buffer, 0, Math.min(buffer.length, size - at), at);
+      const end = buffer.subarray(0, bytesRead).lastIndexOf(0x0a) + 1;
+      if (end === 0) break;
+      for (const line of buffer.subarray(0, end).toString('utf8').split('\n')) if (line) onLine(line);
+      at += end;
+    }
+    return at;
+  } finally {
+    await handle.close();
+  }
+}
+
 /** Every file below `dir` whose name ends with `suffix`, as paths relative to `dir`. */
 export async function listFiles(dir: string, suffix: string): Promise<string[]> {
   try {

@@ -5,10 +5,10 @@ import path from 'node:path';
 import type { Venue, Window } from '../config.js';
 import { type Market, type MarketStatus } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
-import { listFiles, writeFileAtomic } from './fsutil.js';
+import { followLines, listFiles, writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir } from './layout.js';
 import { COMMIT_LOG, type ManifestFile, readManifest } from './manifest.js';
-import { listSpool } from './spool.js';
+import { type SpoolPart, listSpool } from './spool.js';
 import { spoolSource } from './writer.js';
 
 export interface PartitionFiles {
@@ -111,7 +111,7 @@ export class LakeReader {
         if (!lines[i]) continue;
         const [dir, files] = JSON.parse(lines[i]) as [string, ManifestFile[]];
         const p = parsePartitionDir(dir);
-        if (p) index.set(dir, files.map((f) => ({ ...f, partition: p, path: `${dir}/${f.name}` })));
+        if (p) index.set(dir, indexedFiles(p, files));
       }
       this.index = index;
       this.indexSorted = null;
@@ -160,40 +160,28 @@ export class LakeReader {
    */
   async update(): Promise<Partition[]> {
     const changed = await this.followCommits();
-    const spooled = (await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
+    const spool = await listSpool(this.paths.spool);
+    const spooled = spool.filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
     await this.ingest([...changed.filter((p) => p.dataset === 'markets'), ...spooled]);
-    await this.loadGaps();
+    await this.loadGaps(spool);
     return changed;
   }
 
   /** Re-reads the manifests the commit log names since the last call. */
   private async followCommits(): Promise<Partition[]> {
     const changed = new Map<string, Partition>();
-    const handle = await fs.open(this.commitLog, 'r').catch(() => null);
-    if (handle) {
-      try {
-        const size = (await handle.stat()).size;
-        if (size > this.commitOffset) {
-          const { buffer, bytesRead } = await handle.read(Buffer.alloc(size - this.commitOffset), 0, size - this.commitOffset, this.commitOffset);
-          const end = buffer.subarray(0, bytesRead).lastIndexOf(0x0a) + 1;
-          for (const line of buffer.subarray(0, end).toString('utf8').split('\n')) {
-            const p = line ? parsePartitionDir(commitPartition(line)) : null;
-            if (p) changed.set(partitionDir(p), p);
-          }
-          this.commitOffset += end;
-        }
-      } finally {
-        await handle.close();
-      }
-    }
+    const at = await followLines(this.commitLog, this.commitOffset, (line) => {
+      const p = parsePartitionDir(commitPartition(line));
+      if (p) changed.set(partitionDir(p), p);
+    });
+    if (at !== null) this.commitOffset = at;
     for (const [dir, p] of changed) this.index.set(dir, await this.indexed(p));
     if (changed.size) this.indexSorted = null;
     return [...changed.values()];
   }
 
   private async indexed(p: Partition): Promise<IndexedFile[]> {
-    const dir = partitionDir(p);
-    return (await readManifest(this.paths.manifest, p)).files.map((f) => ({ ...f, partition: p, path: `${dir}/${f.name}` }));
+    return indexedFiles(p, (await readManifest(this.paths.manifest, p)).files);
   }
 
   /** Every sealed file, by hour, then path. */
@@ -208,9 +196,9 @@ export class LakeReader {
     return this.index.get(path.posix.dirname(relPath))?.find((f) => f.path === relPath) ?? null;
   }
 
-  private async loadGaps(): Promise<void> {
+  private async loadGaps(spool?: SpoolPart[]): Promise<void> {
     const files = [...this.index.values()].flat().filter((f) => f.partition.dataset === 'gaps');
-    const spoolParts = (await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'gaps');
+    const spoolParts = (spool ?? await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'gaps');
     const signature = files.map((f) => f.sha256).join(',') + (await filesSignature({ sealed: [], spool: spoolParts.map((s) => s.file) }));
     if (signature === this.gapSignature) return;
     this.gapSignature = signature;
@@ -350,6 +338,11 @@ export class LakeReader {
   get size(): number {
     return this.markets.size;
   }
+}
+
+function indexedFiles(p: Partition, files: ManifestFile[]): IndexedFile[] {
+  const dir = partitionDir(p);
+  return files.map((f) => ({ ...f, partition: p, path: `${dir}/${f.name}` }));
 }
 
 /** The partition a commit line names; a damaged line names none (the hourly walk covers it). */

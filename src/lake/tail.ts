@@ -1,12 +1,9 @@
 // An API process without capture keeps the newest book of each market current by following
 // the spool capture appends to, so orderbook/latest stays a memory lookup (never a Parquet
 // read) whether capture runs in this process or beside it.
-import fs from 'node:fs/promises';
 import type { BookRow, LatestBook } from '../records.js';
+import { followLines } from './fsutil.js';
 import { listSpool } from './spool.js';
-
-/** Read at most this much of a part per step, so a long open hour never needs one big buffer. */
-const CHUNK_BYTES = 4 * 1024 * 1024;
 
 export class SpoolTail {
   /** Bytes of each part already applied: always just past a newline. */
@@ -30,28 +27,8 @@ export class SpoolTail {
   }
 
   private async follow(file: string, keyPrefix: string): Promise<void> {
-    const handle = await fs.open(file, 'r').catch((err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return null;
-      throw err;
-    });
-    if (!handle) return;
-    try {
-      const size = (await handle.stat()).size;
-      let at = this.offsets.get(file) ?? 0;
-      const buffer = Buffer.alloc(Math.min(CHUNK_BYTES, Math.max(size - at, 1)));
-      while (at < size) {
-        const { bytesRead } = await handle.read(buffer, 0, Math.min(buffer.length, size - at), at);
-        const end = buffer.subarray(0, bytesRead).lastIndexOf(0x0a) + 1;
-        // A line longer than the buffer cannot occur (a book row is a few KiB); a line without
-        // its newline is still being written and is read next time.
-        if (end === 0) break;
-        for (const line of buffer.subarray(0, end).toString('utf8').split('\n')) if (line) this.apply(keyPrefix, line);
-        at += end;
-      }
-      this.offsets.set(file, at);
-    } finally {
-      await handle.close();
-    }
+    const at = await followLines(file, this.offsets.get(file) ?? 0, (line) => this.apply(keyPrefix, line));
+    if (at !== null) this.offsets.set(file, at);
   }
 
   private apply(keyPrefix: string, line: string): void {
