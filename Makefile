@@ -2,6 +2,9 @@
 SHELL := /bin/bash
 export PORT ?= 8080
 export DATA_DIR ?= ./data
+# Every DuckDB statement and file operation holds a libuv threadpool thread while it runs (4 by
+# default): room for the API's lanes, capture, the export slots and file I/O at once.
+export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
 .PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-export typecheck clean

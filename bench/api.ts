@@ -159,7 +159,7 @@ async function start(dir: string): Promise<{ api: Awaited<ReturnType<typeof star
   // Request lines are built as in production (their cost is in the figures); only the load line is kept.
   let loaded = { index_ms: 0, catalogue_ms: 0 };
   const log = pino({ level: 'info' }, { write: (line: string) => void (line.includes('"lake loaded"') && (loaded = JSON.parse(line))) });
-  const api = await startApi(config, duck, createClock(END, 1), log, undefined, 0);
+  const api = await startApi(config, duck, createClock(END, 1), log, { port: 0 });
   return { api, startup: { seconds: (performance.now() - started) / 1000, index_ms: loaded.index_ms, catalogue_ms: loaded.catalogue_ms } };
 }
 

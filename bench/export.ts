@@ -46,7 +46,7 @@ await commitFiles(paths.lake, paths.manifest, path.join(root, 'trash'), mp, [awa
 await duck.run('DROP TABLE b');
 
 const config = loadConfig({ DATA_DIR: root, LOG_LEVEL: 'silent' });
-const api = await startApi(config, duck, createClock(DAY0 + 2 * DAY, 1), pino({ level: 'silent' }), undefined, 0);
+const api = await startApi(config, duck, createClock(DAY0 + 2 * DAY, 1), pino({ level: 'silent' }), { port: 0 });
 const { key } = await api.keys.issue('paid', 'bench');
 
 async function exportOnce(format: 'csv' | 'parquet') {

@@ -9,6 +9,7 @@ import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
+import { runKey } from '../src/api/keys.js';
 import { StandIn } from '../src/standin/server.js';
 import { createAdapters } from '../src/venues/index.js';
 
@@ -20,18 +21,21 @@ const standin = new StandIn({ clock, apiKey: config.wallet.apiKey, apiSecret: co
 const url = await standin.start(Number(process.env.STANDIN_PORT ?? 8090));
 const cfg = standinConfig(config, url);
 const duck = await Duck.open(2);
-const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
+// Sealing an hour takes seconds: capture gets a lane of its own so it never queues the API's reads.
+const captureDuck = await duck.fork(1);
+const capture = new Capture(cfg, clock, captureDuck, createAdapters(cfg, clock), log);
 await capture.start();
-const api = await startApi(config, duck, clock, log, capture.latest);
-const { key } = await api.keys.issue('paid', 'make run');
+const api = await startApi(config, duck, clock, log, { latest: capture.latest, capture });
+const { key, issued } = await runKey(api.keys, config.dataDir);
 const market = api.lake.all(clock.now()).find((m) => m.venue === 'wallet-prediction' && m.status === 'open');
 log.info({ standin: url, api: api.url, lake: `${config.dataDir}/lake`, markets: api.lake.size }, 'capturing and serving; Ctrl-C stops');
 console.log(`
-API ${api.url}  (a paid key was issued for this run; \`make key PLAN=paid LABEL=me\` issues more)
+API ${api.url}  (${issued ? 'a paid key was issued for `make run`' : 'the paid key of earlier runs'}, kept in ${config.dataDir}/state/run-key; \`make key PLAN=paid LABEL=me\` issues more)
   export KEY=${key}
   curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/markets?coin=btc&window=15m&limit=2'
   curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/orderbook/latest'
   curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/snapshots?limit=5'
+  curl -s '${api.url}/v3/health'
 Lake SQL: make query SQL='SELECT venue, coin, "window", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL'
 `);
 let stopping = false;
@@ -41,6 +45,7 @@ const stop = async () => {
   await api.stop();
   await capture.stop();
   await standin.stop();
+  captureDuck.closeLanes();
   duck.close();
   await release();
   process.exit(0);

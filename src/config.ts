@@ -1,4 +1,5 @@
 // The one place that reads the environment. Everything else receives a frozen Config.
+import os from 'node:os';
 import path from 'node:path';
 
 export const VENUES = ['wallet-prediction', 'polymarket'] as const;
@@ -34,11 +35,29 @@ export interface Config {
     flushMs: number;
     sealGraceMs: number;
     marketsSealGraceMs: number;
+    /** While the disk refuses writes, rows stay in memory up to this; beyond, a `storage` gap. */
+    spoolMaxBufferBytes: number;
   };
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
   polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string };
   backfill: { concurrency: number };
-  api: { rateFree: number; ratePaid: number; cursorSecret: string | null; maxRangeDays: number; duckdbMemoryLimit: string };
+  api: {
+    rateFree: number;
+    ratePaid: number;
+    /** Per client address, for requests without a valid key. */
+    rateAnon: number;
+    cursorSecret: string | null;
+    maxRangeDays: number;
+    duckdbMemoryLimit: string;
+    /** Lake-reading requests running at once; beyond, a short queue, then 503. */
+    maxInFlight: number;
+    queue: number;
+    queueWaitMs: number;
+    /** Exports at once, each with its own DuckDB connection; beyond, 503. */
+    exportSlots: number;
+    /** Health answers 503 when capture has not persisted for longer than this. */
+    healthMaxFlushAgeMs: number;
+  };
 }
 
 type Env = Record<string, string | undefined>;
@@ -106,6 +125,21 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
+/**
+ * Every DuckDB statement and every file operation holds one of libuv's threadpool threads while
+ * it runs. The API's two lanes, capture's lane, and each export slot can each hold one, so the
+ * default number of export slots leaves threads for file I/O (the Makefile raises the pool to 16).
+ */
+function exportSlots(env: Env): number {
+  const threads = int(env, 'UV_THREADPOOL_SIZE', 4, 1, 1024);
+  const spare = threads - 4;
+  const slots = int(env, 'EXPORT_SLOTS', Math.max(1, Math.min(os.availableParallelism(), spare)), 1, 64);
+  if (slots > Math.max(1, spare)) {
+    throw new ConfigError(`EXPORT_SLOTS=${slots} needs UV_THREADPOOL_SIZE of at least ${slots + 4} (it is ${threads}): exports would take the threads queries and capture need`);
+  }
+  return slots;
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const standin = `http://127.0.0.1:${int(env, 'STANDIN_PORT', 8090, 1, 65535)}`;
   const config: Config = {
@@ -126,6 +160,7 @@ export function loadConfig(env: Env = process.env): Config {
       flushMs: int(env, 'SPOOL_FLUSH_MS', 1000, 10, 60_000),
       sealGraceMs: int(env, 'SEAL_GRACE_MS', 30_000, 0, 3_600_000),
       marketsSealGraceMs: int(env, 'MARKETS_SEAL_GRACE_MS', 3_600_000, 0, 86_400_000),
+      spoolMaxBufferBytes: int(env, 'SPOOL_MAX_BUFFER_MB', 256, 1, 65_536) * 1024 * 1024,
     },
     wallet: {
       baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
@@ -149,10 +184,16 @@ export function loadConfig(env: Env = process.env): Config {
     api: {
       rateFree: num(env, 'RATE_FREE_PER_SECOND', 2, 0.1, 100_000),
       ratePaid: num(env, 'RATE_PAID_PER_SECOND', 25, 0.1, 100_000),
+      rateAnon: num(env, 'RATE_ANON_PER_SECOND', 5, 0.1, 100_000),
       // Never logged: it signs cursors. Generated into DATA_DIR/state when not set.
       cursorSecret: env.CURSOR_SECRET || null,
       maxRangeDays: int(env, 'MAX_RANGE_DAYS', 31, 1, 3660),
       duckdbMemoryLimit: /^\d+(\.\d+)?\s*(MB|GB|MiB|GiB)$/i.test(env.DUCKDB_MEMORY_LIMIT ?? '') ? env.DUCKDB_MEMORY_LIMIT! : '4GB',
+      maxInFlight: int(env, 'API_MAX_INFLIGHT', 8, 1, 10_000),
+      queue: int(env, 'API_QUEUE', 32, 0, 100_000),
+      queueWaitMs: int(env, 'API_QUEUE_WAIT_MS', 250, 1, 60_000),
+      exportSlots: exportSlots(env),
+      healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
     },
   };
   return deepFreeze(config);

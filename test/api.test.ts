@@ -19,7 +19,7 @@ const duck = await Duck.open(2);
 const run = await fill(config, duck, quiet, { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
 await sealAll(duck, dir);
 // Keep the open hour in the spool for one market's rows: the API must read both.
-const api = await startApi(config, duck, createClock(END, 1), quiet, run.capture.latest, 0);
+const api = await startApi(config, duck, createClock(END, 1), quiet, { latest: run.capture.latest, capture: run.capture, port: 0 });
 t.teardown(async () => {
   await api.stop();
   duck.close();
@@ -245,7 +245,7 @@ t.test('every error code of the contract from a real request', async (t) => {
   }
   const msg = (await get('/v3/wallet-prediction/markets?window=7m')).body.error.message;
   t.equal(msg, 'Invalid "window": "7m". Expected one of: 5m, 15m');
-  t.match((await get('/v3/doge/markets')).body.error.code, 'INVALID_PARAMETER', 'an unknown coin is refused before any query');
+  t.match(await get('/v3/doge/markets'), { status: 404, body: { error: { code: 'NOT_FOUND' } } }, 'an unknown coin is 404 NOT_FOUND (CONTRACT.md), before any query');
   const post = await get('/v3/whoami', paid, { method: 'POST' });
   t.match(post, { status: 405, body: { error: { code: 'METHOD_NOT_ALLOWED' } } });
   t.equal(post.headers.get('allow'), 'GET, HEAD');
@@ -297,7 +297,7 @@ async function loggedApi(t: Test, now = END) {
   const lines: any[] = [];
   const { default: pino } = await import('pino');
   const log = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
-  const server = await startApi(config, duck, createClock(now, 1), log, new Map(), 0);
+  const server = await startApi(config, duck, createClock(now, 1), log, { latest: new Map(), port: 0 });
   t.teardown(() => server.stop());
   return { server, lines };
 }

@@ -25,7 +25,7 @@ await fill(config, duck, quiet, {
   faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }] },
 });
 await sealAll(duck, dir);
-const api = await startApi(config, duck, createClock(END, 1), quiet, undefined, 0);
+const api = await startApi(config, duck, createClock(END, 1), quiet, { port: 0 });
 t.teardown(async () => {
   await api.stop();
   duck.close();
@@ -345,7 +345,7 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
 t.test('a restart restores the index from its checkpoint plus the commits since: the same listing', async (t) => {
   const lines: any[] = [];
   const { default: pino } = await import('pino');
-  const again = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), undefined, 0);
+  const again = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), { port: 0 });
   t.teardown(() => again.stop());
   t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' }, 'no manifest walk');
   await api.lake.update();
@@ -354,7 +354,7 @@ t.test('a restart restores the index from its checkpoint plus the commits since:
   const log = path.join(dir, 'manifest', '_commits.ndjson');
   await fs.writeFile(log, '');
   const walked: any[] = [];
-  const third = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => walked.push(JSON.parse(l)) }), undefined, 0);
+  const third = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => walked.push(JSON.parse(l)) }), { port: 0 });
   t.teardown(() => third.stop());
   t.match(walked.find((l) => l.msg === 'lake loaded'), { index: 'walk' });
   t.same(third.lake.sealedFiles(), api.lake.sealedFiles());

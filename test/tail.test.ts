@@ -18,7 +18,7 @@ const duck = await Duck.open(2);
 // The hour is still open when the fill ends, so every book is in the spool, none sealed.
 const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 100, start: START, until: END, pollMs: 3000 });
 const lines: Record<string, unknown>[] = [];
-const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), undefined, 0);
+const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), { port: 0 });
 const { key } = await api.keys.issue('paid', 'tail');
 t.teardown(async () => {
   await api.stop();

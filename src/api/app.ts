@@ -1,67 +1,111 @@
 // The Koa app: request id and one log line per request, one error path rendering the
 // envelope, then the route table (auth, plan, rate limit, validation, handler).
 import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
+import { cancellation } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
+import type { Admission } from './admission.js';
 import { ApiError, echo, fail } from './errors.js';
 import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
+import { RequestLog } from './requestlog.js';
 import { type FileBody, RawJson, type RequestContext, type Route } from './routes.js';
-import { createReadStream } from 'node:fs';
-import fs from 'node:fs/promises';
 
 export interface AppOptions {
   routes: Route[];
   keys: KeyStore;
   rate: (plan: 'free' | 'paid') => number;
+  /** Requests per second a client address may make without a valid key. */
+  anonRate: number;
+  admission: Admission;
   log: Logger;
   now?: () => number;
 }
 
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
-function newRequestId(): string {
+export function newRequestId(): string {
   return `req_${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
 }
 
-export function createApp(options: AppOptions): Koa {
-  const { routes, keys, log } = options;
+/** Statuses of unpaid traffic that are counted rather than logged one by one. */
+const COUNTED = new Set([401, 404, 405, 413, 429, 431]);
+
+/** A client that hung up mid-response: not a server fault. */
+function clientLeft(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ERR_STREAM_PREMATURE_CLOSE' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'ABORT_ERR'
+    || (err as Error | undefined)?.name === 'AbortError';
+}
+
+export interface App {
+  koa: Koa;
+  requestLog: RequestLog;
+  /** Answers what Node's HTTP parser rejects before Koa sees it (oversized headers, garbage). */
+  clientError(err: NodeJS.ErrnoException & { code?: string }, socket: Duplex): void;
+}
+
+export function createApp(options: AppOptions): App {
+  const { routes, keys, log, admission } = options;
   const now = options.now ?? Date.now;
   const limiter = new RateLimiter();
+  const addresses = new RateLimiter();
+  const requestLog = new RequestLog(log);
   const app = new Koa();
   app.proxy = false;
 
   const meta = (ctx: Koa.Context) => ({ request_id: ctx.state.requestId as string, timestamp: new Date().toISOString() });
 
-  // Request id, timing and the one log line per request (never the query string: keys
-  // pasted into it must not reach the log).
+  // Errors Koa meets after the response started (a stream failing mid-transfer): once, through pino.
+  app.on('error', (err: unknown, ctx?: Koa.Context) => {
+    if (clientLeft(err)) return;
+    log.error({ req_id: ctx?.state.requestId ?? null, err }, 'response failed after it started');
+  });
+
+  // Request id, cancellation, and the one log line per request, written when the response is
+  // done (streamed bodies included) so its timing and row count are the real ones. Never the
+  // query string: keys pasted into it must not reach the log.
   app.use(async (ctx, next) => {
     const given = ctx.get('x-request-id');
     ctx.state.requestId = REQUEST_ID_RE.test(given) ? given : newRequestId();
     ctx.state.stats = { partitions: 0, rows: 0 };
     ctx.set('X-Request-Id', ctx.state.requestId);
     const started = performance.now();
-    log.debug({ req_id: ctx.state.requestId, method: ctx.method, path: ctx.path }, 'request started');
-    try {
-      await next();
-    } finally {
-      log.info({
+    const controller = new AbortController();
+    ctx.state.signal = controller.signal;
+    ctx.res.once('close', () => {
+      const aborted = !ctx.res.writableFinished;
+      if (aborted) controller.abort();
+      if (!ctx.state.keyId && COUNTED.has(ctx.status)) {
+        requestLog.counted(ctx.status, ctx.ip, ctx.path);
+        return;
+      }
+      requestLog.finished({
         req_id: ctx.state.requestId, method: ctx.method, route: ctx.state.routeId ?? null, status: ctx.status,
         ms: Math.round((performance.now() - started) * 100) / 100, ...ctx.state.stats, key_id: ctx.state.keyId ?? null,
-      }, 'request finished');
-    }
+        ...(aborted ? { aborted } : {}),
+      });
+    });
+    await cancellation.run(controller.signal, next);
   });
 
   // The one error path.
   app.use(async (ctx, next) => {
     try {
       await next();
-      if (ctx.status === 404 && ctx.body === undefined) fail('NOT_FOUND', `No route ${echo(ctx.path)}. See /v3/openapi.json`);
+      if (ctx.status === 404 && ctx.body === undefined) {
+        limitAnonymous(ctx);
+        fail('NOT_FOUND', `No route ${echo(ctx.path)}. See /v3/openapi.json`);
+      }
     } catch (err) {
       const e = toApiError(err);
-      if (e.status >= 500) log.error({ req_id: ctx.state.requestId, err }, 'request failed');
+      // A query interrupted because its client left is not a fault.
+      if (e.status >= 500 && !(ctx.state.signal as AbortSignal).aborted) log.error({ req_id: ctx.state.requestId, err }, 'request failed');
       ctx.status = e.status;
       ctx.remove('ETag');
       ctx.remove('Content-Disposition');
@@ -74,6 +118,10 @@ export function createApp(options: AppOptions): Koa {
   app.use(async (ctx, next) => {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') {
       fail('METHOD_NOT_ALLOWED', `Method ${ctx.method} is not allowed; every route answers GET and HEAD`, [], { Allow: 'GET, HEAD' });
+    }
+    // Nothing here reads a body, and one could be any size: refused before anything else.
+    if ((ctx.request.length ?? 0) > 0 || ctx.get('transfer-encoding')) {
+      fail('PAYLOAD_TOO_LARGE', 'GET and HEAD requests carry no body here; send parameters in the query string', [], { Connection: 'close' });
     }
     await next();
   });
@@ -88,7 +136,14 @@ export function createApp(options: AppOptions): Koa {
       const path = parse(pathCheck, ctx.params as Record<string, string>, 'path');
       const query = parse(queryCheck, ctx.query as Record<string, string | string[]>, 'query');
       const rc: RequestContext = { query, path, key, now: now(), stats: ctx.state.stats };
-      const result = await route.handle(rc);
+      const release = route.heavy ? await admission.enter(cancellation.getStore()) : null;
+      let result;
+      try {
+        result = await route.handle(rc);
+      } finally {
+        release?.();
+      }
+      if (result.status) ctx.status = result.status;
       if (result.file) {
         await sendFile(ctx, result.file);
         return;
@@ -108,13 +163,27 @@ export function createApp(options: AppOptions): Koa {
   }
   app.use(router.routes());
 
+  /** Failed attempts without a valid key are limited per client address. */
+  function limitAnonymous(ctx: Koa.Context): void {
+    const decision = addresses.take(ctx.ip, options.anonRate);
+    if (!decision.allowed) {
+      fail('RATE_LIMITED', `Too many requests without a valid API key from this address; retry after ${decision.reset} s`, [], { 'Retry-After': String(Math.max(1, decision.reset)) });
+    }
+  }
+
   async function authorize(ctx: Koa.Context, route: Route) {
     if (route.access === 'public') return null;
     const header = ctx.get('authorization');
     const m = /^Bearer\s+(\S+)$/i.exec(header);
-    if (!m) fail('AUTH_MISSING', 'Send your API key as "Authorization: Bearer <key>"; keys in the query string are not accepted');
+    if (!m) {
+      limitAnonymous(ctx);
+      fail('AUTH_MISSING', 'Send your API key as "Authorization: Bearer <key>"; keys in the query string are not accepted');
+    }
     const key = KEY_RE.test(m[1]) ? await keys.find(m[1]) : null;
-    if (!key) fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
+    if (!key) {
+      limitAnonymous(ctx);
+      fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
+    }
     ctx.state.keyId = key.key_id;
     const decision = limiter.take(key.key_id, options.rate(key.plan));
     ctx.set({ 'X-RateLimit-Limit': String(decision.limit), 'X-RateLimit-Remaining': String(decision.remaining), 'X-RateLimit-Reset': String(decision.reset) });
@@ -125,7 +194,29 @@ export function createApp(options: AppOptions): Koa {
     return key;
   }
 
-  return app;
+  function clientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+    const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+    const status = tooLarge ? 431 : 400;
+    requestLog.counted(status, (socket as unknown as { remoteAddress?: string }).remoteAddress ?? 'unknown', '(unparsed)');
+    if (!socket.writable || (err.code === 'ECONNRESET')) {
+      socket.destroy();
+      return;
+    }
+    const requestId = newRequestId();
+    const body = JSON.stringify({
+      error: tooLarge
+        ? { code: 'HEADERS_TOO_LARGE', message: 'The request line and headers exceed 16 KiB; a cursor or parameter is far longer than any this service issues', details: [] }
+        : { code: 'INVALID_PARAMETER', message: 'The request is not valid HTTP/1.1', details: [] },
+      meta: { request_id: requestId, timestamp: new Date().toISOString() },
+    });
+    socket.end(
+      `HTTP/1.1 ${status} ${tooLarge ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
+      `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+
+  return { koa: app, requestLog, clientError };
 }
 
 function stripUndefined(obj: Record<string, unknown> | undefined): Record<string, unknown> {
@@ -139,53 +230,26 @@ function toApiError(err: unknown): ApiError {
   if (typeof e.status === 'number' && e.status >= 400 && e.status < 500) {
     return new ApiError(e.status === 404 ? 404 : 400, e.status === 404 ? 'NOT_FOUND' : 'INVALID_PARAMETER', e.expose && e.message ? e.message : 'Bad request');
   }
-  // A lake file missing, unreadable or corrupt: the lake, not the request, is at fault.
-  if (/^IO Error|No files found|Cannot open file|Parquet file|magic bytes/i.test(e.message ?? '')) {
+  // A lake file missing, unreadable or corrupt, or the disk failing under an export: the lake,
+  // not the request, is at fault.
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOSPC' || code === 'EIO' || code === 'EMFILE' || code === 'ENFILE'
+    || /^IO Error|No files found|Cannot open file|Parquet file|magic bytes|No space left/i.test(e.message ?? '')) {
     return new ApiError(503, 'UNAVAILABLE', 'The lake cannot be read right now; retry shortly');
   }
   return new ApiError(500, 'INTERNAL_ERROR', 'Internal error; the request id identifies it in our logs');
 }
 
-/**
- * Streams an export from the named pipe DuckDB writes into. Headers wait for the first bytes:
- * a COPY that fails before writing anything is still a proper error response. A failure after
- * that aborts the transfer, so the client sees it truncated rather than complete.
- */
-async function sendExport(ctx: Koa.Context, body: FileBody, producing: Promise<void>): Promise<void> {
-  const stream = createReadStream(body.absolute);
-  const removePipe = () => void fs.rm(body.absolute, { force: true });
-  stream.once('close', removePipe);
-  const failure = producing.then(() => null, (err: unknown) => err);
-  const first = new Promise<'data'>((resolve, reject) => {
-    stream.once('readable', () => resolve('data'));
-    stream.once('error', reject);
-  });
-  const outcome = await Promise.race([first, failure.then((err) => err ?? 'data')]);
-  if (outcome !== 'data') {
-    // DuckDB never opened the pipe: open and close its write end so the pending read ends.
-    await fs.open(body.absolute, 'w').then((h) => h.close()).catch(() => undefined);
-    stream.destroy();
-    removePipe();
-    throw outcome;
-  }
-  void failure.then((err) => {
-    if (err) stream.destroy(err as Error);
-  });
+/** Streams a sealed file: strong ETag (its sha256), If-None-Match -> 304, one Range -> 206 or 416; or an export as it is written. */
+async function sendFile(ctx: Koa.Context, body: FileBody): Promise<void> {
   ctx.type = body.contentType;
   ctx.set('Content-Disposition', `attachment; filename="${body.filename}"`);
-  ctx.body = stream;
-}
-
-/** Streams a sealed file: strong ETag (its sha256), If-None-Match -> 304, one Range -> 206 or 416. */
-async function sendFile(ctx: Koa.Context, body: FileBody): Promise<void> {
-  const { absolute, sha256 } = body;
-  if (body.producing) {
-    await sendExport(ctx, body, body.producing);
+  if ('stream' in body) {
+    ctx.body = body.stream;
     return;
   }
+  const { absolute, sha256 } = body;
   const size = (await fs.stat(absolute)).size;
-  ctx.type = body.contentType;
-  ctx.set('Content-Disposition', `attachment; filename="${body.filename}"`);
   const etag = `"${sha256}"`;
   ctx.set({ ETag: etag, 'Accept-Ranges': 'bytes', 'Cache-Control': 'private, max-age=86400, immutable' });
   const match = ctx.get('if-none-match');

@@ -82,3 +82,17 @@ export class KeyStore {
 function hash(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
+
+/**
+ * The key `make run` prints: issued once and kept in a 0600 file beside the key store (which
+ * still holds only its hash), so restarts reuse it instead of piling up keys. A key that was
+ * revoked, or a file that was tampered with, gets a new one.
+ */
+export async function runKey(store: KeyStore, dataDir: string): Promise<{ key: string; issued: boolean }> {
+  const file = path.join(dataDir, 'state', 'run-key');
+  const kept = (await fs.readFile(file, 'utf8').catch(() => '')).trim();
+  if (KEY_RE.test(kept) && (await store.find(kept))?.plan === 'paid') return { key: kept, issued: false };
+  const { key } = await store.issue('paid', 'make run');
+  await writeFileAtomic(file, key, 0o600);
+  return { key, issued: true };
+}

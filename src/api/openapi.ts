@@ -42,7 +42,15 @@ export const SCHEMAS: Record<string, unknown> = {
   }, ['outcome_index', 'outcome', 'token_id', 'exchange_time']),
   Snapshot: obj({ timestamp: time, books: { type: 'array', items: ref('Book') } }),
   Sample: obj({ timestamp: time, value: num }),
-  Health: obj({ status: str, lake: obj({ newest_capture: nullable(time), files: { type: 'integer' }, markets: { type: 'integer' } }) }),
+  Health: obj({
+    status: { type: 'string', enum: ['ok', 'degraded', 'failing'] },
+    capture: nullable(obj({
+      state: { type: 'string', enum: ['running', 'failing', 'stopped'] }, last_flush: nullable(time), flush_age_ms: nullable({ type: 'integer' }), max_flush_age_ms: { type: 'integer' },
+      storage_error: nullable(str), buffered_rows: { type: 'integer' }, dropped_rows: { type: 'integer' }, seal_backlog: { type: 'integer' }, seal_error: nullable(str),
+    })),
+    lake: obj({ readable: { type: 'boolean' }, error: nullable(str), query_engine: str, newest_capture: nullable(time), files: { type: 'integer' }, markets: { type: 'integer' } }),
+    api: obj({ in_flight: { type: 'integer' }, queued: { type: 'integer' }, max_in_flight: { type: 'integer' }, shed: { type: 'integer' }, exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' } }) }),
+  }),
   Coverage: obj({
     published: { type: 'array', items: obj({ dataset: str, coins: { type: 'array', items: str }, starts: str, what: str }) },
     recorded: { type: 'array', items: obj({ dataset: str, coin: str, window: str, first: nullable(time), last: nullable(time), rows: { type: 'integer' }, files: { type: 'integer' } }) },
@@ -86,6 +94,8 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     const statuses = new Map<number, ErrorCode[]>();
     for (const code of ERRORS_BY_ACCESS[r.access]) statuses.set(STATUS_OF[code], [...(statuses.get(STATUS_OF[code]) ?? []), code]);
     statuses.set(405, ['METHOD_NOT_ALLOWED']);
+    statuses.set(413, ['PAYLOAD_TOO_LARGE']);
+    statuses.set(431, ['HEADERS_TOO_LARGE']);
     const responses: Record<string, unknown> = r.response === 'Parquet'
       ? {
         200: { description: 'The file', headers: { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }, content: { 'application/vnd.apache.parquet': { schema: { type: 'string', contentMediaType: 'application/vnd.apache.parquet' } } } },
@@ -106,6 +116,9 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
       };
     for (const [status, codes] of statuses) {
       responses[status] = { description: codes.join(', '), content: { 'application/json': { schema: ref('Error') } } };
+    }
+    if (r.id === 'health') {
+      responses[503] = { description: 'A component is failing (capture has not persisted within its bound, or the lake is unreadable); the body says which', content: { 'application/json': { schema: ref(`Response${r.response}`) } } };
     }
     paths[r.path.replace(/:([a-z_]+)/g, '{$1}').replace('/*path', '/{path}')] = {
       get: {

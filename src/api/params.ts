@@ -16,6 +16,8 @@ export interface ParamSpec {
   required?: boolean;
   /** Comma-separated list in the query string. */
   list?: boolean;
+  /** A path segment naming a collection: a value outside it is a missing resource (404), not a bad parameter. */
+  notFound?: boolean;
 }
 
 export const INTERVALS: Record<string, number> = { '1s': 1e3, '5s': 5e3, '15s': 15e3, '1m': 6e4, '5m': 3e5, '15m': 9e5, '1h': 3.6e6 };
@@ -48,7 +50,7 @@ export const P = {
   dataset: q('dataset', 'Which dataset.', { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps'] }, enumOf(['markets', 'books', 'metrics', 'gaps'])),
   filePath: { name: 'path', in: 'path', description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.', schema: { type: 'string', pattern: '^(markets|books|metrics|gaps)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$', maxLength: 300 }, expect: 'a path from the files listing', required: true } as ParamSpec,
   marketId: { name: 'market_id', in: 'path', description: 'Market identifier at the venue.', schema: { type: 'string', pattern: '^[0-9A-Za-z_-]{1,80}$' }, expect: 'up to 80 letters, digits, "_" or "-"', required: true } as ParamSpec,
-  coin: { name: 'coin', in: 'path', description: 'Coin of the per-coin routes.', schema: { type: 'string', enum: [...POLY_COINS] }, expect: enumOf(POLY_COINS), required: true } as ParamSpec,
+  coin: { name: 'coin', in: 'path', description: 'Coin of the per-coin routes.', schema: { type: 'string', enum: [...POLY_COINS] }, expect: enumOf(POLY_COINS), required: true, notFound: true } as ParamSpec,
 } as const;
 
 const ajv = new Ajv({ allErrors: false, strict: false });
@@ -87,6 +89,7 @@ export function parse(v: Validator, raw: Record<string, string | string[] | unde
     if (err.keyword === 'required') {
       fail('INVALID_PARAMETER', `Missing required parameter "${name}". Expected ${spec.expect}`, [{ param: name, message: 'required' }]);
     }
+    if (spec.notFound) fail('NOT_FOUND', `No ${name} ${echo(raw[name])} on these routes. Expected ${spec.expect}`, [{ param: name, message: 'not found' }]);
     fail('INVALID_PARAMETER', `Invalid "${name}": ${echo(raw[name])}. Expected ${spec.expect}`, [{ param: name, message: err.message ?? 'invalid' }]);
   }
   return values;

@@ -2,15 +2,16 @@
 // server, the validators and the OpenAPI document are all built from this list.
 import type { Venue } from '../config.js';
 import { coverageStart } from '../coverage.js';
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { promisify } from 'node:util';
+import type { Readable } from 'node:stream';
 import type { DuckDBDataChunk } from '@duckdb/node-api';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
+import { sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { LatestBook } from '../records.js';
+import type { ExportPool } from './exports.js';
 import type { LatestReads } from './latest.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
@@ -35,16 +36,11 @@ export class RawJson {
   constructor(readonly text: string) {}
 }
 
-/** A file to stream: a sealed lake file (ETag, If-None-Match, Range) or an export (deleted once sent). */
-export interface FileBody {
-  absolute: string;
-  filename: string;
-  contentType: string;
-  /** The sha256 of a sealed file; exports have none. */
-  sha256?: string;
-  /** An export: a named pipe DuckDB is writing into; settles when the COPY ends. */
-  producing?: Promise<void>;
-}
+/** A file to send: a sealed lake file (ETag, If-None-Match, Range) or an export being written. */
+export type FileBody = { filename: string; contentType: string } & (
+  | { absolute: string; sha256: string }
+  | { stream: Readable; rows: Promise<number> }
+);
 
 export interface Result {
   data: unknown;
@@ -53,6 +49,8 @@ export interface Result {
   /** A body without the envelope (the OpenAPI document). */
   raw?: boolean;
   file?: FileBody;
+  /** A status other than 200 for a body that is not an error (health when a component fails). */
+  status?: number;
 }
 
 export interface Route {
@@ -64,26 +62,28 @@ export interface Route {
   /** Name of the response schema in the OpenAPI document. */
   response: string;
   list: boolean;
+  /** Reads the lake: admitted under the global in-flight limit (load shedding). */
+  heavy?: boolean;
   handle(ctx: RequestContext): Promise<Result>;
 }
 
 export interface RouteDeps {
   lake: LakeReader;
-  /** Where exports are written before they are streamed. */
+  /** Where exports are written while they are streamed. */
   exportDir: string;
+  exports: ExportPool;
   cursors: Cursors;
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;
   latestReads: LatestReads;
   rate: (plan: KeyRecord['plan']) => number;
-  health: () => Promise<Record<string, unknown>>;
+  health: () => Promise<{ status: number; data: unknown }>;
   openapi: () => unknown;
   maxRangeMs: number;
 }
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
 const PARQUET = 'application/vnd.apache.parquet';
-const execFileAsync = promisify(execFile);
 const TRADES_NOTICE = 'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
 
 function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
@@ -195,16 +195,17 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       ?? `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? 'TIMESTAMP_MS' : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
     const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
     await fs.mkdir(deps.exportDir, { recursive: true });
-    // DuckDB writes into a named pipe the response reads from: bytes leave as they are
-    // produced, and neither side holds the export. The Parquet writer holds one row group: small ones.
-    const pipe = path.join(deps.exportDir, `${randomUUID()}.${format}`);
-    await execFileAsync('mkfifo', ['-m', '600', pipe]);
+    const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
+    // The Parquet writer holds a whole row group in memory: small ones.
     const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192';
-    const producing = lake.duck.run(`COPY (${query}) TO '${pipe.replaceAll("'", "''")}' (${options}, USE_TMP_FILE false)`, params);
+    const { stream, rows } = await deps.exports.start(file, `COPY (${query}) TO ${sqlPath(file)} (${options}, USE_TMP_FILE false)`, params);
+    void rows.then((n) => {
+      ctx.stats.rows = n;
+    }, () => undefined);
     const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
     return {
       data: null,
-      file: { absolute: pipe, filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`, contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET, producing },
+      file: { stream, rows, filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`, contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET },
     };
   };
 
@@ -366,7 +367,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   const routes: Route[] = [
     {
       id: 'health', path: '/v3/health', access: 'public', summary: 'Service and lake health.', params: [], response: 'Health', list: false,
-      handle: async () => ({ data: await deps.health() }),
+      handle: async () => deps.health(),
     },
     {
       id: 'openapi', path: '/v3/openapi.json', access: 'public', summary: 'This document.', params: [], response: 'OpenApi', list: false,
@@ -392,11 +393,11 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         params: [P.marketId, P.outcome], handle: latestRoute(venue),
       },
       {
-        id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true,
+        id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true, heavy: true,
         params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval, P.format], handle: snapshotRoute('wp.snapshots', venue, true),
       },
       {
-        id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true,
+        id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true, heavy: true,
         params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order, P.format], handle: timeseriesRoute('wp.timeseries', venue),
       },
       {
@@ -441,7 +442,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       params: [P.coin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),
     },
     {
-      id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true,
+      id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true, heavy: true,
       params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.format],
       handle: snapshotRoute('coin.snapshots', 'polymarket', false),
     },

@@ -13,7 +13,11 @@ import { LakeReader } from '../lake/reader.js';
 import { SpoolTail } from '../lake/tail.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
+import type { CaptureHealth } from '../capture/capture.js';
+import { readJson } from '../lake/fsutil.js';
+import { Admission } from './admission.js';
 import { createApp } from './app.js';
+import { ExportPool } from './exports.js';
 import { Cursors } from './cursor.js';
 import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
@@ -60,11 +64,20 @@ async function cursorSecret(config: Config): Promise<Buffer> {
   }
 }
 
-/**
- * `latest` is capture's own map when capture runs in this process; without it the API follows
- * the spool capture writes, so the newest books are in memory either way.
- */
-export async function startApi(config: Config, duck: Duck, clock: Clock, log: Logger, shared?: Map<string, LatestBook>, port = config.port): Promise<Api> {
+export interface ApiOptions {
+  /** Capture's own map when capture runs in this process; without it the API follows the spool. */
+  latest?: Map<string, LatestBook>;
+  /** Capture in this process, for health; without it, health reads capture's heartbeat file. */
+  capture?: { health(): CaptureHealth };
+  port?: number;
+}
+
+/** Health is computed at most this often, however often it is asked for (it is public). */
+const HEALTH_CACHE_MS = 1000;
+
+export async function startApi(config: Config, duck: Duck, clock: Clock, log: Logger, options: ApiOptions = {}): Promise<Api> {
+  const shared = options.latest;
+  const port = options.port ?? config.port;
   const paths = lakePaths(config.dataDir);
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
@@ -103,20 +116,22 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     }, (err) => log.warn({ err }, 'lake update failed')),
   ];
   const keys = KeyStore.at(config.dataDir);
+  const exports = await ExportPool.open(duck, config.api.exportSlots);
+  const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
+  const health = cached(HEALTH_CACHE_MS, () => checkHealth(config, duck, lake, latest, options.capture, admission, exports));
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   let document: unknown = null;
   const routes = buildRoutes({
     lake, latest, latestReads, rate, exportDir: path.join(config.dataDir, 'state', 'exports'), cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
     openapi: () => document,
-    health: async () => {
-      let newest = -Infinity;
-      for (const l of latest.values()) newest = Math.max(newest, l.ts);
-      return { status: 'ok', lake: { newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files: lake.sealedFiles().length, markets: lake.size } };
-    },
+    health,
+    exports,
   });
   document = openApiDocument(routes);
-  const app = createApp({ routes, keys, rate, log, now: () => clock.now() });
-  const server = app.listen(port, config.host);
+  const app = createApp({ routes, keys, rate, anonRate: config.api.rateAnon, admission, log, now: () => clock.now() });
+  const server = app.koa.listen({ port, host: config.host });
+  server.maxHeadersCount = 100;
+  server.on('clientError', app.clientError);
   await new Promise<void>((resolve) => server.once('listening', resolve));
   const address = server.address() as AddressInfo;
   return {
@@ -124,6 +139,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     lake, keys, server,
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);
+      app.requestLog.stop();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -132,4 +148,85 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       });
     },
   };
+}
+
+/** `task` at most once per `ms`; callers within that share the last answer (or the one in flight). */
+function cached<T>(ms: number, task: () => Promise<T>): () => Promise<T> {
+  let last: { at: number; value: Promise<T> } | null = null;
+  return () => {
+    if (!last || Date.now() - last.at > ms) last = { at: Date.now(), value: task() };
+    return last.value;
+  };
+}
+
+function within<T>(ms: number, work: Promise<T>): Promise<T | 'timeout'> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([work, new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), ms); })]).finally(() => clearTimeout(timer));
+}
+
+/** A query that has not answered in this long means the engine is stuck, not busy. */
+const ENGINE_TIMEOUT_MS = 5000;
+
+/**
+ * Each component says how it is. 503 when capture has not persisted within its bound, the lake
+ * cannot be read, or the query engine does not answer: an orchestrator's probe then restarts us.
+ */
+async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest: Map<string, LatestBook>, capture: ApiOptions['capture'], admission: Admission, exports: ExportPool) {
+  const now = Date.now();
+  const bound = config.api.healthMaxFlushAgeMs;
+  const captureState = capture ? capture.health() : await heartbeatHealth(config, now, bound);
+  const files = lake.sealedFiles();
+  const newestFile = files.reduce<(typeof files)[number] | null>((a, f) => (!a || f.partition.hour > a.partition.hour ? f : a), null);
+  const [lakeError, engine] = await Promise.all([
+    lakeReadable(lake.paths.lake, newestFile && path.join(lake.paths.lake, newestFile.path)),
+    within(ENGINE_TIMEOUT_MS, duck.rows('SELECT 1 AS ok').then(() => 'ok' as const, (err: Error) => `error: ${err.message.slice(0, 100)}`)),
+  ]);
+  let newest = -Infinity;
+  for (const l of latest.values()) newest = Math.max(newest, l.ts);
+  const stale = captureState !== null && captureState.state !== 'stopped' && (captureState.flush_age_ms ?? Infinity) > bound;
+  const failing = stale || lakeError !== null || engine !== 'ok';
+  const degraded = captureState !== null && (captureState.state !== 'running' || captureState.seal_error !== null);
+  const status = failing ? 'failing' : degraded ? 'degraded' : 'ok';
+  return {
+    status: failing ? 503 : 200,
+    data: {
+      status,
+      capture: captureState && { ...captureState, max_flush_age_ms: bound },
+      lake: {
+        readable: lakeError === null, error: lakeError, query_engine: engine === 'timeout' ? `no answer in ${ENGINE_TIMEOUT_MS} ms` : engine,
+        newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files: files.length, markets: lake.size,
+      },
+      api: { in_flight: admission.inFlight, queued: admission.queued, max_in_flight: admission.options.limit, shed: admission.shed, exports: { in_use: exports.inUse, slots: exports.size } },
+    },
+  };
+}
+
+/** Capture in another process: judged from the heartbeat it writes after every successful flush. */
+async function heartbeatHealth(config: Config, now: number, bound: number): Promise<CaptureHealth | null> {
+  const beat = await readJson<{ flushed_at?: number; stopped?: boolean }>(path.join(config.dataDir, 'state', 'capture-heartbeat.json')).catch(() => null);
+  if (!beat || typeof beat.flushed_at !== 'number') return null;
+  const age = now - beat.flushed_at;
+  return {
+    state: beat.stopped ? 'stopped' : age > bound ? 'failing' : 'running',
+    last_flush: new Date(beat.flushed_at).toISOString(), flush_age_ms: age,
+    storage_error: null, buffered_rows: 0, dropped_rows: 0, seal_backlog: 0, seal_error: null,
+  };
+}
+
+/** The lake directory can be listed and its newest sealed file still ends in Parquet's magic bytes. */
+async function lakeReadable(root: string, newest: string | null): Promise<string | null> {
+  try {
+    await fs.access(root, fs.constants.R_OK | fs.constants.X_OK);
+    if (!newest) return null;
+    const handle = await fs.open(newest, 'r');
+    try {
+      const size = (await handle.stat()).size;
+      const { buffer } = await handle.read(Buffer.alloc(4), 0, 4, Math.max(0, size - 4));
+      return buffer.toString('latin1') === 'PAR1' ? null : `${path.basename(newest)} is not a complete Parquet file`;
+    } finally {
+      await handle.close();
+    }
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code ?? 'unreadable';
+  }
 }

@@ -8,8 +8,8 @@ import type { Config, Venue } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
-import { type SealReport, sealDue } from '../lake/seal.js';
-import { Spool, recoverSpool } from '../lake/spool.js';
+import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
+import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
 import { type Book, type BookRow, type GapRow, type LatestBook, type Market, type MarketRow, type MetricRow, marketLakeRow } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
@@ -31,10 +31,30 @@ interface OpenGap {
 
 interface Heartbeat {
   ts: number;
+  /** Wall time of the flush this heartbeat follows: how a separate API process judges capture's health. */
+  flushed_at: number;
+  /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
+  stopped?: boolean;
   segment: string;
   open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
   gaps: OpenGap[];
 }
+
+/** What `/v3/health` reports of capture. */
+export interface CaptureHealth {
+  state: 'running' | 'failing' | 'stopped';
+  last_flush: string | null;
+  flush_age_ms: number | null;
+  storage_error: string | null;
+  buffered_rows: number;
+  dropped_rows: number;
+  seal_backlog: number;
+  seal_error: string | null;
+}
+
+/** Failing storage is retried after this, doubling up to the cap. */
+const RETRY_MIN_MS = 250;
+const RETRY_MAX_MS = 10_000;
 
 export interface CaptureStats {
   cycles: number;
@@ -58,6 +78,12 @@ export class Capture {
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   private sealing: Promise<SealReport | void> = Promise.resolve();
+  private lastFlushAt: number | null = null;
+  private startedAt = Date.now();
+  /** Set while the spool cannot be written; rows stay buffered up to `spoolMaxBufferBytes`. */
+  private storage: { since: number; attempts: number; retryAt: number; error: string } | null = null;
+  private dropped = 0;
+  private sealFailure: { error: string; backlog: number } | null = null;
 
   constructor(
     private readonly config: Config,
@@ -80,8 +106,9 @@ export class Capture {
     await this.resumeFromHeartbeat(lastTs);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
     this.running = true;
+    this.startedAt = Date.now();
     this.loops = this.adapters.map((a) => this.venueLoop(a));
-    this.timers.push(setInterval(() => void this.flush(), this.config.capture.flushMs));
+    this.timers.push(setInterval(() => void this.flushDue(), this.config.capture.flushMs));
     this.timers.push(setInterval(() => void this.seal(), 2000));
   }
 
@@ -90,8 +117,9 @@ export class Capture {
     for (const t of this.timers) clearInterval(t);
     await Promise.all(this.loops);
     await this.sealing;
-    await this.flush();
-    await this.spool.close();
+    await this.flush(true);
+    // Rows the disk refused until the end are lost with the process; say how many.
+    await this.spool.close().catch((err) => this.log.error({ err, unsaved_rows: this.spool.bufferedRows }, 'capture stopped with rows it could not save'));
     this.log.info({ ...this.stats, acknowledged: this.spool.acknowledged }, 'capture stopped');
   }
 
@@ -122,26 +150,90 @@ export class Capture {
     this.log.warn({ since: new Date(beat.ts).toISOString(), gaps: this.gaps.size }, 'resuming after a previous capture process');
   }
 
-  /** Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time. */
-  async flush(): Promise<void> {
+  /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
+  private async flushDue(): Promise<void> {
+    if (this.storage && Date.now() < this.storage.retryAt) return;
+    await this.flush();
+  }
+
+  /**
+   * Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time.
+   * Never throws: a disk that is full or failing is logged once when it starts and once when
+   * it recovers; the rows stay buffered meanwhile (see `recordable`).
+   */
+  async flush(stopped = false): Promise<void> {
     const ts = this.clock.now();
-    await this.spool.flush();
+    try {
+      await this.spool.flush();
+    } catch (err) {
+      this.storageFailed(err as NodeJS.ErrnoException);
+      return;
+    }
+    this.lastFlushAt = Date.now();
+    if (this.storage) {
+      this.log.warn({ failed_for_ms: this.lastFlushAt - this.storage.since, attempts: this.storage.attempts, dropped_rows: this.dropped }, 'spool storage recovered; buffered rows saved');
+      this.storage = null;
+    }
     const open = [...this.known.values()]
       .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
-    const beat: Heartbeat = { ts, segment: this.spool.segment, open, gaps: [...this.gaps.values()] };
-    await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat));
+    const beat: Heartbeat = { ts, flushed_at: this.lastFlushAt, ...(stopped ? { stopped } : {}), segment: this.spool.segment, open, gaps: [...this.gaps.values()] };
+    // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
+    await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat)).catch(() => undefined);
   }
 
+  private storageFailed(err: NodeJS.ErrnoException): void {
+    const now = Date.now();
+    const error = `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`;
+    if (!this.storage) {
+      this.storage = { since: now, attempts: 0, retryAt: now, error };
+      this.log.error({ err: { code: err.code, message: err.message }, buffered_rows: this.spool.bufferedRows, limit_bytes: this.config.capture.spoolMaxBufferBytes }, 'spool storage failing; rows stay buffered and are retried');
+    }
+    this.storage.attempts++;
+    this.storage.error = error;
+    this.storage.retryAt = now + Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(this.storage.attempts, 10));
+  }
+
+  /**
+   * Whether rows may still be buffered: past the bound (storage failing for long), new rows are
+   * dropped and a `storage` gap covers them until there is room again; nothing is invented.
+   */
+  private recordable(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, rows: number): boolean {
+    if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) return true;
+    this.dropped += rows;
+    this.fail(scope, now, { kind: 'storage', message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept` });
+    return false;
+  }
+
+  health(now = Date.now()): CaptureHealth {
+    return {
+      state: this.storage ? 'failing' : this.running ? 'running' : 'stopped',
+      last_flush: this.lastFlushAt === null ? null : new Date(this.lastFlushAt).toISOString(),
+      flush_age_ms: now - (this.lastFlushAt ?? this.startedAt),
+      storage_error: this.storage?.error ?? null,
+      buffered_rows: this.spool.bufferedRows,
+      dropped_rows: this.dropped,
+      seal_backlog: this.sealFailure?.backlog ?? 0,
+      seal_error: this.sealFailure?.error ?? null,
+    };
+  }
+
+  /** Seals due hours; a failure (a full disk, say) leaves the rows in the spool, logged once per streak. */
   seal(now = this.clock.now()): Promise<SealReport | void> {
     const grace = (d: string) => (d === 'markets' ? this.config.capture.marketsSealGraceMs : this.config.capture.sealGraceMs);
     this.sealing = this.sealing
       .then(() => sealDue(this.duck, this.paths, now, grace, this.spool))
       .then((report) => {
         if (report.files > 0) this.log.info(report, 'sealed');
+        if (this.sealFailure) this.log.warn({ backlog: this.sealFailure.backlog }, 'sealing recovered');
+        this.sealFailure = null;
         return report;
       })
-      .catch((err) => this.log.error({ err }, 'seal failed; the spool keeps the rows'));
+      .catch(async (err: NodeJS.ErrnoException) => {
+        const backlog = await dueParts(this.paths.spool, now, grace).catch(() => -1);
+        if (!this.sealFailure) this.log.error({ err: { code: err.code, message: err.message }, backlog }, 'seal failed; the spool keeps the rows and sealing is retried');
+        this.sealFailure = { error: `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`, backlog };
+      });
     return this.sealing;
   }
 
@@ -187,9 +279,9 @@ export class Capture {
       if (!r) continue;
       const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
       if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
-      else this.recordBooks(m, now, r.recvTs, r.books);
+      else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, now, r.recvTs, r.books);
       if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
-      else this.recordMetrics(m, now, r.recvTs, r.quotes);
+      else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length)) this.recordMetrics(m, now, r.recvTs, r.quotes);
     }
   }
 
@@ -251,7 +343,7 @@ export class Capture {
     this.succeed(m, 'metrics', ts);
   }
 
-  private fail(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, err: UpstreamError): void {
+  private fail(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, err: { kind: string; message: string }): void {
     const key = gapKey(scope);
     const open = this.gaps.get(key);
     if (open) {
@@ -278,4 +370,9 @@ export class Capture {
 
 function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string }): string {
   return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}`;
+}
+
+/** Spool parts whose hour is due for sealing. */
+async function dueParts(spoolDir: string, now: number, grace: Grace): Promise<number> {
+  return (await listSpool(spoolDir)).filter((p) => isDue(p.partition, now, grace)).length;
 }

@@ -1,41 +1,75 @@
 // One DuckDB instance per process. Connections run one statement at a time, so each is
-// wrapped in a queue; callers never share a connection's state by accident.
+// wrapped in a lane (a queue); callers never share a connection's state by accident.
+// A statement started inside `cancellation.run(signal, ...)` is skipped if the signal fired
+// while it waited, and interrupted if it fires while it runs: a client that left stops its query.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { type DuckDBDataChunk, DuckDBInstance, type DuckDBConnection, type DuckDBType, type DuckDBValue } from '@duckdb/node-api';
 
 export type Params = Record<string, DuckDBValue>;
 export type ParamTypes = Record<string, DuckDBType>;
 export type JsonRow = Record<string, unknown>;
 
-class Lane {
+/** The abort signal of the request a statement runs for, if any. */
+export const cancellation = new AsyncLocalStorage<AbortSignal>();
+
+export class Lane {
   private tail: Promise<unknown> = Promise.resolve();
+  /** Statements queued or running: the least busy lane takes the next one. */
+  pending = 0;
   constructor(readonly connection: DuckDBConnection) {}
-  run<T>(task: (c: DuckDBConnection) => Promise<T>): Promise<T> {
-    const result = this.tail.then(() => task(this.connection));
+
+  run<T>(task: (c: DuckDBConnection) => Promise<T>, signal = cancellation.getStore()): Promise<T> {
+    this.pending++;
+    const result = this.tail.then(async () => {
+      signal?.throwIfAborted();
+      const interrupt = () => this.connection.interrupt();
+      signal?.addEventListener('abort', interrupt, { once: true });
+      try {
+        return await task(this.connection);
+      } finally {
+        signal?.removeEventListener('abort', interrupt);
+      }
+    }).finally(() => {
+      this.pending--;
+    });
     this.tail = result.catch(() => undefined);
     return result;
   }
 }
 
 export class Duck {
-  private next = 0;
   private constructor(private readonly instance: DuckDBInstance, private readonly lanes: Lane[]) {}
 
   static async open(lanes = 2, options: Record<string, string> = {}): Promise<Duck> {
     const instance = await DuckDBInstance.create(':memory:', { threads: '2', ...options });
-    const connections = await Promise.all(Array.from({ length: lanes }, () => instance.connect()));
-    const duck = new Duck(instance, connections.map((c) => new Lane(c)));
+    const duck = await new Duck(instance, []).fork(lanes);
     // Footers are read once per file instead of once per query.
     await duck.run("SET GLOBAL parquet_metadata_cache = true");
     return duck;
   }
 
-  private lane(): Lane {
-    this.next = (this.next + 1) % this.lanes.length;
-    return this.lanes[this.next];
+  /**
+   * Other lanes over the same instance (same settings and caches): a job whose statements run
+   * long (sealing an hour, an export) gets its own, so it never queues the API's reads.
+   */
+  async fork(lanes: number): Promise<Duck> {
+    const connections = await Promise.all(Array.from({ length: lanes }, () => this.instance.connect()));
+    return new Duck(this.instance, connections.map((c) => new Lane(c)));
   }
 
-  async run(sql: string, params?: Params, types?: ParamTypes): Promise<void> {
-    await this.lane().run((c) => c.run(sql, params, types));
+  /** Statements queued or running on these lanes. */
+  get pending(): number {
+    return this.lanes.reduce((n, l) => n + l.pending, 0);
+  }
+
+  private lane(): Lane {
+    let best = this.lanes[0];
+    for (const l of this.lanes) if (l.pending < best.pending) best = l;
+    return best;
+  }
+
+  async run(sql: string, params?: Params, types?: ParamTypes): Promise<number> {
+    return this.lane().run(async (c) => Number((await c.run(sql, params, types)).rowsChanged));
   }
 
   async rows(sql: string, params?: Params, types?: ParamTypes): Promise<JsonRow[]> {
@@ -50,8 +84,13 @@ export class Duck {
     return this.lane().run(async (c) => (await c.run(sql, params, types)).fetchAllChunks());
   }
 
-  close(): void {
+  /** Closes these lanes' connections (a fork's); `close` also closes the instance. */
+  closeLanes(): void {
     for (const lane of this.lanes) lane.connection.closeSync();
+  }
+
+  close(): void {
+    this.closeLanes();
     this.instance.closeSync();
   }
 }

@@ -4,10 +4,10 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 
 /** Write whole, fsync, rename into place, fsync the directory: readers see old or new, never half. */
-export async function writeFileAtomic(file: string, data: string | Uint8Array): Promise<void> {
+export async function writeFileAtomic(file: string, data: string | Uint8Array, mode = 0o644): Promise<void> {
   await fs.mkdir(path.dirname(file), { recursive: true });
   const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
-  const handle = await fs.open(tmp, 'w');
+  const handle = await fs.open(tmp, 'w', mode);
   try {
     await handle.writeFile(data);
     await handle.sync();

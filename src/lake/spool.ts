@@ -18,6 +18,8 @@ export interface SpoolPart {
 
 interface OpenPart {
   handle: FileHandle;
+  /** Bytes acknowledged in the file: a failed write is cut back to this. */
+  size: number;
 }
 
 export function newSegmentId(): string {
@@ -32,6 +34,7 @@ export class Spool {
   private nextPart = 1;
   private flushing: Promise<number> = Promise.resolve(0);
   private pendingRows = 0;
+  private pendingBytes = 0;
   acknowledged = 0;
 
   constructor(private readonly dir: string) {}
@@ -44,8 +47,21 @@ export class Spool {
       entry = { partition, lines: [] };
       this.buffered.set(key, entry);
     }
-    for (const row of rows) entry.lines.push(JSON.stringify(row));
+    for (const row of rows) {
+      const line = JSON.stringify(row);
+      entry.lines.push(line);
+      this.pendingBytes += line.length + 1;
+    }
     this.pendingRows += rows.length;
+  }
+
+  /** Rows appended but not yet acknowledged (more than one flush's worth while the disk fails). */
+  get bufferedRows(): number {
+    return this.pendingRows;
+  }
+
+  get bufferedBytes(): number {
+    return this.pendingBytes;
   }
 
   /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
@@ -54,21 +70,55 @@ export class Spool {
     return this.flushing;
   }
 
+  /**
+   * On any failure (disk full, EIO, out of descriptors) the batch stays buffered, ahead of what
+   * was appended since, and every part it touched is cut back to its acknowledged size, so the
+   * retry writes each line exactly once and nothing acknowledged is lost.
+   */
   private async flushNow(): Promise<number> {
     if (this.buffered.size === 0) return 0;
     const batch = [...this.buffered.entries()];
     const rows = this.pendingRows;
+    const bytes = this.pendingBytes;
     this.buffered.clear();
     this.pendingRows = 0;
-    const touched: FileHandle[] = [];
-    for (const [key, { lines }] of batch) {
-      const part = await this.partFor(key);
-      await part.handle.write(lines.join('\n') + '\n');
-      touched.push(part.handle);
+    this.pendingBytes = 0;
+    const touched: { key: string; part: OpenPart; written: number }[] = [];
+    try {
+      for (const [key, { lines }] of batch) {
+        const part = await this.partFor(key);
+        const text = lines.join('\n') + '\n';
+        const t = { key, part, written: 0 };
+        touched.push(t);
+        t.written = (await part.handle.write(text)).bytesWritten;
+        if (t.written !== Buffer.byteLength(text)) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
+      }
+      await Promise.all(touched.map((t) => t.part.handle.datasync()));
+    } catch (err) {
+      await this.rewind(touched);
+      for (const [key, entry] of batch) {
+        const newer = this.buffered.get(key);
+        this.buffered.set(key, { partition: entry.partition, lines: newer ? entry.lines.concat(newer.lines) : entry.lines });
+      }
+      this.pendingRows += rows;
+      this.pendingBytes += bytes;
+      throw err;
     }
-    await Promise.all(touched.map((h) => h.datasync()));
+    for (const t of touched) t.part.size += t.written;
     this.acknowledged += rows;
     return rows;
+  }
+
+  /** Cuts parts back to what was acknowledged; a part that cannot be cut is closed, and later rows go to a new part. */
+  private async rewind(touched: { key: string; part: OpenPart }[]): Promise<void> {
+    for (const { key, part } of touched) {
+      try {
+        await part.handle.truncate(part.size);
+      } catch {
+        this.open.delete(key);
+        await part.handle.close().catch(() => undefined);
+      }
+    }
   }
 
   private async partFor(key: string): Promise<OpenPart & { part: number }> {
@@ -77,7 +127,7 @@ export class Spool {
     const part = this.nextPart++;
     const file = path.join(this.dir, this.segment, key, `${String(part).padStart(6, '0')}.ndjson`);
     await fs.mkdir(path.dirname(file), { recursive: true });
-    const opened = { handle: await fs.open(file, 'a'), part };
+    const opened = { handle: await fs.open(file, 'a'), part, size: 0 };
     this.open.set(key, opened);
     return opened;
   }
@@ -182,3 +232,4 @@ async function lastLineEnd(handle: FileHandle, before: number): Promise<number> 
   }
   return 0;
 }
+

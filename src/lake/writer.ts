@@ -48,11 +48,17 @@ export async function writeParquet(duck: Duck, lakeDir: string, p: Partition, na
   const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
   // Every file gets exactly the dataset's columns and types, whatever the source produced.
   const columns = SCHEMAS[p.dataset].map((c) => `CAST("${c.name}" AS ${c.type}) AS "${c.name}"`).join(', ');
-  await duck.run(
-    `COPY (SELECT ${columns} FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
-      `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`,
-  );
-  await fsyncFile(tmp);
+  try {
+    await duck.run(
+      `COPY (SELECT ${columns} FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
+        `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`,
+    );
+    await fsyncFile(tmp);
+  } catch (err) {
+    // A full disk leaves a partial file: it must not hold the space the retry needs.
+    await fs.rm(tmp, { force: true });
+    throw err;
+  }
   const t = timeColumn(p);
   const [stats] = await duck.rows(
     `SELECT count(*)::BIGINT AS n, epoch_ms(min("${t}"))::BIGINT AS lo, epoch_ms(max("${t}"))::BIGINT AS hi FROM read_parquet(${sqlPath(tmp)})`,

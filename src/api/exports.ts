@@ -1,0 +1,125 @@
+// Exports (format=csv|parquet): DuckDB COPYs into a temporary file on a connection of its own,
+// and the response streams that file while it grows.
+//
+// Why not a named pipe: a COPY into a pipe blocks on the slowest client, and each blocked COPY
+// (and each pending open of a pipe) holds one of libuv's few threadpool threads; four of them
+// stalled every query and capture's fsync. A file lets the COPY finish at disk speed whatever
+// the client does, and only a bounded number of exports exist at once: beyond the pool, 503
+// with Retry-After. The file is removed on every exit path (done, failed, client gone), and the
+// export directory is emptied at start for what a crash left.
+import fs from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import type { Duck, Params } from '../lake/duckdb.js';
+import { fail } from './errors.js';
+
+/** How often a stream looks for bytes the COPY has written since. */
+const POLL_MS = 20;
+const CHUNK = 256 * 1024;
+
+export class ExportPool {
+  private active = 0;
+  private readonly idle: Duck[];
+
+  private constructor(readonly size: number, lanes: Duck[]) {
+    this.idle = lanes;
+  }
+
+  static async open(duck: Duck, size: number): Promise<ExportPool> {
+    return new ExportPool(size, await Promise.all(Array.from({ length: size }, () => duck.fork(1))));
+  }
+
+  get inUse(): number {
+    return this.active;
+  }
+
+  /**
+   * Starts `COPY (<sql>) TO <file>` and resolves once the file is worth streaming (bytes
+   * written, or the COPY done). A COPY that fails first throws, so the caller still sends a
+   * clean error. The slot is held until the stream closes; the connection only until the COPY ends.
+   */
+  async start(file: string, copy: string, params: Params): Promise<{ stream: Readable; rows: Promise<number> }> {
+    if (this.active >= this.size) {
+      fail('UNAVAILABLE', `All ${this.size} export slots are busy; retry in a few seconds`, [], { 'Retry-After': '2' });
+    }
+    this.active++;
+    const lane = this.idle.pop()!;
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.active--;
+      void fs.rm(file, { force: true });
+    };
+    try {
+      await fs.writeFile(file, '', { mode: 0o600 });
+      const handle = await fs.open(file, 'r');
+      const rows = lane.run(copy, params).finally(() => this.idle.push(lane));
+      const settled = rows.then(() => null, (err: unknown) => err as Error);
+      const stream = new GrowingFile(handle, settled, release);
+      const first = await Promise.race([stream.waitForBytes(), settled]);
+      if (first instanceof Error) {
+        stream.destroy();
+        throw first;
+      }
+      return { stream, rows };
+    } catch (err) {
+      release();
+      throw err;
+    }
+  }
+}
+
+/** A file another writer is still appending to: ends when the writer is done and every byte is read. */
+class GrowingFile extends Readable {
+  private at = 0;
+  private done: Error | null | undefined = undefined;
+
+  constructor(private readonly handle: fs.FileHandle, settled: Promise<Error | null>, private readonly onClose: () => void) {
+    super({ highWaterMark: CHUNK });
+    void settled.then((err) => {
+      this.done = err;
+    });
+  }
+
+  /** Resolves once the file has bytes, or the writer is done. */
+  async waitForBytes(): Promise<void> {
+    while (this.done === undefined && !this.destroyed && (await this.handle.stat()).size === 0) await sleep(POLL_MS);
+  }
+
+  override _read(): void {
+    void this.pump().catch((err: Error) => this.destroy(err));
+  }
+
+  private async pump(): Promise<void> {
+    for (;;) {
+      if (this.destroyed) return;
+      // Read `done` before reading bytes: a writer that finished before an empty read wrote everything.
+      const finished = this.done;
+      const buffer = Buffer.allocUnsafe(CHUNK);
+      const { bytesRead } = await this.handle.read(buffer, 0, CHUNK, this.at);
+      if (bytesRead > 0) {
+        this.at += bytesRead;
+        this.push(buffer.subarray(0, bytesRead));
+        return;
+      }
+      if (finished === null) {
+        this.push(null);
+        return;
+      }
+      // The transfer is cut short rather than ending as if complete.
+      if (finished) throw finished;
+      await sleep(POLL_MS);
+    }
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    this.handle.close().catch(() => undefined).finally(() => {
+      this.onClose();
+      callback(err);
+    });
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
