@@ -11,39 +11,15 @@ import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
-import { lakePaths, partitionOf } from '../src/lake/layout.js';
-import { commitFiles, spoolSource, writeParquet } from '../src/lake/writer.js';
-import { marketLakeRow } from '../src/records.js';
-import { DAY, HOUR } from '../src/time.js';
+import { syntheticMarket } from '../src/lake/synthetic.js';
+import { DAY } from '../src/time.js';
 
 const DAY0 = Date.parse('2026-09-01T00:00:00Z');
 const root = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-export-'));
-const paths = lakePaths(root);
 const duck = await Duck.open(2);
 const ID = '99000001';
 
-await duck.run(`CREATE TABLE b AS SELECT epoch_ms(s * 1000)::TIMESTAMP_MS AS ts, '${ID}' AS market_id, 'tok-' || o::VARCHAR AS token_id,
-    o::INTEGER AS outcome_index, CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome,
-    epoch_ms(s * 1000 - 80)::TIMESTAMP_MS AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMP_MS AS recv_ts,
-    list_transform(range(15), i -> round(0.49 - 0.01 * i, 2)) AS bid_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS bid_sizes,
-    list_transform(range(15), i -> round(0.51 + 0.01 * i, 2)) AS ask_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS ask_sizes
-  FROM range(${DAY0 / 1000}, ${(DAY0 + DAY) / 1000}) r(s), range(2) x(o)`);
-for (let h = DAY0; h < DAY0 + DAY; h += HOUR) {
-  const p = partitionOf('books', 'wallet-prediction', 'btc', '15m', h);
-  const entry = await writeParquet(duck, paths.lake, p, 'part-bench.parquet', `(SELECT * FROM b WHERE ts >= epoch_ms(${h}::BIGINT) AND ts < epoch_ms(${h + HOUR}::BIGINT))`, ['bench']);
-  await commitFiles(paths.lake, paths.manifest, path.join(root, 'trash'), p, [entry], []);
-}
-const staging = path.join(root, 'market.ndjson');
-await fs.writeFile(staging, `${JSON.stringify(marketLakeRow({
-  market_id: ID, topic_id: null, venue: 'wallet-prediction', slug: 'synthetic-day-long', title: 'synthetic', coin: 'btc', window: '15m',
-  start_time: DAY0, end_time: DAY0 + DAY, created_time: null, resolved_time: null, status: 'closed', resolution: 'pending', winning_outcome_index: null,
-  condition_id: null, question_id: null, oracle: null, outcomes: [{ index: 0, label: 'Up', token_id: 'tok-0' }, { index: 1, label: 'Down', token_id: 'tok-1' }],
-  volume: null, liquidity: null, participant_count: null, chain_id: 56, chain_name: 'bnb', exchange_address: null, exchange_kind: null, collateral: null,
-  fee_rate_bps: null, tick_size: null, reference_price_start: null, reference_price_end: null,
-}, DAY0))}\n`);
-const mp = partitionOf('markets', 'wallet-prediction', 'btc', '15m', DAY0);
-await commitFiles(paths.lake, paths.manifest, path.join(root, 'trash'), mp, [await writeParquet(duck, paths.lake, mp, 'part-bench.parquet', spoolSource('markets', [staging], false), ['bench'])], []);
-await duck.run('DROP TABLE b');
+await syntheticMarket(duck, root, ID, DAY0, DAY);
 
 const config = loadConfig({ DATA_DIR: root, LOG_LEVEL: 'silent' });
 const api = await startApi(config, duck, createClock(DAY0 + 2 * DAY, 1), pino({ level: 'silent' }), { port: 0 });

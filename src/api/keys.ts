@@ -31,13 +31,25 @@ export class KeyStore {
     return new KeyStore(path.join(dataDir, 'state', 'keys.json'));
   }
 
-  private async refresh(force = false): Promise<void> {
-    if (!force && Date.now() - this.checkedAt < 1000) return;
-    this.checkedAt = Date.now();
+  private refreshing: Promise<void> | null = null;
+
+  /** Concurrent callers share one read, so none sees the store before its first load. */
+  private refresh(force = false): Promise<void> {
+    if (this.refreshing) return this.refreshing;
+    if (!force && Date.now() - this.checkedAt < 1000) return Promise.resolve();
+    this.refreshing = this.reload(force).finally(() => {
+      this.refreshing = null;
+    });
+    return this.refreshing;
+  }
+
+  private async reload(force: boolean): Promise<void> {
     const mtime = await fs.stat(this.file).then((s) => s.mtimeMs, () => 0);
-    if (mtime === this.loadedMtime && !force) return;
-    this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
-    this.loadedMtime = mtime;
+    if (mtime !== this.loadedMtime || force) {
+      this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
+      this.loadedMtime = mtime;
+    }
+    this.checkedAt = Date.now();
   }
 
   async issue(plan: Plan, label: string): Promise<{ key: string; record: KeyRecord }> {

@@ -1,0 +1,189 @@
+// Exports can never stall the service: sixteen at once (some read at 1 KB/s, some abandoned)
+// against a real API process on libuv's default threadpool, while latest books and snapshot
+// pages keep answering. Every temporary file is gone afterwards, a kill -9 mid-export leaves
+// nothing behind after a restart, and a cut-short export is logged through pino only.
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
+import t from 'tap';
+import { KeyStore } from '../src/api/keys.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { syntheticMarket } from '../src/lake/synthetic.js';
+import { HOUR } from '../src/time.js';
+
+// Markets far longer than real ones, so an export is megabytes and takes real time to read.
+const START = Date.parse('2026-07-26T12:00:00Z');
+const END = START + 2 * HOUR;
+const dir = t.testdir();
+const duck = await Duck.open(1);
+const IDS = ['99000001', '99000002', '99000003'];
+for (const id of IDS) await syntheticMarket(duck, dir, id, START, END - START);
+duck.close();
+const key = (await KeyStore.at(dir).issue('paid', 'exports test')).key;
+const exportDir = path.join(dir, 'state', 'exports');
+
+interface Server {
+  child: ChildProcess;
+  url: string;
+  lines: Record<string, unknown>[];
+  stderr: string[];
+}
+
+async function startServer(): Promise<Server> {
+  // A small threadpool (four pipe-based exports used to exhaust libuv's default four) with
+  // four export slots: slow readers hold slots, never threads.
+  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/api.ts')], {
+    env: {
+      ...process.env, DATA_DIR: dir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', CLOCK_START: String(END + HOUR), CLOCK_SPEED: '1',
+      RATE_PAID_PER_SECOND: '100000', UV_THREADPOOL_SIZE: '8', EXPORT_SLOTS: '4',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Record<string, unknown>[] = [];
+  const stderr: string[] = [];
+  child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  let buffered = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`api exited ${code}: ${stderr.join('')}`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      const parts = buffered.split('\n');
+      buffered = parts.pop()!;
+      for (const p of parts) {
+        try {
+          const line = JSON.parse(p);
+          lines.push(line);
+          if (line.msg === 'api listening') resolve(line.url);
+        } catch {
+          stderr.push(`stdout, not JSON: ${p}`);
+        }
+      }
+    });
+  });
+  return { child, url, lines, stderr };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** GET with a deadline: a request that never answers fails the test instead of hanging it. */
+async function get(url: string, deadlineMs = 20_000): Promise<{ status: number; headers: Headers; text: string }> {
+  const res = await fetch(url, { headers: { authorization: `Bearer ${key}` }, signal: AbortSignal.timeout(deadlineMs) });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+type Reader = 'fast' | 'slow' | 'abandon-early' | 'abandon-late';
+
+/** An export read as `how` says; resolves with the status and the bytes read. */
+function exportRequest(url: string, how: Reader): Promise<{ status: number; bytes: number; retryAfter: string | null }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { headers: { authorization: `Bearer ${key}` } }, (res) => {
+      let bytes = 0;
+      const status = res.statusCode!;
+      const retryAfter = (res.headers['retry-after'] as string | undefined) ?? null;
+      if (how === 'abandon-early' || (how === 'abandon-late' && status === 200)) {
+        res.once('data', (d: Buffer) => {
+          bytes += d.length;
+          req.destroy();
+          resolve({ status, bytes, retryAfter });
+        });
+        res.once('end', () => resolve({ status, bytes, retryAfter }));
+        return;
+      }
+      if (how === 'slow' && status === 200) {
+        // 1 KB a second for a few seconds, then abandoned: a client that never finishes.
+        res.pause();
+        let ticks = 0;
+        const timer = setInterval(() => {
+          const chunk = res.read(1024) as Buffer | null;
+          if (chunk) bytes += chunk.length;
+          if (++ticks === 5) {
+            clearInterval(timer);
+            req.destroy();
+            resolve({ status, bytes, retryAfter });
+          }
+        }, 1000);
+        res.once('end', () => {
+          clearInterval(timer);
+          resolve({ status, bytes, retryAfter });
+        });
+        return;
+      }
+      res.on('data', (d: Buffer) => {
+        bytes += d.length;
+      });
+      res.once('end', () => resolve({ status, bytes, retryAfter }));
+    });
+    req.once('error', (err) => (req.destroyed ? undefined : reject(err)));
+  });
+}
+
+const server = await startServer();
+t.teardown(() => {
+  server.child.kill('SIGKILL');
+});
+const done = IDS.map((market_id) => ({ market_id }));
+
+t.test('sixteen concurrent exports never block pages, latest books, or each other', async (t) => {
+  const how: Reader[] = ['slow', 'slow', 'slow', 'slow', 'abandon-early', 'abandon-early', 'abandon-late', 'abandon-late', 'fast', 'fast', 'fast', 'fast', 'fast', 'fast', 'slow', 'abandon-early'];
+  const exports = how.map((h, i) => {
+    const m = done[i % done.length];
+    const format = i % 2 ? 'csv' : 'parquet';
+    return exportRequest(`${server.url}/v3/wallet-prediction/${m.market_id}/snapshots?format=${format}`, h);
+  });
+  // While they run: pages and latest books answer, one after another.
+  let answered = 0;
+  for (let i = 0; i < 20; i++) {
+    const m = done[i % done.length];
+    const page = await get(`${server.url}/v3/wallet-prediction/${m.market_id}/snapshots?limit=20`);
+    const latest = await get(`${server.url}/v3/wallet-prediction/${m.market_id}/orderbook/latest`);
+    if (page.status === 200 && latest.status === 200) answered++;
+  }
+  t.equal(answered, 20, 'every page and latest book answered while the exports ran');
+  const results = await Promise.all(exports);
+  const statuses = results.map((r) => r.status);
+  t.ok(statuses.every((s) => s === 200 || s === 503), `every export was served or refused: ${statuses.join(',')}`);
+  t.ok(statuses.includes(200), 'some exports ran');
+  const refused = results.filter((r) => r.status === 503);
+  t.ok(refused.every((r) => r.retryAfter !== null), 'a refused export says when to retry');
+  const whole = results.filter((r, i) => r.status === 200 && how[i] === 'fast');
+  t.ok(whole.every((r) => r.bytes > 1_000_000), `fast readers got whole exports: ${whole.map((r) => r.bytes).join(', ')} bytes`);
+
+  // Abandoned and slow exports are cleaned up: no temporary file remains, every slot is free.
+  let left: string[] = [];
+  let health: { api: { exports: { in_use: number } } } | null = null;
+  for (let i = 0; i < 100; i++) {
+    left = await fs.readdir(exportDir).catch(() => []);
+    health = JSON.parse((await get(`${server.url}/v3/health`)).text).data;
+    if (left.length === 0 && health!.api.exports.in_use === 0) break;
+    await sleep(200);
+  }
+  t.same(left, [], 'no export file is left behind');
+  t.equal(health!.api.exports.in_use, 0, 'every export slot is free again');
+
+  // And the next export works.
+  const again = await get(`${server.url}/v3/wallet-prediction/${done[0].market_id}/snapshots?format=csv`);
+  t.equal(again.status, 200);
+  t.equal(again.text.trimEnd().split('\n').length, 1 + 2 * (END - START) / 1000, 'a whole CSV export after the storm: a header and every book');
+});
+
+t.test('export log lines come through pino with their row counts; nothing raw on stderr', async (t) => {
+  const exportLines = server.lines.filter((l) => l.msg === 'request finished' && String(l.route).endsWith('.snapshots') && l.status === 200 && l.partitions !== undefined);
+  const completed = exportLines.filter((l) => !l.aborted && (l.rows as number) > 0);
+  t.ok(completed.length > 0, `${completed.length} completed exports logged with their rows`);
+  t.ok(exportLines.some((l) => l.aborted === true), 'abandoned exports are logged as aborted');
+  t.equal(server.stderr.join('').trim(), '', 'nothing was written outside pino');
+});
+
+t.test('kill -9 in the middle of an export: the restart removes what it left', async (t) => {
+  const pending = exportRequest(`${server.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`, 'slow');
+  await sleep(1500);
+  server.child.kill('SIGKILL');
+  await pending.catch(() => undefined);
+  const restarted = await startServer();
+  t.teardown(() => {
+    restarted.child.kill('SIGKILL');
+  });
+  t.same(await fs.readdir(exportDir).catch(() => []), [], 'the export directory is empty after the restart');
+  t.equal((await get(`${restarted.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`)).status, 200, 'exports work after the restart');
+});
