@@ -213,11 +213,11 @@ async function heartbeatHealth(config: Config, now: number, bound: number): Prom
   };
 }
 
-/** The lake directory can be listed and its newest sealed file still ends in Parquet's magic bytes. */
+/** The lake directory can be read and its newest sealed file still ends in Parquet's magic bytes. */
 async function lakeReadable(root: string, newest: string | null): Promise<string | null> {
   try {
-    await fs.access(root, fs.constants.R_OK | fs.constants.X_OK);
-    if (!newest) return null;
+    // A lake nothing was sealed into yet is empty, not broken.
+    if (!newest) return await fs.access(root, fs.constants.R_OK | fs.constants.X_OK).then(() => null, (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : err.code ?? 'unreadable'));
     const handle = await fs.open(newest, 'r');
     try {
       const size = (await handle.stat()).size;

@@ -66,7 +66,8 @@ export class Spool {
 
   /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
   flush(): Promise<number> {
-    this.flushing = this.flushing.then(() => this.flushNow());
+    // A failed flush must not poison the chain: the next one retries what it left buffered.
+    this.flushing = this.flushing.catch(() => 0).then(() => this.flushNow());
     return this.flushing;
   }
 
