@@ -48,6 +48,8 @@ export interface Api {
   lake: LakeReader;
   keys: KeyStore;
   server: http.Server;
+  /** Summarises refused requests every few seconds; `summarise()` writes the line now. */
+  requestLog: { summarise(): void };
   stop(): Promise<void>;
 }
 
@@ -136,7 +138,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const address = server.address() as AddressInfo;
   return {
     url: `http://${config.host}:${address.port}`,
-    lake, keys, server,
+    lake, keys, server, requestLog: app.requestLog,
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);
       app.requestLog.stop();

@@ -1,0 +1,142 @@
+// What an attacker or an overloaded day does to the API, through real HTTP on port 0: floods of
+// unauthenticated requests are limited per address and summarised in the log, oversized
+// requests get the envelope, load beyond the in-flight limit is shed fast with Retry-After, a
+// client that leaves stops its work, and `make run` reuses its key.
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import path from 'node:path';
+import pino from 'pino';
+import t from 'tap';
+import { KeyStore, runKey } from '../src/api/keys.js';
+import { startApi } from '../src/api/server.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { syntheticMarket } from '../src/lake/synthetic.js';
+import { HOUR } from '../src/time.js';
+import { testConfig } from './helpers.js';
+
+const START = Date.parse('2026-07-26T12:00:00Z');
+const dir = t.testdir();
+const duck = await Duck.open(2);
+await syntheticMarket(duck, dir, '99000001', START, HOUR);
+const lines: Record<string, any>[] = [];
+const log = pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) });
+const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_ANON_PER_SECOND: '5', API_MAX_INFLIGHT: '2', API_QUEUE: '2', API_QUEUE_WAIT_MS: '200' });
+const api = await startApi(config, duck, createClock(START + 2 * HOUR, 1), log, { port: 0 });
+const key = (await api.keys.issue('paid', 'hardening')).key;
+t.teardown(async () => {
+  await api.stop();
+  duck.close();
+});
+
+/** One raw HTTP/1.1 exchange: what a client gets before any HTTP library tidies it. */
+function raw(request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(api.url);
+    const socket = net.connect(Number(url.port), url.hostname, () => socket.end(request));
+    let text = '';
+    socket.on('data', (d) => (text += d.toString()));
+    socket.on('end', () => resolve(text));
+    socket.on('error', reject);
+  });
+}
+
+function envelopeOf(response: string): { status: number; headers: string; body: any } {
+  const [head, body] = response.split('\r\n\r\n');
+  return { status: Number(head.split(' ')[1]), headers: head.toLowerCase(), body: JSON.parse(body) };
+}
+
+t.test('1,000 unauthenticated requests: limited per address, a bounded number of log lines', async (t) => {
+  const before = lines.length;
+  const statuses = new Map<number, number>();
+  let retryAfter = true;
+  for (let batch = 0; batch < 20; batch++) {
+    await Promise.all(Array.from({ length: 50 }, async (_, i) => {
+      const headers: Record<string, string> = i % 2 ? { authorization: 'Bearer pmh_00000000000000000000000000000000' } : {};
+      const res = await fetch(`${api.url}/v3/wallet-prediction/markets`, { headers });
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      if (res.status === 429 && !res.headers.get('retry-after')) retryAfter = false;
+      await res.arrayBuffer();
+    }));
+  }
+  t.ok((statuses.get(401) ?? 0) >= 1 && (statuses.get(401) ?? 0) <= 20, `a few 401s before the address is limited: ${JSON.stringify(Object.fromEntries(statuses))}`);
+  t.equal((statuses.get(401) ?? 0) + (statuses.get(429) ?? 0), 1000, 'every other one is 429');
+  t.ok(retryAfter, 'each 429 says when to retry');
+  api.requestLog.summarise();
+  const written = lines.slice(before);
+  t.ok(written.length <= 3, `${written.length} log lines for 1,000 refused requests`);
+  const summary = written.find((l) => l.msg === 'refused requests (summarised)');
+  t.equal(summary?.requests, 1000, 'the summary counts them all');
+  t.equal(summary?.addresses, 1);
+
+  // A paying client from the same address is not locked out by someone else's failures.
+  const paid = await fetch(`${api.url}/v3/whoami`, { headers: { authorization: `Bearer ${key}` } });
+  t.equal(paid.status, 200, 'a valid key still works from that address');
+});
+
+t.test('oversized requests get the envelope and a request id', async (t) => {
+  const huge = envelopeOf(await raw(`GET /v3/whoami?cursor=${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`));
+  t.equal(huge.status, 431);
+  t.equal(huge.body.error.code, 'HEADERS_TOO_LARGE');
+  t.match(huge.headers, /x-request-id: req_/);
+  t.equal(huge.body.meta.request_id, /x-request-id: (\S+)/.exec(huge.headers)![1]);
+
+  const longest = await fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?cursor=${'a'.repeat(2048)}`, { headers: { authorization: `Bearer ${key}` } });
+  t.equal(longest.status, 400, 'the longest cursor the schema allows is an INVALID_CURSOR, not a 431');
+  t.equal((await longest.json()).error.code, 'INVALID_CURSOR');
+
+  const body = envelopeOf(await raw(`GET /v3/health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello`));
+  t.equal(body.status, 413);
+  t.equal(body.body.error.code, 'PAYLOAD_TOO_LARGE');
+  t.match(body.headers, /x-request-id: req_/);
+
+  const garbage = envelopeOf(await raw('NOT HTTP AT ALL\r\n\r\n'));
+  t.equal(garbage.status, 400);
+  t.match(garbage.headers, /x-request-id: req_/);
+});
+
+t.test('beyond the in-flight limit, requests are shed at once with 503 and Retry-After', async (t) => {
+  const page = () => fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s`, { headers: { authorization: `Bearer ${key}` } });
+  const replies = await Promise.all(Array.from({ length: 24 }, page));
+  const codes = replies.map((r) => r.status);
+  t.ok(codes.includes(200), 'admitted requests are served');
+  const shed = replies.filter((r) => r.status === 503);
+  t.ok(shed.length > 0, `${shed.length} of 24 shed (2 running, 2 queued)`);
+  t.ok(shed.every((r) => r.headers.get('retry-after') === '1'), 'with Retry-After');
+  t.equal((await shed[0].json()).error.code, 'UNAVAILABLE');
+  for (const r of replies) await r.arrayBuffer().catch(() => undefined);
+  const health = await (await fetch(`${api.url}/v3/health`)).json();
+  t.ok(health.data.api.shed >= shed.length, 'health counts what was shed');
+});
+
+t.test('a client that leaves stops its request: logged as aborted, its slot freed', async (t) => {
+  const before = lines.length;
+  const controller = new AbortController();
+  const leaving = fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s&order=desc`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal });
+  setTimeout(() => controller.abort(), 5);
+  await leaving.catch(() => undefined);
+  for (let i = 0; i < 50 && !lines.slice(before).some((l) => l.msg === 'request finished'); i++) await new Promise((r) => setTimeout(r, 50));
+  const line = lines.slice(before).find((l) => l.msg === 'request finished');
+  t.equal(line?.aborted, true, 'the request line says the client left');
+  t.notOk(lines.slice(before).some((l) => l.level >= 50), 'a client leaving is not logged as an error');
+  const health = await (await fetch(`${api.url}/v3/health`)).json();
+  t.equal(health.data.api.in_flight, 0, 'nothing is left running');
+});
+
+t.test('make run reuses its key, kept 0600, and replaces a revoked one', async (t) => {
+  const store = KeyStore.at(dir);
+  const first = await runKey(store, dir);
+  const second = await runKey(store, dir);
+  t.equal(first.issued, true);
+  t.equal(second.issued, false);
+  t.equal(second.key, first.key, 'the same key on the next start');
+  t.equal((await fs.stat(path.join(dir, 'state', 'run-key'))).mode & 0o777, 0o600);
+  const stored = await fs.readFile(path.join(dir, 'state', 'keys.json'), 'utf8');
+  t.notOk(stored.includes(first.key), 'the key store still holds only hashes');
+  const runKeys = (await store.list()).filter((k) => k.label === 'make run');
+  t.equal(runKeys.length, 1, 'no pile of keys');
+  await store.revoke(runKeys[0].key_id);
+  const third = await runKey(store, dir);
+  t.equal(third.issued, true, 'a revoked key is replaced');
+  t.not(third.key, first.key);
+});
