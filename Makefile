@@ -7,7 +7,7 @@ export DATA_DIR ?= ./data
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-export typecheck clean
+.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-overload bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -70,6 +70,10 @@ bench-capture: install
 ## make bench-api: builds a 1-day and a 90-day lake (about 11 GB in $$TMPDIR, about 20 min; BENCH_ROOT=dir keeps them), then loads the API in fresh processes
 bench-api: install
 	$(TSX) bench/api.ts
+
+## make bench-overload: only the overload section of bench-api, on the 1-day lake (about a minute)
+bench-overload: install
+	BENCH_DAYS=1 BENCH_OVERLOAD_ONLY=1 $(TSX) bench/api.ts
 
 bench-export: install
 	$(TSX) bench/export.ts

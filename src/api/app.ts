@@ -33,7 +33,7 @@ export function newRequestId(): string {
   return `req_${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
 }
 
-/** Statuses of unpaid traffic that are counted rather than logged one by one. */
+/** Statuses of unpaid traffic that are counted rather than logged one by one (with keyed refusals: see `refused`). */
 const COUNTED = new Set([401, 404, 405, 413, 429, 431]);
 
 /** A client that hung up mid-response: not a server fault. */
@@ -81,7 +81,7 @@ export function createApp(options: AppOptions): App {
     ctx.res.once('close', () => {
       const aborted = !ctx.res.writableFinished;
       if (aborted) controller.abort();
-      if (!ctx.state.keyId && COUNTED.has(ctx.status)) {
+      if ((!ctx.state.keyId && COUNTED.has(ctx.status)) || ctx.state.refused) {
         requestLog.counted(ctx.status, ctx.ip, ctx.path);
         return;
       }
@@ -104,6 +104,8 @@ export function createApp(options: AppOptions): App {
       }
     } catch (err) {
       const e = toApiError(err);
+      // Over a key's rate, or shed under load: a flood of these is counted, not logged line by line.
+      ctx.state.refused = e.code === 'RATE_LIMITED' || (e.code === 'UNAVAILABLE' && 'Retry-After' in e.headers);
       // A query interrupted because its client left is not a fault.
       if (e.status >= 500 && !(ctx.state.signal as AbortSignal).aborted) log.error({ req_id: ctx.state.requestId, err }, 'request failed');
       ctx.status = e.status;

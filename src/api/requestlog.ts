@@ -1,5 +1,5 @@
-// One line per request, except for traffic nobody is paying for: requests without a valid key
-// that fail (401, 404, 429 by address, malformed HTTP) and requests over a key's rate are
+// One line per request, except for floods: requests without a valid key that fail (401, 404,
+// 429 by address, malformed HTTP), requests over a key's rate and requests shed under load are
 // counted and summarised every SUMMARY_MS, so a flood of them costs counters, not log volume.
 import type { Logger } from '../log.js';
 

@@ -8,7 +8,7 @@ import type { DuckDBDataChunk } from '@duckdb/node-api';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
-import { sqlPath } from '../lake/duckdb.js';
+import { cancellation, sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { LatestBook } from '../records.js';
 import type { ExportPool } from './exports.js';
@@ -271,27 +271,44 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     };
   };
 
+  const latestReading = new Map<string, Promise<LatestBook | undefined>>();
+
+  /**
+   * A market not seen by capture or the spool tail since this process started (it ended
+   * before): its newest hour is read once and kept. Newer rows, if any ever come, arrive
+   * through capture or the tail and replace it; an older result never replaces a newer one.
+   */
+  const readLatest = async (m: StoredMarket, key: string): Promise<LatestBook | undefined> => {
+    const plan = planPartitions('books', m, null, null);
+    for (const p of [...plan.partitions].reverse()) {
+      const source = relation('books', await lake.files([p]), BOOK_COLUMNS);
+      const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
+      if (!rows.length) continue;
+      const read: LatestBook = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
+      const meanwhile = deps.latest.get(key);
+      if (meanwhile && meanwhile.ts >= read.ts) return meanwhile;
+      deps.latest.set(key, read);
+      return read;
+    }
+    return undefined;
+  };
+
   const latestRoute = (venue: Venue) => async (ctx: RequestContext): Promise<Result> => {
     const m = findMarket(venue, ctx);
     const outcome = resolveOutcome(m, ctx.query.outcome, null);
     const key = `${venue}:${m.market_id}`;
     let latest = deps.latest.get(key);
     if (!latest) {
-      // Not seen by capture or the spool tail since this process started (it ended before):
-      // read its newest hour once and keep it. Newer rows, if any ever come, arrive through
-      // capture or the tail and replace it; an older result never replaces a newer one.
-      const plan = planPartitions('books', m, null, null);
-      ctx.stats.partitions = plan.partitions.length;
-      for (const p of [...plan.partitions].reverse()) {
-        const source = relation('books', await lake.files([p]), BOOK_COLUMNS);
-        const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
-        if (!rows.length) continue;
-        latest = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
-        const meanwhile = deps.latest.get(key);
-        if (meanwhile && meanwhile.ts >= latest.ts) latest = meanwhile;
-        else deps.latest.set(key, latest);
-        break;
+      // One read per market however many requests ask at once: a burst of requests for markets
+      // not in memory would otherwise queue one query each and starve every lane.
+      let reading = latestReading.get(key);
+      if (!reading) {
+        // Shared, so no one client's leaving may cancel it.
+        reading = cancellation.exit(() => readLatest(m, key)).finally(() => latestReading.delete(key));
+        latestReading.set(key, reading);
       }
+      latest = await reading;
+      ctx.stats.partitions = planPartitions('books', m, null, null).partitions.length;
     }
     if (latest) deps.latestReads.read(key, ctx.now);
     const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
