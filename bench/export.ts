@@ -52,12 +52,13 @@ const report = `## Exports (\`make bench-export\`)
 
 Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}.
 One synthetic market spanning a whole day (a real one spans at most 15 minutes): 172,800 book rows, 15 levels a side,
-exported through the API (DuckDB COPY into a named pipe the response reads from) while RSS is sampled every 5 ms.
+exported through the API (DuckDB COPY into a temporary file on an export connection, streamed while it grows) while RSS is sampled every 5 ms.
 
 | format | status | export size | first byte | time | peak RSS growth |
 |---|---|---|---|---|---|
 ${runs.map((r) => `| ${r.format} | ${r.status} | ${(r.bytes / 2 ** 20).toFixed(1)} MiB | ${r.firstByte.toFixed(0)} ms | ${r.seconds.toFixed(2)} s | ${r.growth.toFixed(1)} MiB |`).join('\n')}
 
-Memory does not grow with the export: DuckDB writes as the client reads, and an ascending export of every record needs no sort.
+Memory does not grow with the export: DuckDB writes to disk at its own pace and the response streams the file as it grows,
+so a slow client holds an export slot and a file, never a thread or a query; an ascending export of every record needs no sort.
 `;
 await writeSection('## Exports', report);
