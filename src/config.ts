@@ -57,6 +57,8 @@ export interface Config {
     exportSlots: number;
     /** Health answers 503 when capture has not persisted for longer than this. */
     healthMaxFlushAgeMs: number;
+    /** Decoded books of recently read markets kept in memory. */
+    bookCacheBytes: number;
   };
 }
 
@@ -194,6 +196,7 @@ export function loadConfig(env: Env = process.env): Config {
       queueWaitMs: int(env, 'API_QUEUE_WAIT_MS', 250, 1, 60_000),
       exportSlots: exportSlots(env),
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
+      bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
     },
   };
   return deepFreeze(config);

@@ -114,6 +114,14 @@ export function snapshotPageSql(wide: string, q: PageQuery, rows: number): { sql
   return { sql, params };
 }
 
+/** Every book of one market in its span, in (time, outcome) order: what the book cache decodes once. */
+export function marketBooksSql(wide: string, marketId: string, from: number, to: number): { sql: string; params: Record<string, string | number> } {
+  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
+      bid_prices, bid_sizes, ask_prices, ask_sizes
+    FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT) ORDER BY ts, outcome_index`;
+  return { sql, params: { market_id: marketId, from, to } };
+}
+
 export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
 
 const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;

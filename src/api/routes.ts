@@ -11,14 +11,15 @@ import { COVERAGE } from '../coverage.js';
 import { cancellation, sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { LatestBook } from '../records.js';
+import type { BookCache } from './bookcache.js';
 import type { ExportPool } from './exports.js';
 import type { LatestReads } from './latest.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
-import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotPageSql, snapshotTimesSql, timeseriesSql } from './plan.js';
-import { bookJson, iso, marketJson, rowBook, snapshotsJson } from './shape.js';
+import { BOOK_COLUMNS, CAPTURE_LAG_MS, EXPORT_BOOK_COLUMNS, marketBooksSql, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotPageSql, snapshotTimesSql, timeseriesSql } from './plan.js';
+import { type MarketBooks, bookJson, iso, marketBooks, marketJson, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
 
@@ -72,6 +73,8 @@ export interface RouteDeps {
   /** Where exports are written while they are streamed. */
   exportDir: string;
   exports: ExportPool;
+  /** Decoded books of recently read markets that are over. */
+  books: BookCache;
   cursors: Cursors;
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;
@@ -209,6 +212,26 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     };
   };
 
+  /**
+   * Decoded books of a market that is over and wholly sealed, from the cache (loaded once,
+   * then kept while its files are the same); null for a market still recording, or one whose
+   * rows are (partly) in the spool: those take the SQL path.
+   */
+  const marketBooksOf = async (venue: Venue, m: StoredMarket, now: number): Promise<MarketBooks | null> => {
+    if (deps.books.maxBytes === 0 || m.end_time + CAPTURE_LAG_MS >= now) return null;
+    const span = planPartitions('books', m, null, null);
+    const signature = lake.signature(span.partitions);
+    // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
+    if (!signature || lake.spooled(span.partitions)) return null;
+    const key = `${venue}:${m.market_id}`;
+    return deps.books.peek(key, signature) ?? deps.books.load(key, signature, async () => {
+      const files = await lake.files(span.partitions);
+      if (files.spool.length) return null;
+      const wide = relation('books', files, BOOK_COLUMNS);
+      return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
+    });
+  };
+
   const snapshotRoute = (id: string, venue: Venue, ladderDefault: boolean) => async (ctx: RequestContext): Promise<Result> => {
     const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
     const scope = `${id}:${m.market_id}`;
@@ -217,10 +240,21 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
     const plan = planPartitions('books', m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
+    const limit = pq.limit - 1;
+    const meta = { coverage: coverageMeta('books', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
+    const cached = await marketBooksOf(venue, m, ctx.now);
+    if (cached) {
+      const rendered = pageFromBooks(cached, { ...pq, from: plan.from, to: plan.to }, ladders, limit);
+      ctx.stats.rows = rendered.books;
+      return {
+        data: new RawJson(rendered.json),
+        pagination: page(limit, rendered.times, () => [rendered.last!], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
+        meta,
+      };
+    }
     const files = await lake.files(plan.partitions);
     const wide = relation('books', files, BOOK_COLUMNS);
     const bounded = { ...pq, from: plan.from, to: plan.to };
-    const limit = pq.limit - 1;
     let rendered = snapshotsJson([], ladders, pq.order, limit);
     if (wide && pq.intervalMs === null) {
       // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
@@ -239,7 +273,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     return {
       data: new RawJson(rendered.json),
       pagination: page(limit, rendered.times, () => [rendered.last!], (k) => cursors.issue(scope, filtersOf(ctx.query), k)),
-      meta: { coverage: coverageMeta('books', venue, [m.coin], from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) },
+      meta,
     };
   };
 

@@ -17,6 +17,7 @@ import type { CaptureHealth } from '../capture/capture.js';
 import { readJson } from '../lake/fsutil.js';
 import { Admission } from './admission.js';
 import { createApp } from './app.js';
+import { BookCache } from './bookcache.js';
 import { ExportPool } from './exports.js';
 import { Cursors } from './cursor.js';
 import { KeyStore } from './keys.js';
@@ -128,6 +129,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     openapi: () => document,
     health,
     exports,
+    books: new BookCache(config.api.bookCacheBytes),
   });
   document = openApiDocument(routes);
   const app = createApp({ routes, keys, rate, anonRate: config.api.rateAnon, admission, log, now: () => clock.now() });

@@ -1,5 +1,5 @@
 // JSON shapes of CONTRACT.md section 4, built once per row in the cheapest place.
-import type { DuckDBDataChunk, DuckDBListVector } from '@duckdb/node-api';
+import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
@@ -71,10 +71,7 @@ export interface RenderedSnapshots {
  */
 export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order: 'asc' | 'desc', maxTimes: number): RenderedSnapshots {
   const rows: { chunk: number; row: number; ts: number; outcome: number }[] = [];
-  const columns = chunks.map((chunk) => ({
-    scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)),
-    lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector),
-  }));
+  const columns = chunks.map(columnsOf);
   chunks.forEach((chunk, c) => {
     const [ts, index] = columns[c].scalars;
     for (let row = 0; row < chunk.rowCount; row++) rows.push({ chunk: c, row, ts: ts.getItem(row) as number, outcome: index.getItem(row) as number });
@@ -86,7 +83,7 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   let last: number | null = null;
   let times = 0;
   let books = 0;
-  for (const { chunk, row, ts: t, outcome: index } of rows) {
+  for (const { chunk, row, ts: t } of rows) {
     if (t !== open) {
       times++;
       if (open !== null && times <= maxTimes + 1) parts.push(']}');
@@ -99,24 +96,146 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
     } else {
       parts.push(',');
     }
-    const [, , outcome, token, exchange] = columns[chunk].scalars;
-    const ex = exchange.getItem(row) as number | null;
-    parts.push(`{"outcome_index":${index},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`);
-    const levels = columns[chunk].lists.map((l) => readDoubles(l, row));
-    if (ladders) {
-      parts.push(`,"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`);
-    } else {
-      const depth = (xs: ArrayLike<number>) => {
-        let sum = 0;
-        for (let i = 0; i < xs.length; i++) sum += xs[i];
-        return Math.round(sum * 1e8) / 1e8;
-      };
-      parts.push(`,"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`);
-    }
+    parts.push(bookFragment(columns[chunk], row, ladders));
     books++;
   }
   if (open !== null && times <= maxTimes) parts.push(']}');
   return { json: `[${parts.join('')}]`, books, times, last };
+}
+
+interface BookColumns {
+  scalars: DuckDBVector[];
+  lists: DuckDBListVector[];
+}
+
+function columnsOf(chunk: DuckDBDataChunk): BookColumns {
+  return { scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)), lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector) };
+}
+
+/** One book of a snapshot as JSON text: with its ladders, or (include_orderbook=false) best levels and depth. */
+function bookFragment(columns: BookColumns, row: number, ladders: boolean): string {
+  const [, index, outcome, token, exchange] = columns.scalars;
+  const ex = exchange.getItem(row) as number | null;
+  const head = `{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`;
+  const levels = columns.lists.map((l) => readDoubles(l, row));
+  if (ladders) return `${head},"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`;
+  const depth = (xs: ArrayLike<number>) => {
+    let sum = 0;
+    for (let i = 0; i < xs.length; i++) sum += xs[i];
+    return Math.round(sum * 1e8) / 1e8;
+  };
+  return `${head},"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`;
+}
+
+/**
+ * Every recorded book of one market, decoded once: times and outcomes as typed arrays, each
+ * book already rendered both ways. Rows are in (time, outcome) order. A page is then a binary
+ * search and a string join, with no query at all.
+ */
+export interface MarketBooks {
+  ts: Float64Array;
+  outcome: Int32Array;
+  ladder: string[];
+  summary: string[];
+  /** Approximate memory held, for the cache's bound. */
+  bytes: number;
+}
+
+/** Rows as `marketBooksSql` selects them (ordered by time, then outcome). */
+export function marketBooks(chunks: DuckDBDataChunk[]): MarketBooks {
+  const n = chunks.reduce((sum, c) => sum + c.rowCount, 0);
+  const books: MarketBooks = { ts: new Float64Array(n), outcome: new Int32Array(n), ladder: new Array<string>(n), summary: new Array<string>(n), bytes: n * 12 };
+  let i = 0;
+  for (const chunk of chunks) {
+    const columns = columnsOf(chunk);
+    const [ts, index] = columns.scalars;
+    for (let row = 0; row < chunk.rowCount; row++, i++) {
+      books.ts[i] = ts.getItem(row) as number;
+      books.outcome[i] = index.getItem(row) as number;
+      books.ladder[i] = bookFragment(columns, row, true);
+      books.summary[i] = bookFragment(columns, row, false);
+      books.bytes += books.ladder[i].length + books.summary[i].length + 64;
+    }
+  }
+  return books;
+}
+
+/** First index whose time is >= t (or > t when `strict`). */
+function search(ts: Float64Array, t: number, strict: boolean): number {
+  let lo = 0;
+  let hi = ts.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ts[mid] < t || (strict && ts[mid] === t)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export interface PageSpec {
+  from: number;
+  to: number;
+  order: 'asc' | 'desc';
+  /** Keyset: the last time of the previous page. */
+  after: number | null;
+  intervalMs: number | null;
+  outcomeIndex: number | null;
+}
+
+/**
+ * The same page as the SQL path (snapshotPageSql / snapshotTimesSql + snapshotsJson), from
+ * decoded books: the times in [from, to) after the keyset (with `interval`, the newest time of
+ * each UTC-aligned bucket among the rows the outcome filter keeps), `maxTimes` of them rendered
+ * and up to one more counted, so the caller knows whether there is a next page.
+ */
+export function pageFromBooks(b: MarketBooks, q: PageSpec, ladders: boolean, maxTimes: number): RenderedSnapshots {
+  const { ts, outcome } = b;
+  const keep = (i: number) => q.outcomeIndex === null || outcome[i] === q.outcomeIndex;
+  const groups: [number, number][] = [];
+  const interval = q.intervalMs;
+  const bucket = (t: number) => (interval === null ? t : Math.floor(t / interval));
+  if (q.order === 'asc') {
+    // Every row after the keyset is in a later bucket than the keyset's: its bucket's newest row is the keyset.
+    let i = Math.max(search(ts, q.from, false), q.after === null ? 0 : search(ts, q.after, true));
+    while (i < ts.length && ts[i] < q.to && groups.length <= maxTimes) {
+      const key = bucket(ts[i]);
+      let newest = -1;
+      for (; i < ts.length && ts[i] < q.to && bucket(ts[i]) === key; i++) if (keep(i)) newest = i;
+      if (newest < 0) continue;
+      let first = newest;
+      while (first > 0 && ts[first - 1] === ts[newest]) first--;
+      groups.push([first, newest + 1]);
+    }
+  } else {
+    // Rows of the keyset's own bucket are left out whole: its newest row was the keyset.
+    const bound = q.after === null ? q.to : Math.min(q.to, interval === null ? q.after : Math.floor(q.after / interval) * interval);
+    let i = search(ts, bound, false) - 1;
+    while (i >= 0 && ts[i] >= q.from && groups.length <= maxTimes) {
+      const key = bucket(ts[i]);
+      let newest = -1;
+      for (; i >= 0 && ts[i] >= q.from && bucket(ts[i]) === key; i--) if (newest < 0 && keep(i)) newest = i;
+      if (newest < 0) continue;
+      let last = newest;
+      while (last + 1 < ts.length && ts[last + 1] === ts[newest]) last++;
+      let first = newest;
+      while (first > 0 && ts[first - 1] === ts[newest]) first--;
+      groups.push([first, last + 1]);
+    }
+  }
+  const fragments = ladders ? b.ladder : b.summary;
+  const parts: string[] = [];
+  let books = 0;
+  for (const [first, end] of groups.slice(0, maxTimes)) {
+    let inner = '';
+    for (let i = first; i < end; i++) {
+      if (!keep(i)) continue;
+      inner += inner ? `,${fragments[i]}` : fragments[i];
+      books++;
+    }
+    parts.push(`{"timestamp":"${new Date(ts[first]).toISOString()}","books":[${inner}]}`);
+  }
+  const shown = Math.min(groups.length, maxTimes);
+  return { json: `[${parts.join(',')}]`, books, times: groups.length, last: shown ? ts[groups[shown - 1][0]] : null };
 }
 
 /**

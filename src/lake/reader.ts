@@ -1,5 +1,6 @@
 // The read side of the lake for the API: files of planned partitions (sealed ones from their
 // manifests, open hours from the spool; never a glob), and the market catalogue in memory.
+import { readdirSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue, Window } from '../config.js';
@@ -190,6 +191,36 @@ export class LakeReader {
       this.indexSorted = [...this.index.values()].flat().sort((a, b) => a.partition.hour - b.partition.hour || (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
     }
     return this.indexSorted;
+  }
+
+  /**
+   * Whether any spool part holds rows of `partitions` now. Synchronous on purpose: a couple of
+   * reads of small, cached directories cost microseconds, less than a trip to the threadpool.
+   */
+  spooled(partitions: Partition[]): boolean {
+    let segments: string[];
+    try {
+      segments = readdirSync(this.paths.spool);
+    } catch {
+      return false;
+    }
+    for (const segment of segments) {
+      for (const p of partitions) {
+        try {
+          if (readdirSync(path.join(this.paths.spool, segment, partitionDir(p))).some((n) => n.endsWith('.ndjson'))) return true;
+        } catch {
+          // no part of this partition in this segment
+        }
+      }
+    }
+    return false;
+  }
+
+  /** The sealed files of `partitions` as the in-memory index has them: which content a cache was built from. */
+  signature(partitions: Partition[]): string {
+    let out = '';
+    for (const p of partitions) for (const f of this.index.get(partitionDir(p)) ?? []) out += `${f.path}@${f.sha256}\n`;
+    return out;
   }
 
   sealedFile(relPath: string): IndexedFile | null {

@@ -1,0 +1,65 @@
+// Decoded books of recently read markets, bounded by bytes, least recently used out first.
+// A page of a market that is over is then a binary search and a string join: no statement (a
+// DuckDB statement costs about 2 ms before it reads anything), no list decoding, no rendering.
+// An entry is valid for one set of sealed files (its signature: paths and sha256 from the
+// in-memory index); a compaction or a backfill changes the set, and the next read reloads.
+import { cancellation } from '../lake/duckdb.js';
+import type { MarketBooks } from './shape.js';
+
+interface Entry {
+  signature: string;
+  books: MarketBooks;
+}
+
+export class BookCache {
+  private readonly entries = new Map<string, Entry>();
+  private readonly loading = new Map<string, Promise<MarketBooks | null>>();
+  private held = 0;
+  hits = 0;
+  loads = 0;
+
+  constructor(readonly maxBytes: number) {}
+
+  get bytes(): number {
+    return this.held;
+  }
+
+  /** The entry for `key` if it was built from the same files. */
+  peek(key: string, signature: string): MarketBooks | null {
+    const entry = this.entries.get(key);
+    if (!entry || entry.signature !== signature) return null;
+    // Most recently used last: eviction takes from the front.
+    this.entries.delete(key);
+    this.entries.set(key, entry);
+    this.hits++;
+    return entry.books;
+  }
+
+  /** Loads once however many ask at once; the load is shared, so no single client's leaving cancels it. */
+  load(key: string, signature: string, read: () => Promise<MarketBooks | null>): Promise<MarketBooks | null> {
+    const id = `${key}\n${signature}`;
+    let pending = this.loading.get(id);
+    if (!pending) {
+      pending = cancellation.exit(read).then((books) => {
+        if (books && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
+        return books;
+      }).finally(() => this.loading.delete(id));
+      this.loading.set(id, pending);
+      this.loads++;
+    }
+    return pending;
+  }
+
+  private put(key: string, signature: string, books: MarketBooks): void {
+    const old = this.entries.get(key);
+    if (old) this.held -= old.books.bytes;
+    this.entries.delete(key);
+    this.entries.set(key, { signature, books });
+    this.held += books.bytes;
+    for (const [k, e] of this.entries) {
+      if (this.held <= this.maxBytes) break;
+      this.entries.delete(k);
+      this.held -= e.books.bytes;
+    }
+  }
+}
