@@ -4,7 +4,7 @@
 import t from 'tap';
 import { BookCache } from '../src/api/bookcache.js';
 import { type PageQuery, marketBooksSql, snapshotBooksSql, snapshotPageSql, snapshotTimesSql } from '../src/api/plan.js';
-import { type MarketBooks, marketBooks, pageFromBooks, snapshotsJson } from '../src/api/shape.js';
+import { type MarketBooks, type RenderedSnapshots, marketBooks, pageFromBooks, snapshotsJson } from '../src/api/shape.js';
 import { Duck } from '../src/lake/duckdb.js';
 
 const duck = await Duck.open(1);
@@ -23,7 +23,7 @@ const wide = 'SELECT * FROM b';
 const span = { from: T0 - 1000, to: T0 + 500_000 };
 const books: MarketBooks = marketBooks(await duck.chunks(...Object.values(marketBooksSql(wide, 'm1', span.from, span.to)) as [string, Record<string, string | number>]));
 
-async function sqlPage(q: PageQuery, ladders: boolean): Promise<{ json: string; times: number; last: number | null }> {
+async function sqlPage(q: PageQuery, ladders: boolean): Promise<RenderedSnapshots> {
   const limit = q.limit - 1;
   if (q.intervalMs === null) {
     for (let rows = q.limit * (q.outcomeIndex === null ? 2 : 1); ; rows *= 2) {
@@ -54,7 +54,7 @@ t.test('every page from the cache equals the page from SQL', async (t) => {
               const ladders = pages % 2 === 0;
               const fromSql = await sqlPage(q, ladders);
               const fromCache = pageFromBooks(books, q, ladders, limit);
-              if (fromCache.json !== fromSql.json || Math.min(fromCache.times, limit + 1) !== Math.min(fromSql.times, limit + 1) || fromCache.last !== fromSql.last) {
+              if (fromCache.json.toString() !== fromSql.json.toString() || Math.min(fromCache.times, limit + 1) !== Math.min(fromSql.times, limit + 1) || fromCache.last !== fromSql.last) {
                 t.fail(`differs: ${JSON.stringify({ order, intervalMs, outcomeIndex, from, to, limit, after })}`);
                 return;
               }

@@ -112,7 +112,7 @@ t.test('beyond the in-flight limit, requests are shed at once with 503 and Retry
 t.test('a client that leaves stops its request: logged as aborted, its slot freed', async (t) => {
   const before = lines.length;
   const controller = new AbortController();
-  const leaving = fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s&order=desc`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal });
+  const leaving = fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?format=csv`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal });
   setTimeout(() => controller.abort(), 5);
   await leaving.catch(() => undefined);
   for (let i = 0; i < 50 && !lines.slice(before).some((l) => l.msg === 'request finished'); i++) await new Promise((r) => setTimeout(r, 50));
@@ -139,4 +139,29 @@ t.test('make run reuses its key, kept 0600, and replaces a revoked one', async (
   const third = await runKey(store, dir);
   t.equal(third.issued, true, 'a revoked key is replaced');
   t.not(third.key, first.key);
+});
+
+t.test('pages are compressed when the client asks (brotli or gzip), identical once decompressed', async (t) => {
+  const { default: http } = await import('node:http');
+  const { brotliDecompressSync, gunzipSync } = await import('node:zlib');
+  const get = (encoding: string | null) => new Promise<{ headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+    http.get(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=50`, { headers: { authorization: `Bearer ${key}`, 'x-request-id': 'same', ...(encoding ? { 'accept-encoding': encoding } : {}) } }, (res) => {
+      const parts: Buffer[] = [];
+      res.on('data', (d: Buffer) => parts.push(d));
+      res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(parts) }));
+    }).on('error', reject);
+  });
+  const data = (b: Buffer) => JSON.parse(b.toString()).data;
+  const plain = await get(null);
+  t.equal(plain.headers['content-encoding'], undefined);
+  const br = await get('gzip, deflate, br');
+  const gz = await get('gzip');
+  t.equal(br.headers['content-encoding'], 'br');
+  t.equal(gz.headers['content-encoding'], 'gzip');
+  t.equal(br.headers.vary, 'Accept-Encoding');
+  t.same(data(brotliDecompressSync(br.body)), data(plain.body), 'brotli decodes to the same page');
+  t.same(data(gunzipSync(gz.body)), data(plain.body), 'gzip decodes to the same page');
+  t.ok(plain.body.length / br.body.length > 4, `${plain.body.length} bytes, ${br.body.length} in brotli`);
+  const refused = await get('br;q=0, gzip;q=0');
+  t.equal(refused.headers['content-encoding'], undefined, 'an encoding the client refuses is not used');
 });

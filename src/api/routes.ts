@@ -34,7 +34,7 @@ export interface RequestContext {
 
 /** Data already serialized (by DuckDB), spliced into the envelope as it is. */
 export class RawJson {
-  constructor(readonly text: string) {}
+  constructor(readonly text: string | Buffer) {}
 }
 
 /** A file to send: a sealed lake file (ETag, If-None-Match, Range) or an export being written. */

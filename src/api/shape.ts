@@ -53,7 +53,8 @@ export function rowBook(r: JsonRow): BookLike {
 }
 
 export interface RenderedSnapshots {
-  json: string;
+  /** Text from the SQL path; a buffer ready to send from the book cache. */
+  json: string | Buffer;
   /** Books rendered. */
   books: number;
   /** Distinct capture times among all rows given, rendered or not. */
@@ -128,36 +129,54 @@ function bookFragment(columns: BookColumns, row: number, ladders: boolean): stri
 }
 
 /**
- * Every recorded book of one market, decoded once: times and outcomes as typed arrays, each
- * book already rendered both ways. Rows are in (time, outcome) order. A page is then a binary
- * search and a string join, with no query at all.
+ * Every recorded book of one market, decoded once and rendered both ways into two buffers
+ * (fragment i is bytes [at[i], at[i + 1])), with each row's `{"timestamp":...,"books":[` head.
+ * Rows are in (time, outcome) order. A page is then a binary search and a few hundred copies
+ * into one buffer: no statement, no list decoding, no rendering, no string to encode.
  */
 export interface MarketBooks {
   ts: Float64Array;
   outcome: Int32Array;
-  ladder: string[];
-  summary: string[];
+  ladder: Buffer;
+  ladderAt: Uint32Array;
+  summary: Buffer;
+  summaryAt: Uint32Array;
+  heads: Buffer;
   /** Approximate memory held, for the cache's bound. */
   bytes: number;
 }
 
+/** `{"timestamp":"2026-07-26T12:00:00.000Z","books":[`: the same length for every time in years 0-9999. */
+const HEAD = Buffer.byteLength('{"timestamp":"2026-07-26T12:00:00.000Z","books":[');
+
 /** Rows as `marketBooksSql` selects them (ordered by time, then outcome). */
 export function marketBooks(chunks: DuckDBDataChunk[]): MarketBooks {
   const n = chunks.reduce((sum, c) => sum + c.rowCount, 0);
-  const books: MarketBooks = { ts: new Float64Array(n), outcome: new Int32Array(n), ladder: new Array<string>(n), summary: new Array<string>(n), bytes: n * 12 };
+  const ts = new Float64Array(n);
+  const outcome = new Int32Array(n);
+  const ladders: string[] = new Array<string>(n);
+  const summaries: string[] = new Array<string>(n);
+  const heads = Buffer.allocUnsafe(n * HEAD);
   let i = 0;
   for (const chunk of chunks) {
     const columns = columnsOf(chunk);
-    const [ts, index] = columns.scalars;
+    const [time, index] = columns.scalars;
     for (let row = 0; row < chunk.rowCount; row++, i++) {
-      books.ts[i] = ts.getItem(row) as number;
-      books.outcome[i] = index.getItem(row) as number;
-      books.ladder[i] = bookFragment(columns, row, true);
-      books.summary[i] = bookFragment(columns, row, false);
-      books.bytes += books.ladder[i].length + books.summary[i].length + 64;
+      ts[i] = time.getItem(row) as number;
+      outcome[i] = index.getItem(row) as number;
+      ladders[i] = bookFragment(columns, row, true);
+      summaries[i] = bookFragment(columns, row, false);
+      heads.write(`{"timestamp":"${new Date(ts[i]).toISOString()}","books":[`, i * HEAD, 'latin1');
     }
   }
-  return books;
+  const packed = (fragments: string[]): [Buffer, Uint32Array] => {
+    const at = new Uint32Array(n + 1);
+    for (let k = 0; k < n; k++) at[k + 1] = at[k] + Buffer.byteLength(fragments[k]);
+    return [Buffer.from(fragments.join('')), at];
+  };
+  const [ladder, ladderAt] = packed(ladders);
+  const [summary, summaryAt] = packed(summaries);
+  return { ts, outcome, ladder, ladderAt, summary, summaryAt, heads, bytes: ladder.length + summary.length + heads.length + n * 20 + 256 };
 }
 
 /** First index whose time is >= t (or > t when `strict`). */
@@ -222,20 +241,37 @@ export function pageFromBooks(b: MarketBooks, q: PageSpec, ladders: boolean, max
       groups.push([first, last + 1]);
     }
   }
-  const fragments = ladders ? b.ladder : b.summary;
-  const parts: string[] = [];
+  const shown = groups.slice(0, maxTimes);
+  const [fragments, at] = ladders ? [b.ladder, b.ladderAt] : [b.summary, b.summaryAt];
+  // Sized first, then copied once: a page is one buffer the response sends as it is.
+  let size = 2 + Math.max(0, shown.length - 1);
   let books = 0;
-  for (const [first, end] of groups.slice(0, maxTimes)) {
-    let inner = '';
+  for (const [first, end] of shown) {
+    size += HEAD + 2;
+    let inGroup = 0;
     for (let i = first; i < end; i++) {
       if (!keep(i)) continue;
-      inner += inner ? `,${fragments[i]}` : fragments[i];
-      books++;
+      size += at[i + 1] - at[i] + (inGroup++ ? 1 : 0);
     }
-    parts.push(`{"timestamp":"${new Date(ts[first]).toISOString()}","books":[${inner}]}`);
+    books += inGroup;
   }
-  const shown = Math.min(groups.length, maxTimes);
-  return { json: `[${parts.join(',')}]`, books, times: groups.length, last: shown ? ts[groups[shown - 1][0]] : null };
+  const out = Buffer.allocUnsafe(size);
+  let w = 0;
+  out[w++] = 0x5b; // [
+  shown.forEach(([first, end], g) => {
+    if (g) out[w++] = 0x2c; // ,
+    w += b.heads.copy(out, w, first * HEAD, (first + 1) * HEAD);
+    let inGroup = 0;
+    for (let i = first; i < end; i++) {
+      if (!keep(i)) continue;
+      if (inGroup++) out[w++] = 0x2c;
+      w += fragments.copy(out, w, at[i], at[i + 1]);
+    }
+    out[w++] = 0x5d; // ]
+    out[w++] = 0x7d; // }
+  });
+  out[w++] = 0x5d;
+  return { json: out, books, times: groups.length, last: shown.length ? ts[shown[shown.length - 1][0]] : null };
 }
 
 /**
