@@ -7,7 +7,7 @@ export DATA_DIR ?= ./data
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-overload bench-export typecheck clean
+.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -74,6 +74,10 @@ bench-api: install
 ## make bench-overload: only the overload section of bench-api, on the 1-day lake (about a minute)
 bench-overload: install
 	BENCH_DAYS=1 BENCH_OVERLOAD_ONLY=1 $(TSX) bench/api.ts
+
+## make bench-compare: the same rows in the lake and in PostgreSQL 15 (installed from Debian if missing), served side by side, driven by wrk
+bench-compare: install
+	$(TSX) bench/compare.ts
 
 bench-export: install
 	$(TSX) bench/export.ts

@@ -34,8 +34,12 @@ const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** Unique per process start (random), then a counter: ids cost nothing per request and never repeat. */
+const ID_PREFIX = `req_${Date.now().toString(36)}${randomBytes(4).toString('hex')}`;
+let idCounter = 0;
+
 export function newRequestId(): string {
-  return `req_${Date.now().toString(36)}${randomBytes(6).toString('hex')}`;
+  return `${ID_PREFIX}${(idCounter++).toString(36).padStart(6, '0')}`;
 }
 
 /** Statuses of unpaid traffic that are counted rather than logged one by one (with keyed refusals: see `refused`). */
@@ -111,7 +115,7 @@ export function createApp(options: AppOptions): App {
     ctx.vary('Accept-Encoding');
     // Brotli whenever the client takes it (clients list gzip first out of habit, not preference).
     const takes = (e: string) => ctx.acceptsEncodings(e, 'identity') === e;
-    const encoding = raw.length < COMPRESS_MIN_BYTES ? 'identity' : takes('br') ? 'br' : takes('gzip') ? 'gzip' : 'identity';
+    const encoding = raw.length < COMPRESS_MIN_BYTES || !ctx.get('accept-encoding') ? 'identity' : takes('br') ? 'br' : takes('gzip') ? 'gzip' : 'identity';
     if (encoding === 'br') ctx.body = brotliCompressSync(raw, BROTLI);
     else if (encoding === 'gzip') ctx.body = gzipSync(raw, GZIP);
     else {

@@ -306,6 +306,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   };
 
   const latestReading = new Map<string, Promise<LatestBook | undefined>>();
+  const latestRendered = new WeakMap<LatestBook, Buffer>();
 
   /**
    * A market not seen by capture or the spool tail since this process started (it ended
@@ -347,7 +348,15 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     if (latest) deps.latestReads.read(key, ctx.now);
     const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
     ctx.stats.rows = books.length;
-    return { data: latest ? { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } : null };
+    if (!latest) return { data: null };
+    if (outcome !== null) return { data: { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } };
+    // A book is rendered once, however often it is asked for until capture records the next.
+    let rendered = latestRendered.get(latest);
+    if (!rendered) {
+      rendered = Buffer.from(JSON.stringify({ market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) }));
+      latestRendered.set(latest, rendered);
+    }
+    return { data: new RawJson(rendered) };
   };
 
   const fileList = (id: string, venue: Venue, base: (ctx: RequestContext) => string, coins: readonly string[]) => async (ctx: RequestContext): Promise<Result> => {

@@ -1,0 +1,333 @@
+// make bench-compare: this service against the alternative users would pick, side by side in
+// one run. The same 1,036,800 book rows (the 1-day lake of bench/lake.ts, written by the
+// service's writer) are loaded into PostgreSQL 15 (Debian's package; a private cluster on
+// loopback, started and stopped here; btree on (market_id, ts); JSON built by json_agg; keyset
+// cursors), each side is served over HTTP by its own process, both answers are checked equal,
+// and wrk drives them in turns. Figures and ratios go into BENCHMARKS.md.
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import pino from 'pino';
+import { startApi } from '../src/api/server.js';
+import { createClock } from '../src/clock.js';
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { listFiles } from '../src/lake/fsutil.js';
+import { DAY } from '../src/time.js';
+import { END, buildLake } from './lake.js';
+import { writeSection } from './report.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const PG_BIN = '/usr/lib/postgresql/15/bin';
+const TS = `to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
+const ts = (c: string) => TS.replace('%s', c);
+const BOOK = `json_build_object('outcome_index', outcome_index, 'outcome', outcome, 'token_id', token_id, 'exchange_time', ${ts('exchange_ts')},
+  'bid_prices', bid_prices, 'bid_sizes', bid_sizes, 'ask_prices', ask_prices, 'ask_sizes', ask_sizes)`;
+
+// --- children: each server in a process of its own -----------------------------------------
+
+/** The service as deployed: restarted over the lake, request log lines built (and dropped). */
+async function serveService(dir: string): Promise<void> {
+  const duck = await Duck.open(2);
+  const config = loadConfig({ ...process.env, DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'info' });
+  const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, pino.destination('/dev/null')), { port: 0 });
+  const { key } = await api.keys.issue('paid', 'bench-compare');
+  console.log(JSON.stringify({ url: api.url, key }));
+  await new Promise((resolve) => process.stdin.once('end', resolve).resume());
+  await api.stop();
+  duck.close();
+}
+
+/** The minimal PostgreSQL server: prepared statements, JSON from json_agg spliced into the same envelope. */
+async function servePg(port: number): Promise<void> {
+  const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'postgres', database: 'postgres', max: 4 });
+  const latest = {
+    name: 'latest',
+    text: `SELECT json_build_object('market_id', $1::text, 'timestamp', ${ts('max(ts)')}, 'books', json_agg(${BOOK} ORDER BY outcome_index))::text AS j
+      FROM books WHERE market_id = $1 AND ts = (SELECT max(ts) FROM books WHERE market_id = $1)`,
+  };
+  const page = {
+    name: 'page',
+    text: `WITH t AS (SELECT DISTINCT ts FROM books WHERE market_id = $1 AND ts > to_timestamp($2::float8 / 1000) ORDER BY ts LIMIT $3 + 1),
+      p AS (SELECT ts FROM t ORDER BY ts LIMIT $3)
+      SELECT (SELECT count(*) FROM t) AS n, (SELECT (extract(epoch FROM max(ts)) * 1000)::bigint FROM p) AS last,
+        coalesce((SELECT json_agg(json_build_object('timestamp', ${ts('s.ts')}, 'books', s.books) ORDER BY s.ts)
+          FROM (SELECT b.ts, json_agg(${BOOK} ORDER BY outcome_index) AS books FROM books b JOIN p USING (ts) WHERE b.market_id = $1 GROUP BY b.ts) s), '[]'::json)::text AS j`,
+  };
+  const server = http.createServer(async (req, res) => {
+    const url = new URL(req.url!, 'http://x');
+    const [, route, id] = url.pathname.split('/');
+    const meta = `"meta":{"request_id":"pg","timestamp":"${new Date().toISOString()}"}`;
+    try {
+      let body: string;
+      if (route === 'latest') {
+        const { rows } = await pool.query({ ...latest, values: [id] });
+        body = `{"data":${rows[0].j},${meta}}`;
+      } else {
+        const limit = Number(url.searchParams.get('limit') ?? 100);
+        const { rows } = await pool.query({ ...page, values: [id, Number(url.searchParams.get('after') ?? 0), limit] });
+        const more = Number(rows[0].n) > limit;
+        body = `{"data":${rows[0].j},"pagination":{"limit":${limit},"has_more":${more},"next_cursor":${more ? `"${rows[0].last}"` : 'null'}},${meta}}`;
+      }
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    } catch (err) {
+      res.writeHead(500).end(String(err));
+    }
+  });
+  server.listen(0, '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  console.log(JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
+  await new Promise((resolve) => process.stdin.once('end', resolve).resume());
+  server.close();
+  await pool.end();
+}
+
+if (process.env.COMPARE_CHILD === 'service') {
+  await serveService(process.env.COMPARE_DIR!);
+  process.exit(0);
+}
+if (process.env.COMPARE_CHILD === 'pg') {
+  await servePg(Number(process.env.COMPARE_PG_PORT));
+  process.exit(0);
+}
+
+function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: ChildProcess; ready: Promise<Record<string, string>> } {
+  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, COMPARE_CHILD: mode, ...env }, stdio: ['pipe', 'pipe', 'inherit'] });
+  const ready = new Promise<Record<string, string>>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const line = out.split('\n').find((l) => l.startsWith('{'));
+      if (line) resolve(JSON.parse(line));
+    });
+    proc.once('exit', (code) => reject(new Error(`${mode} exited ${code}`)));
+  });
+  return { proc, ready };
+}
+
+// --- the run --------------------------------------------------------------------------------
+
+function sh(cmd: string, args: string[], asPostgres = false): string {
+  return execFileSync(asPostgres ? 'runuser' : cmd, asPostgres ? ['-u', 'postgres', '--', cmd, ...args] : args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+}
+
+/** Debian's packages when they are missing (as root, as on this machine and CI). */
+async function ensureTools(): Promise<void> {
+  const missing = [];
+  if (!(await fs.stat(`${PG_BIN}/initdb`).catch(() => null))) missing.push('postgresql-15');
+  try {
+    execFileSync('wrk', ['--version'], { stdio: 'ignore' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') missing.push('wrk');
+  }
+  if (!missing.length) return;
+  console.log(`installing ${missing.join(', ')} from Debian's packages`);
+  execFileSync('apt-get', ['update'], { stdio: 'inherit' });
+  execFileSync('apt-get', ['install', '-y', ...missing], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+}
+
+await ensureTools();
+const root = process.env.BENCH_ROOT ?? await fs.mkdtemp(path.join(os.tmpdir(), 'bench-compare-'));
+const duck = await Duck.open(2);
+const lake = await buildLake(duck, root, 1);
+const files = (await listFiles(lakePaths(lake.dir).lake, '.parquet')).filter((f) => f.startsWith('books/')).map((f) => path.join(lakePaths(lake.dir).lake, f));
+const [{ rows: lakeRows }] = [{ rows: Number((await duck.rows(`SELECT count(*) AS n FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])`))[0].n) }];
+
+// A private cluster on loopback, owned by the postgres user (PostgreSQL will not run as root).
+const pgDir = path.join(root, 'pg');
+const pgPort = 55432 + Math.floor(Math.random() * 1000);
+await fs.rm(pgDir, { recursive: true, force: true });
+await fs.mkdir(pgDir, { recursive: true, mode: 0o777 });
+await fs.chmod(root, 0o755);
+sh('chown', ['postgres', pgDir]);
+sh(`${PG_BIN}/initdb`, ['-D', pgDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], true);
+sh(`${PG_BIN}/pg_ctl`, ['-D', pgDir, '-w', '-l', path.join(pgDir, 'log'), '-o', `-p ${pgPort} -k ${pgDir} -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c fsync=off -c full_page_writes=off -c synchronous_commit=off`, 'start'], true);
+const psql = (sql: string) => sh('psql', ['-h', '127.0.0.1', '-p', String(pgPort), '-U', 'postgres', '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', sql]);
+let pgStopped = false;
+const stopPg = () => {
+  if (pgStopped) return;
+  pgStopped = true;
+  sh(`${PG_BIN}/pg_ctl`, ['-D', pgDir, '-w', '-m', 'fast', 'stop'], true);
+};
+process.on('exit', stopPg);
+
+const loadStarted = performance.now();
+const csv = path.join(root, 'books.csv');
+const utc = (c: string) => `strftime(make_timestamp(epoch_ms(${c}) * 1000), '%Y-%m-%d %H:%M:%S.%g') || '+00'`;
+const arr = (c: string) => `'{' || array_to_string(${c}, ',') || '}'`;
+await duck.run(`COPY (SELECT ${utc('ts')}, market_id, token_id, outcome_index, outcome, ${utc('exchange_ts')}, ${utc('recv_ts')},
+    ${arr('bid_prices')}, ${arr('bid_sizes')}, ${arr('ask_prices')}, ${arr('ask_sizes')}
+  FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])) TO '${csv}' (FORMAT csv, HEADER false)`);
+psql(`CREATE TABLE books (ts timestamptz NOT NULL, market_id text NOT NULL, token_id text, outcome_index int, outcome text,
+  exchange_ts timestamptz, recv_ts timestamptz, bid_prices float8[], bid_sizes float8[], ask_prices float8[], ask_sizes float8[])`);
+psql(`\\copy books FROM '${csv}' WITH (FORMAT csv)`);
+psql('CREATE INDEX books_market_ts ON books (market_id, ts)');
+psql('VACUUM ANALYZE books');
+await fs.rm(csv);
+const pgRows = Number(psql('SELECT count(*) FROM books').trim());
+const pgBytes = Number(psql(`SELECT pg_total_relation_size('books')`).trim());
+const loadSeconds = (performance.now() - loadStarted) / 1000;
+if (pgRows !== lakeRows) throw new Error(`PostgreSQL has ${pgRows} rows, the lake ${lakeRows}`);
+let lakeBytes = 0;
+for (const f of files) lakeBytes += (await fs.stat(f)).size;
+
+const service = child('service', { COMPARE_DIR: lake.dir });
+const pgServer = child('pg', { COMPARE_PG_PORT: String(pgPort) });
+const svc = await service.ready;
+const pgs = await pgServer.ready;
+
+async function getJson(url: string, headers: Record<string, string> = {}): Promise<any> {
+  const res = await fetch(url, { headers });
+  if (res.status !== 200) throw new Error(`${url}: HTTP ${res.status}`);
+  return res.json();
+}
+const auth = { authorization: `Bearer ${svc.key}` };
+const ns = `${svc.url}/v3/wallet-prediction`;
+// 15-minute markets: 900 capture times each, so a fifth page exists.
+const markets: { market_id: string }[] = (await getJson(`${ns}/markets?window=15m&limit=200&end_time=${END}`, auth)).data;
+const chosen = markets.filter((_, i) => i % 4 === 0).slice(0, 50);
+
+// Deep pages: the fifth page of each market (400 capture times in), reached by walking cursors.
+const ours = { latest: [] as string[], first: [] as string[], deep: [] as string[] };
+const theirs = { latest: [] as string[], first: [] as string[], deep: [] as string[] };
+let checked = 0;
+for (const m of chosen) {
+  ours.latest.push(`/v3/wallet-prediction/${m.market_id}/orderbook/latest`);
+  theirs.latest.push(`/latest/${m.market_id}`);
+  ours.first.push(`/v3/wallet-prediction/${m.market_id}/snapshots?limit=100`);
+  theirs.first.push(`/snapshots/${m.market_id}?limit=100`);
+  let cursor = '';
+  let after = '0';
+  for (let p = 0; p < 5; p++) {
+    const a = await getJson(`${svc.url}${ours.first.at(-1)}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, auth);
+    const b = await getJson(`${pgs.url}/snapshots/${m.market_id}?limit=100&after=${after}`);
+    if (JSON.stringify(a.data) !== JSON.stringify(b.data)) throw new Error(`market ${m.market_id} page ${p + 1}: the two servers disagree`);
+    checked++;
+    if (p < 4) {
+      cursor = a.pagination.next_cursor;
+      after = b.pagination.next_cursor;
+    }
+  }
+  ours.deep.push(`/v3/wallet-prediction/${m.market_id}/snapshots?limit=100&cursor=${encodeURIComponent(cursor)}`);
+  theirs.deep.push(`/snapshots/${m.market_id}?limit=100&after=${after}`);
+  const la = await getJson(`${svc.url}${ours.latest.at(-1)}`, auth);
+  const lb = await getJson(`${pgs.url}${theirs.latest.at(-1)}`);
+  if (JSON.stringify(la.data) !== JSON.stringify(lb.data)) throw new Error(`market ${m.market_id}: the latest books disagree`);
+  checked++;
+}
+console.log(`${checked} answers compared equal`);
+
+interface Figure {
+  p50: number;
+  p99: number;
+  rps: number;
+  bytes: number;
+}
+
+/** wrk with one thread, cycling over `paths`; latencies in ms. */
+async function wrk(base: string, paths: string[], connections: number, headers: Record<string, string>): Promise<Figure> {
+  const script = path.join(root, `wrk-${process.pid}.lua`);
+  const header = Object.entries(headers).map(([k, v]) => `["${k}"] = "${v}"`).join(', ');
+  await fs.writeFile(script, `local paths = { ${paths.map((p) => JSON.stringify(p)).join(', ')} }
+local i = 0
+local headers = { ${header} }
+request = function()
+  i = i % #paths + 1
+  return wrk.format("GET", paths[i], headers)
+end
+`);
+  const out = execFileSync('wrk', ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, base], { encoding: 'utf8' });
+  const ms = (v: string, unit: string) => Number(v) * ({ us: 0.001, ms: 1, s: 1000 } as Record<string, number>)[unit];
+  const pct = (p: string) => {
+    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(out)!;
+    return ms(m[1], m[2]);
+  };
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]);
+  const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out)!;
+  const bytes = Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]] / rps;
+  if (/Non-2xx/.test(out) || /Socket errors/.test(out)) throw new Error(`wrk saw errors:\n${out}`);
+  return { p50: pct('50'), p99: pct('99'), rps, bytes };
+}
+
+const rows: string[] = [];
+const verdicts: string[] = [];
+const routes = [['latest', 'latest book'], ['first', '100-snapshot page'], ['deep', '100-snapshot page after 4 cursors']] as const;
+for (const [route, label] of routes) {
+  for (const connections of [1, 4]) {
+    // Twice each, in turns, and the better of each side's two: noise on a shared machine falls on both.
+    const a: Figure[] = [];
+    const b: Figure[] = [];
+    for (let round = 0; round < 2; round++) {
+      a.push(await wrk(svc.url, ours[route], connections, auth));
+      b.push(await wrk(pgs.url, theirs[route], connections, {}));
+    }
+    const best = (xs: Figure[]) => xs.reduce((x, y) => (y.rps > x.rps ? y : x));
+    const [s, p] = [best(a), best(b)];
+    const f = (x: Figure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
+    rows.push(`| ${label} | ${connections} | ${f(s)} | ${f(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} |`);
+    if (route !== 'latest') {
+      verdicts.push(`- ${label}, ${connections} connection(s): p50 at most half of PostgreSQL's: ${s.p50 <= p.p50 / 2 ? 'met' : '**missed**'}; throughput at least twice: ${s.rps >= 2 * p.rps ? 'met' : '**missed**'}.`);
+    } else {
+      verdicts.push(`- latest book, ${connections} connection(s): ahead of PostgreSQL: ${s.p50 <= p.p50 && s.rps >= p.rps ? 'met' : '**missed**'}.`);
+    }
+    console.log(label, connections, f(s), f(p));
+  }
+}
+// Compression, on the service's pages (PostgreSQL's minimal server sends identity).
+const compressed: string[] = [];
+for (const encoding of ['br', 'gzip']) {
+  for (const connections of [1, 4]) {
+    const c = await wrk(svc.url, ours.first, connections, { ...auth, 'accept-encoding': encoding });
+    compressed.push(`| ${encoding} | ${connections} | ${c.p50.toFixed(2)} / ${c.p99.toFixed(2)} ms, ${Math.round(c.rps).toLocaleString('en')}/s | ${Math.round(c.bytes).toLocaleString('en')} |`);
+  }
+}
+const identity = await wrk(svc.url, ours.first, 1, auth);
+const pgPage = await wrk(pgs.url, theirs.first, 1, {});
+
+for (const s of [service, pgServer]) s.proc.stdin!.end();
+await Promise.all([service, pgServer].map((s) => new Promise((r) => s.proc.once('exit', r))));
+stopPg();
+duck.close();
+
+const report = `## Against PostgreSQL, side by side (\`make bench-compare\`)
+
+Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, PostgreSQL ${psqlVersion()}, ${new Date().toISOString().slice(0, 10)}.
+The same ${lakeRows.toLocaleString('en')} book rows (1 day, 3 coins x 2 windows, every second, 15 levels a side): in the lake as
+${files.length} zstd Parquet files written by the service's writer (${(lakeBytes / lakeRows).toFixed(0)} bytes per row), and in PostgreSQL 15 (a private
+cluster on loopback, loaded in ${loadSeconds.toFixed(0)} s; btree on (market_id, ts); ${(pgBytes / pgRows).toFixed(0)} bytes per row, table and index).
+Each side is served over HTTP by its own process: the service as \`make api\` runs it (request log lines built
+and written to /dev/null), PostgreSQL by a minimal Node server with prepared statements, JSON built by \`json_agg\`
+and keyset cursors. ${checked} answers (first and deep pages, latest books, 50 markets) were checked equal before
+timing. wrk (1 thread) cycles over the 50 markets for ${SECONDS} s per run; the sides take turns, twice each, and
+the better run of each is shown. Deep pages are the fifth page of each market (after 4 cursors).
+
+| route | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio |
+|---|---|---|---|---|---|
+${rows.join('\n')}
+
+${verdicts.join('\n')}
+
+Compressed pages (the service, first pages, \`Accept-Encoding\` as given): identity is ${Math.round(identity.bytes).toLocaleString('en')} bytes
+a page (PostgreSQL's ${Math.round(pgPage.bytes).toLocaleString('en')}), at ${identity.p50.toFixed(2)} ms p50 on one connection.
+
+| encoding | connections | p50 / p99, req/s | bytes per response |
+|---|---|---|---|
+${compressed.join('\n')}
+
+Where the difference comes from: a page of a market that is over is served from a bounded cache of decoded books
+(\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page
+is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
+walks the index and builds JSON per request. A market still being recorded (rows in the spool) takes the SQL path.
+`;
+await writeSection('## Against PostgreSQL', report);
+if (!process.env.BENCH_ROOT) await fs.rm(root, { recursive: true, force: true });
+
+function psqlVersion(): string {
+  return sh(`${PG_BIN}/postgres`, ['--version']).trim().replace(/^postgres \(PostgreSQL\) /, '');
+}
