@@ -5,19 +5,20 @@
 // cursors), each side is served over HTTP by its own process, both answers are checked equal,
 // and wrk drives them in turns. Figures and ratios go into BENCHMARKS.md.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { openSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import pino from 'pino';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listFiles } from '../src/lake/fsutil.js';
+import { createLogger } from '../src/log.js';
 import { DAY } from '../src/time.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
@@ -35,7 +36,7 @@ const BOOK = `json_build_object('outcome_index', outcome_index, 'outcome', outco
 async function serveService(dir: string): Promise<void> {
   const duck = await Duck.open(2);
   const config = loadConfig({ ...process.env, DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'info' });
-  const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, pino.destination('/dev/null')), { port: 0 });
+  const api = await startApi(config, duck, createClock(END, 1), createLogger('info', 'api', openSync('/dev/null', 'w')), { port: 0 });
   const { key } = await api.keys.issue('paid', 'bench-compare');
   console.log(JSON.stringify({ url: api.url, key }));
   await new Promise((resolve) => process.stdin.once('end', resolve).resume());
@@ -302,7 +303,7 @@ The same ${lakeRows.toLocaleString('en')} book rows (1 day, 3 coins x 2 windows,
 ${files.length} zstd Parquet files written by the service's writer (${(lakeBytes / lakeRows).toFixed(0)} bytes per row), and in PostgreSQL 15 (a private
 cluster on loopback, loaded in ${loadSeconds.toFixed(0)} s; btree on (market_id, ts); ${(pgBytes / pgRows).toFixed(0)} bytes per row, table and index).
 Each side is served over HTTP by its own process: the service as \`make api\` runs it (request log lines built
-and written to /dev/null), PostgreSQL by a minimal Node server with prepared statements, JSON built by \`json_agg\`
+and written, batched as in production, to /dev/null), PostgreSQL by a minimal Node server with prepared statements, JSON built by \`json_agg\`
 and keyset cursors. ${checked} answers (first and deep pages, latest books, 50 markets) were checked equal before
 timing. wrk (1 thread) cycles over the 50 markets for ${SECONDS} s per run; the sides take turns, twice each, and
 the better run of each is shown. Deep pages are the fifth page of each market (after 4 cursors).

@@ -2,13 +2,31 @@ import pino, { type Logger } from 'pino';
 
 export type { Logger };
 
-/** JSON lines, or pino-pretty when a person is watching a terminal. */
-export function createLogger(level: string, name: string): Logger {
-  const pretty = process.stdout.isTTY && process.env.LOG_FORMAT !== 'json';
-  return pino({
+/** Lines are written in batches of this many bytes, and at least every FLUSH_MS. */
+const BATCH_BYTES = 8 * 1024;
+const FLUSH_MS = 500;
+
+/**
+ * JSON lines, or pino-pretty when a person is watching a terminal. Lines are batched: a write
+ * per request line cost a system call for every request (measurably, next to a sub-millisecond
+ * page); pino flushes what is pending when the process exits.
+ */
+export function createLogger(level: string, name: string, dest = 1): Logger {
+  const pretty = process.stdout.isTTY && process.env.LOG_FORMAT !== 'json' && dest === 1;
+  const options = {
     name,
     level,
     redact: { paths: ['*.apiKey', '*.apiSecret', '*.authorization', 'req.headers.authorization', '*.key'], censor: '[redacted]' },
-    ...(pretty ? { transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } } : {}),
-  });
+  };
+  if (pretty) return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
+  const destination = pino.destination({ dest, sync: false, minLength: BATCH_BYTES });
+  setInterval(() => {
+    // Nothing to write, or a write already under way: both are fine to skip.
+    try {
+      destination.flush();
+    } catch {
+      // retried at the next tick
+    }
+  }, FLUSH_MS).unref();
+  return pino(options, destination);
 }

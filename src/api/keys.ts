@@ -22,6 +22,8 @@ export interface KeyRecord {
 
 export class KeyStore {
   private records: KeyRecord[] = [];
+  /** The records' hashes as bytes, decoded once per load. */
+  private hashes: Buffer[] = [];
   private loadedMtime = -1;
   private checkedAt = 0;
 
@@ -47,6 +49,7 @@ export class KeyStore {
     const mtime = await fs.stat(this.file).then((s) => s.mtimeMs, () => 0);
     if (mtime !== this.loadedMtime || force) {
       this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
+      this.hashes = this.records.map((r) => Buffer.from(r.hash, 'hex'));
       this.loadedMtime = mtime;
     }
     this.checkedAt = Date.now();
@@ -61,6 +64,7 @@ export class KeyStore {
       created_at: new Date().toISOString(), revoked_at: null,
     };
     this.records.push(record);
+    this.hashes.push(Buffer.from(record.hash, 'hex'));
     await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
     return { key, record };
   }
@@ -82,10 +86,10 @@ export class KeyStore {
   /** The active record of a presented key, or null. */
   async find(key: string): Promise<KeyRecord | null> {
     await this.refresh();
-    const presented = Buffer.from(hash(key), 'hex');
+    const presented = createHash('sha256').update(key).digest();
     let found: KeyRecord | null = null;
-    for (const r of this.records) {
-      if (timingSafeEqual(presented, Buffer.from(r.hash, 'hex')) && !r.revoked_at) found = r;
+    for (let i = 0; i < this.records.length; i++) {
+      if (timingSafeEqual(presented, this.hashes[i]) && !this.records[i].revoked_at) found = this.records[i];
     }
     return found;
   }
