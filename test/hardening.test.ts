@@ -21,7 +21,9 @@ const duck = await Duck.open(2);
 await syntheticMarket(duck, dir, '99000001', START, HOUR);
 const lines: Record<string, any>[] = [];
 const log = pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) });
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_ANON_PER_SECOND: '5', API_MAX_INFLIGHT: '2', API_QUEUE: '2', API_QUEUE_WAIT_MS: '200' });
+const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_ANON_PER_SECOND: '5', API_MAX_INFLIGHT: '2', API_QUEUE: '2', API_QUEUE_WAIT_MS: '200',
+  // Every page through DuckDB (slow enough to fill the in-flight limit), not the book cache.
+  BOOK_CACHE_MB: '0' });
 const api = await startApi(config, duck, createClock(START + 2 * HOUR, 1), log, { port: 0 });
 const key = (await api.keys.issue('paid', 'hardening')).key;
 t.teardown(async () => {
@@ -48,6 +50,7 @@ function envelopeOf(response: string): { status: number; headers: string; body: 
 
 t.test('1,000 unauthenticated requests: limited per address, a bounded number of log lines', async (t) => {
   const before = lines.length;
+  const started = Date.now();
   const statuses = new Map<number, number>();
   let retryAfter = true;
   for (let batch = 0; batch < 20; batch++) {
@@ -59,7 +62,9 @@ t.test('1,000 unauthenticated requests: limited per address, a bounded number of
       await res.arrayBuffer();
     }));
   }
-  t.ok((statuses.get(401) ?? 0) >= 1 && (statuses.get(401) ?? 0) <= 20, `a few 401s before the address is limited: ${JSON.stringify(Object.fromEntries(statuses))}`);
+  // A burst of 5, then 5 a second for as long as the flood lasted.
+  const allowed = 5 + Math.ceil((5 * (Date.now() - started)) / 1000);
+  t.ok((statuses.get(401) ?? 0) >= 1 && (statuses.get(401) ?? 0) <= allowed, `at most ${allowed} 401s before the address is limited: ${JSON.stringify(Object.fromEntries(statuses))}`);
   t.equal((statuses.get(401) ?? 0) + (statuses.get(429) ?? 0), 1000, 'every other one is 429');
   t.ok(retryAfter, 'each 429 says when to retry');
   api.requestLog.summarise();
