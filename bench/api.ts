@@ -187,9 +187,9 @@ ${rows.join('\n')}
 
 ${judged.join('\n')}
 
-autocannon ignores Retry-After and asks again at once, so thousands of refusals a second take CPU that the admitted
-pages need: what is served under this flood is far below the unloaded throughput, but every answer is prompt.
-Refusals are summarised in the log, not written one line each.
+autocannon ignores Retry-After and asks again at once, so every refusal is asked again: refusals take CPU that the
+admitted requests need, and every answer, refused or served, is prompt. Refusals are summarised in the log, not
+written one line each. Pages of ended markets come from the book cache, so few wait long enough to be shed.
 `;
 }
 
