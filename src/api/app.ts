@@ -7,7 +7,6 @@ import { brotliCompressSync, constants as zlibConstants, gzipSync } from 'node:z
 import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
-import { cancellation } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
 import type { Admission } from './admission.js';
 import { ApiError, echo, fail } from './errors.js';
@@ -100,7 +99,7 @@ export function createApp(options: AppOptions): App {
         ...(aborted ? { aborted } : {}),
       });
     });
-    await cancellation.run(controller.signal, next);
+    await next();
   });
 
   // Compression when the client asks: pages shrink about eightfold. Brotli at quality 1 and
@@ -170,8 +169,8 @@ export function createApp(options: AppOptions): App {
       const key = await authorize(ctx, route);
       const path = parse(pathCheck, ctx.params as Record<string, string>, 'path');
       const query = parse(queryCheck, ctx.query as Record<string, string | string[]>, 'query');
-      const rc: RequestContext = { query, path, key, now: now(), stats: ctx.state.stats };
-      const release = route.heavy ? await admission.enter(cancellation.getStore()) : null;
+      const rc: RequestContext = { query, path, key, now: now(), stats: ctx.state.stats, signal: ctx.state.signal };
+      const release = route.heavy ? await admission.enter(ctx.state.signal) : null;
       let result;
       try {
         result = await route.handle(rc);

@@ -3,7 +3,6 @@
 // DuckDB statement costs about 2 ms before it reads anything), no list decoding, no rendering.
 // An entry is valid for one set of sealed files (its signature: paths and sha256 from the
 // in-memory index); a compaction or a backfill changes the set, and the next read reloads.
-import { cancellation } from '../lake/duckdb.js';
 import type { MarketBooks } from './shape.js';
 
 interface Entry {
@@ -35,12 +34,12 @@ export class BookCache {
     return entry.books;
   }
 
-  /** Loads once however many ask at once; the load is shared, so no single client's leaving cancels it. */
+  /** Loads once however many ask at once; `read` must not be tied to one request (no single client's leaving may cancel it). */
   load(key: string, signature: string, read: () => Promise<MarketBooks | null>): Promise<MarketBooks | null> {
     const id = `${key}\n${signature}`;
     let pending = this.loading.get(id);
     if (!pending) {
-      pending = cancellation.exit(read).then((books) => {
+      pending = read().then((books) => {
         if (books && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
         return books;
       }).finally(() => this.loading.delete(id));

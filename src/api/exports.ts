@@ -37,7 +37,7 @@ export class ExportPool {
    * written, or the COPY done). A COPY that fails first throws, so the caller still sends a
    * clean error. The slot is held until the stream closes; the connection only until the COPY ends.
    */
-  async start(file: string, copy: string, params: Params): Promise<{ stream: Readable; rows: Promise<number> }> {
+  async start(file: string, copy: string, params: Params, signal: AbortSignal): Promise<{ stream: Readable; rows: Promise<number> }> {
     if (this.active >= this.size) {
       fail('UNAVAILABLE', `All ${this.size} export slots are busy; retry in a few seconds`, [], { 'Retry-After': '2' });
     }
@@ -53,7 +53,7 @@ export class ExportPool {
     try {
       await fs.writeFile(file, '', { mode: 0o600 });
       const handle = await fs.open(file, 'r');
-      const rows = lane.run(copy, params).finally(() => this.idle.push(lane));
+      const rows = lane.for(signal).run(copy, params).finally(() => this.idle.push(lane));
       const settled = rows.then(() => null, (err: unknown) => err as Error);
       const stream = new GrowingFile(handle, settled, release);
       const first = await Promise.race([stream.waitForBytes(), settled]);

@@ -8,7 +8,7 @@ import type { DuckDBDataChunk } from '@duckdb/node-api';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
-import { cancellation, sqlPath } from '../lake/duckdb.js';
+import { sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { LatestBook } from '../records.js';
 import type { BookCache } from './bookcache.js';
@@ -30,6 +30,8 @@ export interface RequestContext {
   now: number;
   /** For the request log line: partitions planned and rows read. */
   stats: { partitions: number; rows: number };
+  /** Fires when the client leaves: its statements stop. */
+  signal: AbortSignal;
 }
 
 /** Data already serialized (by DuckDB), spliced into the envelope as it is. */
@@ -201,7 +203,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
     // The Parquet writer holds a whole row group in memory: small ones.
     const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192';
-    const { stream, rows } = await deps.exports.start(file, `COPY (${query}) TO ${sqlPath(file)} (${options}, USE_TMP_FILE false)`, params);
+    const { stream, rows } = await deps.exports.start(file, `COPY (${query}) TO ${sqlPath(file)} (${options}, USE_TMP_FILE false)`, params, ctx.signal);
     void rows.then((n) => {
       ctx.stats.rows = n;
     }, () => undefined);
@@ -259,14 +261,14 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     if (wide && pq.intervalMs === null) {
       // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
       for (let rows = pq.limit * (pq.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
-        const chunks = await lake.duck.chunks(...sql(snapshotPageSql(wide, bounded, rows)));
+        const chunks = await lake.duck.for(ctx.signal).chunks(...sql(snapshotPageSql(wide, bounded, rows)));
         rendered = snapshotsJson(chunks, ladders, pq.order, limit);
         if (chunks.reduce((n, c) => n + c.rowCount, 0) < rows || rendered.times > limit) break;
       }
     } else if (wide) {
-      const times = (await lake.duck.rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
+      const times = (await lake.duck.for(ctx.signal).rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
       const shown = times.slice(0, limit);
-      const chunks = shown.length ? await lake.duck.chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
+      const chunks = shown.length ? await lake.duck.for(ctx.signal).chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
       rendered = { ...snapshotsJson(chunks, ladders, pq.order, limit), times: times.length };
     }
     ctx.stats.rows = rendered.books;
@@ -291,7 +293,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     let samples: { ts: number; value: number }[] = [];
     let cut = { times: 0, end: 0 };
     for (let rows = pq.limit; source; rows *= 2) {
-      samples = await lake.duck.chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows))).then(readSamples);
+      samples = await lake.duck.for(ctx.signal).chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows))).then(readSamples);
       cut = firstTimes(samples, limit);
       if (samples.length < rows || cut.times > limit) break;
     }
@@ -338,8 +340,8 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       // not in memory would otherwise queue one query each and starve every lane.
       let reading = latestReading.get(key);
       if (!reading) {
-        // Shared, so no one client's leaving may cancel it.
-        reading = cancellation.exit(() => readLatest(m, key)).finally(() => latestReading.delete(key));
+        // Shared (not tied to this request), so no one client's leaving may cancel it.
+        reading = readLatest(m, key).finally(() => latestReading.delete(key));
         latestReading.set(key, reading);
       }
       latest = await reading;
