@@ -4,6 +4,7 @@
 // An entry is valid for one set of sealed files (its signature: paths and sha256 from the
 // in-memory index); a compaction or a backfill changes the set, and the next read reloads.
 import type { MarketBooks } from './shape.js';
+import { singleFlight } from './singleflight.js';
 
 interface Entry {
   signature: string;
@@ -36,17 +37,12 @@ export class BookCache {
 
   /** Loads once however many ask at once; `read` must not be tied to one request (no single client's leaving may cancel it). */
   load(key: string, signature: string, read: () => Promise<MarketBooks | null>): Promise<MarketBooks | null> {
-    const id = `${key}\n${signature}`;
-    let pending = this.loading.get(id);
-    if (!pending) {
-      pending = read().then((books) => {
-        if (books && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
-        return books;
-      }).finally(() => this.loading.delete(id));
-      this.loading.set(id, pending);
+    return singleFlight(this.loading, `${key}\n${signature}`, async () => {
       this.loads++;
-    }
-    return pending;
+      const books = await read();
+      if (books && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
+      return books;
+    });
   }
 
   private put(key: string, signature: string, books: MarketBooks): void {

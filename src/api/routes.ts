@@ -17,6 +17,7 @@ import type { LatestReads } from './latest.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
+import { singleFlight } from './singleflight.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
 import { BOOK_COLUMNS, CAPTURE_LAG_MS, EXPORT_BOOK_COLUMNS, marketBooksSql, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotPageSql, snapshotTimesSql, timeseriesSql } from './plan.js';
 import { type MarketBooks, bookJson, iso, marketBooks, marketJson, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
@@ -257,18 +258,19 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const files = await lake.files(plan.partitions);
     const wide = relation('books', files, BOOK_COLUMNS);
     const bounded = { ...pq, from: plan.from, to: plan.to };
+    const db = lake.duck.for(ctx.signal);
     let rendered = snapshotsJson([], ladders, pq.order, limit);
     if (wide && pq.intervalMs === null) {
       // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
       for (let rows = pq.limit * (pq.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
-        const chunks = await lake.duck.for(ctx.signal).chunks(...sql(snapshotPageSql(wide, bounded, rows)));
+        const chunks = await db.chunks(...sql(snapshotPageSql(wide, bounded, rows)));
         rendered = snapshotsJson(chunks, ladders, pq.order, limit);
         if (chunks.reduce((n, c) => n + c.rowCount, 0) < rows || rendered.times > limit) break;
       }
     } else if (wide) {
-      const times = (await lake.duck.for(ctx.signal).rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
+      const times = (await db.rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
       const shown = times.slice(0, limit);
-      const chunks = shown.length ? await lake.duck.for(ctx.signal).chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
+      const chunks = shown.length ? await db.chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
       rendered = { ...snapshotsJson(chunks, ladders, pq.order, limit), times: times.length };
     }
     ctx.stats.rows = rendered.books;
@@ -338,13 +340,8 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     if (!latest) {
       // One read per market however many requests ask at once: a burst of requests for markets
       // not in memory would otherwise queue one query each and starve every lane.
-      let reading = latestReading.get(key);
-      if (!reading) {
-        // Shared (not tied to this request), so no one client's leaving may cancel it.
-        reading = readLatest(m, key).finally(() => latestReading.delete(key));
-        latestReading.set(key, reading);
-      }
-      latest = await reading;
+      // Shared (not tied to this request), so no one client's leaving may cancel it.
+      latest = await singleFlight(latestReading, key, () => readLatest(m, key));
       ctx.stats.partitions = planPartitions('books', m, null, null).partitions.length;
     }
     if (latest) deps.latestReads.read(key, ctx.now);

@@ -205,15 +205,21 @@ async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest:
   };
 }
 
-/** Capture in another process: judged from the heartbeat it writes after every successful flush. */
+/**
+ * Capture in another process: judged from the heartbeat it writes after every successful flush,
+ * with the figures it had then. A heartbeat that stopped coming says the storage is failing (or
+ * the process is stuck); what the error is, only that process's log can say.
+ */
 async function heartbeatHealth(config: Config, now: number, bound: number): Promise<CaptureHealth | null> {
-  const beat = await readJson<{ flushed_at?: number; stopped?: boolean }>(path.join(config.dataDir, 'state', 'capture-heartbeat.json')).catch(() => null);
+  const beat = await readJson<{ flushed_at?: number; stopped?: boolean; health?: Partial<CaptureHealth> }>(path.join(config.dataDir, 'state', 'capture-heartbeat.json')).catch(() => null);
   if (!beat || typeof beat.flushed_at !== 'number') return null;
   const age = now - beat.flushed_at;
   return {
     state: beat.stopped ? 'stopped' : age > bound ? 'failing' : 'running',
     last_flush: new Date(beat.flushed_at).toISOString(), flush_age_ms: age,
-    storage_error: null, buffered_rows: 0, dropped_rows: 0, seal_backlog: 0, seal_error: null,
+    storage_error: age > bound && !beat.stopped ? `no flush for ${age} ms (see capture's log)` : null,
+    buffered_rows: beat.health?.buffered_rows ?? 0, dropped_rows: beat.health?.dropped_rows ?? 0,
+    seal_backlog: beat.health?.seal_backlog ?? 0, seal_error: beat.health?.seal_error ?? null,
   };
 }
 

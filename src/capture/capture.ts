@@ -35,6 +35,8 @@ interface Heartbeat {
   flushed_at: number;
   /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
   stopped?: boolean;
+  /** Capture's own figures at that flush, for a separate API process's health. */
+  health: Pick<CaptureHealth, 'buffered_rows' | 'dropped_rows' | 'seal_backlog' | 'seal_error'>;
   segment: string;
   open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
   gaps: OpenGap[];
@@ -177,7 +179,11 @@ export class Capture {
     const open = [...this.known.values()]
       .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
-    const beat: Heartbeat = { ts, flushed_at: this.lastFlushAt, ...(stopped ? { stopped } : {}), segment: this.spool.segment, open, gaps: [...this.gaps.values()] };
+    const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
+    const beat: Heartbeat = {
+      ts, flushed_at: this.lastFlushAt, ...(stopped ? { stopped } : {}), health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
+      segment: this.spool.segment, open, gaps: [...this.gaps.values()],
+    };
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
     await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat)).catch(() => undefined);
   }
