@@ -1,7 +1,9 @@
 // API keys: `pmh_` + 32 base62 characters, shown once at issue. Only a SHA-256 of each key is
-// stored; a presented key is hashed and compared against every stored hash in constant time.
+// stored; a presented key is hashed and looked up by that hash. The lookup needs no constant-time
+// compare: what its timing could leak is about the hash of the attacker's own guess, which says
+// nothing about any stored key, and a map keeps the check O(1) however many keys exist.
 // The file is re-read when it changes, so keys issued or revoked by the CLI apply at once.
-import { createHash, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, randomInt } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { readJson, writeFileAtomic } from '../lake/fsutil.js';
@@ -22,8 +24,8 @@ export interface KeyRecord {
 
 export class KeyStore {
   private records: KeyRecord[] = [];
-  /** The records' hashes as bytes, decoded once per load. */
-  private hashes: Buffer[] = [];
+  /** Active records by hash, rebuilt at each load. */
+  private active = new Map<string, KeyRecord>();
   private loadedMtime = -1;
   private checkedAt = 0;
 
@@ -49,7 +51,7 @@ export class KeyStore {
     const mtime = await fs.stat(this.file).then((s) => s.mtimeMs, () => 0);
     if (mtime !== this.loadedMtime || force) {
       this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
-      this.hashes = this.records.map((r) => Buffer.from(r.hash, 'hex'));
+      this.index();
       this.loadedMtime = mtime;
     }
     this.checkedAt = Date.now();
@@ -64,7 +66,7 @@ export class KeyStore {
       created_at: new Date().toISOString(), revoked_at: null,
     };
     this.records.push(record);
-    this.hashes.push(Buffer.from(record.hash, 'hex'));
+    this.index();
     await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
     return { key, record };
   }
@@ -79,6 +81,7 @@ export class KeyStore {
     const record = this.records.find((r) => r.key_id === keyId && !r.revoked_at);
     if (!record) return false;
     record.revoked_at = new Date().toISOString();
+    this.index();
     await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
     return true;
   }
@@ -86,12 +89,11 @@ export class KeyStore {
   /** The active record of a presented key, or null. */
   async find(key: string): Promise<KeyRecord | null> {
     await this.refresh();
-    const presented = createHash('sha256').update(key).digest();
-    let found: KeyRecord | null = null;
-    for (let i = 0; i < this.records.length; i++) {
-      if (timingSafeEqual(presented, this.hashes[i]) && !this.records[i].revoked_at) found = this.records[i];
-    }
-    return found;
+    return this.active.get(hash(key)) ?? null;
+  }
+
+  private index(): void {
+    this.active = new Map(this.records.filter((r) => !r.revoked_at).map((r) => [r.hash, r]));
   }
 }
 
