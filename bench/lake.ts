@@ -22,10 +22,10 @@ async function buildDay(duck: Duck, paths: LakePaths, day: number, coin: string,
   for (let s = day; s < day + DAY; s += WINDOW_MS[window]) markets.push(sim.market('wallet-prediction', coin, window, s));
   const id = (m: ReturnType<Sim['market']>) => String(sim.walletMarketId(m));
   // Synthetic ladders (15 levels a side) keyed exactly like captured rows.
-  await duck.run(`CREATE OR REPLACE TABLE ${t} AS SELECT epoch_ms(s * 1000)::TIMESTAMP_MS AS ts,
+  await duck.run(`CREATE OR REPLACE TABLE ${t} AS SELECT epoch_ms(s * 1000)::TIMESTAMPTZ AS ts,
       (50000000 + (((s // ${w}) * ${w} * 1000 - ${GENESIS}) // 300000 * 8 + ${['btc', 'eth', 'bnb'].indexOf(coin)}) * 2 + ${window === '15m' ? 1 : 0})::VARCHAR AS market_id,
       'tok-' || (s // ${w})::VARCHAR || '-' || o::VARCHAR AS token_id, o::INTEGER AS outcome_index, CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome,
-      epoch_ms(s * 1000 - 80)::TIMESTAMP_MS AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMP_MS AS recv_ts,
+      epoch_ms(s * 1000 - 80)::TIMESTAMPTZ AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMPTZ AS recv_ts,
       list_transform(range(15), i -> round(0.49 - 0.01 * i, 2)) AS bid_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS bid_sizes,
       list_transform(range(15), i -> round(0.51 + 0.01 * i, 2)) AS ask_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS ask_sizes,
       round(0.5 + 0.4 * sin(s / 97.0), 3) AS chance, round(0.5 + 0.4 * sin(s / 101.0), 2) AS price, round(0.5 + 0.4 * sin(s / 89.0), 2) AS last_trade

@@ -13,8 +13,8 @@ const T0 = Date.parse('2026-07-26T12:00:00Z');
 // 400 capture times 700-1300 ms apart; outcome 1 missing at some, a time recorded twice at others.
 await duck.run(`CREATE TABLE b AS
   WITH times AS (SELECT i, ${T0} + i * 1000 + (i * 7919 % 600) - 300 AS t FROM range(400) r(i))
-  SELECT epoch_ms(t)::TIMESTAMP_MS AS ts, 'm1' AS market_id, 'tok-' || o AS token_id, o::INTEGER AS outcome_index,
-    CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome, epoch_ms(t - 50)::TIMESTAMP_MS AS exchange_ts,
+  SELECT epoch_ms(t)::TIMESTAMPTZ AS ts, 'm1' AS market_id, 'tok-' || o AS token_id, o::INTEGER AS outcome_index,
+    CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome, epoch_ms(t - 50)::TIMESTAMPTZ AS exchange_ts,
     [round(0.5 - i % 7 * 0.01, 2), 0.4]::DOUBLE[] AS bid_prices, [i * 1.5, 10.25]::DOUBLE[] AS bid_sizes,
     [0.6, 0.61 + o * 0.01]::DOUBLE[] AS ask_prices, [o + 0.5, 3.0]::DOUBLE[] AS ask_sizes
   FROM times, range(2) x(o), range(CASE WHEN i % 37 = 0 THEN 2 ELSE 1 END) d(dup)

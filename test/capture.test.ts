@@ -49,14 +49,17 @@ t.test('hive layout as CONTRACT.md section 7 lays it out', async (t) => {
 t.test('book columns and types', async (t) => {
   const cols = await duck.rows(`DESCRIBE SELECT * FROM ${lakeTable(dir, 'books')}`);
   const types = Object.fromEntries(cols.map((c) => [c.column_name, c.column_type]));
-  t.match(types, {
-    ts: 'TIMESTAMP', market_id: 'VARCHAR', token_id: 'VARCHAR', outcome_index: 'INTEGER', outcome: 'VARCHAR',
-    exchange_ts: 'TIMESTAMP', recv_ts: 'TIMESTAMP', bid_prices: 'DOUBLE[]', bid_sizes: 'DOUBLE[]',
-    ask_prices: 'DOUBLE[]', ask_sizes: 'DOUBLE[]', venue: 'VARCHAR', coin: 'VARCHAR', window: 'VARCHAR', hour: 'INTEGER',
+  const TZ = 'TIMESTAMP WITH TIME ZONE';
+  t.same(types, {
+    ts: TZ, market_id: 'VARCHAR', token_id: 'VARCHAR', outcome_index: 'INTEGER', outcome: 'VARCHAR',
+    exchange_ts: TZ, recv_ts: TZ, bid_prices: 'DOUBLE[]', bid_sizes: 'DOUBLE[]',
+    ask_prices: 'DOUBLE[]', ask_sizes: 'DOUBLE[]', venue: 'VARCHAR', coin: 'VARCHAR', window: 'VARCHAR', date: 'DATE', hour: 'INTEGER',
   });
   const file = (await listFiles(path.join(dir, 'lake/books'), '.parquet'))[0];
-  const physical = await duck.rows(`SELECT name, converted_type FROM parquet_schema('${dir}/lake/books/${file}') WHERE name IN ('ts', 'exchange_ts', 'recv_ts', 'bid_prices')`);
-  t.same(Object.fromEntries(physical.map((r) => [r.name, r.converted_type])), { ts: 'TIMESTAMP_MILLIS', exchange_ts: 'TIMESTAMP_MILLIS', recv_ts: 'TIMESTAMP_MILLIS', bid_prices: 'LIST' }, 'millisecond timestamps, standard LIST columns');
+  const physical = await duck.rows(`SELECT name, converted_type, logical_type FROM parquet_schema('${dir}/lake/books/${file}') WHERE name IN ('ts', 'exchange_ts', 'recv_ts', 'bid_prices')`);
+  t.same(Object.fromEntries(physical.map((r) => [r.name, r.converted_type])), { ts: 'TIMESTAMP_MICROS', exchange_ts: 'TIMESTAMP_MICROS', recv_ts: 'TIMESTAMP_MICROS', bid_prices: 'LIST' }, 'timestamps, standard LIST columns');
+  // pandas, pyarrow and Polars read a time as UTC only when the file says it is adjusted to UTC.
+  for (const r of physical.filter((r) => r.name !== 'bid_prices')) t.match(r.logical_type, /isAdjustedToUTC=1/, `${r.name} is UTC-adjusted`);
   const metrics = Object.fromEntries((await duck.rows(`DESCRIBE SELECT * FROM ${lakeTable(dir, 'metrics')}`)).map((c) => [c.column_name, c.column_type]));
   t.match(metrics, { chance: 'DOUBLE', price: 'DOUBLE', last_trade: 'DOUBLE' }, 'three separate metric columns');
 });

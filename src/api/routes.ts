@@ -10,6 +10,7 @@ import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
 import { sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
+import { TIME_TYPE } from '../lake/layout.js';
 import type { LatestBook } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { ExportPool } from './exports.js';
@@ -198,7 +199,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     ctx.stats.partitions = plan.partitions.length;
     const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
     const source = relation(dataset, await lake.files(plan.partitions), columns)
-      ?? `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? 'TIMESTAMP_MS' : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
+      ?? `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? TIME_TYPE : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
     const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
     await fs.mkdir(deps.exportDir, { recursive: true });
     const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);

@@ -48,6 +48,9 @@ export class Duck {
     const duck = await new Duck(instance, []).fork(lanes);
     // Footers are read once per file instead of once per query.
     await duck.run("SET GLOBAL parquet_metadata_cache = true");
+    // Lake times are TIMESTAMPTZ: casts, comparisons and strftime are in UTC whatever the
+    // machine's zone.
+    await duck.run("SET GLOBAL TimeZone = 'UTC'");
     return duck;
   }
 

@@ -16,11 +16,21 @@ export interface Partition {
 
 export interface Column {
   name: string;
-  /** DuckDB type in the Parquet file. `TIMESTAMP_MS` columns are epoch ms in the spool. */
+  /** DuckDB type in the Parquet file. Times are epoch ms in the spool. */
   type: string;
 }
 
-const ts = (name: string): Column => ({ name, type: 'TIMESTAMP_MS' });
+/**
+ * Times are UTC-adjusted (Parquet isAdjustedToUTC=true, microseconds), so pandas, pyarrow and
+ * Polars read them as UTC and compare them with UTC times. Files written before 2026-11-23 hold
+ * naive TIMESTAMP_MS; `make migrate-timestamps` rewrites them, and reads accept both meanwhile.
+ */
+export const TIME_TYPE = 'TIMESTAMPTZ';
+const ts = (name: string): Column => ({ name, type: TIME_TYPE });
+
+export function isTime(c: Column): boolean {
+  return c.type === TIME_TYPE;
+}
 const col = (name: string, type: string): Column => ({ name, type });
 
 export const SCHEMAS: Record<Dataset, readonly Column[]> = {

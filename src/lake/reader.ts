@@ -7,7 +7,7 @@ import type { Venue, Window } from '../config.js';
 import { type Market, type MarketStatus } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import { followLines, listFiles, writeFileAtomic } from './fsutil.js';
-import { type LakePaths, type Partition, SCHEMAS, parsePartitionDir, partitionDir } from './layout.js';
+import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { COMMIT_LOG, type ManifestFile, readManifest } from './manifest.js';
 import { type SpoolPart, listSpool } from './spool.js';
 import { spoolSource } from './writer.js';
@@ -42,7 +42,7 @@ export interface StoredMarket extends Market {
 
 const FINAL: MarketStatus[] = ['resolved', 'cancelled'];
 const MARKET_SELECT = SCHEMAS.markets
-  .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
+  .map((c) => (isTime(c) ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
   .join(', ');
 
 export class LakeReader {

@@ -13,9 +13,9 @@ export async function syntheticMarket(duck: Duck, root: string, id: string, star
   const paths = lakePaths(root);
   const trash = path.join(root, 'trash');
   const table = `synthetic_${id.replace(/\W/g, '')}`;
-  await duck.run(`CREATE TABLE ${table} AS SELECT epoch_ms(s * 1000)::TIMESTAMP_MS AS ts, $id AS market_id, 'tok-' || o::VARCHAR AS token_id,
+  await duck.run(`CREATE TABLE ${table} AS SELECT epoch_ms(s * 1000)::TIMESTAMPTZ AS ts, $id AS market_id, 'tok-' || o::VARCHAR AS token_id,
       o::INTEGER AS outcome_index, CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome,
-      epoch_ms(s * 1000 - 80)::TIMESTAMP_MS AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMP_MS AS recv_ts,
+      epoch_ms(s * 1000 - 80)::TIMESTAMPTZ AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMPTZ AS recv_ts,
       list_transform(range(15), i -> round(0.49 - 0.01 * i, 2)) AS bid_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS bid_sizes,
       list_transform(range(15), i -> round(0.51 + 0.01 * i, 2)) AS ask_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS ask_sizes
     FROM range($from::BIGINT, $to::BIGINT) r(s), range(2) x(o)`, { id, from: start / 1000, to: (start + span) / 1000 });

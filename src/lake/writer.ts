@@ -5,7 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck, sqlPath } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
-import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
+import { type Partition, SCHEMAS, SORT_KEYS, TIME_TYPE, isTime, partitionDir } from './layout.js';
 import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
 import type { Dataset } from '../records.js';
 
@@ -18,14 +18,14 @@ function timeColumn(p: Partition): string {
 /** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
 export function spoolSelect(dataset: Dataset): string {
   return SCHEMAS[dataset]
-    .map((c) => (c.type === 'TIMESTAMP_MS' ? `epoch_ms("${c.name}")::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`))
+    .map((c) => (isTime(c) ? `epoch_ms("${c.name}")::${TIME_TYPE} AS "${c.name}"` : `"${c.name}"`))
     .join(', ');
 }
 
 /** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
 export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
   const columns = SCHEMAS[dataset]
-    .map((c) => `"${c.name}": '${c.type === 'TIMESTAMP_MS' ? 'BIGINT' : c.type}'`)
+    .map((c) => `"${c.name}": '${isTime(c) ? 'BIGINT' : c.type}'`)
     .join(', ');
   const first = SCHEMAS[dataset][0].name;
   return `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
