@@ -7,7 +7,7 @@ export DATA_DIR ?= ./data
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
+.PHONY: run test install capture standin api fill seal compact migrate-timestamps backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -52,6 +52,10 @@ seal: install
 
 compact: install
 	$(TSX) jobs/compact.ts
+
+## make migrate-timestamps: rewrite files written before 2026-11-23 with UTC-adjusted times (idempotent)
+migrate-timestamps: install
+	$(TSX) jobs/migrate.ts
 
 ## make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12
 backfill: install

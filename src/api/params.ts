@@ -14,7 +14,7 @@ export interface ParamSpec {
   /** What the error message says is accepted. */
   expect: string;
   required?: boolean;
-  /** Comma-separated list in the query string. */
+  /** A list: comma-separated (`status=open,closed`), repeated (`status=open&status=closed`, as generated clients send arrays), or both. */
   list?: boolean;
   /** A path segment naming a collection: a value outside it is a missing resource (404), not a bad parameter. */
   notFound?: boolean;
@@ -78,9 +78,9 @@ export function parse(v: Validator, raw: Record<string, string | string[] | unde
     if (!spec) {
       fail('INVALID_PARAMETER', `Unknown parameter ${echo(name)}. Accepted: ${accepted.join(', ') || 'none'}`, [{ param: name, message: 'unknown parameter' }]);
     }
-    if (Array.isArray(value)) fail('INVALID_PARAMETER', `Parameter "${name}" was given ${value.length} times; give it once`, [{ param: name, message: 'repeated' }]);
+    if (Array.isArray(value) && !spec.list) fail('INVALID_PARAMETER', `Parameter "${name}" was given ${value.length} times; give it once`, [{ param: name, message: 'repeated' }]);
     if (value === undefined) continue;
-    values[name] = convert(spec, value);
+    values[name] = convert(spec, Array.isArray(value) ? value.join(',') : value);
   }
   if (!v.check(values)) {
     const err = (v.check.errors ?? [])[0] as ErrorObject;

@@ -9,6 +9,7 @@ import type { Duck } from './duckdb.js';
 import { pruneEmptyDirs, shortHash } from './fsutil.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
+import { ensureGapsDataset } from './migrate.js';
 import { type Spool, type SpoolPart, listSpool } from './spool.js';
 import { commitFiles, spoolSource, writeParquet } from './writer.js';
 
@@ -40,6 +41,7 @@ export async function sealDue(duck: Duck, paths: LakePaths, now: number, grace: 
     report.files += rows === null ? 0 : 1;
     report.rows += rows ?? 0;
   }
+  if (report.files > 0) await ensureGapsDataset(duck, paths);
   return report;
 }
 

@@ -1,0 +1,18 @@
+// make migrate-timestamps: rewrites sealed files written with naive times (before 2026-11-23)
+// with UTC-adjusted ones, and gives a lake without gaps an empty gaps file. Idempotent; safe
+// while the API reads and capture records (capture writes only UTC-adjusted files).
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { acquireLock } from '../src/lake/lock.js';
+import { migrateTimestamps } from '../src/lake/migrate.js';
+import { createLogger } from '../src/log.js';
+
+const config = loadConfig();
+const log = createLogger(config.logLevel, 'migrate');
+// Compaction rewrites the same partitions: one or the other at a time.
+const release = await acquireLock(config.dataDir, 'compact');
+const duck = await Duck.open(1);
+log.info(await migrateTimestamps(duck, lakePaths(config.dataDir)), 'timestamps migrated');
+duck.close();
+await release();
