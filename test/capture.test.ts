@@ -75,6 +75,8 @@ t.test('ladders: equal lengths, best first, both outcome tokens', async (t) => {
   t.ok(Number(bad.n) > 1000);
   const tokens = await duck.rows(`SELECT market_id, ts, count(*) AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL HAVING n <> 2 LIMIT 5`);
   t.same(tokens, [], 'every capture of a market holds both outcome books');
+  const times = await one(duck, `SELECT count(*) FILTER (WHERE exchange_ts > ts) AS ahead, count(*) FILTER (WHERE recv_ts <> ts) AS apart FROM ${lakeTable(dir, 'books')}`);
+  t.same(times, { ahead: 0n, apart: 0n }, 'a snapshot is stamped when its books arrived: never before their exchange time');
 });
 
 t.test('sealed files are sorted by market_id, ts', async (t) => {

@@ -149,7 +149,9 @@ export class Capture {
         });
       }
     }
-    this.log.warn({ since: new Date(beat.ts).toISOString(), gaps: this.gaps.size }, 'resuming after a previous capture process');
+    // Nothing was recorded between the previous process's last flush and now (after `make fill`,
+    // the handover to live capture): each open market gets a process_down gap saying so.
+    this.log.warn({ since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.size }, 'resuming after a previous capture process; each open market gets a process_down gap for the time nothing ran');
   }
 
   /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
@@ -252,12 +254,13 @@ export class Capture {
         await new Promise((r) => setTimeout(r, 10));
         continue;
       }
-      previous = started;
       try {
         await this.cycle(adapter, started);
       } catch (err) {
         this.log.error({ err, venue: adapter.venue }, 'capture cycle failed');
       }
+      // Rows are stamped when their answers arrive, all by now: the next cycle starts later.
+      previous = this.clock.now();
       const next = started + this.config.capture.pollMs;
       const wait = next - this.clock.now();
       if (wait > 0 && this.running) await this.clock.sleep(wait);
@@ -285,9 +288,11 @@ export class Capture {
       if (!r) continue;
       const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
       if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
-      else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, now, r.recvTs, r.books);
+      // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
+      // stamped earlier than the exchange and receive times of the books it holds.
+      else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
       if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
-      else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length)) this.recordMetrics(m, now, r.recvTs, r.quotes);
+      else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length)) this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
     }
   }
 
@@ -370,7 +375,9 @@ export class Capture {
     const row: GapRow = { market_id: g.market_id, dataset: g.dataset, from_ts: g.from_ts, to_ts: to, reason: g.reason, detail: g.detail, failures: g.failures };
     this.spool.append(partitionOf('gaps', g.venue, g.coin, g.window, g.from_ts), [row]);
     this.stats.gaps++;
-    this.log.warn({ venue: g.venue, market_id: g.market_id, dataset: g.dataset, from: new Date(g.from_ts).toISOString(), to: new Date(to).toISOString(), reason: g.reason }, 'capture gap');
+    // Downtime gaps were announced, counted, by the resume line: one per market would bury it.
+    const level = g.reason === 'process_down' ? 'debug' : 'warn';
+    this.log[level]({ venue: g.venue, market_id: g.market_id, dataset: g.dataset, from: new Date(g.from_ts).toISOString(), to: new Date(to).toISOString(), reason: g.reason }, 'capture gap');
   }
 }
 
