@@ -59,6 +59,8 @@ export interface Config {
     healthMaxFlushAgeMs: number;
     /** Decoded books of recently read markets kept in memory. */
     bookCacheBytes: number;
+    /** Browser origins allowed to call the API (CORS); the service's own pages need none. */
+    corsOrigins: string[];
   };
 }
 
@@ -99,6 +101,23 @@ function list<T extends string>(env: Env, name: string, allowed: readonly T[], f
   }
   if (items.length === 0) throw new ConfigError(`${name} is empty`);
   return items as T[];
+}
+
+/** Exact origins (`https://app.example.com`), comma-separated; never a wildcard: keys ride on these requests. */
+function origins(env: Env, name: string): string[] {
+  const raw = env[name] ?? '';
+  return raw.split(',').map((s) => s.trim()).filter(Boolean).map((o) => {
+    let u: URL;
+    try {
+      u = new URL(o);
+    } catch {
+      throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected origins such as https://app.example.com`);
+    }
+    if (!/^https?:$/.test(u.protocol) || u.origin !== o.replace(/\/$/, '')) {
+      throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected an origin (scheme, host, port; no path)`);
+    }
+    return u.origin;
+  });
 }
 
 function url(env: Env, name: string, fallback: string): string {
@@ -197,6 +216,7 @@ export function loadConfig(env: Env = process.env): Config {
       exportSlots: exportSlots(env),
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
+      corsOrigins: origins(env, 'CORS_ORIGINS'),
     },
   };
   return deepFreeze(config);

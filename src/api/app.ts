@@ -14,6 +14,7 @@ import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
+import { docsPages } from './pages.js';
 import { type FileBody, RawJson, type RequestContext, type Route } from './routes.js';
 
 export interface AppOptions {
@@ -22,6 +23,8 @@ export interface AppOptions {
   rate: (plan: 'free' | 'paid') => number;
   /** Requests per second a client address may make without a valid key. */
   anonRate: number;
+  /** Browser origins allowed to call the API; others get no CORS headers, so browsers refuse them. */
+  corsOrigins?: readonly string[];
   admission: Admission;
   log: Logger;
   now?: () => number;
@@ -32,6 +35,8 @@ const COMPRESS_MIN_BYTES = 1024;
 const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+/** What a browser script may read of a response: ids, rate limits, retry hints, file validators. */
+const EXPOSED = 'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag, Content-Disposition, Content-Range';
 
 /** Unique per process start (random), then a counter: ids cost nothing per request and never repeat. */
 const ID_PREFIX = `req_${Date.now().toString(36)}${randomBytes(4).toString('hex')}`;
@@ -149,6 +154,29 @@ export function createApp(options: AppOptions): App {
     }
   });
 
+  // CORS for the configured origins only (never `*`: these requests carry keys). A preflight
+  // is answered here; from any other origin it gets no Access-Control headers.
+  const corsOrigins = new Set(options.corsOrigins ?? []);
+  app.use(async (ctx, next) => {
+    const origin = ctx.get('origin');
+    if (!origin) return next();
+    ctx.vary('Origin');
+    const allowed = corsOrigins.has(origin);
+    if (ctx.method === 'OPTIONS' && ctx.get('access-control-request-method')) {
+      limitAnonymous(ctx);
+      if (allowed) {
+        ctx.set({
+          'Access-Control-Allow-Origin': origin, 'Access-Control-Allow-Methods': 'GET, HEAD',
+          'Access-Control-Allow-Headers': 'Authorization, If-None-Match, Range, X-Request-Id, Accept', 'Access-Control-Max-Age': '600',
+        });
+      }
+      ctx.status = 204;
+      return;
+    }
+    if (allowed) ctx.set({ 'Access-Control-Allow-Origin': origin, 'Access-Control-Expose-Headers': EXPOSED });
+    await next();
+  });
+
   app.use(async (ctx, next) => {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') {
       fail('METHOD_NOT_ALLOWED', `Method ${ctx.method} is not allowed; every route answers GET and HEAD`, [], { Allow: 'GET, HEAD' });
@@ -159,6 +187,8 @@ export function createApp(options: AppOptions): App {
     }
     await next();
   });
+
+  app.use(docsPages());
 
   const router = new Router();
   for (const route of routes) {

@@ -14,8 +14,23 @@ const obj = (properties: Record<string, unknown>, required = Object.keys(propert
 const outcome = obj({ index: { type: 'integer' }, label: str, token_id: str });
 const ladder = { type: 'array', items: num };
 
+const gap = obj({ from: time, to: time, reason: str });
+const coverage = obj({ dataset: str, starts: time, truncated: { type: 'boolean' }, note: str });
+
 export const SCHEMAS: Record<string, unknown> = {
-  Meta: { type: 'object', properties: { request_id: str, timestamp: time }, required: ['request_id', 'timestamp'] },
+  // Every property a route may add, declared, so generated clients type them.
+  Meta: {
+    type: 'object',
+    properties: {
+      request_id: str, timestamp: time,
+      coverage: { ...coverage, description: 'Where recorded history starts for this dataset; `truncated` when the request reached before it.' },
+      gaps: { type: 'array', items: gap, description: 'Capture gaps overlapping the requested range: spans nothing was recorded for.' },
+      metric: { type: 'string', enum: ['chance', 'price', 'last_trade'] },
+      outcome: obj({ index: { type: 'integer' }, label: nullable(str) }),
+      notice: str, note: str,
+    },
+    required: ['request_id', 'timestamp'],
+  },
   Pagination: obj({ limit: { type: 'integer' }, has_more: { type: 'boolean' }, next_cursor: nullable(str) }),
   Error: obj({
     error: obj({ code: { type: 'string', enum: Object.keys(STATUS_OF) }, message: str, details: { type: 'array', items: obj({ param: str, message: str }, ['message']) } }),
@@ -57,7 +72,8 @@ export const SCHEMAS: Record<string, unknown> = {
     gaps: { type: 'array', items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }) },
   }),
   File: obj({ dataset: str, coin: str, window: str, date: str, hour: { type: 'integer' }, rows: { type: 'integer' }, bytes: { type: 'integer' }, sha256: str, url: str }),
-  Gap: obj({ from: time, to: time, reason: str }),
+  Gap: gap,
+  Trade: { type: 'object', description: 'Reserved: fills are being reconstructed; lists are empty for now.', additionalProperties: true },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };
 
@@ -78,15 +94,35 @@ export const RESPONSES: Record<string, unknown> = {
   SampleList: envelope({ type: 'array', items: ref('Sample') }, true),
   Coverage: envelope(ref('Coverage'), false),
   FileList: envelope({ type: 'array', items: ref('File') }, true),
-  TradeList: envelope({ type: 'array', maxItems: 0 }, true),
+  TradeList: envelope({ type: 'array', items: ref('Trade'), maxItems: 0 }, true),
   OpenApi: { type: 'object' },
 };
+
+const header = (description: string, schema: Record<string, unknown> = { type: 'integer' }) => ({ description, schema });
+const HEADERS: Record<string, unknown> = {
+  RequestId: header('This request\'s id; quote it when reporting a problem.', str),
+  RateLimitLimit: header('Requests per second this key may make.', num),
+  RateLimitRemaining: header('Requests left in the current second.'),
+  RateLimitReset: header('Seconds until the allowance refills.'),
+  RetryAfter: header('Seconds to wait before retrying.'),
+};
+const headerRef = (name: string) => ({ $ref: `#/components/headers/${name}` });
+const KEYED_HEADERS = {
+  'X-Request-Id': headerRef('RequestId'), 'X-RateLimit-Limit': headerRef('RateLimitLimit'),
+  'X-RateLimit-Remaining': headerRef('RateLimitRemaining'), 'X-RateLimit-Reset': headerRef('RateLimitReset'),
+};
+const PARQUET = { 'application/vnd.apache.parquet': { schema: { type: 'string', format: 'binary', contentMediaType: 'application/vnd.apache.parquet' } } };
 
 const ERRORS_BY_ACCESS: Record<Route['access'], ErrorCode[]> = {
   public: ['INTERNAL_ERROR'],
   key: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'NOT_FOUND', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
   paid: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'PLAN_REQUIRED', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
 };
+
+function docNote(r: Route, param: string): string {
+  if (param !== 'format') return '';
+  return ` This operation is documented with its JSON response; for files use the \`${r.path.replace(/:([a-z_]+)/g, '{$1}')}.csv\` and \`.parquet\` operations, whose responses are typed.`;
+}
 
 export function openApiDocument(routes: Route[]): Record<string, unknown> {
   const paths: Record<string, unknown> = {};
@@ -96,26 +132,24 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     statuses.set(405, ['METHOD_NOT_ALLOWED']);
     statuses.set(413, ['PAYLOAD_TOO_LARGE']);
     statuses.set(431, ['HEADERS_TOO_LARGE']);
+    const okHeaders = r.access === 'public' ? { 'X-Request-Id': headerRef('RequestId') } : KEYED_HEADERS;
+    const file = (description: string, content: unknown, extra: Record<string, unknown> = {}) => ({ description, headers: { ...okHeaders, ...extra }, content });
+    // One response type per operation: exports are operations of their own (`.csv`, `.parquet`).
     const responses: Record<string, unknown> = r.response === 'Parquet'
       ? {
-        200: { description: 'The file', headers: { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }, content: { 'application/vnd.apache.parquet': { schema: { type: 'string', contentMediaType: 'application/vnd.apache.parquet' } } } },
-        206: { description: 'The requested byte range', content: { 'application/vnd.apache.parquet': { schema: { type: 'string' } } } },
+        200: file('The file', PARQUET, { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }),
+        206: file('The requested byte range', PARQUET, { 'Content-Range': { schema: str } }),
         304: { description: 'Not modified (If-None-Match matched the ETag)' },
         416: { description: 'RANGE_NOT_SATISFIABLE', content: { 'application/json': { schema: ref('Error') } } },
       }
-      : {
-        200: {
-          description: r.summary,
-          content: {
-            'application/json': { schema: ref(`Response${r.response}`) },
-            ...(r.params.some((p) => p.name === 'format')
-              ? { 'text/csv': { schema: { type: 'string' } }, 'application/vnd.apache.parquet': { schema: { type: 'string', contentMediaType: 'application/vnd.apache.parquet' } } }
-              : {}),
-          },
-        },
-      };
+      : r.response === 'Csv'
+        ? { 200: file('The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells', { 'text/csv': { schema: str } }, { 'Content-Disposition': { schema: str } }) }
+        : r.response === 'ParquetExport'
+          ? { 200: file('The whole range as one Parquet file, in the lake\'s column types', PARQUET, { 'Content-Disposition': { schema: str } }) }
+          : { 200: { description: r.summary, headers: okHeaders, content: { 'application/json': { schema: ref(`Response${r.response}`) } } } };
     for (const [status, codes] of statuses) {
-      responses[status] = { description: codes.join(', '), content: { 'application/json': { schema: ref('Error') } } };
+      const retry = status === 429 || status === 503 ? { 'Retry-After': headerRef('RetryAfter') } : {};
+      responses[status] = { description: codes.join(', '), headers: { 'X-Request-Id': headerRef('RequestId'), ...retry }, content: { 'application/json': { schema: ref('Error') } } };
     }
     if (r.id === 'health') {
       responses[503] = { description: 'A component is failing (capture has not persisted within its bound, or the lake is unreadable); the body says which', content: { 'application/json': { schema: ref(`Response${r.response}`) } } };
@@ -127,8 +161,9 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
         ...(r.access === 'public' ? { security: [] } : {}),
         ...(r.access === 'paid' ? { description: 'Paid plans only: a free key gets 403 PLAN_REQUIRED.' } : {}),
         parameters: r.params.map((p) => ({
-          name: p.name, in: p.in, required: p.required ?? p.in === 'path', description: `${p.description} Accepts ${p.expect}.`,
-          schema: p.schema, ...(p.list ? { style: 'form', explode: false } : {}),
+          name: p.name, in: p.in, required: p.required ?? p.in === 'path', description: `${p.description} Accepts ${p.expect}.${docNote(r, p.name)}`,
+          // Lists may also come comma-separated; repeated (the OpenAPI default) is what generators send.
+          schema: p.schema, ...(p.list ? { style: 'form', explode: true } : {}),
         })),
         responses,
       },
@@ -142,6 +177,7 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     paths,
     components: {
       securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: '`pmh_` + 32 base62 characters' } },
+      headers: HEADERS,
       schemas: { ...SCHEMAS, ...Object.fromEntries(Object.entries(RESPONSES).map(([k, v]) => [`Response${k}`, v])) },
     },
   };

@@ -424,6 +424,21 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     };
   };
 
+  /**
+   * `<path>.csv` and `<path>.parquet`: the `format=` exports as operations of their own, each
+   * with one response type and no paging parameters, which is what generated clients handle.
+   */
+  const exportRoutes = (route: Route): Route[] => (['csv', 'parquet'] as const).map((format) => ({
+    ...route,
+    id: `${route.id}.${format}`,
+    path: `${route.path}.${format}`,
+    summary: `${route.summary.replace(/, cursor-paginated\.$|\.$/, '')}: the whole range as one ${format === 'csv' ? 'CSV' : 'Parquet'} file.`,
+    response: format === 'csv' ? 'Csv' : 'ParquetExport',
+    list: false,
+    params: route.params.filter((p) => !['limit', 'cursor', 'format'].includes(p.name)),
+    handle: (ctx) => route.handle({ ...ctx, query: { ...ctx.query, format } }),
+  }));
+
   const routes: Route[] = [
     {
       id: 'health', path: '/v3/health', access: 'public', summary: 'Service and lake health.', params: [], response: 'Health', list: false,
@@ -442,6 +457,14 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   for (const ns of NAMESPACES) {
     const base = `/v3/${ns}`;
     const venue: Venue = 'wallet-prediction';
+    const snapshots: Route = {
+      id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true, heavy: true,
+      params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval, P.format], handle: snapshotRoute('wp.snapshots', venue, true),
+    };
+    const timeseries: Route = {
+      id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true, heavy: true,
+      params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order, P.format], handle: timeseriesRoute('wp.timeseries', venue),
+    };
     routes.push(
       {
         id: `${ns}.markets`, path: `${base}/markets`, access: 'paid', summary: 'Discover and filter markets.', response: 'MarketList', list: true,
@@ -452,14 +475,10 @@ export function buildRoutes(deps: RouteDeps): Route[] {
         id: `${ns}.orderbook`, path: `${base}/:market_id/orderbook/latest`, access: 'paid', summary: 'The newest recorded full-L2 book of a market.', response: 'LatestBook', list: false,
         params: [P.marketId, P.outcome], handle: latestRoute(venue),
       },
-      {
-        id: `${ns}.snapshots`, path: `${base}/:market_id/snapshots`, access: 'paid', summary: 'Recorded full-L2 snapshots, cursor-paginated.', response: 'SnapshotList', list: true, heavy: true,
-        params: [P.marketId, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.interval, P.format], handle: snapshotRoute('wp.snapshots', venue, true),
-      },
-      {
-        id: `${ns}.timeseries`, path: `${base}/:market_id/timeseries`, access: 'paid', summary: 'Samples of chance, price or last_trade.', response: 'SampleList', list: true, heavy: true,
-        params: [P.marketId, P.metric, P.outcome, P.start_time, P.end_time, P.interval, P.limit, P.cursor, P.order, P.format], handle: timeseriesRoute('wp.timeseries', venue),
-      },
+      snapshots,
+      ...exportRoutes(snapshots),
+      timeseries,
+      ...exportRoutes(timeseries),
       {
         id: `${ns}.trades`, path: `${base}/:market_id/trades`, access: 'paid', summary: 'Reserved: historical fills (empty for now).', response: 'TradeList', list: true,
         params: [P.marketId, P.limit, P.cursor],
@@ -488,6 +507,11 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     );
   }
 
+  const coinSnapshots: Route = {
+    id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true, heavy: true,
+    params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.format],
+    handle: snapshotRoute('coin.snapshots', 'polymarket', false),
+  };
   routes.push(
     {
       id: 'coin.files', path: '/v3/:coin/files', access: 'key', summary: 'Sealed Parquet files of another venue for one coin.', response: 'FileList', list: true,
@@ -501,11 +525,8 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       id: 'coin.markets', path: '/v3/:coin/markets', access: 'key', summary: 'Markets of other venues for one coin.', response: 'MarketList', list: true,
       params: [P.coin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),
     },
-    {
-      id: 'coin.snapshots', path: '/v3/:coin/markets/:market_id/snapshots', access: 'key', summary: 'Recorded snapshots of another venue’s market.', response: 'SnapshotList', list: true, heavy: true,
-      params: [P.coin, P.marketId, P.includeOrderbook, P.interval, P.start_time, P.end_time, P.limit, P.cursor, P.order, P.outcome, P.format],
-      handle: snapshotRoute('coin.snapshots', 'polymarket', false),
-    },
+    coinSnapshots,
+    ...exportRoutes(coinSnapshots),
     {
       id: 'coin.market', path: '/v3/:coin/markets/:market_id', access: 'key', summary: 'One market record of another venue.', response: 'MarketOne', list: false,
       params: [P.coin, P.marketId], handle: async (ctx) => ({ data: marketJson(findMarket('polymarket', ctx, String(ctx.path.coin))) }),

@@ -132,7 +132,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     books: new BookCache(config.api.bookCacheBytes),
   });
   document = openApiDocument(routes);
-  const app = createApp({ routes, keys, rate, anonRate: config.api.rateAnon, admission, log, now: () => clock.now() });
+  const app = createApp({ routes, keys, rate, anonRate: config.api.rateAnon, corsOrigins: config.api.corsOrigins, admission, log, now: () => clock.now() });
   const server = app.koa.listen({ port, host: config.host });
   server.maxHeadersCount = 100;
   server.on('clientError', app.clientError);

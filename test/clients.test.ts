@@ -1,0 +1,134 @@
+// The tools users already have, against the real server over a lake written by capture:
+// a TypeScript client generated from the live OpenAPI document (openapi-typescript +
+// openapi-fetch, typechecked with tsc, then run), the repository's Python client run by the
+// machine's python3, browsers (CORS, the API reference page), and list parameters sent the
+// way generators send them.
+import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { startApi } from '../src/api/server.js';
+import { fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { quiet, sealAll, testConfig } from './helpers.js';
+
+const run = promisify(execFile);
+const START = Date.parse('2026-07-27T23:40:00Z');
+const END = START + 35 * 60_000;
+const dir = t.testdir();
+const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', CORS_ORIGINS: 'https://research.example.com,http://localhost:5173' });
+const duck = await Duck.open(2);
+const filled = await fill(config, duck, quiet, { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
+await sealAll(duck, dir);
+const api = await startApi(config, duck, createClock(END, 1), quiet, { latest: filled.capture.latest, capture: filled.capture, port: 0 });
+t.teardown(async () => {
+  await api.stop();
+  duck.close();
+});
+const key = (await api.keys.issue('paid', 'clients')).key;
+const auth = { authorization: `Bearer ${key}` };
+const ended = api.lake.all(END).find((m) => m.venue === 'wallet-prediction' && m.window === '15m' && m.end_time <= END && m.start_time >= START)!;
+
+t.test('browsers: CORS for configured origins only, never a wildcard', async (t) => {
+  const url = `${api.url}/v3/wallet-prediction/markets?coin=btc`;
+  const preflight = await fetch(url, { method: 'OPTIONS', headers: { origin: 'https://research.example.com', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' } });
+  t.equal(preflight.status, 204, 'a preflight from an allowed origin is answered');
+  t.equal(preflight.headers.get('access-control-allow-origin'), 'https://research.example.com');
+  t.match(preflight.headers.get('access-control-allow-headers'), /Authorization/);
+  t.match(preflight.headers.get('access-control-allow-methods'), /GET/);
+  const stranger = await fetch(url, { method: 'OPTIONS', headers: { origin: 'https://evil.example.net', 'access-control-request-method': 'GET' } });
+  t.equal(stranger.headers.get('access-control-allow-origin'), null, 'another origin gets no Access-Control headers, so browsers refuse it');
+  const got = await fetch(url, { headers: { ...auth, origin: 'http://localhost:5173' } });
+  t.equal(got.status, 200);
+  t.equal(got.headers.get('access-control-allow-origin'), 'http://localhost:5173');
+  t.match(got.headers.get('access-control-expose-headers'), /X-RateLimit-Remaining.*Retry-After/, 'rate-limit and retry headers readable by scripts');
+  t.match(got.headers.get('vary'), /Origin/);
+  const plain = await fetch(url, { headers: auth });
+  t.equal(plain.headers.get('access-control-allow-origin'), null, 'no Origin, no CORS headers');
+  const options = await fetch(url, { method: 'OPTIONS' });
+  t.equal(options.status, 405, 'OPTIONS that is not a preflight is still not a method here');
+  const keyInUrl = await fetch(`${url}&api_key=${key}`, { headers: { origin: 'http://localhost:5173' } });
+  t.equal(keyInUrl.status, 401, 'a key in the URL is never accepted, CORS or not');
+});
+
+t.test('browsers: the API reference page is served locally', async (t) => {
+  const page = await fetch(`${api.url}/v3/docs`);
+  t.equal(page.status, 200);
+  t.match(page.headers.get('content-type'), /text\/html/);
+  t.match(page.headers.get('content-security-policy'), /script-src 'self'/);
+  const html = await page.text();
+  t.notMatch(html, /https?:\/\//, 'no CDN: every asset from this origin');
+  const assets = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]);
+  t.ok(assets.length >= 3, `assets: ${assets.join(', ')}`);
+  for (const asset of assets) {
+    const res = await fetch(`${api.url}${asset}`);
+    t.equal(res.status, 200, asset);
+    t.ok((await res.arrayBuffer()).byteLength > 0, `${asset} has content`);
+  }
+  const init = await (await fetch(`${api.url}/v3/docs/init.js`)).text();
+  t.match(init, /\/v3\/openapi\.json/, 'the page reads the live document');
+});
+
+t.test('lists as generators send them: repeated, comma-separated, or both', async (t) => {
+  const ids = async (query: string) => {
+    const res = await fetch(`${api.url}/v3/wallet-prediction/markets?${query}&limit=500`, { headers: auth });
+    t.equal(res.status, 200, query);
+    return ((await res.json()).data as { market_id: string }[]).map((m) => m.market_id);
+  };
+  const comma = await ids('coin=btc,eth&window=15m');
+  t.ok(comma.length > 0);
+  t.same(await ids('coin=btc&coin=eth&window=15m'), comma, 'repeated equals comma-separated');
+  t.same(await ids('coin=btc&coin=eth,bnb&window=15m'), await ids('coin=btc,eth,bnb&window=15m'), 'mixed');
+  const twice = await fetch(`${api.url}/v3/wallet-prediction/markets?limit=5&limit=6`, { headers: auth });
+  t.equal(twice.status, 400, 'a single-valued parameter given twice is still refused');
+  t.match((await twice.json()).error.message, /"limit" was given 2 times/);
+});
+
+t.test('exports as operations of their own', async (t) => {
+  const base = `${api.url}/v3/wallet-prediction/${ended.market_id}`;
+  for (const [op, query] of [['snapshots.csv', 'snapshots?format=csv'], ['snapshots.parquet', 'snapshots?format=parquet'], ['timeseries.csv?metric=chance', 'timeseries?metric=chance&format=csv']]) {
+    const a = await fetch(`${base}/${op}`, { headers: auth });
+    const b = await fetch(`${base}/${query}`, { headers: auth });
+    t.equal(a.status, 200, op);
+    t.equal(a.headers.get('content-type'), b.headers.get('content-type'), `${op}: ${a.headers.get('content-type')}`);
+    const [x, y] = [Buffer.from(await a.arrayBuffer()), Buffer.from(await b.arrayBuffer())];
+    if (op.includes('csv')) t.equal(x.toString(), y.toString(), `${op} is ${query}`);
+    else t.equal(x.subarray(0, 4).toString(), 'PAR1', `${op} is Parquet`);
+  }
+  const paged = await fetch(`${base}/snapshots.csv?limit=10`, { headers: auth });
+  t.equal(paged.status, 400, 'no paging parameters on a file');
+  const doc = await (await fetch(`${api.url}/v3/openapi.json`)).json();
+  const op = doc.paths['/v3/wallet-prediction/{market_id}/snapshots.csv'].get;
+  t.same(Object.keys(op.responses[200].content), ['text/csv'], 'one response type per export operation');
+  t.same(Object.keys(doc.paths['/v3/wallet-prediction/{market_id}/snapshots'].get.responses[200].content), ['application/json'], 'the paged operation answers JSON');
+  t.ok(op.parameters.every((p: { name: string }) => !['limit', 'cursor', 'format'].includes(p.name)));
+});
+
+t.test('a TypeScript client generated from the live document typechecks and works', async (t) => {
+  const work = path.join(dir, 'ts-client');
+  await fs.mkdir(work, { recursive: true });
+  await fs.writeFile(path.join(work, 'openapi.json'), await (await fetch(`${api.url}/v3/openapi.json`)).text());
+  const bin = (name: string) => path.resolve('node_modules/.bin', name);
+  await run(bin('openapi-typescript'), [path.join(work, 'openapi.json'), '-o', path.join(work, 'api.d.ts')]);
+  await fs.copyFile(path.resolve('test/fixtures/ts-client.ts'), path.join(work, 'script.ts'));
+  await fs.writeFile(path.join(work, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: { strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', types: ['node'], typeRoots: [path.resolve('node_modules/@types')], skipLibCheck: true, baseUrl: '.', paths: { 'openapi-fetch': [path.resolve('node_modules/openapi-fetch')] } },
+    files: ['script.ts', 'api.d.ts'],
+  }));
+  // Resolved from this repository's node_modules, as a project that installed them would.
+  await fs.symlink(path.resolve('node_modules'), path.join(work, 'node_modules'));
+  await fs.writeFile(path.join(work, 'package.json'), '{"type":"module"}');
+  const tsc = await run(bin('tsc'), ['-p', work]).then(() => '', (err) => String(err.stdout ?? err));
+  t.equal(tsc, '', 'the generated types and a script using them typecheck under strict');
+  const out = await run(process.execPath, ['--import', 'tsx', path.join(work, 'script.ts')], { env: { ...process.env, BASE_URL: api.url, KEY: key, MARKET_ID: ended.market_id } });
+  const result = JSON.parse(out.stdout);
+  t.same(result.coins, ['btc', 'eth'], 'markets of two coins, the list sent as generators send it');
+  t.ok(result.pages > 1, `a cursor walk of ${result.pages} pages`);
+  const direct = await (await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?limit=1000`, { headers: auth })).json();
+  t.equal(result.snapshots, direct.data.length, 'the walk saw every snapshot once');
+  t.equal(result.csvLines, 1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0), 'the CSV export: a header and a row per book');
+  t.equal(result.fileMagic, 'PAR1', 'a lake file downloaded through the client');
+  t.equal(result.fileSha256, result.listedSha256, 'and it is the file the listing describes');
+});
