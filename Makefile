@@ -7,7 +7,7 @@ export DATA_DIR ?= ./data
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact migrate-timestamps backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
+.PHONY: run test install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -52,6 +52,10 @@ seal: install
 
 compact: install
 	$(TSX) jobs/compact.ts
+
+## make client-ts: regenerate the TypeScript client's types from the route table's OpenAPI document
+client-ts: install
+	$(TSX) jobs/client-ts.ts
 
 ## make migrate-timestamps: rewrite files written before 2026-11-23 with UTC-adjusted times (idempotent)
 migrate-timestamps: install

@@ -111,11 +111,16 @@ t.test('a TypeScript client generated from the live document typechecks and work
   await fs.mkdir(work, { recursive: true });
   await fs.writeFile(path.join(work, 'openapi.json'), await (await fetch(`${api.url}/v3/openapi.json`)).text());
   const bin = (name: string) => path.resolve('node_modules/.bin', name);
-  await run(bin('openapi-typescript'), [path.join(work, 'openapi.json'), '-o', path.join(work, 'api.d.ts')]);
+  // The package's own code over types generated now from the live document.
+  await fs.mkdir(path.join(work, 'client'));
+  await run(bin('openapi-typescript'), [path.join(work, 'openapi.json'), '-o', path.join(work, 'client', 'api.d.ts')]);
+  t.equal(await fs.readFile(path.join(work, 'client', 'api.d.ts'), 'utf8'), await fs.readFile(path.resolve('clients/typescript/src/api.d.ts'), 'utf8'),
+    "the package's committed types are the live document's (`make client-ts` regenerates them)");
+  await fs.copyFile(path.resolve('clients/typescript/src/index.ts'), path.join(work, 'client', 'index.ts'));
   await fs.copyFile(path.resolve('test/fixtures/ts-client.ts'), path.join(work, 'script.ts'));
   await fs.writeFile(path.join(work, 'tsconfig.json'), JSON.stringify({
     compilerOptions: { strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', types: ['node'], typeRoots: [path.resolve('node_modules/@types')], skipLibCheck: true, baseUrl: '.', paths: { 'openapi-fetch': [path.resolve('node_modules/openapi-fetch')] } },
-    files: ['script.ts', 'api.d.ts'],
+    files: ['script.ts', 'client/index.ts', 'client/api.d.ts'],
   }));
   // Resolved from this repository's node_modules, as a project that installed them would.
   await fs.symlink(path.resolve('node_modules'), path.join(work, 'node_modules'));
@@ -131,4 +136,14 @@ t.test('a TypeScript client generated from the live document typechecks and work
   t.equal(result.csvLines, 1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0), 'the CSV export: a header and a row per book');
   t.equal(result.fileMagic, 'PAR1', 'a lake file downloaded through the client');
   t.equal(result.fileSha256, result.listedSha256, 'and it is the file the listing describes');
+});
+
+t.test("the repository's Python client, run by the machine's python3 (standard library only)", async (t) => {
+  const out = await run('python3', ['-m', 'unittest', '-v', 'clients/python/tests/test_client.py'], {
+    env: { ...process.env, PMH_API_URL: api.url, PMH_API_KEY: key, PMH_MARKET_ID: ended.market_id, PYTHONDONTWRITEBYTECODE: '1' },
+  }).then((r) => ({ code: 0, text: r.stderr }), (err) => ({ code: err.code as number, text: String(err.stderr ?? err) }));
+  t.equal(out.code, 0, out.code === 0 ? 'unittest passed' : out.text);
+  const ran = /Ran (\d+) tests?/.exec(out.text);
+  t.ok(ran && Number(ran[1]) >= 10, `ran ${ran?.[1]} Python tests`);
+  t.notMatch(out.text, /FAILED|Error/, 'no failure or error');
 });

@@ -1,0 +1,124 @@
+"""The Python client against a real server (started by test/clients.test.ts, which passes
+PMH_API_URL, PMH_API_KEY and PMH_MARKET_ID). Standard library only, as the client."""
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from pmhistory import ApiError, Client, to_dataframe  # noqa: E402
+
+URL = os.environ["PMH_API_URL"]
+KEY = os.environ["PMH_API_KEY"]
+MARKET = os.environ["PMH_MARKET_ID"]
+
+
+def raw(path):
+    """The same request without the client, to compare against."""
+    req = urllib.request.Request(URL + path, headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req) as res:
+        return json.loads(res.read())
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.api = Client(URL, KEY)
+
+    def test_key_stays_out_of_repr(self):
+        self.assertNotIn(KEY, repr(self.api))
+
+    def test_markets_walk_cursors_over_two_coins(self):
+        walked = list(self.api.markets(coin=["btc", "eth"], window="15m", page_size=3))
+        whole = raw("/v3/wallet-prediction/markets?coin=btc,eth&window=15m&limit=1000")["data"]
+        self.assertGreater(len(walked), 3, "more than one page")
+        self.assertEqual([m["market_id"] for m in walked], [m["market_id"] for m in whole])
+        self.assertEqual({m["coin"] for m in walked}, {"btc", "eth"})
+
+    def test_market_and_latest(self):
+        self.assertEqual(self.api.market(MARKET)["market_id"], MARKET)
+        latest = self.api.latest(MARKET)
+        self.assertEqual(latest["market_id"], MARKET)
+        self.assertEqual(len(latest["books"]), 2)
+        one = self.api.latest(MARKET, outcome=1)
+        self.assertEqual([b["outcome_index"] for b in one["books"]], [1])
+
+    def test_snapshots_walk_equals_one_big_page(self):
+        walked = list(self.api.snapshots(MARKET, page_size=7))
+        whole = raw(f"/v3/wallet-prediction/{MARKET}/snapshots?limit=1000")["data"]
+        self.assertGreater(len(walked), 7)
+        self.assertEqual(walked, whole)
+
+    def test_time_arguments(self):
+        first = raw(f"/v3/wallet-prediction/{MARKET}/snapshots?limit=3")["data"]
+        start = dt.datetime.fromisoformat(first[1]["timestamp"].replace("Z", "+00:00"))
+        walked = list(self.api.snapshots(MARKET, start_time=start, page_size=2))
+        self.assertEqual(walked[0]["timestamp"], first[1]["timestamp"], "an aware datetime is the instant it names")
+        millis = int(start.timestamp() * 1000)
+        self.assertEqual(next(iter(self.api.snapshots(MARKET, start_time=millis)))["timestamp"], first[1]["timestamp"])
+
+    def test_timeseries_walk(self):
+        walked = list(self.api.timeseries(MARKET, metric="chance", page_size=5))
+        whole = raw(f"/v3/wallet-prediction/{MARKET}/timeseries?metric=chance&limit=1000")["data"]
+        self.assertEqual(walked, whole)
+        self.assertTrue(all(0 <= s["value"] <= 1 for s in walked))
+
+    def test_exports_to_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            pq = self.api.export(MARKET, os.path.join(d, "books.parquet"))
+            with open(pq, "rb") as fh:
+                data = fh.read()
+            self.assertEqual(data[:4], b"PAR1")
+            self.assertEqual(data[-4:], b"PAR1")
+            path = self.api.export(MARKET, os.path.join(d, "chance.csv"), kind="timeseries", format="csv", metric="chance")
+            with open(path) as fh:
+                rows = list(csv.DictReader(fh))
+            self.assertEqual(len(rows), len(list(self.api.timeseries(MARKET, metric="chance"))))
+            self.assertTrue(rows[0]["timestamp"].endswith("Z"))
+            self.assertEqual([n for n in os.listdir(d) if n.startswith(".part-")], [], "no partial file left")
+
+    def test_mirror_verifies_and_skips(self):
+        with tempfile.TemporaryDirectory() as d:
+            first = self.api.mirror(d, dataset="books", coin="btc")
+            self.assertGreater(first["downloaded"], 0)
+            self.assertEqual(first["skipped"], 0)
+            again = self.api.mirror(d, dataset="books", coin="btc")
+            self.assertEqual((again["downloaded"], again["skipped"]), (0, first["listed"]), "a second run only checks")
+            victim = next(os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs if f.endswith(".parquet"))
+            with open(victim, "r+b") as fh:
+                fh.seek(10)
+                fh.write(b"corrupted")
+            healed = self.api.mirror(d, dataset="books", coin="btc")
+            self.assertEqual(healed["downloaded"], 1, "a damaged file is fetched again")
+            self.assertIn(os.sep.join(["books", "venue=wallet-prediction", "coin=btc"]), victim, "the lake's own layout")
+
+    def test_errors_carry_code_and_request_id(self):
+        with self.assertRaises(ApiError) as caught:
+            self.api.market("no-such-market-1")
+        self.assertEqual((caught.exception.status, caught.exception.code), (404, "MARKET_NOT_FOUND"))
+        self.assertTrue(caught.exception.request_id)
+        with self.assertRaises(ApiError) as bad:
+            Client(URL, "pmh_" + "x" * 32, max_retries=0).whoami()
+        self.assertEqual(bad.exception.code, "AUTH_INVALID")
+        self.assertNotIn(KEY, str(bad.exception))
+
+    def test_gaps_and_coverage(self):
+        self.assertIsInstance(self.api.gaps(MARKET), list)
+        self.assertIn("recorded", self.api.coverage())
+
+    def test_dataframes_when_pandas_is_installed(self):
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            self.skipTest("pandas is not installed here")
+        frame = to_dataframe(self.api.snapshots(MARKET))
+        self.assertEqual(str(frame["timestamp"].dt.tz), "UTC")
+
+
+if __name__ == "__main__":
+    unittest.main()
