@@ -131,6 +131,7 @@ t.test('a TypeScript client generated from the live document typechecks and work
   const result = JSON.parse(out.stdout);
   t.same(result.coins, ['btc', 'eth'], 'markets of two coins, the list sent as generators send it');
   t.ok(result.pages > 1, `a cursor walk of ${result.pages} pages`);
+  t.equal(result.pages, Math.ceil(result.snapshots / 10), 'pages of 10, the last one short or full');
   const direct = await (await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?limit=1000`, { headers: auth })).json();
   t.equal(result.snapshots, direct.data.length, 'the walk saw every snapshot once');
   t.equal(result.csvLines, 1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0), 'the CSV export: a header and a row per book');
@@ -146,4 +147,41 @@ t.test("the repository's Python client, run by the machine's python3 (standard l
   const ran = /Ran (\d+) tests?/.exec(out.text);
   t.ok(ran && Number(ran[1]) >= 10, `ran ${ran?.[1]} Python tests`);
   t.notMatch(out.text, /FAILED|Error/, 'no failure or error');
+});
+
+t.test('DepthFeed users: `type` for `window`, and the book at an instant', async (t) => {
+  const list = async (query: string) => {
+    const res = await fetch(`${api.url}/v3/eth/markets?${query}&limit=500`, { headers: auth });
+    t.equal(res.status, 200, query);
+    return ((await res.json()).data as { market_id: string }[]).map((m) => m.market_id);
+  };
+  const byWindow = await list('window=5m');
+  t.ok(byWindow.length > 0);
+  t.same(await list('type=5m'), byWindow, '`type` is `window`');
+  const clash = await fetch(`${api.url}/v3/eth/markets?type=5m&window=15m`, { headers: auth });
+  t.equal(clash.status, 400, 'both, disagreeing: a clear 400');
+  t.match((await clash.json()).error.message, /"window" and "type"/);
+
+  const poly = api.lake.all(END).find((m) => m.venue === 'polymarket' && m.coin === 'eth' && m.end_time <= END && m.start_time >= START)!;
+  const pages = await (await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots?limit=1000&include_orderbook=true`, { headers: auth })).json();
+  const snaps = pages.data as { timestamp: string }[];
+  t.ok(snaps.length > 3);
+  const at = async (ms: number, extra = '') => (await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${ms}&include_orderbook=true${extra}`, { headers: auth })).json();
+  const exact = Date.parse(snaps[2].timestamp);
+  const hit = await at(exact);
+  t.same(hit.data, snaps[2], 'at a recorded time: that snapshot');
+  t.equal(hit.meta.age_ms, 0);
+  const between = await at(exact + 500);
+  t.same(between.data, Date.parse(snaps[3].timestamp) <= exact + 500 ? snaps[3] : snaps[2], 'between two: the one before');
+  t.equal(between.meta.age_ms, exact + 500 - Date.parse(between.data.timestamp), 'with how old it was');
+  const before = await at(poly.start_time - 1);
+  t.equal(before.data, null, 'before the market: nothing, never an invented book');
+  const iso = await at(0, '').then(() => fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${encodeURIComponent(snaps[2].timestamp)}&include_orderbook=true`, { headers: auth })).then((r) => r.json());
+  t.same(iso.data, snaps[2], 'ISO times too');
+  const missing = await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at`, { headers: auth });
+  t.equal(missing.status, 400, 'timestamp is required');
+  const ns = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots/at?timestamp=${ended.end_time + 60_000}`, { headers: auth }).then((r) => r.json());
+  const last = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?order=desc&limit=1`, { headers: auth }).then((r) => r.json());
+  t.same(ns.data, last.data[0], 'after the end: the last recorded book');
+  t.ok(ns.meta.age_ms >= 60_000, 'and its age says so');
 });

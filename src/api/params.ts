@@ -43,6 +43,8 @@ export const P = {
   outcome: q('outcome', 'Outcome token: 0, 1, or its label (case-insensitive).', { type: 'string', pattern: '^[0-9A-Za-z _-]{1,32}$' }, '0, 1, or an outcome label such as Up'),
   walletCoin: q('coin', 'Coins, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WALLET_COINS] }, minItems: 1, uniqueItems: true }, enumOf(WALLET_COINS), { list: true }),
   window: q('window', 'Market windows, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true }, enumOf(WINDOWS), { list: true }),
+  type: q('type', 'Alias of `window` (the name other archives use), comma-separated.', { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true }, enumOf(WINDOWS), { list: true }),
+  timestamp: { ...time('timestamp', 'The instant: the book recorded at or before it is returned.'), required: true } as ParamSpec,
   status: q('status', 'Market statuses, comma-separated.', { type: 'array', items: { type: 'string', enum: [...MARKET_STATUSES] }, minItems: 1, uniqueItems: true }, enumOf(MARKET_STATUSES), { list: true }),
   metric: q('metric', 'Which series: displayed probability, displayed price, or newest execution.', { type: 'string', enum: [...METRICS] }, enumOf(METRICS), { required: true }),
   includeOrderbook: q('include_orderbook', 'Include full ladders; otherwise best levels and depth.', { type: 'string', enum: ['true', 'false'] }, 'true or false'),

@@ -20,6 +20,7 @@ import { echo, fail } from './errors.js';
 import type { KeyRecord } from './keys.js';
 import { singleFlight } from './singleflight.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
+import { parseTime } from '../time.js';
 import { BOOK_COLUMNS, CAPTURE_LAG_MS, EXPORT_BOOK_COLUMNS, marketBooksSql, type PageQuery, exportSql, TIME_COLUMNS, latestSql, planPartitions, relation, snapshotBooksSql, snapshotPageSql, snapshotTimesSql, timeseriesSql } from './plan.js';
 import { type MarketBooks, bookJson, iso, marketBooks, marketJson, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 
@@ -114,6 +115,16 @@ function filtersOf(q: Parsed): Parsed {
   return rest;
 }
 
+/** `window`, or its alias `type`; both at once must agree. */
+function windowsOf(q: Parsed): string[] | undefined {
+  const windows = q.window as string[] | undefined;
+  const type = q.type as string[] | undefined;
+  if (windows && type && windows.join(',') !== type.join(',')) {
+    fail('INVALID_PARAMETER', 'Parameters "window" and "type" (its alias) disagree; give one of them', [{ param: 'type', message: 'disagrees with window' }]);
+  }
+  return windows ?? type;
+}
+
 function coverageMeta(dataset: string, venue: Venue, coins: readonly string[], from: number | null) {
   const starts = coins.map((c) => coverageStart(dataset, venue, c)).filter((s): s is number => s !== null);
   if (!starts.length) return undefined;
@@ -153,7 +164,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const coin = ctx.path.coin ? [String(ctx.path.coin)] : (q.coin as string[] | undefined) ?? coins;
     const scope = `${id}:${coin.join(',')}`;
     const after = q.cursor ? cursors.read(String(q.cursor), scope, filtersOf(q)) : null;
-    const windows = q.window as string[] | undefined;
+    const windows = windowsOf(q);
     const statuses = q.status as string[] | undefined;
     const { shown, more } = takePage(lake.walk(order as 'asc' | 'desc', ctx.now), limit, (m) => {
       if (m.venue !== venue || !coin.includes(m.coin)) return false;
@@ -171,6 +182,27 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       data: shown.map(marketJson),
       pagination: { limit, has_more: more, next_cursor: more ? cursors.issue(scope, filtersOf(q), [last.start_time, last.market_id]) : null },
       meta: { coverage: coverageMeta('markets', venue, coin, from) },
+    };
+  };
+
+  /**
+   * The book in force at an instant: the newest recorded at or before it, with how old it was
+   * then (`age_ms`) and the capture gaps between the two, which say when it may be stale.
+   */
+  const snapshotAt = (id: string, venue: Venue, ladderDefault: boolean) => {
+    const pageOf = snapshotRoute(id, venue, ladderDefault);
+    return async (ctx: RequestContext): Promise<Result> => {
+      const at = parseTime(String(ctx.query.timestamp))!;
+      const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+      const { timestamp: _, ...rest } = ctx.query;
+      const result = await pageOf({ ...ctx, query: { ...rest, end_time: String(at + 1), order: 'desc', limit: 1 } });
+      const { text } = result.data as RawJson;
+      const [snapshot] = JSON.parse(typeof text === 'string' ? text : text.toString('utf8')) as { timestamp: string }[];
+      const since = snapshot ? Date.parse(snapshot.timestamp) : m.start_time;
+      return {
+        data: snapshot ?? null,
+        meta: { at: iso(at), age_ms: snapshot ? at - since : null, coverage: result.meta?.coverage, gaps: gapsMeta(venue, m, 'books', since, at + 1) },
+      };
     };
   };
 
@@ -477,6 +509,10 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       },
       snapshots,
       ...exportRoutes(snapshots),
+      {
+        id: `${ns}.snapshotAt`, path: `${base}/:market_id/snapshots/at`, access: 'paid', summary: 'The book in force at an instant: the newest recorded at or before it.', response: 'SnapshotAt', list: false, heavy: true,
+        params: [P.marketId, P.timestamp, P.outcome], handle: snapshotAt('wp.snapshots', venue, true),
+      },
       timeseries,
       ...exportRoutes(timeseries),
       {
@@ -523,10 +559,14 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     },
     {
       id: 'coin.markets', path: '/v3/:coin/markets', access: 'key', summary: 'Markets of other venues for one coin.', response: 'MarketList', list: true,
-      params: [P.coin, P.window, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),
+      params: [P.coin, P.window, P.type, P.status, P.start_time, P.end_time, P.limit, P.cursor, P.order], handle: markets('coin.markets', 'polymarket', ['btc', 'eth', 'sol', 'xrp']),
     },
     coinSnapshots,
     ...exportRoutes(coinSnapshots),
+    {
+      id: 'coin.snapshotAt', path: '/v3/:coin/markets/:market_id/snapshots/at', access: 'key', summary: 'The book in force at an instant: the newest recorded at or before it.', response: 'SnapshotAt', list: false, heavy: true,
+      params: [P.coin, P.marketId, P.timestamp, P.outcome, P.includeOrderbook], handle: snapshotAt('coin.snapshots', 'polymarket', false),
+    },
     {
       id: 'coin.market', path: '/v3/:coin/markets/:market_id', access: 'key', summary: 'One market record of another venue.', response: 'MarketOne', list: false,
       params: [P.coin, P.marketId], handle: async (ctx) => ({ data: marketJson(findMarket('polymarket', ctx, String(ctx.path.coin))) }),

@@ -155,6 +155,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/wallet-prediction/{market_id}/snapshots/at": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The book in force at an instant: the newest recorded at or before it.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["walletPredictionSnapshotAt"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/wallet-prediction/{market_id}/timeseries": {
         parameters: {
             query?: never;
@@ -407,6 +427,26 @@ export interface paths {
          * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
          */
         get: operations["providerAliasSnapshotsParquet"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/provider-alias/{market_id}/snapshots/at": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The book in force at an instant: the newest recorded at or before it.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["providerAliasSnapshotAt"];
         put?: never;
         post?: never;
         delete?: never;
@@ -677,6 +717,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/{coin}/markets/{market_id}/snapshots/at": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The book in force at an instant: the newest recorded at or before it. */
+        get: operations["coinSnapshotAt"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/{coin}/markets/{market_id}": {
         parameters: {
             query?: never;
@@ -726,6 +783,13 @@ export interface components {
             };
             notice?: string;
             note?: string;
+            /**
+             * Format: date-time
+             * @description snapshots/at: the instant asked for.
+             */
+            at?: string;
+            /** @description snapshots/at: how old the returned book was at that instant. */
+            age_ms?: number | null;
         };
         Pagination: {
             limit: number;
@@ -940,6 +1004,10 @@ export interface components {
         ResponseSnapshotList: {
             data: components["schemas"]["Snapshot"][];
             pagination: components["schemas"]["Pagination"];
+            meta: components["schemas"]["Meta"];
+        };
+        ResponseSnapshotAt: {
+            data: components["schemas"]["Snapshot"] | null;
             meta: components["schemas"]["Meta"];
         };
         ResponseSampleList: {
@@ -1826,6 +1894,140 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    walletPredictionSnapshotAt: {
+        parameters: {
+            query: {
+                /** @description The instant: the book recorded at or before it is returned. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                timestamp: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The book in force at an instant: the newest recorded at or before it. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseSnapshotAt"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -3760,6 +3962,140 @@ export interface operations {
             };
         };
     };
+    providerAliasSnapshotAt: {
+        parameters: {
+            query: {
+                /** @description The instant: the book recorded at or before it is returned. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                timestamp: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The book in force at an instant: the newest recorded at or before it. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseSnapshotAt"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     providerAliasTimeseries: {
         parameters: {
             query: {
@@ -5175,6 +5511,8 @@ export interface operations {
             query?: {
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
                 window?: ("5m" | "15m")[];
+                /** @description Alias of `window` (the name other archives use), comma-separated. Accepts one of: 5m, 15m. */
+                type?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -5618,6 +5956,134 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    coinSnapshotAt: {
+        parameters: {
+            query: {
+                /** @description The instant: the book recorded at or before it is returned. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                timestamp: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+                /** @description Include full ladders; otherwise best levels and depth. Accepts true or false. */
+                include_orderbook?: "true" | "false";
+            };
+            header?: never;
+            path: {
+                /** @description Coin of the per-coin routes. Accepts one of: btc, eth, sol, xrp. */
+                coin: "btc" | "eth" | "sol" | "xrp";
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The book in force at an instant: the newest recorded at or before it. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseSnapshotAt"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
