@@ -33,15 +33,27 @@ const env = {
   POLL_MS: '1000', SPOOL_FLUSH_MS: '200',
 };
 
+const children = new Set<ChildProcess>();
+// A failed assertion must never leave a capture process writing into the test directory.
+t.teardown(() => {
+  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+});
+
 function startCapture(): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  children.add(child);
+  return child;
 }
 
 async function bookKeysInSpool(): Promise<Set<string>> {
   const keys = new Set<string>();
   for (const part of await listSpool(lakePaths(dir).spool)) {
     if (part.partition.dataset !== 'books') continue;
-    const text = await fs.readFile(part.file, 'utf8');
+    // A running capture seals finished hours: a part listed a moment ago may be gone (into the lake).
+    const text = await fs.readFile(part.file, 'utf8').catch((err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return '';
+      throw err;
+    });
     for (const line of text.split('\n')) {
       try {
         const r = JSON.parse(line);

@@ -114,7 +114,12 @@ const KEYED_HEADERS = {
   'X-Request-Id': headerRef('RequestId'), 'X-RateLimit-Limit': headerRef('RateLimitLimit'),
   'X-RateLimit-Remaining': headerRef('RateLimitRemaining'), 'X-RateLimit-Reset': headerRef('RateLimitReset'),
 };
-const PARQUET = { 'application/vnd.apache.parquet': { schema: { type: 'string', format: 'binary', contentMediaType: 'application/vnd.apache.parquet' } } };
+// The second entry is for generators that know no Parquet type (openapi-python-client reads
+// octet-stream as a file); both are the same bytes.
+const PARQUET = {
+  'application/vnd.apache.parquet': { schema: { type: 'string', format: 'binary', contentMediaType: 'application/vnd.apache.parquet' } },
+  'application/octet-stream': { schema: { type: 'string', format: 'binary' } },
+};
 
 const ERRORS_BY_ACCESS: Record<Route['access'], ErrorCode[]> = {
   public: ['INTERNAL_ERROR'],

@@ -1894,6 +1894,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -2462,6 +2463,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -2994,6 +2996,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description The requested byte range */
@@ -3008,6 +3011,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description Not modified (If-None-Match matched the ETag) */
@@ -3856,6 +3860,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -4424,6 +4429,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -4956,6 +4962,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description The requested byte range */
@@ -4970,6 +4977,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description Not modified (If-None-Match matched the ETag) */
@@ -5380,6 +5388,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description The requested byte range */
@@ -5394,6 +5403,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description Not modified (If-None-Match matched the ETag) */
@@ -5956,6 +5966,7 @@ export interface operations {
                 };
                 content: {
                     "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
