@@ -20,8 +20,9 @@ run: install
 	$(TSX) jobs/fill.ts
 	$(TSX) jobs/run.ts
 
-## make test: the whole suite (typecheck, then tap).
+## make test: the whole suite (typecheck, then tap; chromium from Debian for the explorer's browser test).
 test: install
+	bash scripts/ensure-chromium.sh
 	npx tsc --noEmit -p .
 	npx tap
 

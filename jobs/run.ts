@@ -36,6 +36,7 @@ API ${api.url}  (${issued ? 'a paid key was issued for `make run`' : 'the paid k
   curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/orderbook/latest'
   curl -s -H "Authorization: Bearer $KEY" '${api.url}/v3/wallet-prediction/${market?.market_id ?? '<market_id>'}/snapshots?limit=5'
   curl -s '${api.url}/v3/health'
+Explorer:  ${api.url}/v3/explorer  (paste the key)
 Reference: ${api.url}/v3/docs  (paste the key under Authorize)
 Lake SQL: make query DATA_DIR=${config.dataDir} SQL='SELECT venue, coin, "window", count(*) AS books FROM books GROUP BY ALL ORDER BY ALL'
 `);

@@ -14,7 +14,7 @@ import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
-import { docsPages } from './pages.js';
+import { pages } from './pages.js';
 import { type FileBody, RawJson, type RequestContext, type Route } from './routes.js';
 
 export interface AppOptions {
@@ -188,7 +188,7 @@ export function createApp(options: AppOptions): App {
     await next();
   });
 
-  app.use(docsPages());
+  app.use(pages());
 
   const router = new Router();
   for (const route of routes) {
