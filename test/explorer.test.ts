@@ -26,7 +26,7 @@ const dir = t.testdir();
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 await fill(config, duck, quiet, {
-  hours: 0, speed: 300, start: START, until: END, pollMs: 1000,
+  hours: 0, speed: 120, start: START, until: END, pollMs: 1000,
   faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: OUTAGE.from, to: OUTAGE.to }] },
 });
 await sealAll(duck, dir);
@@ -92,7 +92,7 @@ t.test('a key, a filtered list, a market opened', async (t) => {
 t.test('lines and heatmaps are drawn from the recorded data, gaps shaded', async (t) => {
   const books = (await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1000`));
   const chance = (await get(`/v3/wallet-prediction/${market.market_id}/timeseries?metric=chance&limit=1000`)).data;
-  t.ok(books.data.length > 50, `${books.data.length} snapshots recorded`);
+  t.ok(books.data.length > 30, `${books.data.length} snapshots recorded`);
   t.equal(await page.$eval('#series', (el) => Number((el as HTMLElement).dataset.points)), chance.length, `the chart holds every chance sample (${chance.length}); view ${JSON.stringify(await page.evaluate(() => [(window as any).explorer.view, (window as any).explorer.interval, (window as any).explorer.snapshots.length]))}`);
   const chart = await pixels('#series canvas', [255, 255, 255]);
   t.ok(chart.painted > 2000, `the chart has ${chart.painted} drawn pixels`);
