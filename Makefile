@@ -7,7 +7,7 @@ export DATA_DIR ?= ./data
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
 
-.PHONY: run test install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -23,8 +23,13 @@ run: install
 ## make test: the whole suite (typecheck, then tap; chromium from Debian for the explorer's browser test).
 test: install
 	bash scripts/ensure-chromium.sh
+	npx prettier --check . --log-level warn
 	npx tsc --noEmit -p .
 	npx tap
+
+## make format: Prettier over the code (make test checks it)
+format: install
+	npx prettier --write . --log-level warn
 
 capture: install
 	$(TSX) jobs/capture.ts

@@ -19,7 +19,7 @@ import { END, buildLake } from './lake.js';
 const DAYS = (process.env.BENCH_DAYS ?? '1,90').split(',').map(Number);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 // BENCH_ROOT keeps the lakes between runs (a 90-day build takes 20-25 minutes); a lake is reused once complete.
-const root = process.env.BENCH_ROOT ?? await fs.mkdtemp(path.join(os.tmpdir(), 'bench-api-'));
+const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-api-')));
 const duck = await Duck.open(2);
 
 interface Figure {
@@ -31,7 +31,9 @@ interface Figure {
 
 async function load(url: string, key: string, paths: string[], connections: number): Promise<autocannon.Result> {
   return autocannon({
-    url, connections, duration: SECONDS,
+    url,
+    connections,
+    duration: SECONDS,
     headers: { authorization: `Bearer ${key}` },
     requests: paths.map((p) => ({ method: 'GET', path: p })),
   });
@@ -51,11 +53,13 @@ async function interleaved(servers: Served[], route: string, seconds: number): P
       const target = server.routes[route][i % server.routes[route].length];
       const started = performance.now();
       await new Promise<void>((resolve, reject) => {
-        http.get(`${server.url}${target}`, { agent: agents[s], headers: { authorization: `Bearer ${server.key}` } }, (res) => {
-          if (res.statusCode !== 200) reject(new Error(`${target}: HTTP ${res.statusCode}`));
-          res.resume();
-          res.on('end', resolve);
-        }).on('error', reject);
+        http
+          .get(`${server.url}${target}`, { agent: agents[s], headers: { authorization: `Bearer ${server.key}` } }, (res) => {
+            if (res.statusCode !== 200) reject(new Error(`${target}: HTTP ${res.statusCode}`));
+            res.resume();
+            res.on('end', resolve);
+          })
+          .on('error', reject);
       });
       times[s].push(performance.now() - started);
     }
@@ -115,7 +119,9 @@ async function serve(dir: string): Promise<void> {
     'orderbook/latest': pick(50).map((m) => `${ns}/${m.market_id}/orderbook/latest`),
     'snapshots, 100 per page': pick(50).map((m) => `${ns}/${m.market_id}/snapshots?limit=100`),
     'timeseries, 100 per page': pick(50).map((m) => `${ns}/${m.market_id}/timeseries?metric=chance&limit=100`),
-    'markets discovery, 100 per page': ['btc', 'eth', 'bnb'].flatMap((c) => ['5m', '15m'].map((w) => `${ns}/markets?coin=${c}&window=${w}&limit=100`)),
+    'markets discovery, 100 per page': ['btc', 'eth', 'bnb'].flatMap((c) =>
+      ['5m', '15m'].map((w) => `${ns}/markets?coin=${c}&window=${w}&limit=100`),
+    ),
   };
   const served: Served = { url: api.url, key, routes, restart, markets: api.lake.size, files: api.lake.sealedFiles().length };
   console.log(JSON.stringify(served));
@@ -136,7 +142,8 @@ if (process.env.BENCH_CHILD) {
 
 function child(mode: 'first' | 'serve', dir: string): { process: ChildProcess; first: Promise<string> } {
   const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-    env: { ...process.env, BENCH_CHILD: mode, BENCH_DIR: dir, BENCH_ROOT: root }, stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, BENCH_CHILD: mode, BENCH_DIR: dir, BENCH_ROOT: root },
+    stdio: ['pipe', 'pipe', 'inherit'],
   });
   const first = new Promise<string>((resolve, reject) => {
     let out = '';
@@ -163,15 +170,26 @@ if (process.env.BENCH_BUILD_ONLY) {
 async function overload(server: Served): Promise<string> {
   const rows: string[] = [];
   const judged: string[] = [];
-  for (const [route, target] of [['orderbook/latest', 250], ['snapshots, 100 per page', 1000]] as const) {
+  for (const [route, target] of [
+    ['orderbook/latest', 250],
+    ['snapshots, 100 per page', 1000],
+  ] as const) {
     const r = await autocannon({
-      url: server.url, connections: 64, duration: SECONDS * 2, timeout: 10,
-      headers: { authorization: `Bearer ${server.key}` }, requests: server.routes[route].map((p) => ({ method: 'GET', path: p })),
+      url: server.url,
+      connections: 64,
+      duration: SECONDS * 2,
+      timeout: 10,
+      headers: { authorization: `Bearer ${server.key}` },
+      requests: server.routes[route].map((p) => ({ method: 'GET', path: p })),
     });
     const shed = (r.statusCodeStats as Record<string, { count: number }>)['503']?.count ?? 0;
     const ok = r['2xx'];
-    rows.push(`| ${route} | ${r.latency.p50} / ${r.latency.p99} / ${r.latency.max} ms | ${Math.round(ok / (SECONDS * 2)).toLocaleString('en')}/s | ${shed.toLocaleString('en')} | ${r.timeouts} | ${r.errors} |`);
-    judged.push(`- ${route}: p99 under ${target} ms with no timeouts: ${r.latency.p99 < target && r.timeouts === 0 ? 'met' : '**missed**'} (${r.latency.p99} ms, ${r.timeouts} timeouts).`);
+    rows.push(
+      `| ${route} | ${r.latency.p50} / ${r.latency.p99} / ${r.latency.max} ms | ${Math.round(ok / (SECONDS * 2)).toLocaleString('en')}/s | ${shed.toLocaleString('en')} | ${r.timeouts} | ${r.errors} |`,
+    );
+    judged.push(
+      `- ${route}: p99 under ${target} ms with no timeouts: ${r.latency.p99 < target && r.timeouts === 0 ? 'met' : '**missed**'} (${r.latency.p99} ms, ${r.timeouts} timeouts).`,
+    );
     console.log('overload', route, r.latency.p99, ok, shed, r.timeouts);
   }
   return `## API under overload (\`make bench-api\`, \`make bench-overload\`)
@@ -220,12 +238,23 @@ for (const route of Object.keys(served[0].routes)) {
     if (four.non2xx) throw new Error(`${route}: ${four.non2xx} non-2xx answers`);
     figures[i].push({ route, ...times[i], rps: four.requests.average });
   }
-  console.log(route, figures.map((f) => f[f.length - 1]));
+  console.log(
+    route,
+    figures.map((f) => f[f.length - 1]),
+  );
 }
 const overloaded = await overload(served[0]);
 for (const s of servers) s.process.stdin!.end();
 await Promise.all(servers.map((s) => new Promise((resolve) => s.process.once('exit', resolve))));
-const results = lakes.map(({ days, lake }, i) => ({ days, lake, figures: figures[i], first: firsts[i], restart: served[i].restart, markets: served[i].markets, files: served[i].files }));
+const results = lakes.map(({ days, lake }, i) => ({
+  days,
+  lake,
+  figures: figures[i],
+  first: firsts[i],
+  restart: served[i].restart,
+  markets: served[i].markets,
+  files: served[i].files,
+}));
 duck.close();
 
 const base = results[0];
@@ -254,7 +283,7 @@ function verdict(): string {
     `- ${last.days}-day to ${base.days}-day p50 ratio under 1.2 for every route: ${results.length > 1 ? `${met(worst.ratio < 1.2)} (highest: ${worst.route}, ${worst.ratio.toFixed(2)})` : 'not measured (one lake)'}.`,
     '',
     'Against PostgreSQL on the same rows, side by side in one run: see the section written by `make bench-compare`. Pages of',
-    'ended markets come from the book cache (decoded once per market), so their cost does not depend on the lake\'s length.',
+    "ended markets come from the book cache (decoded once per market), so their cost does not depend on the lake's length.",
   ].join('\n');
 }
 

@@ -31,8 +31,32 @@ for (let s = 0; s < 3600; s++) {
   for (const m of markets) {
     for (const index of [0, 1] as const) {
       const b = sim.book({ ...m, start: HOUR0, end: HOUR0 + HOUR }, index, ts);
-      if (s % 600 === 0) rawJsonBytes += JSON.stringify({ market: '0x' + 'a'.repeat(64), asset_id: m.tokenIds[index], timestamp: String(b.timestamp), hash: 'f'.repeat(40), bids: b.bids.map(([p, z]) => ({ price: String(p), size: z.toFixed(2) })).reverse(), asks: b.asks.map(([p, z]) => ({ price: String(p), size: z.toFixed(2) })).reverse(), min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' }).length;
-      batch.push({ ts, recv_ts: ts + 40, market_id: String(m.code), token_id: m.tokenIds[index], outcome_index: index, outcome: index ? 'Down' : 'Up', exchange_ts: b.timestamp, bid_prices: b.bids.map((l) => l[0]), bid_sizes: b.bids.map((l) => l[1]), ask_prices: b.asks.map((l) => l[0]), ask_sizes: b.asks.map((l) => l[1]) });
+      if (s % 600 === 0)
+        rawJsonBytes += JSON.stringify({
+          market: '0x' + 'a'.repeat(64),
+          asset_id: m.tokenIds[index],
+          timestamp: String(b.timestamp),
+          hash: 'f'.repeat(40),
+          bids: b.bids.map(([p, z]) => ({ price: String(p), size: z.toFixed(2) })).reverse(),
+          asks: b.asks.map(([p, z]) => ({ price: String(p), size: z.toFixed(2) })).reverse(),
+          min_order_size: '5',
+          tick_size: '0.01',
+          neg_risk: false,
+          last_trade_price: '0.500',
+        }).length;
+      batch.push({
+        ts,
+        recv_ts: ts + 40,
+        market_id: String(m.code),
+        token_id: m.tokenIds[index],
+        outcome_index: index,
+        outcome: index ? 'Down' : 'Up',
+        exchange_ts: b.timestamp,
+        bid_prices: b.bids.map((l) => l[0]),
+        bid_sizes: b.bids.map((l) => l[1]),
+        ask_prices: b.asks.map((l) => l[0]),
+        ask_sizes: b.asks.map((l) => l[1]),
+      });
     }
   }
   spool.append(partitionOf('books', 'polymarket', 'btc', '5m', ts), batch);
@@ -48,7 +72,9 @@ const t1 = performance.now();
 const sealed = await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
 const sealSeconds = (performance.now() - t1) / 1000;
 const manifestDir = lakePaths(dir).manifest;
-const manifest = JSON.parse(await fs.readFile(path.join(manifestDir, 'books/venue=polymarket/coin=btc/window=5m/date=2026-07-26/hour=13.json'), 'utf8'));
+const manifest = JSON.parse(
+  await fs.readFile(path.join(manifestDir, 'books/venue=polymarket/coin=btc/window=5m/date=2026-07-26/hour=13.json'), 'utf8'),
+);
 const parquetBytes = manifest.files[0].bytes;
 
 // 3. The whole capture path against the stand-in over HTTP (both venues, all coins).
@@ -67,7 +93,7 @@ Machine: ${os.cpus().length} x ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} G
 
 | figure | result | target |
 |---|---|---|
-| spool (acknowledged: written + fsynced once per simulated second), ${rows.toLocaleString("en")} book rows of ${MARKETS} markets x 2 tokens, 10-20 levels a side; the time includes simulating the books | ${Math.round(rows / spoolSeconds).toLocaleString('en')} rows/s (${spoolSeconds.toFixed(1)} s) | >= 20,000 rows/s |
+| spool (acknowledged: written + fsynced once per simulated second), ${rows.toLocaleString('en')} book rows of ${MARKETS} markets x 2 tokens, 10-20 levels a side; the time includes simulating the books | ${Math.round(rows / spoolSeconds).toLocaleString('en')} rows/s (${spoolSeconds.toFixed(1)} s) | >= 20,000 rows/s |
 | seal one hour of ${MARKETS} markets x 2 tokens x 1 Hz (${sealed.rows.toLocaleString('en')} rows, NDJSON -> sorted zstd Parquet, sha256, manifest) | ${sealSeconds.toFixed(1)} s | < 10 s |
 | bytes per book row: Parquet | ${(parquetBytes / sealed.rows).toFixed(1)} B | |
 | bytes per book row: the upstream's raw /book JSON | ${rawPerRow.toFixed(0)} B | |

@@ -99,7 +99,10 @@ if (process.env.COMPARE_CHILD === 'pg') {
 }
 
 function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: ChildProcess; ready: Promise<Record<string, string>> } {
-  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], { env: { ...process.env, COMPARE_CHILD: mode, ...env }, stdio: ['pipe', 'pipe', 'inherit'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+    env: { ...process.env, COMPARE_CHILD: mode, ...env },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
   const ready = new Promise<Record<string, string>>((resolve, reject) => {
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {
@@ -115,7 +118,10 @@ function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: Chi
 // --- the run --------------------------------------------------------------------------------
 
 function sh(cmd: string, args: string[], asPostgres = false): string {
-  return execFileSync(asPostgres ? 'runuser' : cmd, asPostgres ? ['-u', 'postgres', '--', cmd, ...args] : args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
+  return execFileSync(asPostgres ? 'runuser' : cmd, asPostgres ? ['-u', 'postgres', '--', cmd, ...args] : args, {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
 }
 
 /** Debian's packages when they are missing (as root, as on this machine and CI). */
@@ -134,11 +140,15 @@ async function ensureTools(): Promise<void> {
 }
 
 await ensureTools();
-const root = process.env.BENCH_ROOT ?? await fs.mkdtemp(path.join(os.tmpdir(), 'bench-compare-'));
+const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-compare-')));
 const duck = await Duck.open(2);
 const lake = await buildLake(duck, root, 1);
-const files = (await listFiles(lakePaths(lake.dir).lake, '.parquet')).filter((f) => f.startsWith('books/')).map((f) => path.join(lakePaths(lake.dir).lake, f));
-const [{ rows: lakeRows }] = [{ rows: Number((await duck.rows(`SELECT count(*) AS n FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])`))[0].n) }];
+const files = (await listFiles(lakePaths(lake.dir).lake, '.parquet'))
+  .filter((f) => f.startsWith('books/'))
+  .map((f) => path.join(lakePaths(lake.dir).lake, f));
+const [{ rows: lakeRows }] = [
+  { rows: Number((await duck.rows(`SELECT count(*) AS n FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])`))[0].n) },
+];
 
 // A private cluster on loopback, owned by the postgres user (PostgreSQL will not run as root).
 const pgDir = path.join(root, 'pg');
@@ -148,8 +158,22 @@ await fs.mkdir(pgDir, { recursive: true, mode: 0o777 });
 await fs.chmod(root, 0o755);
 sh('chown', ['postgres', pgDir]);
 sh(`${PG_BIN}/initdb`, ['-D', pgDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], true);
-sh(`${PG_BIN}/pg_ctl`, ['-D', pgDir, '-w', '-l', path.join(pgDir, 'log'), '-o', `-p ${pgPort} -k ${pgDir} -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c fsync=off -c full_page_writes=off -c synchronous_commit=off`, 'start'], true);
-const psql = (sql: string) => sh('psql', ['-h', '127.0.0.1', '-p', String(pgPort), '-U', 'postgres', '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', sql]);
+sh(
+  `${PG_BIN}/pg_ctl`,
+  [
+    '-D',
+    pgDir,
+    '-w',
+    '-l',
+    path.join(pgDir, 'log'),
+    '-o',
+    `-p ${pgPort} -k ${pgDir} -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c fsync=off -c full_page_writes=off -c synchronous_commit=off`,
+    'start',
+  ],
+  true,
+);
+const psql = (sql: string) =>
+  sh('psql', ['-h', '127.0.0.1', '-p', String(pgPort), '-U', 'postgres', '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', sql]);
 let pgStopped = false;
 const stopPg = () => {
   if (pgStopped) return;
@@ -234,15 +258,20 @@ interface Figure {
 /** wrk with one thread, cycling over `paths`; latencies in ms. */
 async function wrk(base: string, paths: string[], connections: number, headers: Record<string, string>): Promise<Figure> {
   const script = path.join(root, `wrk-${process.pid}.lua`);
-  const header = Object.entries(headers).map(([k, v]) => `["${k}"] = "${v}"`).join(', ');
-  await fs.writeFile(script, `local paths = { ${paths.map((p) => JSON.stringify(p)).join(', ')} }
+  const header = Object.entries(headers)
+    .map(([k, v]) => `["${k}"] = "${v}"`)
+    .join(', ');
+  await fs.writeFile(
+    script,
+    `local paths = { ${paths.map((p) => JSON.stringify(p)).join(', ')} }
 local i = 0
 local headers = { ${header} }
 request = function()
   i = i % #paths + 1
   return wrk.format("GET", paths[i], headers)
 end
-`);
+`,
+  );
   const out = execFileSync('wrk', ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, base], { encoding: 'utf8' });
   const ms = (v: string, unit: string) => Number(v) * ({ us: 0.001, ms: 1, s: 1000 } as Record<string, number>)[unit];
   const pct = (p: string) => {
@@ -251,7 +280,7 @@ end
   };
   const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]);
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out)!;
-  const bytes = Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]] / rps;
+  const bytes = (Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]]) / rps;
   if (/Non-2xx/.test(out) || /Socket errors/.test(out)) throw new Error(`wrk saw errors:\n${out}`);
   return { p50: pct('50'), p99: pct('99'), rps, bytes };
 }
@@ -260,7 +289,11 @@ const rows: string[] = [];
 const verdicts: string[] = [];
 /** PostgreSQL's first pages by connections: what compressed pages are judged against too. */
 const pgFirst = new Map<number, Figure>();
-const routes = [['latest', 'latest book'], ['first', '100-snapshot page'], ['deep', '100-snapshot page after 4 cursors']] as const;
+const routes = [
+  ['latest', 'latest book'],
+  ['first', '100-snapshot page'],
+  ['deep', '100-snapshot page after 4 cursors'],
+] as const;
 for (const [route, label] of routes) {
   for (const connections of [1, 4]) {
     // Twice each, in turns, and the better of each side's two: noise on a shared machine falls on both.
@@ -276,9 +309,13 @@ for (const [route, label] of routes) {
     const f = (x: Figure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
     rows.push(`| ${label} | ${connections} | ${f(s)} | ${f(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} |`);
     if (route !== 'latest') {
-      verdicts.push(`- ${label}, ${connections} connection(s): p50 at most half of PostgreSQL's: ${s.p50 <= p.p50 / 2 ? 'met' : '**missed**'}; throughput at least twice: ${s.rps >= 2 * p.rps ? 'met' : '**missed**'}.`);
+      verdicts.push(
+        `- ${label}, ${connections} connection(s): p50 at most half of PostgreSQL's: ${s.p50 <= p.p50 / 2 ? 'met' : '**missed**'}; throughput at least twice: ${s.rps >= 2 * p.rps ? 'met' : '**missed**'}.`,
+      );
     } else {
-      verdicts.push(`- latest book, ${connections} connection(s): ahead of PostgreSQL: ${s.p50 <= p.p50 && s.rps >= p.rps ? 'met' : '**missed**'}.`);
+      verdicts.push(
+        `- latest book, ${connections} connection(s): ahead of PostgreSQL: ${s.p50 <= p.p50 && s.rps >= p.rps ? 'met' : '**missed**'}.`,
+      );
     }
     console.log(label, connections, f(s), f(p));
   }
@@ -290,7 +327,9 @@ for (const encoding of ['br', 'gzip']) {
     const c = await wrk(svc.url, ours.first, connections, { ...auth, 'accept-encoding': encoding });
     const p = pgFirst.get(connections)!;
     const within = c.p50 <= p.p50 / 2 && c.rps >= 2 * p.rps;
-    compressed.push(`| ${encoding} | ${connections} | ${c.p50.toFixed(2)} / ${c.p99.toFixed(2)} ms, ${Math.round(c.rps).toLocaleString('en')}/s | ${Math.round(c.bytes).toLocaleString('en')} | ${within ? 'met' : '**missed**'} |`);
+    compressed.push(
+      `| ${encoding} | ${connections} | ${c.p50.toFixed(2)} / ${c.p99.toFixed(2)} ms, ${Math.round(c.rps).toLocaleString('en')}/s | ${Math.round(c.bytes).toLocaleString('en')} | ${within ? 'met' : '**missed**'} |`,
+    );
   }
 }
 const identity = await wrk(svc.url, ours.first, 1, auth);
@@ -338,5 +377,7 @@ await writeSection('## Against PostgreSQL', report);
 if (!process.env.BENCH_ROOT) await fs.rm(root, { recursive: true, force: true });
 
 function psqlVersion(): string {
-  return sh(`${PG_BIN}/postgres`, ['--version']).trim().replace(/^postgres \(PostgreSQL\) /, '');
+  return sh(`${PG_BIN}/postgres`, ['--version'])
+    .trim()
+    .replace(/^postgres \(PostgreSQL\) /, '');
 }

@@ -30,7 +30,9 @@ async function exportOnce(format: 'csv' | 'parquet') {
   let peak = baseline;
   const sampler = setInterval(() => (peak = Math.max(peak, process.memoryUsage().rss)), 5);
   const started = performance.now();
-  const res = await fetch(`${api.url}/v3/wallet-prediction/${ID}/snapshots?format=${format}`, { headers: { authorization: `Bearer ${key}` } });
+  const res = await fetch(`${api.url}/v3/wallet-prediction/${ID}/snapshots?format=${format}`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
   let bytes = 0;
   let firstByte = 0;
   for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {

@@ -40,24 +40,70 @@ async function buildDay(duck: Duck, paths: LakePaths, day: number, coin: string,
       await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), p, [entry], []);
       files++;
     };
-    await write('books', `(SELECT ts, market_id, token_id, outcome_index, outcome, exchange_ts, recv_ts, bid_prices, bid_sizes, ask_prices, ask_sizes FROM ${hourRows})`);
+    await write(
+      'books',
+      `(SELECT ts, market_id, token_id, outcome_index, outcome, exchange_ts, recv_ts, bid_prices, bid_sizes, ask_prices, ask_sizes FROM ${hourRows})`,
+    );
     await write('metrics', `(SELECT ts, market_id, token_id, outcome_index, outcome, chance, price, last_trade, recv_ts FROM ${hourRows})`);
     const inHour = markets.filter((m) => m.start >= h && m.start < h + HOUR);
-    await fs.writeFile(staging, inHour.map((m) => JSON.stringify(marketLakeRow({
-      market_id: id(m), topic_id: String(sim.walletTopicId(m)), venue: 'wallet-prediction', slug: sim.slug(m), title: `${coin} ${window}`,
-      coin, window, start_time: m.start, end_time: m.end, created_time: m.start - HOUR, resolved_time: null, status: 'resolved', resolution: 'resolved',
-      winning_outcome_index: 0, condition_id: null, question_id: null, oracle: null,
-      outcomes: [{ index: 0, label: 'Up', token_id: `tok-${m.start / 1000 / w}-0` }, { index: 1, label: 'Down', token_id: `tok-${m.start / 1000 / w}-1` }],
-      volume: 1000, liquidity: 500, participant_count: 10, chain_id: 56, chain_name: 'bnb', exchange_address: null, exchange_kind: null,
-      collateral: 'USDT', fee_rate_bps: 200, tick_size: 0.01, reference_price_start: null, reference_price_end: null,
-    }, m.end))).join('\n') + '\n');
+    await fs.writeFile(
+      staging,
+      inHour
+        .map((m) =>
+          JSON.stringify(
+            marketLakeRow(
+              {
+                market_id: id(m),
+                topic_id: String(sim.walletTopicId(m)),
+                venue: 'wallet-prediction',
+                slug: sim.slug(m),
+                title: `${coin} ${window}`,
+                coin,
+                window,
+                start_time: m.start,
+                end_time: m.end,
+                created_time: m.start - HOUR,
+                resolved_time: null,
+                status: 'resolved',
+                resolution: 'resolved',
+                winning_outcome_index: 0,
+                condition_id: null,
+                question_id: null,
+                oracle: null,
+                outcomes: [
+                  { index: 0, label: 'Up', token_id: `tok-${m.start / 1000 / w}-0` },
+                  { index: 1, label: 'Down', token_id: `tok-${m.start / 1000 / w}-1` },
+                ],
+                volume: 1000,
+                liquidity: 500,
+                participant_count: 10,
+                chain_id: 56,
+                chain_name: 'bnb',
+                exchange_address: null,
+                exchange_kind: null,
+                collateral: 'USDT',
+                fee_rate_bps: 200,
+                tick_size: 0.01,
+                reference_price_start: null,
+                reference_price_end: null,
+              },
+              m.end,
+            ),
+          ),
+        )
+        .join('\n') + '\n',
+    );
     await write('markets', spoolSource('markets', [staging], false));
   }
   return files;
 }
 
 /** The lake of the `days` before END under `root`, built once (a `built.json` marks it complete). */
-export async function buildLake(duck: Duck, root: string, days: number): Promise<{ dir: string; seconds: number; files: number; bytes: number }> {
+export async function buildLake(
+  duck: Duck,
+  root: string,
+  days: number,
+): Promise<{ dir: string; seconds: number; files: number; bytes: number }> {
   const dir = path.join(root, `lake-${days}d`);
   const paths = lakePaths(dir);
   const done = path.join(dir, 'built.json');
@@ -69,14 +115,16 @@ export async function buildLake(duck: Duck, root: string, days: number): Promise
   for (let d = END - days * DAY; d < END; d += DAY) for (const s of SERIES) jobs.push({ day: d, ...s });
   let next = 0;
   let files = 0;
-  await Promise.all([0, 1].map(async (lane) => {
-    while (next < jobs.length) {
-      const j = jobs[next++];
-      const written = await buildDay(duck, paths, j.day, j.coin, j.window, lane);
-      files += written;
-      if (next % 60 === 0) process.stderr.write(`\r${days}-day lake: ${next}/${jobs.length} series-days`);
-    }
-  }));
+  await Promise.all(
+    [0, 1].map(async (lane) => {
+      while (next < jobs.length) {
+        const j = jobs[next++];
+        const written = await buildDay(duck, paths, j.day, j.coin, j.window, lane);
+        files += written;
+        if (next % 60 === 0) process.stderr.write(`\r${days}-day lake: ${next}/${jobs.length} series-days`);
+      }
+    }),
+  );
   process.stderr.write('\n');
   const du = await fs.readdir(paths.lake, { recursive: true, withFileTypes: true });
   let bytes = 0;
@@ -85,4 +133,3 @@ export async function buildLake(duck: Duck, root: string, days: number): Promise
   await fs.writeFile(done, JSON.stringify(result));
   return result;
 }
-

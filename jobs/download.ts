@@ -6,8 +6,15 @@ import { parseTime } from '../src/time.js';
 
 const { values } = parseArgs({
   options: {
-    ns: { type: 'string', default: 'wallet-prediction' }, dataset: { type: 'string' }, coin: { type: 'string' }, window: { type: 'string' },
-    from: { type: 'string' }, to: { type: 'string' }, dest: { type: 'string' }, url: { type: 'string' }, concurrency: { type: 'string', default: '4' },
+    ns: { type: 'string', default: 'wallet-prediction' },
+    dataset: { type: 'string' },
+    coin: { type: 'string' },
+    window: { type: 'string' },
+    from: { type: 'string' },
+    to: { type: 'string' },
+    dest: { type: 'string' },
+    url: { type: 'string' },
+    concurrency: { type: 'string', default: '4' },
   },
 });
 const fail = (message: string): never => {
@@ -16,26 +23,41 @@ const fail = (message: string): never => {
 };
 const key = process.env.PMH_API_KEY ?? fail('set PMH_API_KEY to your API key');
 const dest = values.dest || fail('DEST is required: the folder to mirror into');
-const time = (name: string, raw?: string) => (raw ? String(parseTime(raw) ?? fail(`${name}=${JSON.stringify(raw)} is not a date or time`)) : undefined);
+const time = (name: string, raw?: string) =>
+  raw ? String(parseTime(raw) ?? fail(`${name}=${JSON.stringify(raw)} is not a date or time`)) : undefined;
 const baseUrl = values.url || process.env.PMH_API_URL || `http://127.0.0.1:${process.env.PORT ?? 8080}`;
 const started = Date.now();
 const tty = process.stderr.isTTY;
 const report = await download(
   {
-    baseUrl, key, namespace: values.ns!, dest, concurrency: Number(values.concurrency),
-    query: { dataset: values.dataset || undefined, coin: values.coin || undefined, window: values.window || undefined, start_time: time('FROM', values.from), end_time: time('TO', values.to) },
+    baseUrl,
+    key,
+    namespace: values.ns!,
+    dest,
+    concurrency: Number(values.concurrency),
+    query: {
+      dataset: values.dataset || undefined,
+      coin: values.coin || undefined,
+      window: values.window || undefined,
+      start_time: time('FROM', values.from),
+      end_time: time('TO', values.to),
+    },
   },
   tty
     ? {
-      update(done, total, bytes) {
-        const s = (Date.now() - started) / 1000;
-        const share = total ? done / total : 1;
-        process.stderr.write(`\r[${'#'.repeat(Math.round(share * 30)).padEnd(30, '.')}] ${done}/${total} files, ${(bytes / 2 ** 20).toFixed(1)} MiB, ${(bytes / 2 ** 20 / Math.max(s, 0.001)).toFixed(1)} MiB/s, ETA ${share ? Math.ceil(s / share - s) : '?'}s   `);
-      },
-      finish: () => process.stderr.write('\n'),
-    }
+        update(done, total, bytes) {
+          const s = (Date.now() - started) / 1000;
+          const share = total ? done / total : 1;
+          process.stderr.write(
+            `\r[${'#'.repeat(Math.round(share * 30)).padEnd(30, '.')}] ${done}/${total} files, ${(bytes / 2 ** 20).toFixed(1)} MiB, ${(bytes / 2 ** 20 / Math.max(s, 0.001)).toFixed(1)} MiB/s, ETA ${share ? Math.ceil(s / share - s) : '?'}s   `,
+          );
+        },
+        finish: () => process.stderr.write('\n'),
+      }
     : undefined,
 ).catch((err: Error) => fail(err.message));
-console.log(`download: ${report.listed} listed, ${report.downloaded} downloaded (${report.resumed} resumed, ${report.refetched} replaced a corrupt copy), ${report.skipped} already valid, ${(report.bytes / 2 ** 20).toFixed(1)} MiB in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+console.log(
+  `download: ${report.listed} listed, ${report.downloaded} downloaded (${report.resumed} resumed, ${report.refetched} replaced a corrupt copy), ${report.skipped} already valid, ${(report.bytes / 2 ** 20).toFixed(1)} MiB in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+);
 for (const f of report.failed) console.error(`FAILED ${f.file}: ${f.reason}`);
 process.exit(report.failed.length ? 1 : 0);

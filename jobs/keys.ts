@@ -16,7 +16,8 @@ if (command === 'issue') {
   console.log(`issued ${record.key_id} (${record.plan}${record.label ? `, ${record.label}` : ''}); it is shown once:`);
   console.log(key);
 } else if (command === 'list') {
-  for (const r of await store.list()) console.log(`${r.key_id}\t${r.plan}\t${r.revoked_at ? `revoked ${r.revoked_at}` : 'active'}\t${r.created_at}\t${r.label}`);
+  for (const r of await store.list())
+    console.log(`${r.key_id}\t${r.plan}\t${r.revoked_at ? `revoked ${r.revoked_at}` : 'active'}\t${r.created_at}\t${r.label}`);
 } else if (command === 'revoke') {
   if (!args[0]) usage();
   const done = await store.revoke(args[0]);

@@ -19,7 +19,8 @@ for (const dataset of ['books', 'metrics', 'markets', 'gaps']) {
 // From the environment, so `make query SQL='..."window"...'` keeps its quotes.
 const sql = process.argv[2] ?? process.env.SQL ?? 'SELECT 1';
 try {
-  if (!views.length) throw new Error(`no sealed files under ${lake}: start \`make run\` (or \`make fill\`) first, or point DATA_DIR at a lake`);
+  if (!views.length)
+    throw new Error(`no sealed files under ${lake}: start \`make run\` (or \`make fill\`) first, or point DATA_DIR at a lake`);
   console.table(await duck.rows(sql));
 } catch (err) {
   // A person typed this: the message, not a stack trace.

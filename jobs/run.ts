@@ -17,7 +17,12 @@ const config = loadConfig();
 const log = createLogger(config.logLevel, 'run');
 const release = await acquireLock(config.dataDir, 'capture');
 const clock = createClock();
-const standin = new StandIn({ clock, apiKey: config.wallet.apiKey, apiSecret: config.wallet.apiSecret, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
+const standin = new StandIn({
+  clock,
+  apiKey: config.wallet.apiKey,
+  apiSecret: config.wallet.apiSecret,
+  walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
+});
 const url = await standin.start(Number(process.env.STANDIN_PORT ?? 8090));
 const cfg = standinConfig(config, url);
 const duck = await Duck.open(2);

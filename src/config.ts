@@ -93,7 +93,10 @@ function num(env: Env, name: string, fallback: number, min: number, max: number)
 function list<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: readonly T[]): T[] {
   const raw = env[name];
   if (raw === undefined || raw === '') return [...fallback];
-  const items = raw.split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
+  const items = raw
+    .split(',')
+    .map((s) => s.trim().toLowerCase())
+    .filter(Boolean);
   for (const item of items) {
     if (!allowed.includes(item as T)) {
       throw new ConfigError(`${name} has ${JSON.stringify(item)}; expected some of: ${allowed.join(', ')}`);
@@ -106,18 +109,22 @@ function list<T extends string>(env: Env, name: string, allowed: readonly T[], f
 /** Exact origins (`https://app.example.com`), comma-separated; never a wildcard: keys ride on these requests. */
 function origins(env: Env, name: string): string[] {
   const raw = env[name] ?? '';
-  return raw.split(',').map((s) => s.trim()).filter(Boolean).map((o) => {
-    let u: URL;
-    try {
-      u = new URL(o);
-    } catch {
-      throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected origins such as https://app.example.com`);
-    }
-    if (!/^https?:$/.test(u.protocol) || u.origin !== o.replace(/\/$/, '')) {
-      throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected an origin (scheme, host, port; no path)`);
-    }
-    return u.origin;
-  });
+  return raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((o) => {
+      let u: URL;
+      try {
+        u = new URL(o);
+      } catch {
+        throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected origins such as https://app.example.com`);
+      }
+      if (!/^https?:$/.test(u.protocol) || u.origin !== o.replace(/\/$/, '')) {
+        throw new ConfigError(`${name} has ${JSON.stringify(o)}; expected an origin (scheme, host, port; no path)`);
+      }
+      return u.origin;
+    });
 }
 
 function url(env: Env, name: string, fallback: string): string {
@@ -156,7 +163,9 @@ function exportSlots(env: Env): number {
   const spare = threads - 4;
   const slots = int(env, 'EXPORT_SLOTS', Math.max(1, Math.min(os.availableParallelism(), spare)), 1, 64);
   if (slots > Math.max(1, spare)) {
-    throw new ConfigError(`EXPORT_SLOTS=${slots} needs UV_THREADPOOL_SIZE of at least ${slots + 4} (it is ${threads}): exports would take the threads queries and capture need`);
+    throw new ConfigError(
+      `EXPORT_SLOTS=${slots} needs UV_THREADPOOL_SIZE of at least ${slots + 4} (it is ${threads}): exports would take the threads queries and capture need`,
+    );
   }
   return slots;
 }

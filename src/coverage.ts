@@ -11,14 +11,56 @@ export interface CoverageRow {
 }
 
 export const COVERAGE: readonly CoverageRow[] = [
-  { dataset: 'markets', venue: 'wallet-prediction', coins: ['btc'], starts: '2026-05-05', what: 'catalogue, resolution, volume, liquidity (backfilled)' },
-  { dataset: 'markets', venue: 'wallet-prediction', coins: ['eth', 'bnb'], starts: '2026-06-29', what: 'catalogue, resolution, volume, liquidity (backfilled)' },
-  { dataset: 'metrics', venue: 'wallet-prediction', coins: ['btc', 'eth', 'bnb'], starts: '2026-07-17', what: 'price metrics (chance, price, last_trade)' },
+  {
+    dataset: 'markets',
+    venue: 'wallet-prediction',
+    coins: ['btc'],
+    starts: '2026-05-05',
+    what: 'catalogue, resolution, volume, liquidity (backfilled)',
+  },
+  {
+    dataset: 'markets',
+    venue: 'wallet-prediction',
+    coins: ['eth', 'bnb'],
+    starts: '2026-06-29',
+    what: 'catalogue, resolution, volume, liquidity (backfilled)',
+  },
+  {
+    dataset: 'metrics',
+    venue: 'wallet-prediction',
+    coins: ['btc', 'eth', 'bnb'],
+    starts: '2026-07-17',
+    what: 'price metrics (chance, price, last_trade)',
+  },
   { dataset: 'books', venue: 'wallet-prediction', coins: ['btc'], starts: '2026-06-26', what: 'full-L2 lifecycle panel, 15m markets' },
-  { dataset: 'books', venue: 'wallet-prediction', coins: ['eth', 'bnb'], starts: '2026-07-26', what: 'one-minute forward full-depth capture' },
-  { dataset: 'markets', venue: 'polymarket', coins: ['btc', 'eth', 'sol', 'xrp'], starts: '2026-07-26', what: 'one-minute forward full-depth capture' },
-  { dataset: 'metrics', venue: 'polymarket', coins: ['btc', 'eth', 'sol', 'xrp'], starts: '2026-07-26', what: 'one-minute forward full-depth capture' },
-  { dataset: 'books', venue: 'polymarket', coins: ['btc', 'eth', 'sol', 'xrp'], starts: '2026-07-26', what: 'one-minute forward full-depth capture' },
+  {
+    dataset: 'books',
+    venue: 'wallet-prediction',
+    coins: ['eth', 'bnb'],
+    starts: '2026-07-26',
+    what: 'one-minute forward full-depth capture',
+  },
+  {
+    dataset: 'markets',
+    venue: 'polymarket',
+    coins: ['btc', 'eth', 'sol', 'xrp'],
+    starts: '2026-07-26',
+    what: 'one-minute forward full-depth capture',
+  },
+  {
+    dataset: 'metrics',
+    venue: 'polymarket',
+    coins: ['btc', 'eth', 'sol', 'xrp'],
+    starts: '2026-07-26',
+    what: 'one-minute forward full-depth capture',
+  },
+  {
+    dataset: 'books',
+    venue: 'polymarket',
+    coins: ['btc', 'eth', 'sol', 'xrp'],
+    starts: '2026-07-26',
+    what: 'one-minute forward full-depth capture',
+  },
 ];
 
 /** Epoch ms where `dataset` of `venue`/`coin` starts, or null when the table has no row for it. */

@@ -54,7 +54,11 @@ export async function listFiles(req: DownloadRequest): Promise<ListedFile[]> {
     const q = new URLSearchParams(params);
     if (cursor) q.set('cursor', cursor);
     const res = await api(req, `/v3/${req.namespace}/files?${q}`);
-    const body = (await res.json()) as { data: ListedFile[]; pagination: { has_more: boolean; next_cursor: string | null }; error?: { message: string } };
+    const body = (await res.json()) as {
+      data: ListedFile[];
+      pagination: { has_more: boolean; next_cursor: string | null };
+      error?: { message: string };
+    };
     if (!res.ok) throw new Error(`listing failed: HTTP ${res.status}: ${body.error?.message ?? ''}`);
     files.push(...body.data);
     cursor = body.pagination.has_more ? body.pagination.next_cursor : null;
@@ -94,10 +98,14 @@ export async function download(req: DownloadRequest, progress?: DownloadProgress
     }
     if (offset < file.bytes) {
       const res = await api(req, file.url, offset > 0 ? { range: `bytes=${offset}-` } : {});
-      if (res.status === 200 && offset > 0) offset = 0; // the server sent the whole file
+      if (res.status === 200 && offset > 0)
+        offset = 0; // the server sent the whole file
       else if (offset > 0 && res.status === 206) report.resumed++;
       if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
-      await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), createWriteStream(part, { flags: offset > 0 ? 'a' : 'w' }));
+      await pipeline(
+        Readable.fromWeb(res.body as import('node:stream/web').ReadableStream),
+        createWriteStream(part, { flags: offset > 0 ? 'a' : 'w' }),
+      );
       report.bytes += file.bytes - offset;
     }
     const sha = await sha256File(part);
@@ -108,17 +116,19 @@ export async function download(req: DownloadRequest, progress?: DownloadProgress
     await fs.rename(part, target);
     report.downloaded++;
   };
-  await Promise.all(Array.from({ length: Math.min(req.concurrency ?? 4, files.length) }, async () => {
-    while (next < files.length) {
-      const file = files[next++];
-      try {
-        await one(file);
-      } catch (err) {
-        report.failed.push({ file: file.url, reason: (err as Error).message });
+  await Promise.all(
+    Array.from({ length: Math.min(req.concurrency ?? 4, files.length) }, async () => {
+      while (next < files.length) {
+        const file = files[next++];
+        try {
+          await one(file);
+        } catch (err) {
+          report.failed.push({ file: file.url, reason: (err as Error).message });
+        }
+        progress?.update(++done, files.length, report.bytes);
       }
-      progress?.update(++done, files.length, report.bytes);
-    }
-  }));
+    }),
+  );
   progress?.finish();
   return report;
 }

@@ -18,7 +18,8 @@ export function createLogger(level: string, name: string, dest = 1): Logger {
     level,
     redact: { paths: ['*.apiKey', '*.apiSecret', '*.authorization', 'req.headers.authorization', '*.key'], censor: '[redacted]' },
   };
-  if (pretty) return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
+  if (pretty)
+    return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
   const destination = pino.destination({ dest, sync: false, minLength: BATCH_BYTES });
   setInterval(() => {
     // Nothing to write, or a write already under way: both are fine to skip.

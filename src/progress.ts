@@ -12,7 +12,9 @@ export function terminalProgress(label: string, stream: NodeJS.WriteStream = pro
       const bar = '#'.repeat(Math.round(share * width)).padEnd(width, '.');
       const rate = seconds > 0 ? items / seconds : 0;
       const eta = share > 0 ? Math.max(0, seconds / share - seconds) : NaN;
-      stream.write(`\r${label} [${bar}] ${(share * 100).toFixed(0).padStart(3)}% ${done}/${total} days, ${items} markets, ${rate.toFixed(1)}/s, ETA ${Number.isFinite(eta) ? `${Math.ceil(eta)}s` : '?'}   `);
+      stream.write(
+        `\r${label} [${bar}] ${(share * 100).toFixed(0).padStart(3)}% ${done}/${total} days, ${items} markets, ${rate.toFixed(1)}/s, ETA ${Number.isFinite(eta) ? `${Math.ceil(eta)}s` : '?'}   `,
+      );
     },
     finish() {
       stream.write('\n');

@@ -34,7 +34,10 @@ interface Reply {
 }
 
 async function get(pathAndQuery: string, key: string | null = paid, init: RequestInit = {}): Promise<Reply> {
-  const res = await fetch(`${api.url}${pathAndQuery}`, { ...init, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(init.headers ?? {}) } });
+  const res = await fetch(`${api.url}${pathAndQuery}`, {
+    ...init,
+    headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(init.headers ?? {}) },
+  });
   const text = await res.text();
   let body: unknown = null;
   try {
@@ -65,7 +68,13 @@ t.test('the OpenAPI document is valid OpenAPI 3.1 and covers every route', async
   const result = await new Validator().validate(doc);
   t.ok(result.valid, String(JSON.stringify(result.errors)).slice(0, 500));
   t.equal(doc.openapi, '3.1.0');
-  for (const p of ['/v3/wallet-prediction/markets', '/v3/provider-alias/{market_id}/snapshots', '/v3/{coin}/markets/{market_id}/snapshots', '/v3/whoami', '/v3/health']) {
+  for (const p of [
+    '/v3/wallet-prediction/markets',
+    '/v3/provider-alias/{market_id}/snapshots',
+    '/v3/{coin}/markets/{market_id}/snapshots',
+    '/v3/whoami',
+    '/v3/health',
+  ]) {
     t.ok(doc.paths[p], p);
   }
 });
@@ -73,10 +82,21 @@ t.test('the OpenAPI document is valid OpenAPI 3.1 and covers every route', async
 t.test('every route answers in both namespaces, and the alias equals the namespace', async (t) => {
   t.ok(m15 && p15, 'the lake has finished markets of both venues');
   const routes = [
-    '/markets?coin=btc&limit=3', `/${m15.market_id}`, `/${m15.market_id}/orderbook/latest`, `/${m15.market_id}/snapshots?limit=3`,
-    `/${m15.market_id}/timeseries?metric=price&limit=3`, `/${m15.market_id}/trades`,
+    '/markets?coin=btc&limit=3',
+    `/${m15.market_id}`,
+    `/${m15.market_id}/orderbook/latest`,
+    `/${m15.market_id}/snapshots?limit=3`,
+    `/${m15.market_id}/timeseries?metric=price&limit=3`,
+    `/${m15.market_id}/trades`,
   ];
-  const schemas = ['ResponseMarketList', 'ResponseMarketOne', 'ResponseLatestBook', 'ResponseSnapshotList', 'ResponseSampleList', 'ResponseTradeList'];
+  const schemas = [
+    'ResponseMarketList',
+    'ResponseMarketOne',
+    'ResponseLatestBook',
+    'ResponseSnapshotList',
+    'ResponseSampleList',
+    'ResponseTradeList',
+  ];
   for (const [i, r] of routes.entries()) {
     const a = await get(`/v3/wallet-prediction${r}`);
     const b = await get(`/v3/provider-alias${r}`);
@@ -89,7 +109,12 @@ t.test('every route answers in both namespaces, and the alias equals the namespa
   t.same(trades.body.data, []);
   t.equal(trades.body.pagination.has_more, false);
   t.match(trades.body.meta.notice, /reconstructed/);
-  for (const [r, schema] of [[`/v3/eth/markets?limit=2`, 'ResponseMarketList'], [`/v3/eth/markets/${p15.market_id}`, 'ResponseMarketOne'], [`/v3/eth/markets/${p15.market_id}/snapshots?limit=2`, 'ResponseSnapshotList'], ['/v3/whoami', 'ResponseWhoAmI']] as const) {
+  for (const [r, schema] of [
+    [`/v3/eth/markets?limit=2`, 'ResponseMarketList'],
+    [`/v3/eth/markets/${p15.market_id}`, 'ResponseMarketOne'],
+    [`/v3/eth/markets/${p15.market_id}/snapshots?limit=2`, 'ResponseSnapshotList'],
+    ['/v3/whoami', 'ResponseWhoAmI'],
+  ] as const) {
     const reply = await get(r);
     t.equal(reply.status, 200, r);
     conforms(t, reply, schema);
@@ -108,15 +133,30 @@ t.test('snapshots: books as captured, ladders best first, summaries on the per-c
     t.equal(s.books.length, 2);
     for (const b of s.books) {
       t.equal(b.bid_prices.length, b.bid_sizes.length);
-      t.same(b.bid_prices, [...b.bid_prices].sort((x: number, y: number) => y - x));
+      t.same(
+        b.bid_prices,
+        [...b.bid_prices].sort((x: number, y: number) => y - x),
+      );
     }
   }
   const summary = await get(`/v3/eth/markets/${p15.market_id}/snapshots?limit=5`);
   const first = summary.body.data[0].books[0];
-  t.same(Object.keys(first).sort(), ['ask_depth', 'best_ask', 'best_bid', 'bid_depth', 'exchange_time', 'outcome', 'outcome_index', 'token_id']);
+  t.same(Object.keys(first).sort(), [
+    'ask_depth',
+    'best_ask',
+    'best_bid',
+    'bid_depth',
+    'exchange_time',
+    'outcome',
+    'outcome_index',
+    'token_id',
+  ]);
   t.equal(first.best_bid, r.body.data[0].books[0].bid_prices[0] ?? null);
   const up = await get(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=5&outcome=UP`);
-  t.ok(up.body.data.every((s: any) => s.books.length === 1 && s.books[0].outcome_index === 0), 'outcome by label, case-insensitive');
+  t.ok(
+    up.body.data.every((s: any) => s.books.length === 1 && s.books[0].outcome_index === 0),
+    'outcome by label, case-insensitive',
+  );
 });
 
 async function walk(first: string, key = paid): Promise<{ stamps: string[]; pages: number }> {
@@ -135,7 +175,9 @@ async function walk(first: string, key = paid): Promise<{ stamps: string[]; page
 
 t.test('cursor walks return exactly the lake’s records, once each, in order', async (t) => {
   // How many captures a market got depends on the machine's speed at 400x: page by a quarter of them.
-  const direct = await duck.rows(`SELECT DISTINCT epoch_ms(ts)::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' ORDER BY ts`);
+  const direct = await duck.rows(
+    `SELECT DISTINCT epoch_ms(ts)::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' ORDER BY ts`,
+  );
   const expected = direct.map((r) => new Date(Number(r.ts)).toISOString());
   t.ok(expected.length >= 8, `${expected.length} captures`);
   const limit = Math.ceil(expected.length / 4);
@@ -144,12 +186,23 @@ t.test('cursor walks return exactly the lake’s records, once each, in order', 
   t.ok(asc.pages > 2);
   const desc = await walk(`/v3/provider-alias/${m15.market_id}/snapshots?limit=${limit - 1}&order=desc`);
   t.same(desc.stamps, [...expected].reverse());
-  const bucketed = await duck.rows(`SELECT max(epoch_ms(ts))::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' GROUP BY floor(epoch_ms(ts) / 60000) ORDER BY ts`);
+  const bucketed = await duck.rows(
+    `SELECT max(epoch_ms(ts))::DOUBLE AS ts FROM ${books} WHERE market_id = '${m15.market_id}' GROUP BY floor(epoch_ms(ts) / 60000) ORDER BY ts`,
+  );
   const byMinute = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=4&interval=1m`);
-  t.same(byMinute.stamps, bucketed.map((r) => new Date(Number(r.ts)).toISOString()), 'interval: the last record in each minute');
-  const metrics = await duck.rows(`SELECT epoch_ms(ts)::DOUBLE AS ts FROM ${lakeTable(dir, 'metrics')} WHERE market_id = '${m15.market_id}' AND outcome_index = 1 AND chance IS NOT NULL ORDER BY ts`);
+  t.same(
+    byMinute.stamps,
+    bucketed.map((r) => new Date(Number(r.ts)).toISOString()),
+    'interval: the last record in each minute',
+  );
+  const metrics = await duck.rows(
+    `SELECT epoch_ms(ts)::DOUBLE AS ts FROM ${lakeTable(dir, 'metrics')} WHERE market_id = '${m15.market_id}' AND outcome_index = 1 AND chance IS NOT NULL ORDER BY ts`,
+  );
   const series = await walk(`/v3/wallet-prediction/${m15.market_id}/timeseries?metric=chance&outcome=1&limit=9`);
-  t.same(series.stamps, metrics.map((r) => new Date(Number(r.ts)).toISOString()));
+  t.same(
+    series.stamps,
+    metrics.map((r) => new Date(Number(r.ts)).toISOString()),
+  );
   // Downsampled and descending: each minute's newest sample, values included.
   const minutes = await duck.rows(`SELECT max(epoch_ms(ts))::DOUBLE AS ts, arg_max(price, ts) AS v FROM ${lakeTable(dir, 'metrics')}
     WHERE market_id = '${m15.market_id}' AND outcome_index = 0 AND price IS NOT NULL GROUP BY floor(epoch_ms(ts) / 60000) ORDER BY ts DESC`);
@@ -157,15 +210,24 @@ t.test('cursor walks return exactly the lake’s records, once each, in order', 
   for (let url: string | null = `/v3/wallet-prediction/${m15.market_id}/timeseries?metric=price&interval=1m&order=desc&limit=2`; url;) {
     const r = await get(url);
     samples.push(...r.body.data.map((x: { timestamp: string; value: number }) => [x.timestamp, x.value] as [string, number]));
-    url = r.body.pagination.next_cursor ? `/v3/wallet-prediction/${m15.market_id}/timeseries?metric=price&interval=1m&order=desc&limit=2&cursor=${encodeURIComponent(r.body.pagination.next_cursor)}` : null;
+    url = r.body.pagination.next_cursor
+      ? `/v3/wallet-prediction/${m15.market_id}/timeseries?metric=price&interval=1m&order=desc&limit=2&cursor=${encodeURIComponent(r.body.pagination.next_cursor)}`
+      : null;
   }
-  t.same(samples, minutes.map((r) => [new Date(Number(r.ts)).toISOString(), Number(r.v)]), 'interval, descending: every minute once, newest sample');
+  t.same(
+    samples,
+    minutes.map((r) => [new Date(Number(r.ts)).toISOString(), Number(r.v)]),
+    'interval, descending: every minute once, newest sample',
+  );
   const minutesDesc = await walk(`/v3/wallet-prediction/${m15.market_id}/snapshots?limit=3&interval=1m&order=desc`);
   t.same(minutesDesc.stamps, bucketed.map((r) => new Date(Number(r.ts)).toISOString()).reverse(), 'snapshots by minute, descending');
   // Markets across midnight: both dates, paged.
   const all = api.lake.all(END).filter((m) => m.venue === 'wallet-prediction');
   const listed = await walk(`/v3/wallet-prediction/markets?limit=11&order=asc&start_time=${START}&end_time=${END}`);
-  const want = all.filter((m) => m.end_time > START && m.start_time < END).reverse().map((m) => `${new Date(m.start_time).toISOString()}|${m.market_id}`);
+  const want = all
+    .filter((m) => m.end_time > START && m.start_time < END)
+    .reverse()
+    .map((m) => `${new Date(m.start_time).toISOString()}|${m.market_id}`);
   t.same(listed.stamps, want);
   t.ok(new Set(listed.stamps.map((s) => s.slice(0, 10))).size >= 2, 'the walk crossed a date');
 });
@@ -197,8 +259,15 @@ t.test('cursors are refused when tampered, foreign or used with other filters', 
 t.test('auth, plans and rate limits', async (t) => {
   const missing = await get('/v3/whoami', null);
   t.match(missing, { status: 401, body: { error: { code: 'AUTH_MISSING' } } });
-  t.match(await get('/v3/whoami', null, { headers: { authorization: 'Basic abc' } }), { status: 401, body: { error: { code: 'AUTH_MISSING' } } });
-  t.match(await get(`/v3/whoami?api_key=${paid}`, null), { status: 401, body: { error: { code: 'AUTH_MISSING' } } }, 'no keys in the query string');
+  t.match(await get('/v3/whoami', null, { headers: { authorization: 'Basic abc' } }), {
+    status: 401,
+    body: { error: { code: 'AUTH_MISSING' } },
+  });
+  t.match(
+    await get(`/v3/whoami?api_key=${paid}`, null),
+    { status: 401, body: { error: { code: 'AUTH_MISSING' } } },
+    'no keys in the query string',
+  );
   t.match(await get('/v3/whoami', 'pmh_short'), { status: 401, body: { error: { code: 'AUTH_INVALID' } } });
   t.match(await get('/v3/whoami', `pmh_${'A'.repeat(32)}`), { status: 401, body: { error: { code: 'AUTH_INVALID' } } });
   const doomed = await api.keys.issue('paid', 'to revoke');
@@ -245,7 +314,11 @@ t.test('every error code of the contract from a real request', async (t) => {
   }
   const msg = (await get('/v3/wallet-prediction/markets?window=7m')).body.error.message;
   t.equal(msg, 'Invalid "window": "7m". Expected one of: 5m, 15m');
-  t.match(await get('/v3/doge/markets'), { status: 404, body: { error: { code: 'NOT_FOUND' } } }, 'an unknown coin is 404 NOT_FOUND (CONTRACT.md), before any query');
+  t.match(
+    await get('/v3/doge/markets'),
+    { status: 404, body: { error: { code: 'NOT_FOUND' } } },
+    'an unknown coin is 404 NOT_FOUND (CONTRACT.md), before any query',
+  );
   const post = await get('/v3/whoami', paid, { method: 'POST' });
   t.match(post, { status: 405, body: { error: { code: 'METHOD_NOT_ALLOWED' } } });
   t.equal(post.headers.get('allow'), 'GET, HEAD');
@@ -256,7 +329,15 @@ t.test('every error code of the contract from a real request', async (t) => {
 
 t.test('a lake file that cannot be read is 503 UNAVAILABLE, saying nothing internal', async (t) => {
   const market = wallet.find((m) => m.window === '5m')!;
-  const files = await api.lake.files([{ dataset: 'books', venue: market.venue, coin: market.coin, window: market.window, hour: Math.floor(market.start_time / 3_600_000) * 3_600_000 }]);
+  const files = await api.lake.files([
+    {
+      dataset: 'books',
+      venue: market.venue,
+      coin: market.coin,
+      window: market.window,
+      hour: Math.floor(market.start_time / 3_600_000) * 3_600_000,
+    },
+  ]);
   const victim = files.sealed[0];
   const saved = await fs.readFile(victim);
   await fs.writeFile(victim, 'not parquet');
@@ -269,14 +350,57 @@ t.test('a lake file that cannot be read is 503 UNAVAILABLE, saying nothing inter
 
 t.test('at least 100 bad inputs get 4xx, never 5xx', async (t) => {
   const id = m15.market_id;
-  const values = ['', ' ', '-1', '0', '1001', '99999999999999999999', '1e3', '0x10', '1.5', 'NaN', 'null', 'true', '[]', '{}',
-    "' OR 1=1 --", '1; DROP TABLE books', '%00', '../../etc/passwd', '..%2F..%2Fetc', 'ü', '🙂', 'a'.repeat(3000), '\u0000', '2026-13-45', 'yesterday'];
-  const params = ['limit', 'cursor', 'start_time', 'end_time', 'interval', 'order', 'outcome', 'metric', 'window', 'coin', 'status', 'bogus'];
+  const values = [
+    '',
+    ' ',
+    '-1',
+    '0',
+    '1001',
+    '99999999999999999999',
+    '1e3',
+    '0x10',
+    '1.5',
+    'NaN',
+    'null',
+    'true',
+    '[]',
+    '{}',
+    "' OR 1=1 --",
+    '1; DROP TABLE books',
+    '%00',
+    '../../etc/passwd',
+    '..%2F..%2Fetc',
+    'ü',
+    '🙂',
+    'a'.repeat(3000),
+    '\u0000',
+    '2026-13-45',
+    'yesterday',
+  ];
+  const params = [
+    'limit',
+    'cursor',
+    'start_time',
+    'end_time',
+    'interval',
+    'order',
+    'outcome',
+    'metric',
+    'window',
+    'coin',
+    'status',
+    'bogus',
+  ];
   const urls: string[] = [];
-  for (const p of params) for (const v of values) urls.push(`/v3/wallet-prediction/${id}/timeseries?metric=chance&${p}=${encodeURIComponent(v)}`);
+  for (const p of params)
+    for (const v of values) urls.push(`/v3/wallet-prediction/${id}/timeseries?metric=chance&${p}=${encodeURIComponent(v)}`);
   for (const v of values) urls.push(`/v3/wallet-prediction/${encodeURIComponent(v)}/snapshots`);
   for (const v of values) urls.push(`/v3/${encodeURIComponent(v)}/markets`);
-  urls.push('/v3/wallet-prediction/..%2F..%2Fetc%2Fpasswd/snapshots', `/v3/wallet-prediction/${id}/snapshots?limit=1&limit=2`, `/v3/wallet-prediction/%E0%A4%A/snapshots`);
+  urls.push(
+    '/v3/wallet-prediction/..%2F..%2Fetc%2Fpasswd/snapshots',
+    `/v3/wallet-prediction/${id}/snapshots?limit=1&limit=2`,
+    `/v3/wallet-prediction/%E0%A4%A/snapshots`,
+  );
   t.ok(urls.length >= 100);
   // The only generated inputs that are valid: outcome 0, and epoch-ms times of 0 or 1001.
   const valid = new Set(['outcome=0', 'start_time=0', 'start_time=1001', 'end_time=0', 'end_time=1001']);
@@ -290,7 +414,6 @@ t.test('at least 100 bad inputs get 4xx, never 5xx', async (t) => {
   }
   t.same(wrong, [], 'bad input is 4xx (never 5xx); the valid few are 200');
 });
-
 
 /** A second API over the same lake, with no capture memory, whose log lines are kept. */
 async function loggedApi(t: Test, now = END) {
@@ -308,16 +431,28 @@ t.test('a restarted process has the latest books in memory: preloaded when recen
   await fs.access(path.join(dir, 'state/catalogue.ndjson'));
   t.same(cold.lake.all(END), api.lake.all(END), 'the checkpointed catalogue equals the one read from the lake');
   t.same(cold.lake.sealedFiles(), api.lake.sealedFiles(), 'the checkpointed index equals the walked one');
-  t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' });
+  t.match(
+    lines.find((l) => l.msg === 'lake loaded'),
+    { index: 'checkpoint' },
+  );
   t.ok(lines.find((l) => l.msg === 'latest books loaded').preloaded >= wallet.length, 'every recent market preloaded');
   const fromMemory = (await get(`/v3/wallet-prediction/${m15.market_id}/orderbook/latest`)).body;
-  const ask = (server: typeof cold, id: string) => fetch(`${server.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, { headers: { authorization: `Bearer ${paid}`, 'x-request-id': id } });
+  const ask = (server: typeof cold, id: string) =>
+    fetch(`${server.url}/v3/wallet-prediction/${m15.market_id}/orderbook/latest`, {
+      headers: { authorization: `Bearer ${paid}`, 'x-request-id': id },
+    });
   const preloaded = await (await ask(cold, 'cold-1')).json();
   t.same(preloaded.data, fromMemory.data, 'the book capture holds');
-  t.match(lines.find((l) => l.req_id === 'cold-1'), { msg: 'request finished', status: 200, partitions: 0, rows: 2 });
+  t.match(
+    lines.find((l) => l.req_id === 'cold-1'),
+    { msg: 'request finished', status: 200, partitions: 0, rows: 2 },
+  );
   // Hours later nothing is preloaded: the first request reads the newest hour, the next is memory.
   const { server: later, lines: laterLines } = await loggedApi(t, END + 4 * 3_600_000);
-  t.match(laterLines.find((l) => l.msg === 'latest books loaded'), { preloaded: 0 });
+  t.match(
+    laterLines.find((l) => l.msg === 'latest books loaded'),
+    { preloaded: 0 },
+  );
   const read = await ask(later, 'later-1');
   t.equal(read.status, 200);
   t.same((await read.json()).data, fromMemory.data);
@@ -325,7 +460,11 @@ t.test('a restarted process has the latest books in memory: preloaded when recen
   const first = laterLines.find((l) => l.req_id === 'later-1');
   t.match(first, { msg: 'request finished', route: 'wallet-prediction.orderbook', status: 200, partitions: 1, rows: 2 });
   t.type(first.ms, 'number');
-  t.match(laterLines.find((l) => l.req_id === 'later-2'), { partitions: 0, rows: 2 }, 'kept after one read');
+  t.match(
+    laterLines.find((l) => l.req_id === 'later-2'),
+    { partitions: 0, rows: 2 },
+    'kept after one read',
+  );
   t.notOk(JSON.stringify([...lines, ...laterLines]).includes(paid), 'the key never reaches the log');
 });
 

@@ -35,7 +35,9 @@ t.test('a range reaching before coverage is clamped, and says so', async (t) => 
   t.equal(s.clampedFrom, Date.parse('2026-05-05T00:00:00Z'));
   t.match(s.notes.join('\n'), /clamped to 2026-05-05/);
   t.equal(s.markets, 96, 'one 15m market per window for the one day that exists');
-  const rows = await duck.rows(`SELECT count(*) AS n, count(DISTINCT market_id) AS m, min(start_time) AS lo, count(*) FILTER (WHERE status = 'resolved' AND winning_outcome_index IS NOT NULL AND reference_price_start IS NOT NULL) AS resolved FROM ${lakeTable(dir, 'markets')}`);
+  const rows = await duck.rows(
+    `SELECT count(*) AS n, count(DISTINCT market_id) AS m, min(start_time) AS lo, count(*) FILTER (WHERE status = 'resolved' AND winning_outcome_index IS NOT NULL AND reference_price_start IS NOT NULL) AS resolved FROM ${lakeTable(dir, 'markets')}`,
+  );
   t.equal(Number(rows[0].n), 96);
   t.equal(Number(rows[0].m), 96);
   t.equal(Number(rows[0].resolved), 96, 'resolution, winner and reference prices are kept');
@@ -50,23 +52,44 @@ t.test('a second run gives the same lake, byte for byte', async (t) => {
 });
 
 t.test('an interrupted run resumes from its checkpoint', async (t) => {
-  const req = { venue: 'wallet-prediction' as const, coin: 'btc', window: '5m' as const, from: Date.parse('2026-05-05T00:00:00Z'), to: Date.parse('2026-05-08T00:00:00Z') };
+  const req = {
+    venue: 'wallet-prediction' as const,
+    coin: 'btc',
+    window: '5m' as const,
+    from: Date.parse('2026-05-05T00:00:00Z'),
+    to: Date.parse('2026-05-08T00:00:00Z'),
+  };
   const checkpoint = path.join(dir, 'state/backfill', `wallet-prediction-btc-5m-${req.from}-${req.to}.json`);
   await fs.mkdir(path.dirname(checkpoint), { recursive: true });
   await fs.writeFile(checkpoint, JSON.stringify({ days: [req.from] }));
   const s = await backfill(config, duck, wallet, req, clock.now());
   t.equal(s.skippedDays, 1);
   t.equal(s.markets, 2 * 288);
-  await fs.access(checkpoint).then(() => t.fail('checkpoint left behind'), () => t.pass('checkpoint removed when done'));
+  await fs.access(checkpoint).then(
+    () => t.fail('checkpoint left behind'),
+    () => t.pass('checkpoint removed when done'),
+  );
 });
 
 t.test('a range wholly before coverage is refused', async (t) => {
-  await t.rejects(backfill(config, duck, wallet, { venue: 'wallet-prediction', coin: 'eth', window: '5m', from, to }, clock.now()), CoverageError);
-  await t.rejects(backfill(config, duck, poly, { venue: 'polymarket', coin: 'btc', window: '5m', from, to }, clock.now()), /starts 2026-07-26/);
+  await t.rejects(
+    backfill(config, duck, wallet, { venue: 'wallet-prediction', coin: 'eth', window: '5m', from, to }, clock.now()),
+    CoverageError,
+  );
+  await t.rejects(
+    backfill(config, duck, poly, { venue: 'polymarket', coin: 'btc', window: '5m', from, to }, clock.now()),
+    /starts 2026-07-26/,
+  );
 });
 
 t.test('polymarket backfill walks deterministic slugs', async (t) => {
-  const s = await backfill(config, duck, poly, { venue: 'polymarket', coin: 'sol', window: '15m', from: Date.parse('2026-07-26T00:00:00Z'), to: Date.parse('2026-07-26T06:00:00Z') }, clock.now());
+  const s = await backfill(
+    config,
+    duck,
+    poly,
+    { venue: 'polymarket', coin: 'sol', window: '15m', from: Date.parse('2026-07-26T00:00:00Z'), to: Date.parse('2026-07-26T06:00:00Z') },
+    clock.now(),
+  );
   t.equal(s.markets, 24);
   t.match(s.notes.join('\n'), /no price history/, 'resolved markets have no fine history upstream, and the summary says so');
 });

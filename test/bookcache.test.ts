@@ -21,7 +21,9 @@ await duck.run(`CREATE TABLE b AS
   WHERE NOT (o = 1 AND i % 11 = 0)`);
 const wide = 'SELECT * FROM b';
 const span = { from: T0 - 1000, to: T0 + 500_000 };
-const books: MarketBooks = marketBooks(await duck.chunks(...Object.values(marketBooksSql(wide, 'm1', span.from, span.to)) as [string, Record<string, string | number>]));
+const books: MarketBooks = marketBooks(
+  await duck.chunks(...(Object.values(marketBooksSql(wide, 'm1', span.from, span.to)) as [string, Record<string, string | number>])),
+);
 
 async function sqlPage(q: PageQuery, ladders: boolean): Promise<RenderedSnapshots> {
   const limit = q.limit - 1;
@@ -36,7 +38,9 @@ async function sqlPage(q: PageQuery, ladders: boolean): Promise<RenderedSnapshot
   const ts = snapshotTimesSql('SELECT ts, market_id, outcome_index FROM b', q);
   const times = (await duck.rows(ts.sql, ts.params)).map((r) => Number(r.ts));
   const shown = times.slice(0, limit);
-  const chunks = shown.length ? await duck.chunks(...Object.values(snapshotBooksSql(wide, q, shown)) as [string, Record<string, string | number>]) : [];
+  const chunks = shown.length
+    ? await duck.chunks(...(Object.values(snapshotBooksSql(wide, q, shown)) as [string, Record<string, string | number>]))
+    : [];
   return { ...snapshotsJson(chunks, ladders, q.order, limit), times: times.length };
 }
 
@@ -45,7 +49,10 @@ t.test('every page from the cache equals the page from SQL', async (t) => {
   for (const order of ['asc', 'desc'] as const) {
     for (const intervalMs of [null, 5000, 60_000]) {
       for (const outcomeIndex of [null, 1]) {
-        for (const [from, to] of [[span.from, span.to], [T0 + 50_000, T0 + 170_500]]) {
+        for (const [from, to] of [
+          [span.from, span.to],
+          [T0 + 50_000, T0 + 170_500],
+        ]) {
           for (const limit of [1, 7, 100]) {
             // Walk the whole range page by page, both ways at once.
             let after: number | null = null;
@@ -54,7 +61,11 @@ t.test('every page from the cache equals the page from SQL', async (t) => {
               const ladders = pages % 2 === 0;
               const fromSql = await sqlPage(q, ladders);
               const fromCache = pageFromBooks(books, q, ladders, limit);
-              if (fromCache.json.toString() !== fromSql.json.toString() || Math.min(fromCache.times, limit + 1) !== Math.min(fromSql.times, limit + 1) || fromCache.last !== fromSql.last) {
+              if (
+                fromCache.json.toString() !== fromSql.json.toString() ||
+                Math.min(fromCache.times, limit + 1) !== Math.min(fromSql.times, limit + 1) ||
+                fromCache.last !== fromSql.last
+              ) {
                 t.fail(`differs: ${JSON.stringify({ order, intervalMs, outcomeIndex, from, to, limit, after })}`);
                 return;
               }

@@ -24,7 +24,11 @@ const run = await fill(config, duck, quiet, { hours: 0, speed: 500, start: START
 t.test('the open hour is readable from the spool before it is sealed', async (t) => {
   const parts = (await listSpool(lakePaths(dir).spool)).filter((p) => p.partition.dataset === 'books');
   t.ok(parts.length > 0, 'the last hour is still in the spool');
-  const source = spoolSource('books', parts.map((p) => p.file), true);
+  const source = spoolSource(
+    'books',
+    parts.map((p) => p.file),
+    true,
+  );
   const newest = await one(duck, `SELECT epoch_ms(max(ts))::BIGINT AS ts FROM ${source}`);
   const captured = Math.max(...[...run.capture.latest.values()].map((l) => l.ts));
   t.equal(Number(newest.ts), captured, 'the newest captured book is visible to readers');
@@ -39,7 +43,11 @@ t.test('sealing everything', async (t) => {
 t.test('hive layout as CONTRACT.md section 7 lays it out', async (t) => {
   const files = await listFiles(path.join(dir, 'lake'), '.parquet');
   t.ok(files.length > 20);
-  t.same(files.filter((f) => !parsePartitionDir(path.dirname(f))), [], 'every file sits in a hive partition');
+  t.same(
+    files.filter((f) => !parsePartitionDir(path.dirname(f))),
+    [],
+    'every file sits in a hive partition',
+  );
   const datasets = new Set(files.map((f) => f.split('/')[0]));
   t.same([...datasets].sort(), ['books', 'markets', 'metrics'].concat(datasets.has('gaps') ? ['gaps'] : []).sort());
   const venues = new Set(files.map((f) => f.split('/')[1]));
@@ -51,31 +59,59 @@ t.test('book columns and types', async (t) => {
   const types = Object.fromEntries(cols.map((c) => [c.column_name, c.column_type]));
   const TZ = 'TIMESTAMP WITH TIME ZONE';
   t.same(types, {
-    ts: TZ, market_id: 'VARCHAR', token_id: 'VARCHAR', outcome_index: 'INTEGER', outcome: 'VARCHAR',
-    exchange_ts: TZ, recv_ts: TZ, bid_prices: 'DOUBLE[]', bid_sizes: 'DOUBLE[]',
-    ask_prices: 'DOUBLE[]', ask_sizes: 'DOUBLE[]', venue: 'VARCHAR', coin: 'VARCHAR', window: 'VARCHAR', date: 'DATE', hour: 'INTEGER',
+    ts: TZ,
+    market_id: 'VARCHAR',
+    token_id: 'VARCHAR',
+    outcome_index: 'INTEGER',
+    outcome: 'VARCHAR',
+    exchange_ts: TZ,
+    recv_ts: TZ,
+    bid_prices: 'DOUBLE[]',
+    bid_sizes: 'DOUBLE[]',
+    ask_prices: 'DOUBLE[]',
+    ask_sizes: 'DOUBLE[]',
+    venue: 'VARCHAR',
+    coin: 'VARCHAR',
+    window: 'VARCHAR',
+    date: 'DATE',
+    hour: 'INTEGER',
   });
   const file = (await listFiles(path.join(dir, 'lake/books'), '.parquet'))[0];
-  const physical = await duck.rows(`SELECT name, converted_type, logical_type FROM parquet_schema('${dir}/lake/books/${file}') WHERE name IN ('ts', 'exchange_ts', 'recv_ts', 'bid_prices')`);
-  t.same(Object.fromEntries(physical.map((r) => [r.name, r.converted_type])), { ts: 'TIMESTAMP_MICROS', exchange_ts: 'TIMESTAMP_MICROS', recv_ts: 'TIMESTAMP_MICROS', bid_prices: 'LIST' }, 'timestamps, standard LIST columns');
+  const physical = await duck.rows(
+    `SELECT name, converted_type, logical_type FROM parquet_schema('${dir}/lake/books/${file}') WHERE name IN ('ts', 'exchange_ts', 'recv_ts', 'bid_prices')`,
+  );
+  t.same(
+    Object.fromEntries(physical.map((r) => [r.name, r.converted_type])),
+    { ts: 'TIMESTAMP_MICROS', exchange_ts: 'TIMESTAMP_MICROS', recv_ts: 'TIMESTAMP_MICROS', bid_prices: 'LIST' },
+    'timestamps, standard LIST columns',
+  );
   // pandas, pyarrow and Polars read a time as UTC only when the file says it is adjusted to UTC.
-  for (const r of physical.filter((r) => r.name !== 'bid_prices')) t.match(r.logical_type, /isAdjustedToUTC=1/, `${r.name} is UTC-adjusted`);
-  const metrics = Object.fromEntries((await duck.rows(`DESCRIBE SELECT * FROM ${lakeTable(dir, 'metrics')}`)).map((c) => [c.column_name, c.column_type]));
+  for (const r of physical.filter((r) => r.name !== 'bid_prices'))
+    t.match(r.logical_type, /isAdjustedToUTC=1/, `${r.name} is UTC-adjusted`);
+  const metrics = Object.fromEntries(
+    (await duck.rows(`DESCRIBE SELECT * FROM ${lakeTable(dir, 'metrics')}`)).map((c) => [c.column_name, c.column_type]),
+  );
   t.match(metrics, { chance: 'DOUBLE', price: 'DOUBLE', last_trade: 'DOUBLE' }, 'three separate metric columns');
 });
 
 t.test('ladders: equal lengths, best first, both outcome tokens', async (t) => {
-  const bad = await one(duck, `SELECT count(*) FILTER (WHERE len(bid_prices) <> len(bid_sizes) OR len(ask_prices) <> len(ask_sizes)) AS unequal,
+  const bad = await one(
+    duck,
+    `SELECT count(*) FILTER (WHERE len(bid_prices) <> len(bid_sizes) OR len(ask_prices) <> len(ask_sizes)) AS unequal,
     count(*) FILTER (WHERE bid_prices <> list_reverse_sort(bid_prices) OR ask_prices <> list_sort(ask_prices)) AS unordered,
     count(*) FILTER (WHERE len(bid_prices) > 0 AND len(ask_prices) > 0 AND bid_prices[1] >= ask_prices[1]) AS crossed,
-    count(*) AS n FROM ${lakeTable(dir, 'books')}`);
+    count(*) AS n FROM ${lakeTable(dir, 'books')}`,
+  );
   t.equal(Number(bad.unequal), 0);
   t.equal(Number(bad.unordered), 0);
   t.equal(Number(bad.crossed), 0);
   t.ok(Number(bad.n) > 1000);
   const tokens = await duck.rows(`SELECT market_id, ts, count(*) AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL HAVING n <> 2 LIMIT 5`);
   t.same(tokens, [], 'every capture of a market holds both outcome books');
-  const times = await one(duck, `SELECT count(*) FILTER (WHERE exchange_ts > ts) AS ahead, count(*) FILTER (WHERE recv_ts <> ts) AS apart FROM ${lakeTable(dir, 'books')}`);
+  const times = await one(
+    duck,
+    `SELECT count(*) FILTER (WHERE exchange_ts > ts) AS ahead, count(*) FILTER (WHERE recv_ts <> ts) AS apart FROM ${lakeTable(dir, 'books')}`,
+  );
   t.same(times, { ahead: 0n, apart: 0n }, 'a snapshot is stamped when its books arrived: never before their exchange time');
 });
 
@@ -83,9 +119,12 @@ t.test('sealed files are sorted by market_id, ts', async (t) => {
   const files = (await listFiles(path.join(dir, 'lake/books'), '.parquet')).map((f) => path.join(dir, 'lake/books', f));
   const unsorted: string[] = [];
   for (const file of files) {
-    const row = await one(duck, `SELECT count(*) FILTER (WHERE (market_id, ts, outcome_index) < prev) AS unsorted FROM (
+    const row = await one(
+      duck,
+      `SELECT count(*) FILTER (WHERE (market_id, ts, outcome_index) < prev) AS unsorted FROM (
       SELECT market_id, ts, outcome_index, lag((market_id, ts, outcome_index)) OVER (ORDER BY file_row_number) AS prev
-      FROM read_parquet('${file}', file_row_number = true))`);
+      FROM read_parquet('${file}', file_row_number = true))`,
+    );
     if (Number(row.unsorted) !== 0) unsorted.push(file);
   }
   t.ok(files.length > 10);
@@ -102,12 +141,18 @@ t.test('row counts equal what the stand-in served', async (t) => {
 });
 
 t.test('markets keep every identifier; books match the deterministic venue', async (t) => {
-  const m = await one(duck, `SELECT * FROM ${lakeTable(dir, 'markets')} WHERE venue = 'polymarket' AND status = 'resolved' ORDER BY ts DESC LIMIT 1`);
+  const m = await one(
+    duck,
+    `SELECT * FROM ${lakeTable(dir, 'markets')} WHERE venue = 'polymarket' AND status = 'resolved' ORDER BY ts DESC LIMIT 1`,
+  );
   t.ok(m.market_id && m.condition_id && m.slug);
   t.same((m.outcome_labels as string[]).length, 2);
   t.ok(m.winning_outcome_index === 0 || m.winning_outcome_index === 1);
   const sim = run.standin.sim;
-  const b = await one(duck, `SELECT token_id, epoch_ms(exchange_ts)::BIGINT AS ets, bid_prices, ask_prices FROM ${lakeTable(dir, 'books')} WHERE venue = 'polymarket' AND len(bid_prices) > 0 LIMIT 1`);
+  const b = await one(
+    duck,
+    `SELECT token_id, epoch_ms(exchange_ts)::BIGINT AS ets, bid_prices, ask_prices FROM ${lakeTable(dir, 'books')} WHERE venue = 'polymarket' AND len(bid_prices) > 0 LIMIT 1`,
+  );
   const found = sim.byToken('polymarket', String(b.token_id))!;
   t.ok(found, 'the token belongs to a simulated market');
 });
@@ -120,7 +165,22 @@ t.test('compaction merges a partition with two files and is idempotent', async (
   // A second seal into the same hour, as after a capture restart.
   const extra = path.join(paths.spool, 'restart-seg', file.replace(/\.json$/, ''), '000001.ndjson');
   await fs.mkdir(path.dirname(extra), { recursive: true });
-  await fs.writeFile(extra, JSON.stringify({ ts: partition.hour + 1, market_id: 'zz', token_id: 't', outcome_index: 0, outcome: 'Up', exchange_ts: null, recv_ts: partition.hour + 2, bid_prices: [], bid_sizes: [], ask_prices: [0.5], ask_sizes: [1] }) + '\n');
+  await fs.writeFile(
+    extra,
+    JSON.stringify({
+      ts: partition.hour + 1,
+      market_id: 'zz',
+      token_id: 't',
+      outcome_index: 0,
+      outcome: 'Up',
+      exchange_ts: null,
+      recv_ts: partition.hour + 2,
+      bid_prices: [],
+      bid_sizes: [],
+      ask_prices: [0.5],
+      ask_sizes: [1],
+    }) + '\n',
+  );
   await sealAll(duck, dir);
   t.equal((await readManifest(paths.manifest, partition)).files.length, 2);
   const rows = before.files[0].rows + 1;
@@ -131,7 +191,11 @@ t.test('compaction merges a partition with two files and is idempotent', async (
   t.equal(after.files[0].rows, rows);
   const onDisk = path.join(paths.lake, file.replace(/\.json$/, ''), after.files[0].name);
   t.equal(await sha256File(onDisk), after.files[0].sha256, 'the manifest sha256 is the file’s');
-  t.same((await fs.readdir(path.dirname(onDisk))).filter((n) => n.endsWith('.parquet')), [after.files[0].name], 'replaced files left the lake');
+  t.same(
+    (await fs.readdir(path.dirname(onDisk))).filter((n) => n.endsWith('.parquet')),
+    [after.files[0].name],
+    'replaced files left the lake',
+  );
   await compact(duck, paths, partition.hour + 2 * HOUR);
   t.same(await readManifest(paths.manifest, partition), after, 'a second compaction changes nothing');
 });

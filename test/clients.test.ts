@@ -29,21 +29,41 @@ t.teardown(async () => {
 });
 const key = (await api.keys.issue('paid', 'clients')).key;
 const auth = { authorization: `Bearer ${key}` };
-const ended = api.lake.all(END).find((m) => m.venue === 'wallet-prediction' && m.window === '15m' && m.end_time <= END && m.start_time >= START)!;
+const ended = api.lake
+  .all(END)
+  .find((m) => m.venue === 'wallet-prediction' && m.window === '15m' && m.end_time <= END && m.start_time >= START)!;
 
 t.test('browsers: CORS for configured origins only, never a wildcard', async (t) => {
   const url = `${api.url}/v3/wallet-prediction/markets?coin=btc`;
-  const preflight = await fetch(url, { method: 'OPTIONS', headers: { origin: 'https://research.example.com', 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' } });
+  const preflight = await fetch(url, {
+    method: 'OPTIONS',
+    headers: {
+      origin: 'https://research.example.com',
+      'access-control-request-method': 'GET',
+      'access-control-request-headers': 'authorization',
+    },
+  });
   t.equal(preflight.status, 204, 'a preflight from an allowed origin is answered');
   t.equal(preflight.headers.get('access-control-allow-origin'), 'https://research.example.com');
   t.match(preflight.headers.get('access-control-allow-headers'), /Authorization/);
   t.match(preflight.headers.get('access-control-allow-methods'), /GET/);
-  const stranger = await fetch(url, { method: 'OPTIONS', headers: { origin: 'https://evil.example.net', 'access-control-request-method': 'GET' } });
-  t.equal(stranger.headers.get('access-control-allow-origin'), null, 'another origin gets no Access-Control headers, so browsers refuse it');
+  const stranger = await fetch(url, {
+    method: 'OPTIONS',
+    headers: { origin: 'https://evil.example.net', 'access-control-request-method': 'GET' },
+  });
+  t.equal(
+    stranger.headers.get('access-control-allow-origin'),
+    null,
+    'another origin gets no Access-Control headers, so browsers refuse it',
+  );
   const got = await fetch(url, { headers: { ...auth, origin: 'http://localhost:5173' } });
   t.equal(got.status, 200);
   t.equal(got.headers.get('access-control-allow-origin'), 'http://localhost:5173');
-  t.match(got.headers.get('access-control-expose-headers'), /X-RateLimit-Remaining.*Retry-After/, 'rate-limit and retry headers readable by scripts');
+  t.match(
+    got.headers.get('access-control-expose-headers'),
+    /X-RateLimit-Remaining.*Retry-After/,
+    'rate-limit and retry headers readable by scripts',
+  );
   t.match(got.headers.get('vary'), /Origin/);
   const plain = await fetch(url, { headers: auth });
   t.equal(plain.headers.get('access-control-allow-origin'), null, 'no Origin, no CORS headers');
@@ -88,7 +108,11 @@ t.test('lists as generators send them: repeated, comma-separated, or both', asyn
 
 t.test('exports as operations of their own', async (t) => {
   const base = `${api.url}/v3/wallet-prediction/${ended.market_id}`;
-  for (const [op, query] of [['snapshots.csv', 'snapshots?format=csv'], ['snapshots.parquet', 'snapshots?format=parquet'], ['timeseries.csv?metric=chance', 'timeseries?metric=chance&format=csv']]) {
+  for (const [op, query] of [
+    ['snapshots.csv', 'snapshots?format=csv'],
+    ['snapshots.parquet', 'snapshots?format=parquet'],
+    ['timeseries.csv?metric=chance', 'timeseries?metric=chance&format=csv'],
+  ]) {
     const a = await fetch(`${base}/${op}`, { headers: auth });
     const b = await fetch(`${base}/${query}`, { headers: auth });
     t.equal(a.status, 200, op);
@@ -102,7 +126,11 @@ t.test('exports as operations of their own', async (t) => {
   const doc = await (await fetch(`${api.url}/v3/openapi.json`)).json();
   const op = doc.paths['/v3/wallet-prediction/{market_id}/snapshots.csv'].get;
   t.same(Object.keys(op.responses[200].content), ['text/csv'], 'one response type per export operation');
-  t.same(Object.keys(doc.paths['/v3/wallet-prediction/{market_id}/snapshots'].get.responses[200].content), ['application/json'], 'the paged operation answers JSON');
+  t.same(
+    Object.keys(doc.paths['/v3/wallet-prediction/{market_id}/snapshots'].get.responses[200].content),
+    ['application/json'],
+    'the paged operation answers JSON',
+  );
   t.ok(op.parameters.every((p: { name: string }) => !['limit', 'cursor', 'format'].includes(p.name)));
 });
 
@@ -114,27 +142,53 @@ t.test('a TypeScript client generated from the live document typechecks and work
   // The package's own code over types generated now from the live document.
   await fs.mkdir(path.join(work, 'client'));
   await run(bin('openapi-typescript'), [path.join(work, 'openapi.json'), '-o', path.join(work, 'client', 'api.d.ts')]);
-  t.equal(await fs.readFile(path.join(work, 'client', 'api.d.ts'), 'utf8'), await fs.readFile(path.resolve('clients/typescript/src/api.d.ts'), 'utf8'),
-    "the package's committed types are the live document's (`make client-ts` regenerates them)");
+  t.equal(
+    await fs.readFile(path.join(work, 'client', 'api.d.ts'), 'utf8'),
+    await fs.readFile(path.resolve('clients/typescript/src/api.d.ts'), 'utf8'),
+    "the package's committed types are the live document's (`make client-ts` regenerates them)",
+  );
   await fs.copyFile(path.resolve('clients/typescript/src/index.ts'), path.join(work, 'client', 'index.ts'));
   await fs.copyFile(path.resolve('test/fixtures/ts-client.ts'), path.join(work, 'script.ts'));
-  await fs.writeFile(path.join(work, 'tsconfig.json'), JSON.stringify({
-    compilerOptions: { strict: true, noEmit: true, module: 'nodenext', moduleResolution: 'nodenext', target: 'es2022', types: ['node'], typeRoots: [path.resolve('node_modules/@types')], skipLibCheck: true, baseUrl: '.', paths: { 'openapi-fetch': [path.resolve('node_modules/openapi-fetch')] } },
-    files: ['script.ts', 'client/index.ts', 'client/api.d.ts'],
-  }));
+  await fs.writeFile(
+    path.join(work, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        module: 'nodenext',
+        moduleResolution: 'nodenext',
+        target: 'es2022',
+        types: ['node'],
+        typeRoots: [path.resolve('node_modules/@types')],
+        skipLibCheck: true,
+        baseUrl: '.',
+        paths: { 'openapi-fetch': [path.resolve('node_modules/openapi-fetch')] },
+      },
+      files: ['script.ts', 'client/index.ts', 'client/api.d.ts'],
+    }),
+  );
   // Resolved from this repository's node_modules, as a project that installed them would.
   await fs.symlink(path.resolve('node_modules'), path.join(work, 'node_modules'));
   await fs.writeFile(path.join(work, 'package.json'), '{"type":"module"}');
-  const tsc = await run(bin('tsc'), ['-p', work]).then(() => '', (err) => String(err.stdout ?? err));
+  const tsc = await run(bin('tsc'), ['-p', work]).then(
+    () => '',
+    (err) => String(err.stdout ?? err),
+  );
   t.equal(tsc, '', 'the generated types and a script using them typecheck under strict');
-  const out = await run(process.execPath, ['--import', 'tsx', path.join(work, 'script.ts')], { env: { ...process.env, BASE_URL: api.url, KEY: key, MARKET_ID: ended.market_id } });
+  const out = await run(process.execPath, ['--import', 'tsx', path.join(work, 'script.ts')], {
+    env: { ...process.env, BASE_URL: api.url, KEY: key, MARKET_ID: ended.market_id },
+  });
   const result = JSON.parse(out.stdout);
   t.same(result.coins, ['btc', 'eth'], 'markets of two coins, the list sent as generators send it');
   t.ok(result.pages > 1, `a cursor walk of ${result.pages} pages`);
   t.equal(result.pages, Math.ceil(result.snapshots / 10), 'pages of 10, the last one short or full');
   const direct = await (await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?limit=1000`, { headers: auth })).json();
   t.equal(result.snapshots, direct.data.length, 'the walk saw every snapshot once');
-  t.equal(result.csvLines, 1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0), 'the CSV export: a header and a row per book');
+  t.equal(
+    result.csvLines,
+    1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0),
+    'the CSV export: a header and a row per book',
+  );
   t.equal(result.fileMagic, 'PAR1', 'a lake file downloaded through the client');
   t.equal(result.fileSha256, result.listedSha256, 'and it is the file the listing describes');
 });
@@ -142,7 +196,10 @@ t.test('a TypeScript client generated from the live document typechecks and work
 t.test("the repository's Python client, run by the machine's python3 (standard library only)", async (t) => {
   const out = await run('python3', ['-m', 'unittest', '-v', 'clients/python/tests/test_client.py'], {
     env: { ...process.env, PMH_API_URL: api.url, PMH_API_KEY: key, PMH_MARKET_ID: ended.market_id, PYTHONDONTWRITEBYTECODE: '1' },
-  }).then((r) => ({ code: 0, text: r.stderr }), (err) => ({ code: err.code as number, text: String(err.stderr ?? err) }));
+  }).then(
+    (r) => ({ code: 0, text: r.stderr }),
+    (err) => ({ code: err.code as number, text: String(err.stderr ?? err) }),
+  );
   t.equal(out.code, 0, out.code === 0 ? 'unittest passed' : out.text);
   const ran = /Ran (\d+) tests?/.exec(out.text);
   t.ok(ran && Number(ran[1]) >= 10, `ran ${ran?.[1]} Python tests`);
@@ -163,10 +220,17 @@ t.test('DepthFeed users: `type` for `window`, and the book at an instant', async
   t.match((await clash.json()).error.message, /"window" and "type"/);
 
   const poly = api.lake.all(END).find((m) => m.venue === 'polymarket' && m.coin === 'eth' && m.end_time <= END && m.start_time >= START)!;
-  const pages = await (await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots?limit=1000&include_orderbook=true`, { headers: auth })).json();
+  const pages = await (
+    await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots?limit=1000&include_orderbook=true`, { headers: auth })
+  ).json();
   const snaps = pages.data as { timestamp: string }[];
   t.ok(snaps.length > 3);
-  const at = async (ms: number, extra = '') => (await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${ms}&include_orderbook=true${extra}`, { headers: auth })).json();
+  const at = async (ms: number, extra = '') =>
+    (
+      await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${ms}&include_orderbook=true${extra}`, {
+        headers: auth,
+      })
+    ).json();
   const exact = Date.parse(snaps[2].timestamp);
   const hit = await at(exact);
   t.same(hit.data, snaps[2], 'at a recorded time: that snapshot');
@@ -176,12 +240,23 @@ t.test('DepthFeed users: `type` for `window`, and the book at an instant', async
   t.equal(between.meta.age_ms, exact + 500 - Date.parse(between.data.timestamp), 'with how old it was');
   const before = await at(poly.start_time - 1);
   t.equal(before.data, null, 'before the market: nothing, never an invented book');
-  const iso = await at(0, '').then(() => fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${encodeURIComponent(snaps[2].timestamp)}&include_orderbook=true`, { headers: auth })).then((r) => r.json());
+  const iso = await at(0, '')
+    .then(() =>
+      fetch(
+        `${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at?timestamp=${encodeURIComponent(snaps[2].timestamp)}&include_orderbook=true`,
+        { headers: auth },
+      ),
+    )
+    .then((r) => r.json());
   t.same(iso.data, snaps[2], 'ISO times too');
   const missing = await fetch(`${api.url}/v3/eth/markets/${poly.market_id}/snapshots/at`, { headers: auth });
   t.equal(missing.status, 400, 'timestamp is required');
-  const ns = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots/at?timestamp=${ended.end_time + 60_000}`, { headers: auth }).then((r) => r.json());
-  const last = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?order=desc&limit=1`, { headers: auth }).then((r) => r.json());
+  const ns = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots/at?timestamp=${ended.end_time + 60_000}`, {
+    headers: auth,
+  }).then((r) => r.json());
+  const last = await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/snapshots?order=desc&limit=1`, { headers: auth }).then((r) =>
+    r.json(),
+  );
   t.same(ns.data, last.data[0], 'after the end: the last recorded book');
   t.ok(ns.meta.age_ms >= 60_000, 'and its age says so');
 });

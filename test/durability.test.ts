@@ -26,11 +26,20 @@ t.teardown(async () => {
 
 const env = {
   ...process.env,
-  DATA_DIR: dir, LOG_FORMAT: 'json', LOG_LEVEL: 'warn',
-  CLOCK_START: String(START), CLOCK_SPEED: String(SPEED), CLOCK_ANCHOR: String(anchor),
-  WALLET_BASE_URL: `${url}${WALLET_PREFIX}`, WALLET_RPS: '100000', WALLET_CONCURRENCY: '16',
-  POLYMARKET_GAMMA_URL: url, POLYMARKET_CLOB_URL: url, POLYMARKET_RPS: '100000',
-  POLL_MS: '1000', SPOOL_FLUSH_MS: '200',
+  DATA_DIR: dir,
+  LOG_FORMAT: 'json',
+  LOG_LEVEL: 'warn',
+  CLOCK_START: String(START),
+  CLOCK_SPEED: String(SPEED),
+  CLOCK_ANCHOR: String(anchor),
+  WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+  WALLET_RPS: '100000',
+  WALLET_CONCURRENCY: '16',
+  POLYMARKET_GAMMA_URL: url,
+  POLYMARKET_CLOB_URL: url,
+  POLYMARKET_RPS: '100000',
+  POLL_MS: '1000',
+  SPOOL_FLUSH_MS: '200',
 };
 
 const children = new Set<ChildProcess>();
@@ -40,7 +49,10 @@ t.teardown(() => {
 });
 
 function startCapture(): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
+    env,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   children.add(child);
   return child;
 }
@@ -100,12 +112,20 @@ t.test('kill -9 mid-hour loses nothing that reached the spool and duplicates not
   t.ok(lake.size > beforeKill.size, 'the restarted process kept capturing');
 
   const hours = await duck.rows(`SELECT DISTINCT hour FROM ${lakeTable(dir, 'books')} ORDER BY hour`);
-  t.same(hours.map((h) => h.hour), [12, 13], 'the run crossed an hour boundary');
+  t.same(
+    hours.map((h) => h.hour),
+    [12, 13],
+    'the run crossed an hour boundary',
+  );
 
-  const gaps = await duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t FROM ${lakeTable(dir, 'gaps')} WHERE reason = 'process_down'`);
+  const gaps = await duck.rows(
+    `SELECT market_id, dataset, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t FROM ${lakeTable(dir, 'gaps')} WHERE reason = 'process_down'`,
+  );
   t.ok(gaps.length > 0, 'the downtime is recorded as gaps');
   for (const g of gaps.filter((x) => x.dataset === 'books')) {
-    const inside = await duck.rows(`SELECT count(*) AS n FROM ${lakeTable(dir, 'books')} WHERE market_id = '${g.market_id}' AND epoch_ms(ts) > ${g.f} AND epoch_ms(ts) < ${g.t}`);
+    const inside = await duck.rows(
+      `SELECT count(*) AS n FROM ${lakeTable(dir, 'books')} WHERE market_id = '${g.market_id}' AND epoch_ms(ts) > ${g.f} AND epoch_ms(ts) < ${g.t}`,
+    );
     t.equal(Number(inside[0].n), 0, `nothing is recorded inside the gap of ${g.market_id}`);
   }
 });

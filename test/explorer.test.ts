@@ -26,13 +26,19 @@ const dir = t.testdir();
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 await fill(config, duck, quiet, {
-  hours: 0, speed: 120, start: START, until: END, pollMs: 1000,
+  hours: 0,
+  speed: 120,
+  start: START,
+  until: END,
+  pollMs: 1000,
   faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: OUTAGE.from, to: OUTAGE.to }] },
 });
 await sealAll(duck, dir);
 const api = await startApi(config, duck, createClock(END, 1), quiet, { port: 0 });
 const key = (await api.keys.issue('paid', 'explorer')).key;
-const market = api.lake.all(END).find((m) => m.venue === 'wallet-prediction' && m.coin === 'btc' && m.window === '15m' && m.start_time === MARKET_START)!;
+const market = api.lake
+  .all(END)
+  .find((m) => m.venue === 'wallet-prediction' && m.coin === 'btc' && m.window === '15m' && m.start_time === MARKET_START)!;
 
 async function get(p: string): Promise<any> {
   const res = await fetch(`${api.url}${p}`, { headers: { authorization: `Bearer ${key}` } });
@@ -43,7 +49,11 @@ async function get(p: string): Promise<any> {
 execFileSync(CHROMIUM, ['--version']); // fails here, clearly, when make test could not install it
 await fs.mkdir(ARTIFACTS, { recursive: true });
 // A fresh profile each launch (playwright's default), no background traffic, no sandbox (root).
-const browser: Browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-background-networking', '--disable-gpu'] });
+const browser: Browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-background-networking', '--disable-gpu'],
+});
 t.teardown(async () => {
   await browser.close();
   await api.stop();
@@ -58,14 +68,25 @@ page.on('response', (r) => {
 
 /** Pixels of a canvas that are not `background`, and the color at (x, y) in canvas pixels. */
 async function pixels(selector: string, background: [number, number, number], at?: [number, number]) {
-  return page.$eval(selector, (el, [bg, xy]) => {
-    const canvas = el as HTMLCanvasElement;
-    const data = canvas.getContext('2d')!.getImageData(0, 0, canvas.width, canvas.height).data;
-    let painted = 0;
-    for (let i = 0; i < data.length; i += 4) if (Math.abs(data[i] - bg[0]) + Math.abs(data[i + 1] - bg[1]) + Math.abs(data[i + 2] - bg[2]) > 12) painted++;
-    const o = xy ? (Math.round(xy[1]) * canvas.width + Math.round(xy[0])) * 4 : 0;
-    return { painted, total: canvas.width * canvas.height, width: canvas.width, height: canvas.height, color: xy ? [data[o], data[o + 1], data[o + 2]] : null };
-  }, [background, at ?? null] as const);
+  return page.$eval(
+    selector,
+    (el, [bg, xy]) => {
+      const canvas = el as HTMLCanvasElement;
+      const data = canvas.getContext('2d')!.getImageData(0, 0, canvas.width, canvas.height).data;
+      let painted = 0;
+      for (let i = 0; i < data.length; i += 4)
+        if (Math.abs(data[i] - bg[0]) + Math.abs(data[i + 1] - bg[1]) + Math.abs(data[i + 2] - bg[2]) > 12) painted++;
+      const o = xy ? (Math.round(xy[1]) * canvas.width + Math.round(xy[0])) * 4 : 0;
+      return {
+        painted,
+        total: canvas.width * canvas.height,
+        width: canvas.width,
+        height: canvas.height,
+        color: xy ? [data[o], data[o + 1], data[o + 2]] : null,
+      };
+    },
+    [background, at ?? null] as const,
+  );
 }
 
 t.test('a key, a filtered list, a market opened', async (t) => {
@@ -79,21 +100,35 @@ t.test('a key, a filtered list, a market opened', async (t) => {
   await page.selectOption('#coin', 'btc');
   await page.selectOption('#window', '15m');
   await page.click('#filters button[type=submit]');
-  await page.waitForFunction(() => [...document.querySelectorAll('#markets tbody tr')].every((tr) => tr.children[2].textContent === 'btc' && tr.children[3].textContent === '15m'));
+  await page.waitForFunction(() =>
+    [...document.querySelectorAll('#markets tbody tr')].every(
+      (tr) => tr.children[2].textContent === 'btc' && tr.children[3].textContent === '15m',
+    ),
+  );
   const listed = await page.$$eval('#markets tbody tr', (trs) => trs.map((tr) => tr.getAttribute('data-market-id')));
-  const expected = (await get('/v3/wallet-prediction/markets?coin=btc&window=15m&limit=50')).data.map((m: { market_id: string }) => m.market_id);
+  const expected = (await get('/v3/wallet-prediction/markets?coin=btc&window=15m&limit=50')).data.map(
+    (m: { market_id: string }) => m.market_id,
+  );
   t.same(listed, expected, 'the same markets as the API, newest first');
   await page.click(`#markets tbody tr[data-market-id="${market.market_id}"]`);
-  await page.waitForFunction(() => /snapshots/.test(document.getElementById('status')!.textContent ?? '') && document.querySelector('#ladders table'), null, { timeout: 30_000 });
+  await page.waitForFunction(
+    () => /snapshots/.test(document.getElementById('status')!.textContent ?? '') && document.querySelector('#ladders table'),
+    null,
+    { timeout: 30_000 },
+  );
   t.match(await page.textContent('#market-facts'), /BTC 15m, 2026-07-27 23:45:00 to 2026-07-28 00:00:00 UTC/);
   await page.screenshot({ path: path.join(ARTIFACTS, 'explorer-market.png'), fullPage: true });
 });
 
 t.test('lines and heatmaps are drawn from the recorded data, gaps shaded', async (t) => {
-  const books = (await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1000`));
+  const books = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1000`);
   const chance = (await get(`/v3/wallet-prediction/${market.market_id}/timeseries?metric=chance&limit=1000`)).data;
   t.ok(books.data.length > 30, `${books.data.length} snapshots recorded`);
-  t.equal(await page.$eval('#series', (el) => Number((el as HTMLElement).dataset.points)), chance.length, `the chart holds every chance sample (${chance.length}); view ${JSON.stringify(await page.evaluate(() => [(window as any).explorer.view, (window as any).explorer.interval, (window as any).explorer.snapshots.length]))}`);
+  t.equal(
+    await page.$eval('#series', (el) => Number((el as HTMLElement).dataset.points)),
+    chance.length,
+    `the chart holds every chance sample (${chance.length}); view ${JSON.stringify(await page.evaluate(() => [(window as any).explorer.view, (window as any).explorer.interval, (window as any).explorer.snapshots.length]))}`,
+  );
   const chart = await pixels('#series canvas', [255, 255, 255]);
   t.ok(chart.painted > 2000, `the chart has ${chart.painted} drawn pixels`);
   const drawn = await page.$$eval('#heatmaps canvas', (cs) => cs.map((c) => Number((c as HTMLCanvasElement).dataset.snapshots)));
@@ -102,43 +137,69 @@ t.test('lines and heatmaps are drawn from the recorded data, gaps shaded', async
   t.ok(heat.painted / heat.total > 0.05, `the heatmap is not empty: ${heat.painted} of ${heat.total} pixels`);
 
   const gaps = books.meta.gaps as { from: string; to: string; reason: string }[];
-  t.ok(gaps.some((g) => Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from), `the outage is a recorded gap: ${JSON.stringify(gaps)}`);
+  t.ok(
+    gaps.some((g) => Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from),
+    `the outage is a recorded gap: ${JSON.stringify(gaps)}`,
+  );
   const g = gaps[0];
   const mid = (Date.parse(g.from) + Date.parse(g.to)) / 2;
   const x = ((mid - MARKET_START) / (16 * 60_000)) * heat.width; // the view runs a minute past the end
   // The whole column inside the gap is shading: no bid or ask is drawn where nothing was recorded.
   for (const outcome of [0, 1]) {
-    const column = await page.$eval(`#heatmaps canvas[data-outcome="${outcome}"]`, (el, cx) => {
-      const canvas = el as HTMLCanvasElement;
-      const data = canvas.getContext('2d')!.getImageData(Math.round(cx), 0, 1, canvas.height).data;
-      const colors = new Set<string>();
-      for (let i = 0; i < data.length; i += 4) colors.add(`${data[i]},${data[i + 1]},${data[i + 2]}`);
-      return [...colors];
-    }, x);
+    const column = await page.$eval(
+      `#heatmaps canvas[data-outcome="${outcome}"]`,
+      (el, cx) => {
+        const canvas = el as HTMLCanvasElement;
+        const data = canvas.getContext('2d')!.getImageData(Math.round(cx), 0, 1, canvas.height).data;
+        const colors = new Set<string>();
+        for (let i = 0; i < data.length; i += 4) colors.add(`${data[i]},${data[i + 1]},${data[i + 2]}`);
+        return [...colors];
+      },
+      x,
+    );
     t.equal(column.length, 1, `outcome ${outcome}: one color down the gap's column (${column.join(' ')})`);
     const [r, g2, b2] = column[0].split(',').map(Number);
-    t.ok(Math.abs(r - g2) < 8 && Math.abs(g2 - b2) < 8 && r > 20 && r < 80, `outcome ${outcome}: and it is the gray of the shading, over no book`);
+    t.ok(
+      Math.abs(r - g2) < 8 && Math.abs(g2 - b2) < 8 && r > 20 && r < 80,
+      `outcome ${outcome}: and it is the gray of the shading, over no book`,
+    );
   }
-  t.same(await page.evaluate(() => (window as any).explorer.gaps.map((x: any) => [x.from, x.to]).sort()), gaps.map((x) => [Date.parse(x.from), Date.parse(x.to)]).sort(), 'the gaps shaded are the API\'s');
+  t.same(
+    await page.evaluate(() => (window as any).explorer.gaps.map((x: any) => [x.from, x.to]).sort()),
+    gaps.map((x) => [Date.parse(x.from), Date.parse(x.to)]).sort(),
+    "the gaps shaded are the API's",
+  );
 });
 
 t.test('scrubbing shows the book the API has at that time', async (t) => {
   for (const position of [150, 420, 777]) {
-    await page.$eval('#scrub', (el, v) => {
-      (el as HTMLInputElement).value = String(v);
-      el.dispatchEvent(new Event('input'));
-    }, position);
-    const at = Date.parse(await page.textContent('#scrub-time') ?? '');
+    await page.$eval(
+      '#scrub',
+      (el, v) => {
+        (el as HTMLInputElement).value = String(v);
+        el.dispatchEvent(new Event('input'));
+      },
+      position,
+    );
+    const at = Date.parse((await page.textContent('#scrub-time')) ?? '');
     await page.waitForFunction((ms) => (window as any).explorer.ladder?.at === ms, at);
-    const shown = await page.$$eval('#ladders table', (tables) => tables.map((tb) => ({
-      outcome: Number(tb.getAttribute('data-outcome')),
-      rows: [...tb.querySelectorAll('tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent)),
-    })));
+    const shown = await page.$$eval('#ladders table', (tables) =>
+      tables.map((tb) => ({
+        outcome: Number(tb.getAttribute('data-outcome')),
+        rows: [...tb.querySelectorAll('tbody tr')].map((tr) => [...tr.children].map((td) => td.textContent)),
+      })),
+    );
     const truth = (await get(`/v3/wallet-prediction/${market.market_id}/snapshots/at?timestamp=${at}`)).data;
-    t.equal(await page.$eval('#ladders', (el) => (el as HTMLElement).dataset.timestamp), truth.timestamp, `at ${new Date(at).toISOString()}: the recorded book of ${truth.timestamp}`);
+    t.equal(
+      await page.$eval('#ladders', (el) => (el as HTMLElement).dataset.timestamp),
+      truth.timestamp,
+      `at ${new Date(at).toISOString()}: the recorded book of ${truth.timestamp}`,
+    );
     const expected = truth.books.map((b: any) => ({
       outcome: b.outcome_index,
-      rows: Array.from({ length: Math.max(b.bid_prices.length, b.ask_prices.length) }, (_, k) => [b.bid_sizes[k], b.bid_prices[k], b.ask_prices[k], b.ask_sizes[k]].map((v) => (v === undefined ? '' : String(v)))),
+      rows: Array.from({ length: Math.max(b.bid_prices.length, b.ask_prices.length) }, (_, k) =>
+        [b.bid_sizes[k], b.bid_prices[k], b.ask_prices[k], b.ask_sizes[k]].map((v) => (v === undefined ? '' : String(v))),
+      ),
     }));
     t.same(shown, expected, 'every level, both sides, both outcomes');
   }
@@ -152,11 +213,19 @@ t.test('zooming refetches the range; the view exports as CSV', async (t) => {
   await page.mouse.down();
   await page.mouse.move(b.x + b.width * 0.5, b.y + b.height / 2, { steps: 5 });
   await page.mouse.up();
-  await page.waitForFunction(() => (window as any).explorer.view[1] - (window as any).explorer.view[0] < 200_000 && /snapshots/.test(document.getElementById('status')!.textContent ?? ''));
+  await page.waitForFunction(
+    () =>
+      (window as any).explorer.view[1] - (window as any).explorer.view[0] < 200_000 &&
+      /snapshots/.test(document.getElementById('status')!.textContent ?? ''),
+  );
   const [from, to] = await page.evaluate(() => (window as any).explorer.view as [number, number]);
   t.ok(from > MARKET_START && to < MARKET_START + 15 * 60_000, `zoomed to ${new Date(from).toISOString()} - ${new Date(to).toISOString()}`);
-  const inView = (await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1000&start_time=${from}&end_time=${to}`)).data.length;
-  await page.waitForFunction((n) => Number((document.querySelector('#heatmaps canvas') as HTMLCanvasElement).dataset.snapshots) === n, inView);
+  const inView = (await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1000&start_time=${from}&end_time=${to}`)).data
+    .length;
+  await page.waitForFunction(
+    (n) => Number((document.querySelector('#heatmaps canvas') as HTMLCanvasElement).dataset.snapshots) === n,
+    inView,
+  );
   t.pass(`the heatmap redrew the ${inView} snapshots of the view`);
 
   const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-csv')]);

@@ -35,8 +35,16 @@ async function startServer(): Promise<Server> {
   // four export slots: slow readers hold slots, never threads.
   const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/api.ts')], {
     env: {
-      ...process.env, DATA_DIR: dir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', CLOCK_START: String(END + HOUR), CLOCK_SPEED: '1',
-      RATE_PAID_PER_SECOND: '100000', UV_THREADPOOL_SIZE: '8', EXPORT_SLOTS: '4',
+      ...process.env,
+      DATA_DIR: dir,
+      PORT: '0',
+      LOG_FORMAT: 'json',
+      LOG_LEVEL: 'info',
+      CLOCK_START: String(END + HOUR),
+      CLOCK_SPEED: '1',
+      RATE_PAID_PER_SECOND: '100000',
+      UV_THREADPOOL_SIZE: '8',
+      EXPORT_SLOTS: '4',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -75,7 +83,11 @@ async function get(url: string, deadlineMs = 20_000): Promise<{ status: number; 
 type Reader = 'fast' | 'slow' | 'abandon-early' | 'abandon-late';
 
 /** An export read as `how` says; resolves with the status and the bytes read. */
-function exportRequest(url: string, how: Reader, requestId?: string): Promise<{ status: number; bytes: number; retryAfter: string | null }> {
+function exportRequest(
+  url: string,
+  how: Reader,
+  requestId?: string,
+): Promise<{ status: number; bytes: number; retryAfter: string | null }> {
   return new Promise((resolve, reject) => {
     const headers = { authorization: `Bearer ${key}`, ...(requestId ? { 'x-request-id': requestId } : {}) };
     const req = http.get(url, { headers }, (res) => {
@@ -126,7 +138,24 @@ t.teardown(() => {
 const done = IDS.map((market_id) => ({ market_id }));
 
 t.test('sixteen concurrent exports never block pages, latest books, or each other', async (t) => {
-  const how: Reader[] = ['slow', 'slow', 'slow', 'slow', 'abandon-early', 'abandon-early', 'abandon-late', 'abandon-late', 'fast', 'fast', 'fast', 'fast', 'fast', 'fast', 'slow', 'abandon-early'];
+  const how: Reader[] = [
+    'slow',
+    'slow',
+    'slow',
+    'slow',
+    'abandon-early',
+    'abandon-early',
+    'abandon-late',
+    'abandon-late',
+    'fast',
+    'fast',
+    'fast',
+    'fast',
+    'fast',
+    'fast',
+    'slow',
+    'abandon-early',
+  ];
   const exports = how.map((h, i) => {
     const m = done[i % done.length];
     const format = i % 2 ? 'csv' : 'parquet';
@@ -143,10 +172,16 @@ t.test('sixteen concurrent exports never block pages, latest books, or each othe
   t.equal(answered, 20, 'every page and latest book answered while the exports ran');
   const results = await Promise.all(exports);
   const statuses = results.map((r) => r.status);
-  t.ok(statuses.every((s) => s === 200 || s === 503), `every export was served or refused: ${statuses.join(',')}`);
+  t.ok(
+    statuses.every((s) => s === 200 || s === 503),
+    `every export was served or refused: ${statuses.join(',')}`,
+  );
   t.ok(statuses.includes(200), 'some exports ran');
   const refused = results.filter((r) => r.status === 503);
-  t.ok(refused.every((r) => r.retryAfter !== null), 'a refused export says when to retry');
+  t.ok(
+    refused.every((r) => r.retryAfter !== null),
+    'a refused export says when to retry',
+  );
 
   // Abandoned and slow exports are cleaned up: no temporary file remains, every slot is free.
   let left: string[] = [];
@@ -163,7 +198,11 @@ t.test('sixteen concurrent exports never block pages, latest books, or each othe
   // And the next export works.
   const again = await get(`${server.url}/v3/wallet-prediction/${done[0].market_id}/snapshots?format=csv`);
   t.equal(again.status, 200);
-  t.equal(again.text.trimEnd().split('\n').length, 1 + 2 * (END - START) / 1000, 'a whole CSV export after the storm: a header and every book');
+  t.equal(
+    again.text.trimEnd().split('\n').length,
+    1 + (2 * (END - START)) / 1000,
+    'a whole CSV export after the storm: a header and every book',
+  );
 });
 
 // Which of the storm's exports win the four slots is up to timing, so the two fates that
@@ -185,7 +224,9 @@ t.test('alone: a fast reader gets the whole export, an abandoned one is cut shor
 });
 
 t.test('export log lines come through pino with their row counts; nothing raw on stderr', async (t) => {
-  const exportLines = server.lines.filter((l) => l.msg === 'request finished' && String(l.route).endsWith('.snapshots') && l.status === 200 && l.partitions !== undefined);
+  const exportLines = server.lines.filter(
+    (l) => l.msg === 'request finished' && String(l.route).endsWith('.snapshots') && l.status === 200 && l.partitions !== undefined,
+  );
   const completed = exportLines.filter((l) => !l.aborted && (l.rows as number) > 0);
   t.ok(completed.length > 0, `${completed.length} completed exports logged with their rows`);
   t.equal(server.stderr.join('').trim(), '', 'nothing was written outside pino');
@@ -201,5 +242,9 @@ t.test('kill -9 in the middle of an export: the restart removes what it left', a
     restarted.child.kill('SIGKILL');
   });
   t.same(await fs.readdir(exportDir).catch(() => []), [], 'the export directory is empty after the restart');
-  t.equal((await get(`${restarted.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`)).status, 200, 'exports work after the restart');
+  t.equal(
+    (await get(`${restarted.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`)).status,
+    200,
+    'exports work after the restart',
+  );
 });

@@ -11,16 +11,33 @@ const START = Date.parse('2026-07-27T08:00:00Z');
 const OUTAGE = { from: START + 10 * MINUTE, to: START + 14 * MINUTE };
 const SLACK = 30_000;
 const dir = t.testdir();
-const config = testConfig(dir, { WALLET_TIMEOUT_MS: '300', POLYMARKET_TIMEOUT_MS: '300', WALLET_MAX_RETRIES: '1', POLYMARKET_MAX_RETRIES: '1' });
+const config = testConfig(dir, {
+  WALLET_TIMEOUT_MS: '300',
+  POLYMARKET_TIMEOUT_MS: '300',
+  WALLET_MAX_RETRIES: '1',
+  POLYMARKET_MAX_RETRIES: '1',
+});
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());
 
 const run = await fill(config, duck, quiet, {
-  hours: 0, speed: 120, start: START, until: START + 25 * MINUTE, pollMs: 2000,
+  hours: 0,
+  speed: 120,
+  start: START,
+  until: START + 25 * MINUTE,
+  pollMs: 2000,
   faults: {
-    errorRate: 0.03, rateLimitRate: 0.03, retryAfterSec: 0, timeoutRate: 0.005, stallRate: 0.005,
-    truncateRate: 0.02, malformedRate: 0.02,
-    outages: [{ path: '/books', ...OUTAGE }, { path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }],
+    errorRate: 0.03,
+    rateLimitRate: 0.03,
+    retryAfterSec: 0,
+    timeoutRate: 0.005,
+    stallRate: 0.005,
+    truncateRate: 0.02,
+    malformedRate: 0.02,
+    outages: [
+      { path: '/books', ...OUTAGE },
+      { path: `${WALLET_PREFIX}/order-book`, ...OUTAGE },
+    ],
   },
 });
 await sealAll(duck, dir);
@@ -51,7 +68,10 @@ t.test('the outage is a gap on every market open through it, with its span', asy
       AND (epoch_ms(g.to_ts) >= ${OUTAGE.to - SLACK} OR closed_by >= ${OUTAGE.to})`);
   const venues = new Set(rows.map((r) => r.venue));
   t.same([...venues].sort(), ['polymarket', 'wallet-prediction'], 'both venues');
-  t.ok(rows.some((r) => r.reason === 'http_5xx'), 'the reason says what failed');
+  t.ok(
+    rows.some((r) => r.reason === 'http_5xx'),
+    'the reason says what failed',
+  );
   const open = await duck.rows(`SELECT DISTINCT m.venue, m.market_id FROM ${lakeTable(dir, 'markets')} m
     WHERE epoch_ms(m.start_time) <= ${OUTAGE.from} AND epoch_ms(m.end_time) >= ${OUTAGE.to + SLACK}`);
   const gapped = new Set(rows.map((r) => r.market_id));

@@ -21,7 +21,11 @@ const dir = t.testdir();
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 await fill(config, duck, quiet, {
-  hours: 0, speed: 400, start: START, until: END, pollMs: 3000,
+  hours: 0,
+  speed: 400,
+  start: START,
+  until: END,
+  pollMs: 3000,
   faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }] },
 });
 await sealAll(duck, dir);
@@ -54,14 +58,16 @@ async function listAll(first: string, key = paid) {
 
 t.test('the listing pages through every sealed file with rows and sha256 from the manifest', async (t) => {
   const listed = await listAll('/v3/wallet-prediction/files?limit=7');
-  const onDisk = (await fs.readdir(path.join(dir, 'lake'), { recursive: true })).filter((f) => f.endsWith('.parquet') && f.includes('venue=wallet-prediction'));
+  const onDisk = (await fs.readdir(path.join(dir, 'lake'), { recursive: true })).filter(
+    (f) => f.endsWith('.parquet') && f.includes('venue=wallet-prediction'),
+  );
   t.equal(listed.length, onDisk.length, 'every wallet file, once');
   t.equal(new Set(listed.map((f) => f.url)).size, listed.length);
   const books = await listAll('/v3/provider-alias/files?dataset=books&coin=btc&window=15m&limit=3');
   t.ok(books.length > 0 && books.every((f) => f.dataset === 'books' && f.coin === 'btc' && f.window === '15m'));
   const ranged = await listAll(`/v3/wallet-prediction/files?start_time=${START + 3_600_000}&limit=50`);
   t.ok(ranged.every((f) => Date.parse(`${f.date}T${String(f.hour).padStart(2, '0')}:00:00Z`) + 3_600_000 > START + 3_600_000));
-  t.match((await get('/v3/wallet-prediction/files', free)), { status: 403 });
+  t.match(await get('/v3/wallet-prediction/files', free), { status: 403 });
   const coin = await listAll('/v3/sol/files?dataset=books&limit=100', free);
   t.ok(coin.length > 0 && coin.every((f) => f.coin === 'sol' && f.url.startsWith('/v3/sol/files/')));
 });
@@ -78,8 +84,22 @@ t.test('downloads match the listing and read back with an independent Parquet re
     const file = r.buf.buffer.slice(r.buf.byteOffset, r.buf.byteOffset + r.buf.byteLength);
     const meta = parquetMetadata(file);
     t.equal(Number(meta.num_rows), f.rows, 'rows as listed');
-    t.same(meta.schema.filter((s) => s.name !== 'duckdb_schema' && s.name !== 'list' && s.name !== 'element').map((s) => s.name),
-      ['ts', 'market_id', 'token_id', 'outcome_index', 'outcome', 'exchange_ts', 'recv_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes']);
+    t.same(
+      meta.schema.filter((s) => s.name !== 'duckdb_schema' && s.name !== 'list' && s.name !== 'element').map((s) => s.name),
+      [
+        'ts',
+        'market_id',
+        'token_id',
+        'outcome_index',
+        'outcome',
+        'exchange_ts',
+        'recv_ts',
+        'bid_prices',
+        'bid_sizes',
+        'ask_prices',
+        'ask_sizes',
+      ],
+    );
     const rows = await parquetReadObjects({ file, compressors, rowEnd: 3 });
     t.type(rows[0].market_id, 'string');
     t.ok(Array.isArray(rows[0].bid_prices), 'ladders are standard lists');
@@ -134,14 +154,19 @@ t.test('coverage: the published table, recorded spans from the lake, and every r
   const r = await get('/v3/wallet-prediction/coverage');
   t.equal(r.status, 200);
   t.ok(r.json.data.published.some((p: any) => p.dataset === 'markets' && p.starts === '2026-05-05'));
-  const span = await duck.rows(`SELECT coin, "window", epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi, count(*) AS n FROM ${lakeTable(dir, 'books')} WHERE venue = 'wallet-prediction' GROUP BY ALL`);
+  const span = await duck.rows(
+    `SELECT coin, "window", epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi, count(*) AS n FROM ${lakeTable(dir, 'books')} WHERE venue = 'wallet-prediction' GROUP BY ALL`,
+  );
   for (const s of span) {
     const rec = r.json.data.recorded.find((x: any) => x.dataset === 'books' && x.coin === s.coin && x.window === s.window);
     t.match(rec, { first: new Date(Number(s.lo)).toISOString(), last: new Date(Number(s.hi)).toISOString(), rows: Number(s.n) });
   }
   const gaps = await duck.rows(`SELECT count(*) AS n FROM ${lakeTable(dir, 'gaps')} WHERE venue = 'wallet-prediction'`);
   t.equal(r.json.data.gaps.length, Number(gaps[0].n));
-  t.ok(r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from), 'the outage is there');
+  t.ok(
+    r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from),
+    'the outage is there',
+  );
 });
 
 t.test('snapshots and timeseries overlapping a gap say so in meta.gaps', async (t) => {
@@ -162,12 +187,12 @@ function parseCsv(text: string): Record<string, string>[] {
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
     if (quoted) {
-      if (c === '"' && text[i + 1] === '"') (cell += '"'), i++;
+      if (c === '"' && text[i + 1] === '"') ((cell += '"'), i++);
       else if (c === '"') quoted = false;
       else cell += c;
     } else if (c === '"') quoted = true;
-    else if (c === ',') row.push(cell), (cell = '');
-    else if (c === '\n') row.push(cell), rows.push(row), (row = []), (cell = '');
+    else if (c === ',') (row.push(cell), (cell = ''));
+    else if (c === '\n') (row.push(cell), rows.push(row), (row = []), (cell = ''));
     else cell += c;
   }
   const [header, ...body] = rows;
@@ -175,15 +200,18 @@ function parseCsv(text: string): Record<string, string>[] {
 }
 
 t.test('CSV and Parquet exports equal the JSON pages of the same range, record for record', async (t) => {
-  const market = (await get('/v3/wallet-prediction/markets?window=15m&status=closed,resolved&limit=5')).json.data
-    .find((m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START);
+  const market = (await get('/v3/wallet-prediction/markets?window=15m&status=closed,resolved&limit=5')).json.data.find(
+    (m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START,
+  );
   const base = `/v3/wallet-prediction/${market.market_id}`;
   const pages: any[] = [];
   let url: string | null = `${base}/snapshots?limit=40&interval=15s`;
   while (url) {
     const r = await get(url);
     pages.push(...r.json.data);
-    url = r.json.pagination.has_more ? `${base}/snapshots?limit=40&interval=15s&cursor=${encodeURIComponent(r.json.pagination.next_cursor)}` : null;
+    url = r.json.pagination.has_more
+      ? `${base}/snapshots?limit=40&interval=15s&cursor=${encodeURIComponent(r.json.pagination.next_cursor)}`
+      : null;
   }
   const fromJson = pages.flatMap((s) => s.books.map((b: any) => [s.timestamp, b.outcome_index, b.bid_prices, b.ask_sizes]));
   t.ok(fromJson.length > 10);
@@ -192,7 +220,12 @@ t.test('CSV and Parquet exports equal the JSON pages of the same range, record f
   t.equal(csv.status, 200);
   t.match(csv.headers.get('content-type'), /text\/csv/);
   t.match(csv.headers.get('content-disposition'), new RegExp(`attachment; filename="${market.market_id}-snapshots-.*\\.csv"`));
-  const fromCsv = parseCsv(csv.buf.toString('utf8')).map((r) => [r.timestamp, Number(r.outcome_index), JSON.parse(r.bid_prices), JSON.parse(r.ask_sizes)]);
+  const fromCsv = parseCsv(csv.buf.toString('utf8')).map((r) => [
+    r.timestamp,
+    Number(r.outcome_index),
+    JSON.parse(r.bid_prices),
+    JSON.parse(r.ask_sizes),
+  ]);
   t.same(fromCsv, fromJson, 'CSV = JSON');
 
   const pq = await get(`${base}/snapshots?interval=15s&format=parquet`);
@@ -204,7 +237,10 @@ t.test('CSV and Parquet exports equal the JSON pages of the same range, record f
 
   const series = await get(`${base}/timeseries?metric=price&outcome=1&limit=1000`);
   const seriesCsv = parseCsv((await get(`${base}/timeseries?metric=price&outcome=1&format=csv`)).buf.toString('utf8'));
-  t.same(seriesCsv.map((r) => [r.timestamp, Number(r.value)]), series.json.data.map((s: any) => [s.timestamp, s.value]));
+  t.same(
+    seriesCsv.map((r) => [r.timestamp, Number(r.value)]),
+    series.json.data.map((s: any) => [s.timestamp, s.value]),
+  );
 
   t.match(await get(`${base}/snapshots?format=csv&limit=10`), { status: 400 });
   const long = await get(`${base}/snapshots?format=csv&start_time=2026-06-01&end_time=2026-07-15`);
@@ -262,9 +298,14 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
   tampered[200] ^= 0xff;
   await fs.writeFile(served, tampered);
   await fs.rm(path.join(dest, listed.url.replace('/v3/wallet-prediction/files/', '')));
-  const cli = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/download.ts'), '--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url], {
-    env: { ...process.env, PMH_API_KEY: paid }, stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const cli = spawn(
+    process.execPath,
+    ['--import', 'tsx', path.resolve('jobs/download.ts'), '--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url],
+    {
+      env: { ...process.env, PMH_API_KEY: paid },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   let out = '';
   cli.stdout.on('data', (d) => (out += d));
   cli.stderr.on('data', (d) => (out += d));
@@ -276,9 +317,18 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
 });
 
 t.test('an export whose lake file cannot be read is a 503, not a hung or empty download', async (t) => {
-  const market = (await get('/v3/wallet-prediction/markets?window=5m&status=closed,resolved&limit=5')).json.data
-    .find((m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START);
-  const files = await api.lake.files([{ dataset: 'books', venue: 'wallet-prediction', coin: market.coin, window: '5m', hour: Math.floor(Date.parse(market.start_time) / 3_600_000) * 3_600_000 }]);
+  const market = (await get('/v3/wallet-prediction/markets?window=5m&status=closed,resolved&limit=5')).json.data.find(
+    (m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START,
+  );
+  const files = await api.lake.files([
+    {
+      dataset: 'books',
+      venue: 'wallet-prediction',
+      coin: market.coin,
+      window: '5m',
+      hour: Math.floor(Date.parse(market.start_time) / 3_600_000) * 3_600_000,
+    },
+  ]);
   const victim = files.sealed[0];
   const saved = await fs.readFile(victim);
   await fs.writeFile(victim, 'not parquet');
@@ -297,7 +347,10 @@ t.test('a gap still in the spool (open hour) is reported before it is sealed', a
   const p = partitionOf('gaps', 'wallet-prediction', 'eth', '5m', END);
   const part = path.join(dir, 'spool', 'live-seg', partitionDir(p), '000001.ndjson');
   await fs.mkdir(path.dirname(part), { recursive: true });
-  await fs.writeFile(part, `${JSON.stringify({ market_id: 'm-open', dataset: 'books', from_ts: END + 1000, to_ts: END + 5000, reason: 'timeout', detail: null, failures: 3 })}\n`);
+  await fs.writeFile(
+    part,
+    `${JSON.stringify({ market_id: 'm-open', dataset: 'books', from_ts: END + 1000, to_ts: END + 5000, reason: 'timeout', detail: null, failures: 3 })}\n`,
+  );
   await api.lake.update();
   const r = await get('/v3/wallet-prediction/coverage');
   t.ok(r.json.data.gaps.some((g: any) => g.market_id === 'm-open' && g.reason === 'timeout'));
@@ -310,7 +363,7 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
   const { commitFiles, parquetSource, writeParquet } = await import('../src/lake/writer.js');
   const { compact } = await import('../src/lake/compact.js');
   const paths = lakePaths(dir);
-  const listed = async () => (await listAll('/v3/wallet-prediction/files?dataset=metrics&coin=btc&window=15m&limit=100'));
+  const listed = async () => await listAll('/v3/wallet-prediction/files?dataset=metrics&coin=btc&window=15m&limit=100');
   const before = await listed();
   const victim = before[0];
   const rel = victim.url.split('/files/')[1] as string;
@@ -327,7 +380,9 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
   // A damaged line (a torn write, a hand edit) is skipped, not fatal to following the log.
   await fs.appendFile(path.join(paths.manifest, '_commits.ndjson'), '{"partition": "books/venue=x\n{not json\n');
   // Another process writes a second file into an hour the API indexed at start.
-  const late = await writeParquet(duck, paths.lake, partition, 'part-late.parquet', parquetSource([path.join(paths.lake, rel)]), ['late-test']);
+  const late = await writeParquet(duck, paths.lake, partition, 'part-late.parquet', parquetSource([path.join(paths.lake, rel)]), [
+    'late-test',
+  ]);
   await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [late], []);
   const two = await until((files) => inPartition(files).length === 2);
   t.equal(inPartition(two).length, 2, 'the late file is listed');
@@ -345,17 +400,36 @@ t.test('a file committed beside the API (late seal, then compaction) is listed w
 t.test('a restart restores the index from its checkpoint plus the commits since: the same listing', async (t) => {
   const lines: any[] = [];
   const { default: pino } = await import('pino');
-  const again = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), { port: 0 });
+  const again = await startApi(
+    config,
+    duck,
+    createClock(END, 1),
+    pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }),
+    { port: 0 },
+  );
   t.teardown(() => again.stop());
-  t.match(lines.find((l) => l.msg === 'lake loaded'), { index: 'checkpoint' }, 'no manifest walk');
+  t.match(
+    lines.find((l) => l.msg === 'lake loaded'),
+    { index: 'checkpoint' },
+    'no manifest walk',
+  );
   await api.lake.update();
   t.same(again.lake.sealedFiles(), api.lake.sealedFiles(), 'the late file and the compaction since the checkpoint are in it');
   // A commit log that is not the one the checkpoint was taken against: walk instead.
   const log = path.join(dir, 'manifest', '_commits.ndjson');
   await fs.writeFile(log, '');
   const walked: any[] = [];
-  const third = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => walked.push(JSON.parse(l)) }), { port: 0 });
+  const third = await startApi(
+    config,
+    duck,
+    createClock(END, 1),
+    pino({ level: 'info' }, { write: (l: string) => walked.push(JSON.parse(l)) }),
+    { port: 0 },
+  );
   t.teardown(() => third.stop());
-  t.match(walked.find((l) => l.msg === 'lake loaded'), { index: 'walk' });
+  t.match(
+    walked.find((l) => l.msg === 'lake loaded'),
+    { index: 'walk' },
+  );
   t.same(third.lake.sealedFiles(), api.lake.sealedFiles());
 });

@@ -21,9 +21,15 @@ const duck = await Duck.open(2);
 await syntheticMarket(duck, dir, '99000001', START, HOUR);
 const lines: Record<string, any>[] = [];
 const log = pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) });
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_ANON_PER_SECOND: '5', API_MAX_INFLIGHT: '2', API_QUEUE: '2', API_QUEUE_WAIT_MS: '200',
+const config = testConfig(dir, {
+  RATE_PAID_PER_SECOND: '100000',
+  RATE_ANON_PER_SECOND: '5',
+  API_MAX_INFLIGHT: '2',
+  API_QUEUE: '2',
+  API_QUEUE_WAIT_MS: '200',
   // Every page through DuckDB (slow enough to fill the in-flight limit), not the book cache.
-  BOOK_CACHE_MB: '0' });
+  BOOK_CACHE_MB: '0',
+});
 const api = await startApi(config, duck, createClock(START + 2 * HOUR, 1), log, { port: 0 });
 const key = (await api.keys.issue('paid', 'hardening')).key;
 t.teardown(async () => {
@@ -54,17 +60,22 @@ t.test('1,000 unauthenticated requests: limited per address, a bounded number of
   const statuses = new Map<number, number>();
   let retryAfter = true;
   for (let batch = 0; batch < 20; batch++) {
-    await Promise.all(Array.from({ length: 50 }, async (_, i) => {
-      const headers: Record<string, string> = i % 2 ? { authorization: 'Bearer pmh_00000000000000000000000000000000' } : {};
-      const res = await fetch(`${api.url}/v3/wallet-prediction/markets`, { headers });
-      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-      if (res.status === 429 && !res.headers.get('retry-after')) retryAfter = false;
-      await res.arrayBuffer();
-    }));
+    await Promise.all(
+      Array.from({ length: 50 }, async (_, i) => {
+        const headers: Record<string, string> = i % 2 ? { authorization: 'Bearer pmh_00000000000000000000000000000000' } : {};
+        const res = await fetch(`${api.url}/v3/wallet-prediction/markets`, { headers });
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        if (res.status === 429 && !res.headers.get('retry-after')) retryAfter = false;
+        await res.arrayBuffer();
+      }),
+    );
   }
   // A burst of 5, then 5 a second for as long as the flood lasted.
   const allowed = 5 + Math.ceil((5 * (Date.now() - started)) / 1000);
-  t.ok((statuses.get(401) ?? 0) >= 1 && (statuses.get(401) ?? 0) <= allowed, `at most ${allowed} 401s before the address is limited: ${JSON.stringify(Object.fromEntries(statuses))}`);
+  t.ok(
+    (statuses.get(401) ?? 0) >= 1 && (statuses.get(401) ?? 0) <= allowed,
+    `at most ${allowed} 401s before the address is limited: ${JSON.stringify(Object.fromEntries(statuses))}`,
+  );
   t.equal((statuses.get(401) ?? 0) + (statuses.get(429) ?? 0), 1000, 'every other one is 429');
   t.ok(retryAfter, 'each 429 says when to retry');
   api.requestLog.summarise();
@@ -86,7 +97,9 @@ t.test('oversized requests get the envelope and a request id', async (t) => {
   t.match(huge.headers, /x-request-id: req_/);
   t.equal(huge.body.meta.request_id, /x-request-id: (\S+)/.exec(huge.headers)![1]);
 
-  const longest = await fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?cursor=${'a'.repeat(2048)}`, { headers: { authorization: `Bearer ${key}` } });
+  const longest = await fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?cursor=${'a'.repeat(2048)}`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
   t.equal(longest.status, 400, 'the longest cursor the schema allows is an INVALID_CURSOR, not a 431');
   t.equal((await longest.json()).error.code, 'INVALID_CURSOR');
 
@@ -101,13 +114,17 @@ t.test('oversized requests get the envelope and a request id', async (t) => {
 });
 
 t.test('beyond the in-flight limit, requests are shed at once with 503 and Retry-After', async (t) => {
-  const page = () => fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s`, { headers: { authorization: `Bearer ${key}` } });
+  const page = () =>
+    fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s`, { headers: { authorization: `Bearer ${key}` } });
   const replies = await Promise.all(Array.from({ length: 24 }, page));
   const codes = replies.map((r) => r.status);
   t.ok(codes.includes(200), 'admitted requests are served');
   const shed = replies.filter((r) => r.status === 503);
   t.ok(shed.length > 0, `${shed.length} of 24 shed (2 running, 2 queued)`);
-  t.ok(shed.every((r) => r.headers.get('retry-after') === '1'), 'with Retry-After');
+  t.ok(
+    shed.every((r) => r.headers.get('retry-after') === '1'),
+    'with Retry-After',
+  );
   t.equal((await shed[0].json()).error.code, 'UNAVAILABLE');
   for (const r of replies) await r.arrayBuffer().catch(() => undefined);
   const health = await (await fetch(`${api.url}/v3/health`)).json();
@@ -117,13 +134,20 @@ t.test('beyond the in-flight limit, requests are shed at once with 503 and Retry
 t.test('a client that leaves stops its request: logged as aborted, its slot freed', async (t) => {
   const before = lines.length;
   const controller = new AbortController();
-  const leaving = fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?format=csv`, { headers: { authorization: `Bearer ${key}` }, signal: controller.signal });
+  const leaving = fetch(`${api.url}/v3/wallet-prediction/99000001/snapshots?format=csv`, {
+    headers: { authorization: `Bearer ${key}` },
+    signal: controller.signal,
+  });
   setTimeout(() => controller.abort(), 5);
   await leaving.catch(() => undefined);
-  for (let i = 0; i < 50 && !lines.slice(before).some((l) => l.msg === 'request finished'); i++) await new Promise((r) => setTimeout(r, 50));
+  for (let i = 0; i < 50 && !lines.slice(before).some((l) => l.msg === 'request finished'); i++)
+    await new Promise((r) => setTimeout(r, 50));
   const line = lines.slice(before).find((l) => l.msg === 'request finished');
   t.equal(line?.aborted, true, 'the request line says the client left');
-  t.notOk(lines.slice(before).some((l) => l.level >= 50), 'a client leaving is not logged as an error');
+  t.notOk(
+    lines.slice(before).some((l) => l.level >= 50),
+    'a client leaving is not logged as an error',
+  );
   const health = await (await fetch(`${api.url}/v3/health`)).json();
   t.equal(health.data.api.in_flight, 0, 'nothing is left running');
 });
@@ -149,13 +173,20 @@ t.test('make run reuses its key, kept 0600, and replaces a revoked one', async (
 t.test('pages are compressed when the client asks (brotli or gzip), identical once decompressed', async (t) => {
   const { default: http } = await import('node:http');
   const { brotliDecompressSync, gunzipSync } = await import('node:zlib');
-  const get = (encoding: string | null) => new Promise<{ headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
-    http.get(`${api.url}/v3/wallet-prediction/99000001/snapshots?limit=50`, { headers: { authorization: `Bearer ${key}`, 'x-request-id': 'same', ...(encoding ? { 'accept-encoding': encoding } : {}) } }, (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (d: Buffer) => parts.push(d));
-      res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(parts) }));
-    }).on('error', reject);
-  });
+  const get = (encoding: string | null) =>
+    new Promise<{ headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+      http
+        .get(
+          `${api.url}/v3/wallet-prediction/99000001/snapshots?limit=50`,
+          { headers: { authorization: `Bearer ${key}`, 'x-request-id': 'same', ...(encoding ? { 'accept-encoding': encoding } : {}) } },
+          (res) => {
+            const parts: Buffer[] = [];
+            res.on('data', (d: Buffer) => parts.push(d));
+            res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(parts) }));
+          },
+        )
+        .on('error', reject);
+    });
   const data = (b: Buffer) => JSON.parse(b.toString()).data;
   const plain = await get(null);
   t.equal(plain.headers['content-encoding'], undefined);

@@ -24,7 +24,9 @@ await syntheticMarket(duck, dir, '99000001', START, 2 * HOUR);
 await syntheticMarket(duck, dir, '99000002', START, 2 * HOUR);
 
 async function partitions(): Promise<Partition[]> {
-  return (await listFiles(paths.manifest, '.json')).map((rel) => parsePartitionDir(rel.replace(/\.json$/, ''))).filter((p): p is Partition => p !== null);
+  return (await listFiles(paths.manifest, '.json'))
+    .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
+    .filter((p): p is Partition => p !== null);
 }
 
 /** Rewrites a sealed file as the writer did before 2026-11-23: times as naive TIMESTAMP_MS. */
@@ -34,7 +36,14 @@ async function makeNaive(p: Partition, name: string): Promise<void> {
   const columns = SCHEMAS[p.dataset].map((c) => (isTime(c) ? `"${c.name}"::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`)).join(', ');
   await duck.run(`COPY (SELECT ${columns} FROM read_parquet(${sqlPath(file)})) TO ${sqlPath(old)} (FORMAT parquet, COMPRESSION zstd)`);
   const entry = (await readManifest(paths.manifest, p)).files.find((f) => f.name === name)!;
-  await commitFiles(paths.lake, paths.manifest, path.join(dir, 'trash'), p, [{ ...entry, name: `old-${name}`, bytes: (await fs.stat(old)).size, sha256: await sha256File(old) }], [name]);
+  await commitFiles(
+    paths.lake,
+    paths.manifest,
+    path.join(dir, 'trash'),
+    p,
+    [{ ...entry, name: `old-${name}`, bytes: (await fs.stat(old)).size, sha256: await sha256File(old) }],
+    [name],
+  );
 }
 
 // Market 1's books and both markets' records become old files; market 2's books stay new, so
@@ -59,7 +68,12 @@ t.teardown(async () => {
 async function answers(): Promise<string[]> {
   const out: string[] = [];
   for (const id of ['99000001', '99000002']) {
-    for (const q of [`snapshots?limit=50&start_time=${START + 1800_000}`, 'snapshots?limit=20&order=desc&interval=1m', 'snapshots?format=csv', 'orderbook/latest']) {
+    for (const q of [
+      `snapshots?limit=50&start_time=${START + 1800_000}`,
+      'snapshots?limit=20&order=desc&interval=1m',
+      'snapshots?format=csv',
+      'orderbook/latest',
+    ]) {
       const res = await fetch(`${api.url}/v3/wallet-prediction/${id}/${q}`, { headers: { authorization: `Bearer ${key}` } });
       t.equal(res.status, 200, `${id}/${q}`);
       const text = await res.text();
@@ -88,7 +102,10 @@ t.test('old, mixed and migrated lakes answer alike', async (t) => {
       t.equal(await sha256File(file), f.sha256, `${f.name}: the manifest's sha256 is the file's`);
     }
   }
-  t.ok((await listFiles(path.join(dir, 'trash'), '.parquet')).some((f) => f.includes('old-part-synthetic')), 'the old files were moved aside, not deleted');
+  t.ok(
+    (await listFiles(path.join(dir, 'trash'), '.parquet')).some((f) => f.includes('old-part-synthetic')),
+    'the old files were moved aside, not deleted',
+  );
   await api.lake.update();
   t.same(await answers(), before, 'the same answers after the migration');
 
@@ -101,10 +118,17 @@ t.test('every lake has a gaps dataset, empty when no gap was recorded', async (t
   t.equal(gaps.n, 0, "read_parquet('gaps/**') answers: no gap recorded");
   t.equal(await ensureGapsDataset(duck, paths), false, 'written once');
   const types = await duck.rows(`DESCRIBE SELECT * FROM ${lakeTable(dir, 'gaps')}`);
-  t.match(Object.fromEntries(types.map((r) => [r.column_name, r.column_type])), { from_ts: 'TIMESTAMP WITH TIME ZONE', reason: 'VARCHAR', hour: 'INTEGER' });
+  t.match(Object.fromEntries(types.map((r) => [r.column_name, r.column_type])), {
+    from_ts: 'TIMESTAMP WITH TIME ZONE',
+    reason: 'VARCHAR',
+    hour: 'INTEGER',
+  });
 });
 
 t.test('times compare with UTC times, as pandas and Polars compare them', async (t) => {
-  const r = await one(duck, `SELECT typeof(ts) AS type, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} WHERE ts >= TIMESTAMPTZ '2026-07-26 13:00:00+00' GROUP BY ALL`);
+  const r = await one(
+    duck,
+    `SELECT typeof(ts) AS type, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} WHERE ts >= TIMESTAMPTZ '2026-07-26 13:00:00+00' GROUP BY ALL`,
+  );
   t.same(r, { type: 'TIMESTAMP WITH TIME ZONE', n: 2 * 3600 * 2 }, 'the second hour of both markets');
 });

@@ -4,41 +4,87 @@ import t from 'tap';
 import { Cursors } from '../src/api/cursor.js';
 import { ApiError } from '../src/api/errors.js';
 import { numbers } from '../src/api/shape.js';
-import { BOOK_COLUMNS, CAPTURE_LAG_MS, type PageQuery, exportSql, planPartitions, relation, snapshotBooksSql, snapshotTimesSql, timeseriesSql } from '../src/api/plan.js';
+import {
+  BOOK_COLUMNS,
+  CAPTURE_LAG_MS,
+  type PageQuery,
+  exportSql,
+  planPartitions,
+  relation,
+  snapshotBooksSql,
+  snapshotTimesSql,
+  timeseriesSql,
+} from '../src/api/plan.js';
 import { partitionDir } from '../src/lake/layout.js';
 
 const at = (iso: string) => Date.parse(iso);
-const market = { venue: 'wallet-prediction' as const, coin: 'btc', window: '15m' as const, start_time: at('2026-07-27T23:45:00Z'), end_time: at('2026-07-28T00:00:00Z') };
+const market = {
+  venue: 'wallet-prediction' as const,
+  coin: 'btc',
+  window: '15m' as const,
+  start_time: at('2026-07-27T23:45:00Z'),
+  end_time: at('2026-07-28T00:00:00Z'),
+};
 
 t.test('planPartitions: the hours of the market span, clipped to the range', async (t) => {
   const all = planPartitions('books', market, null, null);
-  t.same(all.partitions.map(partitionDir), [
-    'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-27/hour=23',
-    'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-28/hour=00',
-  ], 'a market ending on the hour reaches into the next one by the last poll\'s lag, across midnight');
+  t.same(
+    all.partitions.map(partitionDir),
+    [
+      'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-27/hour=23',
+      'books/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-28/hour=00',
+    ],
+    "a market ending on the hour reaches into the next one by the last poll's lag, across midnight",
+  );
   t.same([all.from, all.to], [market.start_time, market.end_time + CAPTURE_LAG_MS]);
 
   const inside = planPartitions('metrics', market, at('2026-07-27T23:50:00Z'), at('2026-07-27T23:55:00Z'));
-  t.same(inside.partitions.map((p) => [p.dataset, new Date(p.hour).toISOString()]), [['metrics', '2026-07-27T23:00:00.000Z']], 'a range inside one hour plans one partition');
+  t.same(
+    inside.partitions.map((p) => [p.dataset, new Date(p.hour).toISOString()]),
+    [['metrics', '2026-07-27T23:00:00.000Z']],
+    'a range inside one hour plans one partition',
+  );
   t.same([inside.from, inside.to], [at('2026-07-27T23:50:00Z'), at('2026-07-27T23:55:00Z')]);
 
-  t.same(planPartitions('books', market, at('2026-07-28T00:01:00Z'), null).partitions, [], 'a range after the market (and its lag) plans nothing');
+  t.same(
+    planPartitions('books', market, at('2026-07-28T00:01:00Z'), null).partitions,
+    [],
+    'a range after the market (and its lag) plans nothing',
+  );
   t.same(planPartitions('books', market, null, market.start_time).partitions, [], 'the end of a range is exclusive');
-  t.same(planPartitions('books', market, at('2020-01-01T00:00:00Z'), at('2030-01-01T00:00:00Z')).partitions.length, 2, 'a wide range never plans more than the market span');
+  t.same(
+    planPartitions('books', market, at('2020-01-01T00:00:00Z'), at('2030-01-01T00:00:00Z')).partitions.length,
+    2,
+    'a wide range never plans more than the market span',
+  );
   const fiveMinute = { ...market, window: '5m' as const, start_time: at('2026-07-28T10:20:00Z'), end_time: at('2026-07-28T10:25:00Z') };
   t.equal(planPartitions('books', fiveMinute, null, null).partitions.length, 1, 'a market inside an hour: one partition');
 });
 
 t.test('relation: exactly the computed files, quoted; none is null', async (t) => {
   t.equal(relation('books', { sealed: [], spool: [] }, BOOK_COLUMNS), null);
-  const sql = relation('books', { sealed: ["/lake/a'b/part.parquet", '/lake/c/part.parquet'], spool: ['/spool/s/000001.ndjson'] }, ['ts', 'market_id'])!;
-  t.match(sql, /^SELECT "ts", "market_id" FROM read_parquet\(\['\/lake\/a''b\/part\.parquet', '\/lake\/c\/part\.parquet'\]\) UNION ALL SELECT "ts", "market_id" FROM \(SELECT .* FROM read_json\(\['\/spool\/s\/000001\.ndjson'\]/s);
+  const sql = relation('books', { sealed: ["/lake/a'b/part.parquet", '/lake/c/part.parquet'], spool: ['/spool/s/000001.ndjson'] }, [
+    'ts',
+    'market_id',
+  ])!;
+  t.match(
+    sql,
+    /^SELECT "ts", "market_id" FROM read_parquet\(\['\/lake\/a''b\/part\.parquet', '\/lake\/c\/part\.parquet'\]\) UNION ALL SELECT "ts", "market_id" FROM \(SELECT .* FROM read_json\(\['\/spool\/s\/000001\.ndjson'\]/s,
+  );
   t.notMatch(sql, /\*\*|\*\.parquet/, 'never a glob');
 });
 
 const hostile = "x' OR 1=1; DROP TABLE books; --";
 const page = (over: Partial<PageQuery> = {}): PageQuery => ({
-  marketId: hostile, from: market.start_time, to: market.end_time, order: 'asc', after: null, limit: 101, intervalMs: null, outcomeIndex: null, ...over,
+  marketId: hostile,
+  from: market.start_time,
+  to: market.end_time,
+  order: 'asc',
+  after: null,
+  limit: 101,
+  intervalMs: null,
+  outcomeIndex: null,
+  ...over,
 });
 
 t.test('SQL builders bind every value; user text never reaches the statement', async (t) => {
@@ -58,8 +104,16 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
   t.match(cases.times.sql, /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)/, 'interval downsampling happens in SQL');
   t.match(cases.times.params, { after: 1, outcome_index: 1, interval: 60_000, limit: 101 });
   t.match(cases.series.sql, /ts < epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts DESC LIMIT \$rows/, 'a descending keyset');
-  t.match(cases.downsampled.sql, /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)\) WHERE true AND ts < epoch_ms\(\$after::BIGINT\)/, 'the keyset applies to buckets, after downsampling');
-  t.same([cases.books.params.lo, cases.books.params.hi, cases.books.params.times], [1, 3, '3,1,2'], 'the page\'s bounds and, with interval, its chosen times');
+  t.match(
+    cases.downsampled.sql,
+    /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)\) WHERE true AND ts < epoch_ms\(\$after::BIGINT\)/,
+    'the keyset applies to buckets, after downsampling',
+  );
+  t.same(
+    [cases.books.params.lo, cases.books.params.hi, cases.books.params.times],
+    [1, 3, '3,1,2'],
+    "the page's bounds and, with interval, its chosen times",
+  );
 });
 
 t.test('a page without interval is selected by its bounds alone', async (t) => {
@@ -78,7 +132,11 @@ t.test('cursors: a keyset bound to the scope and every filter', async (t) => {
   const cursors = new Cursors(Buffer.from('k'.repeat(32)));
   const filters = { start_time: '2026-07-27', order: 'asc', outcome: undefined };
   const c = cursors.issue('wp.snapshots:1', filters, [1_785_000_000_000]);
-  t.same(cursors.read(c, 'wp.snapshots:1', { order: 'asc', start_time: '2026-07-27' }), [1_785_000_000_000], 'filter order and undefined filters do not matter');
+  t.same(
+    cursors.read(c, 'wp.snapshots:1', { order: 'asc', start_time: '2026-07-27' }),
+    [1_785_000_000_000],
+    'filter order and undefined filters do not matter',
+  );
   const refused = (f: () => unknown, why: RegExp) => {
     try {
       f();
@@ -96,7 +154,31 @@ t.test('cursors: a keyset bound to the scope and every filter', async (t) => {
 });
 
 t.test('numbers: exactly what JSON.stringify writes', async (t) => {
-  const samples = [0, -0, 1, 0.5, 0.49, 0.01, 0.001, 0.0001, 0.00015, 1e-7, 5000, 4999.99, 1234567.89, 0.1 + 0.2, 1 / 3, 2 ** 53, 1e21, -0.5, -12.34, 123456789012.3456, 0.07, 0.99, 100.1];
+  const samples = [
+    0,
+    -0,
+    1,
+    0.5,
+    0.49,
+    0.01,
+    0.001,
+    0.0001,
+    0.00015,
+    1e-7,
+    5000,
+    4999.99,
+    1234567.89,
+    0.1 + 0.2,
+    1 / 3,
+    2 ** 53,
+    1e21,
+    -0.5,
+    -12.34,
+    123456789012.3456,
+    0.07,
+    0.99,
+    100.1,
+  ];
   for (let i = 0; i < 20_000; i++) samples.push(Math.round(Math.random() * 10 ** (2 + (i % 8))) / 10 ** (i % 6), Math.random() * 1000);
   const xs = Float64Array.from(samples);
   t.equal(numbers(xs), JSON.stringify(Array.from(xs)));
@@ -107,7 +189,11 @@ t.test('latest books: old ones leave memory unless read within the hour', async 
   const { LatestReads, KEEP_RECENT_MS, KEEP_READ_MS } = await import('../src/api/latest.js');
   const now = Date.parse('2026-07-28T12:00:00Z');
   const book = (ts: number) => ({ ts, books: [] });
-  const latest = new Map([['recent', book(now - 60_000)], ['old', book(now - KEEP_RECENT_MS - 1)], ['old-read', book(now - 2 * KEEP_RECENT_MS)]]);
+  const latest = new Map([
+    ['recent', book(now - 60_000)],
+    ['old', book(now - KEEP_RECENT_MS - 1)],
+    ['old-read', book(now - 2 * KEEP_RECENT_MS)],
+  ]);
   const reads = new LatestReads();
   reads.read('old-read', now - KEEP_READ_MS + 1000);
   t.equal(reads.prune(latest, now), 1);

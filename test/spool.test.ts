@@ -23,7 +23,10 @@ t.test('recovery reports each market’s newest spooled row', async (t) => {
   const dir = t.testdir();
   const file = path.join(dir, 'dead-seg/metrics/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-26/hour=13/000001.ndjson');
   await fs.mkdir(path.dirname(file), { recursive: true });
-  await fs.writeFile(file, ['{"ts":10,"market_id":"a"}', '{"ts":30,"market_id":"b"}', '{"ts":20,"market_id":"a"}', '{"ts":99,"mark'].join('\n'));
+  await fs.writeFile(
+    file,
+    ['{"ts":10,"market_id":"a"}', '{"ts":30,"market_id":"b"}', '{"ts":20,"market_id":"a"}', '{"ts":99,"mark'].join('\n'),
+  );
   const r = await recoverSpool(dir, 'live-seg');
   t.same(Object.fromEntries(r.lastTs), { 'metrics:a': 20, 'metrics:b': 30 });
 });

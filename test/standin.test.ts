@@ -17,8 +17,11 @@ const client = (over: Partial<{ timeoutMs: number; maxRetries: number }> = {}) =
 
 t.test('wallet calls must be signed with the operator key', async (t) => {
   const get = (secret: string, key: string, ts = Date.now()) =>
-    client().json({ url: () => `${url}${WALLET_PREFIX}/market/list?${signedQuery(secret, { limit: 5 }, ts)}`, headers: { 'X-MBX-APIKEY': key } });
-  const ok = await get('s', 'k') as { marketTopics: unknown[]; total: number };
+    client().json({
+      url: () => `${url}${WALLET_PREFIX}/market/list?${signedQuery(secret, { limit: 5 }, ts)}`,
+      headers: { 'X-MBX-APIKEY': key },
+    });
+  const ok = (await get('s', 'k')) as { marketTopics: unknown[]; total: number };
   t.equal(ok.marketTopics.length, 5);
   await t.rejects(get('wrong', 'k'), fails({ kind: 'http_4xx', body: { code: -1022 } }));
   await t.rejects(get('s', 'other'), fails({ kind: 'http_4xx', body: { code: -2015 } }));

@@ -40,11 +40,22 @@ const key = (await api.keys.issue('paid', 'storage test')).key;
 const lines: Record<string, unknown>[] = [];
 const capture: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
   env: {
-    ...process.env, DATA_DIR: dir, LOG_FORMAT: 'json', LOG_LEVEL: 'info',
-    CLOCK_START: String(START), CLOCK_SPEED: String(SPEED), CLOCK_ANCHOR: String(anchor),
-    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`, WALLET_RPS: '100000', WALLET_CONCURRENCY: '16',
-    POLYMARKET_GAMMA_URL: url, POLYMARKET_CLOB_URL: url, POLYMARKET_RPS: '100000',
-    POLL_MS: '1000', SPOOL_FLUSH_MS: '200', SPOOL_MAX_BUFFER_MB: '1',
+    ...process.env,
+    DATA_DIR: dir,
+    LOG_FORMAT: 'json',
+    LOG_LEVEL: 'info',
+    CLOCK_START: String(START),
+    CLOCK_SPEED: String(SPEED),
+    CLOCK_ANCHOR: String(anchor),
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+    WALLET_CONCURRENCY: '16',
+    POLYMARKET_GAMMA_URL: url,
+    POLYMARKET_CLOB_URL: url,
+    POLYMARKET_RPS: '100000',
+    POLL_MS: '1000',
+    SPOOL_FLUSH_MS: '200',
+    SPOOL_MAX_BUFFER_MB: '1',
   },
   stdio: ['ignore', 'pipe', 'inherit'],
 });
@@ -123,65 +134,92 @@ t.test('a capture that stops persisting (a frozen process) turns health 503 unti
   t.pass('ok again once capture flushes');
 });
 
-t.test('a full disk: capture survives, keeps what it has, records a storage gap, resumes', { skip: mounted ? false : 'mounting a tmpfs needs root' }, async (t) => {
-  // Fill the disk to the last byte.
-  const filler = path.join(dir, 'filler');
-  const handle = await fs.open(filler, 'w');
-  const chunk = Buffer.alloc(256 * 1024, 1);
-  for (;;) {
-    try {
-      await handle.write(chunk);
-    } catch (err) {
-      t.equal((err as NodeJS.ErrnoException).code, 'ENOSPC', 'the disk is full');
-      break;
+t.test(
+  'a full disk: capture survives, keeps what it has, records a storage gap, resumes',
+  { skip: mounted ? false : 'mounting a tmpfs needs root' },
+  async (t) => {
+    // Fill the disk to the last byte.
+    const filler = path.join(dir, 'filler');
+    const handle = await fs.open(filler, 'w');
+    const chunk = Buffer.alloc(256 * 1024, 1);
+    for (;;) {
+      try {
+        await handle.write(chunk);
+      } catch (err) {
+        t.equal((err as NodeJS.ErrnoException).code, 'ENOSPC', 'the disk is full');
+        break;
+      }
     }
-  }
-  await handle.close();
-  const acknowledged = await spooledBooks();
+    await handle.close();
+    const acknowledged = await spooledBooks();
 
-  await until('capture to report failing storage', () => lines.some((l) => l.msg === 'spool storage failing; rows stay buffered and are retried'));
-  await until('health to go 503', async () => (await health()).status === 503);
-  const failing = await health();
-  t.equal(failing.body.status, 'failing');
-  t.equal(failing.body.capture.state, 'failing', 'judged from a heartbeat that stopped');
+    await until('capture to report failing storage', () =>
+      lines.some((l) => l.msg === 'spool storage failing; rows stay buffered and are retried'),
+    );
+    await until('health to go 503', async () => (await health()).status === 503);
+    const failing = await health();
+    t.equal(failing.body.status, 'failing');
+    t.equal(failing.body.capture.state, 'failing', 'judged from a heartbeat that stopped');
 
-  // The API keeps serving what it can read; what needs disk says 503, not 500.
-  await until('the catalogue to list a market', () => api.lake.size > 0);
-  const m = api.lake.all(clock.now()).find((x) => x.venue === 'wallet-prediction' && x.start_time < clock.now())!;
-  const page = await fetch(`${api.url}/v3/wallet-prediction/${m.market_id}/snapshots?limit=5`, { headers: { authorization: `Bearer ${key}` } });
-  t.equal(page.status, 200, 'pages are still served');
-  // An export needs scratch space: with none it is 503 UNAVAILABLE, never a 500. (Capture cutting
-  // back its failed writes can free a few pages, enough for a small export to succeed.)
-  const exp = await fetch(`${api.url}/v3/wallet-prediction/${m.market_id}/snapshots?format=csv`, { headers: { authorization: `Bearer ${key}` } });
-  const expBody = await exp.text();
-  t.ok(exp.status === 200 || (exp.status === 503 && JSON.parse(expBody).error.code === 'UNAVAILABLE'), `an export on a full disk: ${exp.status}`);
+    // The API keeps serving what it can read; what needs disk says 503, not 500.
+    await until('the catalogue to list a market', () => api.lake.size > 0);
+    const m = api.lake.all(clock.now()).find((x) => x.venue === 'wallet-prediction' && x.start_time < clock.now())!;
+    const page = await fetch(`${api.url}/v3/wallet-prediction/${m.market_id}/snapshots?limit=5`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    t.equal(page.status, 200, 'pages are still served');
+    // An export needs scratch space: with none it is 503 UNAVAILABLE, never a 500. (Capture cutting
+    // back its failed writes can free a few pages, enough for a small export to succeed.)
+    const exp = await fetch(`${api.url}/v3/wallet-prediction/${m.market_id}/snapshots?format=csv`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    const expBody = await exp.text();
+    t.ok(
+      exp.status === 200 || (exp.status === 503 && JSON.parse(expBody).error.code === 'UNAVAILABLE'),
+      `an export on a full disk: ${exp.status}`,
+    );
 
-  // Long enough that the 1 MiB buffer overflows and rows must be dropped.
-  await sleep(3000);
-  t.equal(capture.exitCode, null, 'capture is still running');
-  await fs.rm(filler);
-  await until('capture to recover', () => lines.some((l) => l.msg === 'spool storage recovered; buffered rows saved'));
-  await until('health to be ok again', async () => (await health()).status === 200);
-  const recovered = lines.find((l) => l.msg === 'spool storage recovered; buffered rows saved')!;
-  t.ok((recovered.dropped_rows as number) > 0, `${recovered.dropped_rows} rows were dropped past the buffer bound`);
-  t.equal(lines.filter((l) => l.msg === 'spool storage failing; rows stay buffered and are retried').length, 1, 'the failure was logged once');
-  await sleep(2000);
+    // Long enough that the 1 MiB buffer overflows and rows must be dropped.
+    await sleep(3000);
+    t.equal(capture.exitCode, null, 'capture is still running');
+    await fs.rm(filler);
+    await until('capture to recover', () => lines.some((l) => l.msg === 'spool storage recovered; buffered rows saved'));
+    await until('health to be ok again', async () => (await health()).status === 200);
+    const recovered = lines.find((l) => l.msg === 'spool storage recovered; buffered rows saved')!;
+    t.ok((recovered.dropped_rows as number) > 0, `${recovered.dropped_rows} rows were dropped past the buffer bound`);
+    t.equal(
+      lines.filter((l) => l.msg === 'spool storage failing; rows stay buffered and are retried').length,
+      1,
+      'the failure was logged once',
+    );
+    await sleep(2000);
 
-  capture.kill('SIGTERM');
-  t.equal(await exited, 0, 'a clean stop after the outage');
-  await sealAll(duck, dir);
-  const inLake = await duck.rows(`SELECT market_id || '|' || token_id || '|' || epoch_ms(ts)::BIGINT AS k, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL`);
-  const counts = new Map(inLake.map((r) => [String(r.k), Number(r.n)]));
-  const lost = [...acknowledged].filter((k) => !counts.has(k));
-  t.same(lost, [], `all ${acknowledged.size} books acknowledged before the disk filled are in the lake`);
-  t.equal(inLake.filter((r) => Number(r.n) > 1).length, 0, 'and none twice');
-  const gaps = await duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::BIGINT AS lo, epoch_ms(to_ts)::BIGINT AS hi FROM ${lakeTable(dir, 'gaps')} WHERE reason = 'storage'`);
-  t.ok(gaps.some((g) => g.dataset === 'books'), `${gaps.length} storage gaps recorded`);
-  for (const g of gaps.filter((x) => x.dataset === 'books')) {
-    const [inside] = await duck.rows(`SELECT count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} WHERE market_id = $id AND ts > epoch_ms($lo::BIGINT) AND ts < epoch_ms($hi::BIGINT)`, { id: String(g.market_id), lo: Number(g.lo), hi: Number(g.hi) });
-    t.equal(Number(inside.n), 0, `nothing is recorded inside the storage gap of ${g.market_id}`);
-  }
-});
+    capture.kill('SIGTERM');
+    t.equal(await exited, 0, 'a clean stop after the outage');
+    await sealAll(duck, dir);
+    const inLake = await duck.rows(
+      `SELECT market_id || '|' || token_id || '|' || epoch_ms(ts)::BIGINT AS k, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL`,
+    );
+    const counts = new Map(inLake.map((r) => [String(r.k), Number(r.n)]));
+    const lost = [...acknowledged].filter((k) => !counts.has(k));
+    t.same(lost, [], `all ${acknowledged.size} books acknowledged before the disk filled are in the lake`);
+    t.equal(inLake.filter((r) => Number(r.n) > 1).length, 0, 'and none twice');
+    const gaps = await duck.rows(
+      `SELECT market_id, dataset, epoch_ms(from_ts)::BIGINT AS lo, epoch_ms(to_ts)::BIGINT AS hi FROM ${lakeTable(dir, 'gaps')} WHERE reason = 'storage'`,
+    );
+    t.ok(
+      gaps.some((g) => g.dataset === 'books'),
+      `${gaps.length} storage gaps recorded`,
+    );
+    for (const g of gaps.filter((x) => x.dataset === 'books')) {
+      const [inside] = await duck.rows(
+        `SELECT count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} WHERE market_id = $id AND ts > epoch_ms($lo::BIGINT) AND ts < epoch_ms($hi::BIGINT)`,
+        { id: String(g.market_id), lo: Number(g.lo), hi: Number(g.hi) },
+      );
+      t.equal(Number(inside.n), 0, `nothing is recorded inside the storage gap of ${g.market_id}`);
+    }
+  },
+);
 
 t.test('a capture that stopped cleanly is reported, not failed', async (t) => {
   if (capture.exitCode === null) {

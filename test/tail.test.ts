@@ -18,7 +18,13 @@ const duck = await Duck.open(2);
 // The hour is still open when the fill ends, so every book is in the spool, none sealed.
 const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 100, start: START, until: END, pollMs: 3000 });
 const lines: Record<string, unknown>[] = [];
-const api = await startApi(config, duck, createClock(END, 1), pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }), { port: 0 });
+const api = await startApi(
+  config,
+  duck,
+  createClock(END, 1),
+  pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }),
+  { port: 0 },
+);
 const { key } = await api.keys.issue('paid', 'tail');
 t.teardown(async () => {
   await api.stop();
@@ -35,7 +41,12 @@ async function latest(venue: string, id: string, requestId: string) {
 const wallet = [...run.capture.latest.entries()].filter(([k]) => k.startsWith('wallet-prediction:'));
 // Of the markets whose whole window passed during the fill, the one with the most captures
 // (a loaded machine polls less often at a given clock speed).
-const captures = async (id: string) => (await (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?limit=1000`, { headers: { authorization: `Bearer ${key}` } })).json()).data.length as number;
+const captures = async (id: string) =>
+  (
+    await (
+      await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?limit=1000`, { headers: { authorization: `Bearer ${key}` } })
+    ).json()
+  ).data.length as number;
 const whole: typeof wallet = [];
 let most = 0;
 for (const [k, mem] of wallet) {
@@ -53,9 +64,20 @@ t.test('every market capture saw: the same newest book, read from memory', async
     const r = await latest('wallet-prediction', id, `same-${id}`);
     t.equal(r.status, 200);
     t.equal(r.body.data.timestamp, new Date(mem.ts).toISOString(), `${id}: newest capture time`);
-    t.same(r.body.data.books.map((b: { bid_prices: number[]; ask_sizes: number[] }) => [b.bid_prices, b.ask_sizes]), mem.books.map((b) => [b.bid_prices, b.ask_sizes]), `${id}: the same ladders`);
-    t.same(r.body.data.books.map((b: { outcome_index: number }) => b.outcome_index), mem.books.map((b) => b.outcome_index));
-    t.match(lines.find((l) => l.req_id === `same-${id}`), { status: 200, partitions: 0 }, 'no partition was read');
+    t.same(
+      r.body.data.books.map((b: { bid_prices: number[]; ask_sizes: number[] }) => [b.bid_prices, b.ask_sizes]),
+      mem.books.map((b) => [b.bid_prices, b.ask_sizes]),
+      `${id}: the same ladders`,
+    );
+    t.same(
+      r.body.data.books.map((b: { outcome_index: number }) => b.outcome_index),
+      mem.books.map((b) => b.outcome_index),
+    );
+    t.match(
+      lines.find((l) => l.req_id === `same-${id}`),
+      { status: 200, partitions: 0 },
+      'no partition was read',
+    );
   }
 });
 
@@ -65,7 +87,10 @@ t.test('a row capture appends is served within a second; a sealed hour does not 
   const ts = mem.ts + 1000;
   const m = api.lake.market('wallet-prediction', id, END)!;
   const writer = new Spool(lakePaths(dir).spool);
-  writer.append(partitionOf('books', 'wallet-prediction', m.coin, m.window, ts), mem.books.map((b) => ({ ...b, ts, recv_ts: ts + 30, bid_sizes: b.bid_sizes.map(() => 7) })));
+  writer.append(
+    partitionOf('books', 'wallet-prediction', m.coin, m.window, ts),
+    mem.books.map((b) => ({ ...b, ts, recv_ts: ts + 30, bid_sizes: b.bid_sizes.map(() => 7) })),
+  );
   await writer.close();
   let body: { data: { timestamp: string; books: { bid_sizes: number[] }[] } } | null = null;
   for (let i = 0; i < 100; i++) {
@@ -74,7 +99,11 @@ t.test('a row capture appends is served within a second; a sealed hour does not 
     await new Promise((r) => setTimeout(r, 50));
   }
   t.equal(body!.data.timestamp, new Date(ts).toISOString(), 'the appended row is the latest book');
-  t.same(body!.data.books.map((b) => b.bid_sizes.every((size) => size === 7)), [true, true], 'both outcomes of the new poll');
+  t.same(
+    body!.data.books.map((b) => b.bid_sizes.every((size) => size === 7)),
+    [true, true],
+    'both outcomes of the new poll',
+  );
   await sealAll(duck, dir);
   await new Promise((r) => setTimeout(r, 700));
   const after = await latest('wallet-prediction', id, 'after-seal');
@@ -86,16 +115,29 @@ t.test('a page is whole capture times even when a time holds more rows than outc
   const [k, mem] = whole[0];
   const id = k.split(':')[1];
   const m = api.lake.market('wallet-prediction', id, END)!;
-  const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const get = async (q: string) =>
+    (await fetch(`${api.url}/v3/wallet-prediction/${id}/snapshots?${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
   const before = await get('limit=3');
   const times = before.data.map((s: { timestamp: string }) => Date.parse(s.timestamp));
   // The same books once more at the page's first two times (as an overlapping backfill would).
   const writer = new Spool(lakePaths(dir).spool);
-  for (const ts of times.slice(0, 2)) writer.append(partitionOf('books', 'wallet-prediction', m.coin, m.window, ts), mem.books.map((b) => ({ ...b, ts, recv_ts: ts })));
+  for (const ts of times.slice(0, 2))
+    writer.append(
+      partitionOf('books', 'wallet-prediction', m.coin, m.window, ts),
+      mem.books.map((b) => ({ ...b, ts, recv_ts: ts })),
+    );
   await writer.close();
   const after = await get('limit=3');
-  t.same(after.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)), times, 'still the same three times');
-  t.same(after.data.map((s: { books: unknown[] }) => s.books.length), [4, 4, 2], 'with every row of each');
+  t.same(
+    after.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)),
+    times,
+    'still the same three times',
+  );
+  t.same(
+    after.data.map((s: { books: unknown[] }) => s.books.length),
+    [4, 4, 2],
+    'with every row of each',
+  );
   t.equal(after.pagination.has_more, true);
   let cursor = after.pagination.next_cursor;
   const seen = [...times];
@@ -105,14 +147,21 @@ t.test('a page is whole capture times even when a time holds more rows than outc
     cursor = next.pagination.next_cursor;
   }
   t.equal(new Set(seen).size, seen.length, 'each time once across the walk');
-  t.same(seen, [...seen].sort((a, b) => a - b), 'in order');
+  t.same(
+    seen,
+    [...seen].sort((a, b) => a - b),
+    'in order',
+  );
 });
 
 t.test('a timeseries page never splits the samples of one time', async (t) => {
   const [k, mem] = whole[0];
   const id = k.split(':')[1];
   const m = api.lake.market('wallet-prediction', id, END)!;
-  const get = async (q: string) => (await fetch(`${api.url}/v3/wallet-prediction/${id}/timeseries?metric=chance&${q}`, { headers: { authorization: `Bearer ${key}` } })).json();
+  const get = async (q: string) =>
+    (
+      await fetch(`${api.url}/v3/wallet-prediction/${id}/timeseries?metric=chance&${q}`, { headers: { authorization: `Bearer ${key}` } })
+    ).json();
   const walk = async (limit: number) => {
     const seen: [string, number][] = [];
     let cursor: string | null = null;
@@ -128,13 +177,33 @@ t.test('a timeseries page never splits the samples of one time', async (t) => {
   const writer = new Spool(lakePaths(dir).spool);
   const b = mem.books[0];
   for (const ts of times) {
-    writer.append(partitionOf('metrics', 'wallet-prediction', m.coin, m.window, ts), [{ ts, market_id: id, token_id: b.token_id, outcome_index: 0, outcome: b.outcome, chance: 0.123, price: null, last_trade: null, recv_ts: ts }]);
+    writer.append(partitionOf('metrics', 'wallet-prediction', m.coin, m.window, ts), [
+      {
+        ts,
+        market_id: id,
+        token_id: b.token_id,
+        outcome_index: 0,
+        outcome: b.outcome,
+        chance: 0.123,
+        price: null,
+        last_trade: null,
+        recv_ts: ts,
+      },
+    ]);
   }
   await writer.close();
   const first = await get('limit=2');
-  t.same(first.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)), [times[0], times[0], times[1], times[1]], 'two times, each with both of its samples');
+  t.same(
+    first.data.map((s: { timestamp: string }) => Date.parse(s.timestamp)),
+    [times[0], times[0], times[1], times[1]],
+    'two times, each with both of its samples',
+  );
   t.equal(first.pagination.has_more, true);
   const after = await walk(2);
   t.equal(after.length, before.length + 2, 'every sample once across the walk');
-  t.same([...new Set(after.map(([ts]) => ts))], before.map(([ts]) => ts), 'every time once, in order');
+  t.same(
+    [...new Set(after.map(([ts]) => ts))],
+    before.map(([ts]) => ts),
+    'every time once, in order',
+  );
 });

@@ -15,15 +15,27 @@ t.test('wallet signing matches the public HMAC-SHA256 example', async (t) => {
   const secret = 'NhqPtmdSJYdKjVHjA7PZj4Mge3R5YNiP1e3UZjInClVN65XAbvqqM6A7H5fATj0j';
   const query = 'symbol=LTCBTC&side=BUY&type=LIMIT&timeInForce=GTC&quantity=1&price=0.1&recvWindow=5000&timestamp=1499827319559';
   t.equal(signQuery(secret, query), 'c8db56825ae71d6d79447849e617115f4a920fa2acdcab2b053c4b2838bd6b71');
-  const signed = signedQuery(secret, { symbol: 'LTCBTC', side: 'BUY', type: 'LIMIT', timeInForce: 'GTC', quantity: 1, price: 0.1 }, 1499827319559);
+  const signed = signedQuery(
+    secret,
+    { symbol: 'LTCBTC', side: 'BUY', type: 'LIMIT', timeInForce: 'GTC', quantity: 1, price: 0.1 },
+    1499827319559,
+  );
   t.equal(signed, `${query}&signature=c8db56825ae71d6d79447849e617115f4a920fa2acdcab2b053c4b2838bd6b71`);
 });
 
 t.test('ladders come out best first whatever the upstream order', async (t) => {
   // Polymarket: bids ascending, asks descending, best levels last.
   const poly = ladders(
-    [{ price: '0.48', size: '10' }, { price: '0.49', size: '20.5' }, { price: '0.50', size: '30' }],
-    [{ price: '0.53', size: '1' }, { price: '0.52', size: '2' }, { price: '0.51', size: '3' }],
+    [
+      { price: '0.48', size: '10' },
+      { price: '0.49', size: '20.5' },
+      { price: '0.50', size: '30' },
+    ],
+    [
+      { price: '0.53', size: '1' },
+      { price: '0.52', size: '2' },
+      { price: '0.51', size: '3' },
+    ],
     'test',
   );
   t.same(poly, { bid_prices: [0.5, 0.49, 0.48], bid_sizes: [30, 20.5, 10], ask_prices: [0.51, 0.52, 0.53], ask_sizes: [3, 2, 1] });
@@ -46,50 +58,111 @@ t.test('decimal strings parse without drift and reject garbage', async (t) => {
 t.test('wallet topic normalizes with every identifier and label kept', async (t) => {
   const wallet = new WalletAdapter(config, clock);
   const topic = {
-    marketTopicId: 4229564, vendor: 'PREDICT_FUN', chainId: '56', slug: 'btc-updown-15m-1785072600',
-    title: 'BTC Up or Down 15m', symbol: 'BTCUSDT', participantCount: 3420, collateral: 'USDT', feeRateBps: 200,
-    tradeVolume: '158234.56', liquidity: '45000.00', publishedAt: 1785067200000, startDate: 1785072600000,
-    endDate: 1785073500000, status: 'RESOLVED',
-    markets: [{
-      marketId: 5567895, conditionId: '0xabc123', status: 'RESOLVED', decimalPrecision: 2,
-      outcomes: [
-        { name: 'Down', price: '0', chance: '0', index: 1, tokenId: '445566' },
-        { name: 'Up', price: '1', chance: '1', index: 0, tokenId: '112233' },
-      ],
-    }],
+    marketTopicId: 4229564,
+    vendor: 'PREDICT_FUN',
+    chainId: '56',
+    slug: 'btc-updown-15m-1785072600',
+    title: 'BTC Up or Down 15m',
+    symbol: 'BTCUSDT',
+    participantCount: 3420,
+    collateral: 'USDT',
+    feeRateBps: 200,
+    tradeVolume: '158234.56',
+    liquidity: '45000.00',
+    publishedAt: 1785067200000,
+    startDate: 1785072600000,
+    endDate: 1785073500000,
+    status: 'RESOLVED',
+    markets: [
+      {
+        marketId: 5567895,
+        conditionId: '0xabc123',
+        status: 'RESOLVED',
+        decimalPrecision: 2,
+        outcomes: [
+          { name: 'Down', price: '0', chance: '0', index: 1, tokenId: '445566' },
+          { name: 'Up', price: '1', chance: '1', index: 0, tokenId: '112233' },
+        ],
+      },
+    ],
     variantData: { startPrice: '67890.12', endPrice: '67912.40' },
   };
   const m = wallet.normalize(topic, 1785074000000)!;
   t.match(m, {
-    market_id: '5567895', topic_id: '4229564', venue: 'wallet-prediction', coin: 'btc', window: '15m',
-    status: 'resolved', resolution: 'resolved', winning_outcome_index: 0, condition_id: '0xabc123',
-    volume: 158234.56, liquidity: 45000, participant_count: 3420, chain_id: 56, chain_name: 'bnb',
-    collateral: 'USDT', fee_rate_bps: 200, tick_size: 0.01, reference_price_start: 67890.12, reference_price_end: 67912.4,
+    market_id: '5567895',
+    topic_id: '4229564',
+    venue: 'wallet-prediction',
+    coin: 'btc',
+    window: '15m',
+    status: 'resolved',
+    resolution: 'resolved',
+    winning_outcome_index: 0,
+    condition_id: '0xabc123',
+    volume: 158234.56,
+    liquidity: 45000,
+    participant_count: 3420,
+    chain_id: 56,
+    chain_name: 'bnb',
+    collateral: 'USDT',
+    fee_rate_bps: 200,
+    tick_size: 0.01,
+    reference_price_start: 67890.12,
+    reference_price_end: 67912.4,
   });
-  t.same(m.outcomes, [{ index: 0, label: 'Up', token_id: '112233' }, { index: 1, label: 'Down', token_id: '445566' }]);
+  t.same(m.outcomes, [
+    { index: 0, label: 'Up', token_id: '112233' },
+    { index: 1, label: 'Down', token_id: '445566' },
+  ]);
   const open = wallet.normalize({ ...topic, status: 'OPEN', markets: [{ ...topic.markets[0], status: 'OPEN' }] }, 1785073000000)!;
   t.equal(open.status, 'open');
   t.equal(open.winning_outcome_index, null);
-  t.equal(wallet.normalize({ ...topic, status: 'REGISTERED', markets: [{ ...topic.markets[0], status: 'REGISTERED' }] }, 1785070000000)!.status, 'upcoming');
+  t.equal(
+    wallet.normalize({ ...topic, status: 'REGISTERED', markets: [{ ...topic.markets[0], status: 'REGISTERED' }] }, 1785070000000)!.status,
+    'upcoming',
+  );
   t.equal(wallet.normalize({ ...topic, endDate: topic.startDate + 3_600_000 }, 0), null, 'hourly markets are not ours');
 });
 
 t.test('gamma market normalizes JSON-in-JSON fields and resolution', async (t) => {
   const poly = new PolymarketAdapter(config, clock);
   const g = {
-    id: '1066851', question: 'Bitcoin Up or Down - December 31, 12:00PM-12:15PM ET', conditionId: '0x2e6a',
-    slug: 'btc-updown-15m-1767200400', questionID: '0xf69e', startDate: '2025-12-30T17:10:15.861305Z',
-    eventStartTime: '2025-12-31T17:00:00Z', endDate: '2025-12-31T17:15:00Z', outcomes: '["Up", "Down"]',
-    outcomePrices: '["0.585", "0.415"]', clobTokenIds: '["8851", "1018"]', active: true, closed: false,
-    negRisk: false, orderPriceMinTickSize: 0.01, volume: '92509.470055', liquidity: '20579.7452',
+    id: '1066851',
+    question: 'Bitcoin Up or Down - December 31, 12:00PM-12:15PM ET',
+    conditionId: '0x2e6a',
+    slug: 'btc-updown-15m-1767200400',
+    questionID: '0xf69e',
+    startDate: '2025-12-30T17:10:15.861305Z',
+    eventStartTime: '2025-12-31T17:00:00Z',
+    endDate: '2025-12-31T17:15:00Z',
+    outcomes: '["Up", "Down"]',
+    outcomePrices: '["0.585", "0.415"]',
+    clobTokenIds: '["8851", "1018"]',
+    active: true,
+    closed: false,
+    negRisk: false,
+    orderPriceMinTickSize: 0.01,
+    volume: '92509.470055',
+    liquidity: '20579.7452',
   };
   const open = poly.normalize(g, '9001', Date.parse('2025-12-31T17:05:00Z'));
   t.match(open, {
-    market_id: '1066851', topic_id: '9001', coin: 'btc', window: '15m', status: 'open', resolution: 'pending',
-    start_time: Date.parse('2025-12-31T17:00:00Z'), end_time: Date.parse('2025-12-31T17:15:00Z'),
-    created_time: Date.parse('2025-12-30T17:10:15.861Z'), volume: 92509.470055, tick_size: 0.01, chain_id: 137,
+    market_id: '1066851',
+    topic_id: '9001',
+    coin: 'btc',
+    window: '15m',
+    status: 'open',
+    resolution: 'pending',
+    start_time: Date.parse('2025-12-31T17:00:00Z'),
+    end_time: Date.parse('2025-12-31T17:15:00Z'),
+    created_time: Date.parse('2025-12-30T17:10:15.861Z'),
+    volume: 92509.470055,
+    tick_size: 0.01,
+    chain_id: 137,
   });
-  t.same(open.outcomes, [{ index: 0, label: 'Up', token_id: '8851' }, { index: 1, label: 'Down', token_id: '1018' }]);
+  t.same(open.outcomes, [
+    { index: 0, label: 'Up', token_id: '8851' },
+    { index: 1, label: 'Down', token_id: '1018' },
+  ]);
   const resolved = poly.normalize({ ...g, closed: true, outcomePrices: '["0", "1"]' }, null, Date.parse('2026-01-01T00:00:00Z'));
   t.match(resolved, { status: 'resolved', resolution: 'resolved', winning_outcome_index: 1 });
   const closed = poly.normalize({ ...g, closed: true }, null, Date.parse('2025-12-31T17:16:00Z'));

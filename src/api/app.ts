@@ -36,7 +36,8 @@ const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
 const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 /** What a browser script may read of a response: ids, rate limits, retry hints, file validators. */
-const EXPOSED = 'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag, Content-Disposition, Content-Range';
+const EXPOSED =
+  'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag, Content-Disposition, Content-Range';
 
 /** Unique per process start (random), then a counter: ids cost nothing per request and never repeat. */
 const ID_PREFIX = `req_${Date.now().toString(36)}${randomBytes(4).toString('hex')}`;
@@ -52,8 +53,13 @@ const COUNTED = new Set([401, 404, 405, 413, 429, 431]);
 /** A client that hung up mid-response: not a server fault. */
 function clientLeft(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  return code === 'ERR_STREAM_PREMATURE_CLOSE' || code === 'ECONNRESET' || code === 'EPIPE' || code === 'ABORT_ERR'
-    || (err as Error | undefined)?.name === 'AbortError';
+  return (
+    code === 'ERR_STREAM_PREMATURE_CLOSE' ||
+    code === 'ECONNRESET' ||
+    code === 'EPIPE' ||
+    code === 'ABORT_ERR' ||
+    (err as Error | undefined)?.name === 'AbortError'
+  );
 }
 
 export interface App {
@@ -99,8 +105,13 @@ export function createApp(options: AppOptions): App {
         return;
       }
       requestLog.finished({
-        req_id: ctx.state.requestId, method: ctx.method, route: ctx.state.routeId ?? null, status: ctx.status,
-        ms: Math.round((performance.now() - started) * 100) / 100, ...ctx.state.stats, key_id: ctx.state.keyId ?? null,
+        req_id: ctx.state.requestId,
+        method: ctx.method,
+        route: ctx.state.routeId ?? null,
+        status: ctx.status,
+        ms: Math.round((performance.now() - started) * 100) / 100,
+        ...ctx.state.stats,
+        key_id: ctx.state.keyId ?? null,
         ...(aborted ? { aborted } : {}),
       });
     });
@@ -119,7 +130,14 @@ export function createApp(options: AppOptions): App {
     ctx.vary('Accept-Encoding');
     // Brotli whenever the client takes it (clients list gzip first out of habit, not preference).
     const takes = (e: string) => ctx.acceptsEncodings(e, 'identity') === e;
-    const encoding = raw.length < COMPRESS_MIN_BYTES || !ctx.get('accept-encoding') ? 'identity' : takes('br') ? 'br' : takes('gzip') ? 'gzip' : 'identity';
+    const encoding =
+      raw.length < COMPRESS_MIN_BYTES || !ctx.get('accept-encoding')
+        ? 'identity'
+        : takes('br')
+          ? 'br'
+          : takes('gzip')
+            ? 'gzip'
+            : 'identity';
     if (encoding === 'br') ctx.body = brotliCompressSync(raw, BROTLI);
     else if (encoding === 'gzip') ctx.body = gzipSync(raw, GZIP);
     else {
@@ -166,8 +184,10 @@ export function createApp(options: AppOptions): App {
       limitAnonymous(ctx);
       if (allowed) {
         ctx.set({
-          'Access-Control-Allow-Origin': origin, 'Access-Control-Allow-Methods': 'GET, HEAD',
-          'Access-Control-Allow-Headers': 'Authorization, If-None-Match, Range, X-Request-Id, Accept', 'Access-Control-Max-Age': '600',
+          'Access-Control-Allow-Origin': origin,
+          'Access-Control-Allow-Methods': 'GET, HEAD',
+          'Access-Control-Allow-Headers': 'Authorization, If-None-Match, Range, X-Request-Id, Accept',
+          'Access-Control-Max-Age': '600',
         });
       }
       ctx.status = 204;
@@ -183,7 +203,9 @@ export function createApp(options: AppOptions): App {
     }
     // Nothing here reads a body, and one could be any size: refused before anything else.
     if ((ctx.request.length ?? 0) > 0 || ctx.get('transfer-encoding')) {
-      fail('PAYLOAD_TOO_LARGE', 'GET and HEAD requests carry no body here; send parameters in the query string', [], { Connection: 'close' });
+      fail('PAYLOAD_TOO_LARGE', 'GET and HEAD requests carry no body here; send parameters in the query string', [], {
+        Connection: 'close',
+      });
     }
     await next();
   });
@@ -216,7 +238,10 @@ export function createApp(options: AppOptions): App {
         ctx.body = result.data;
         return;
       }
-      const rest = { ...(result.pagination ? { pagination: result.pagination } : {}), meta: { ...meta(ctx), ...stripUndefined(result.meta) } };
+      const rest = {
+        ...(result.pagination ? { pagination: result.pagination } : {}),
+        meta: { ...meta(ctx), ...stripUndefined(result.meta) },
+      };
       if (result.data instanceof RawJson) {
         const { text } = result.data;
         const tail = `,${JSON.stringify(rest).slice(1)}`;
@@ -233,7 +258,9 @@ export function createApp(options: AppOptions): App {
   function limitAnonymous(ctx: Koa.Context): void {
     const decision = addresses.take(ctx.ip, options.anonRate);
     if (!decision.allowed) {
-      fail('RATE_LIMITED', `Too many requests without a valid API key from this address; retry after ${decision.reset} s`, [], { 'Retry-After': String(Math.max(1, decision.reset)) });
+      fail('RATE_LIMITED', `Too many requests without a valid API key from this address; retry after ${decision.reset} s`, [], {
+        'Retry-After': String(Math.max(1, decision.reset)),
+      });
     }
   }
 
@@ -252,11 +279,21 @@ export function createApp(options: AppOptions): App {
     }
     ctx.state.keyId = key.key_id;
     const decision = limiter.take(key.key_id, options.rate(key.plan));
-    ctx.set({ 'X-RateLimit-Limit': String(decision.limit), 'X-RateLimit-Remaining': String(decision.remaining), 'X-RateLimit-Reset': String(decision.reset) });
+    ctx.set({
+      'X-RateLimit-Limit': String(decision.limit),
+      'X-RateLimit-Remaining': String(decision.remaining),
+      'X-RateLimit-Reset': String(decision.reset),
+    });
     if (!decision.allowed) {
-      fail('RATE_LIMITED', `Over the ${key.plan} plan's rate of ${decision.limit} requests per second; retry after ${decision.reset} s`, [], { 'Retry-After': String(Math.max(1, decision.reset)) });
+      fail(
+        'RATE_LIMITED',
+        `Over the ${key.plan} plan's rate of ${decision.limit} requests per second; retry after ${decision.reset} s`,
+        [],
+        { 'Retry-After': String(Math.max(1, decision.reset)) },
+      );
     }
-    if (route.access === 'paid' && key.plan !== 'paid') fail('PLAN_REQUIRED', 'This route is available on paid plans; this key is on the free plan');
+    if (route.access === 'paid' && key.plan !== 'paid')
+      fail('PLAN_REQUIRED', 'This route is available on paid plans; this key is on the free plan');
     return key;
   }
 
@@ -264,21 +301,25 @@ export function createApp(options: AppOptions): App {
     const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
     const status = tooLarge ? 431 : 400;
     requestLog.counted(status, (socket as unknown as { remoteAddress?: string }).remoteAddress ?? 'unknown', '(unparsed)');
-    if (!socket.writable || (err.code === 'ECONNRESET')) {
+    if (!socket.writable || err.code === 'ECONNRESET') {
       socket.destroy();
       return;
     }
     const requestId = newRequestId();
     const body = JSON.stringify({
       error: tooLarge
-        ? { code: 'HEADERS_TOO_LARGE', message: 'The request line and headers exceed 16 KiB; a cursor or parameter is far longer than any this service issues', details: [] }
+        ? {
+            code: 'HEADERS_TOO_LARGE',
+            message: 'The request line and headers exceed 16 KiB; a cursor or parameter is far longer than any this service issues',
+            details: [],
+          }
         : { code: 'INVALID_PARAMETER', message: 'The request is not valid HTTP/1.1', details: [] },
       meta: { request_id: requestId, timestamp: new Date().toISOString() },
     });
     socket.end(
       `HTTP/1.1 ${status} ${tooLarge ? 'Request Header Fields Too Large' : 'Bad Request'}\r\n` +
-      `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-      `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+        `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+        `X-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
     );
   }
 
@@ -294,13 +335,22 @@ function toApiError(err: unknown): ApiError {
   if (err instanceof URIError) return new ApiError(400, 'INVALID_PARAMETER', 'A path segment is not valid percent-encoding');
   const e = err as { status?: number; message?: string; expose?: boolean };
   if (typeof e.status === 'number' && e.status >= 400 && e.status < 500) {
-    return new ApiError(e.status === 404 ? 404 : 400, e.status === 404 ? 'NOT_FOUND' : 'INVALID_PARAMETER', e.expose && e.message ? e.message : 'Bad request');
+    return new ApiError(
+      e.status === 404 ? 404 : 400,
+      e.status === 404 ? 'NOT_FOUND' : 'INVALID_PARAMETER',
+      e.expose && e.message ? e.message : 'Bad request',
+    );
   }
   // A lake file missing, unreadable or corrupt, or the disk failing under an export: the lake,
   // not the request, is at fault.
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'ENOSPC' || code === 'EIO' || code === 'EMFILE' || code === 'ENFILE'
-    || /^IO Error|No files found|Cannot open file|Parquet file|magic bytes|No space left/i.test(e.message ?? '')) {
+  if (
+    code === 'ENOSPC' ||
+    code === 'EIO' ||
+    code === 'EMFILE' ||
+    code === 'ENFILE' ||
+    /^IO Error|No files found|Cannot open file|Parquet file|magic bytes|No space left/i.test(e.message ?? '')
+  ) {
     return new ApiError(503, 'UNAVAILABLE', 'The lake cannot be read right now; retry shortly');
   }
   return new ApiError(500, 'INTERNAL_ERROR', 'Internal error; the request id identifies it in our logs');
@@ -330,7 +380,12 @@ async function sendFile(ctx: Koa.Context, body: FileBody): Promise<void> {
     let end = single[1] === '' || single[2] === '' ? size - 1 : Math.min(Number(single[2]), size - 1);
     if (single[1] === '' && Number(single[2]) > size) start = 0;
     if (start >= size || start < 0 || end < start) {
-      fail('RANGE_NOT_SATISFIABLE', `Range ${echo(range)} lies outside the file of ${size} bytes`, [{ param: 'Range', message: 'unsatisfiable' }], { 'Content-Range': `bytes */${size}` });
+      fail(
+        'RANGE_NOT_SATISFIABLE',
+        `Range ${echo(range)} lies outside the file of ${size} bytes`,
+        [{ param: 'Range', message: 'unsatisfiable' }],
+        { 'Content-Range': `bytes */${size}` },
+      );
     }
     end = Math.max(start, end);
     ctx.status = 206;

@@ -23,7 +23,8 @@ export class Cursors {
 
   read(cursor: string, scope: string, filters: Record<string, unknown>): Keyset {
     const [body, mac, extra] = cursor.split('.');
-    const invalid = (why: string): never => fail('INVALID_CURSOR', `Invalid "cursor": ${echo(cursor)}. ${why}`, [{ param: 'cursor', message: why }]);
+    const invalid = (why: string): never =>
+      fail('INVALID_CURSOR', `Invalid "cursor": ${echo(cursor)}. ${why}`, [{ param: 'cursor', message: why }]);
     if (!body || !mac || extra !== undefined) invalid('It was not issued by this service');
     const expected = Buffer.from(this.mac(body));
     const given = Buffer.from(mac);
@@ -45,6 +46,9 @@ export class Cursors {
 }
 
 function digest(filters: Record<string, unknown>): string {
-  const canonical = Object.keys(filters).sort().filter((k) => filters[k] !== undefined).map((k) => [k, filters[k]]);
+  const canonical = Object.keys(filters)
+    .sort()
+    .filter((k) => filters[k] !== undefined)
+    .map((k) => [k, filters[k]]);
   return createHash('sha256').update(JSON.stringify(canonical)).digest('base64url').slice(0, 16);
 }

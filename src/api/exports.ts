@@ -20,7 +20,10 @@ export class ExportPool {
   private active = 0;
   private readonly idle: Duck[];
 
-  private constructor(readonly size: number, lanes: Duck[]) {
+  private constructor(
+    readonly size: number,
+    lanes: Duck[],
+  ) {
     this.idle = lanes;
   }
 
@@ -53,8 +56,14 @@ export class ExportPool {
     try {
       await fs.writeFile(file, '', { mode: 0o600 });
       const handle = await fs.open(file, 'r');
-      const rows = lane.for(signal).run(copy, params).finally(() => this.idle.push(lane));
-      const settled = rows.then(() => null, (err: unknown) => err as Error);
+      const rows = lane
+        .for(signal)
+        .run(copy, params)
+        .finally(() => this.idle.push(lane));
+      const settled = rows.then(
+        () => null,
+        (err: unknown) => err as Error,
+      );
       const stream = new GrowingFile(handle, settled, release);
       const first = await Promise.race([stream.waitForBytes(), settled]);
       if (first instanceof Error) {
@@ -74,7 +83,11 @@ class GrowingFile extends Readable {
   private at = 0;
   private done: Error | null | undefined = undefined;
 
-  constructor(private readonly handle: fs.FileHandle, settled: Promise<Error | null>, private readonly onClose: () => void) {
+  constructor(
+    private readonly handle: fs.FileHandle,
+    settled: Promise<Error | null>,
+    private readonly onClose: () => void,
+  ) {
     super({ highWaterMark: CHUNK });
     void settled.then((err) => {
       this.done = err;
@@ -113,10 +126,13 @@ class GrowingFile extends Readable {
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
-    this.handle.close().catch(() => undefined).finally(() => {
-      this.onClose();
-      callback(err);
-    });
+    this.handle
+      .close()
+      .catch(() => undefined)
+      .finally(() => {
+        this.onClose();
+        callback(err);
+      });
   }
 }
 

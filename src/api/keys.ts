@@ -48,7 +48,10 @@ export class KeyStore {
   }
 
   private async reload(force: boolean): Promise<void> {
-    const mtime = await fs.stat(this.file).then((s) => s.mtimeMs, () => 0);
+    const mtime = await fs.stat(this.file).then(
+      (s) => s.mtimeMs,
+      () => 0,
+    );
     if (mtime !== this.loadedMtime || force) {
       this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
       this.index();
@@ -62,8 +65,12 @@ export class KeyStore {
     let key = 'pmh_';
     for (let i = 0; i < 32; i++) key += BASE62[randomInt(62)];
     const record: KeyRecord = {
-      key_id: `key_${randomBytes(6).toString('hex')}`, hash: hash(key), plan, label,
-      created_at: new Date().toISOString(), revoked_at: null,
+      key_id: `key_${randomBytes(6).toString('hex')}`,
+      hash: hash(key),
+      plan,
+      label,
+      created_at: new Date().toISOString(),
+      revoked_at: null,
     };
     this.records.push(record);
     this.index();

@@ -8,8 +8,12 @@ const str = { type: 'string' };
 const num = { type: 'number' };
 const time = { type: 'string', format: 'date-time' };
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
-const obj = (properties: Record<string, unknown>, required = Object.keys(properties)) =>
-  ({ type: 'object', properties, required, additionalProperties: false });
+const obj = (properties: Record<string, unknown>, required = Object.keys(properties)) => ({
+  type: 'object',
+  properties,
+  required,
+  additionalProperties: false,
+});
 
 const outcome = obj({ index: { type: 'integer' }, label: str, token_id: str });
 const ladder = { type: 'array', items: num };
@@ -22,12 +26,17 @@ export const SCHEMAS: Record<string, unknown> = {
   Meta: {
     type: 'object',
     properties: {
-      request_id: str, timestamp: time,
-      coverage: { ...coverage, description: 'Where recorded history starts for this dataset; `truncated` when the request reached before it.' },
+      request_id: str,
+      timestamp: time,
+      coverage: {
+        ...coverage,
+        description: 'Where recorded history starts for this dataset; `truncated` when the request reached before it.',
+      },
       gaps: { type: 'array', items: gap, description: 'Capture gaps overlapping the requested range: spans nothing was recorded for.' },
       metric: { type: 'string', enum: ['chance', 'price', 'last_trade'] },
       outcome: obj({ index: { type: 'integer' }, label: nullable(str) }),
-      notice: str, note: str,
+      notice: str,
+      note: str,
       at: { ...time, description: 'snapshots/at: the instant asked for.' },
       age_ms: { ...nullable({ type: 'integer' }), description: 'snapshots/at: how old the returned book was at that instant.' },
     },
@@ -35,45 +44,129 @@ export const SCHEMAS: Record<string, unknown> = {
   },
   Pagination: obj({ limit: { type: 'integer' }, has_more: { type: 'boolean' }, next_cursor: nullable(str) }),
   Error: obj({
-    error: obj({ code: { type: 'string', enum: Object.keys(STATUS_OF) }, message: str, details: { type: 'array', items: obj({ param: str, message: str }, ['message']) } }),
+    error: obj({
+      code: { type: 'string', enum: Object.keys(STATUS_OF) },
+      message: str,
+      details: { type: 'array', items: obj({ param: str, message: str }, ['message']) },
+    }),
     meta: ref('Meta'),
   }),
   Outcome: outcome,
   Market: obj({
-    market_id: str, topic_id: nullable(str), venue: str, slug: nullable(str), title: nullable(str), coin: str,
-    window: { type: 'string', enum: ['5m', '15m'] }, start_time: time, end_time: time, created_time: nullable(time), resolved_time: nullable(time),
+    market_id: str,
+    topic_id: nullable(str),
+    venue: str,
+    slug: nullable(str),
+    title: nullable(str),
+    coin: str,
+    window: { type: 'string', enum: ['5m', '15m'] },
+    start_time: time,
+    end_time: time,
+    created_time: nullable(time),
+    resolved_time: nullable(time),
     status: { type: 'string', enum: ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] },
     resolution: { type: 'string', enum: ['pending', 'resolved', 'invalid'] },
     winning_outcome: nullable(ref('Outcome')),
-    condition: obj({ condition_id: nullable(str), question_id: nullable(str), oracle: nullable(str), outcome_slot_count: nullable({ type: 'integer' }) }),
+    condition: obj({
+      condition_id: nullable(str),
+      question_id: nullable(str),
+      oracle: nullable(str),
+      outcome_slot_count: nullable({ type: 'integer' }),
+    }),
     outcomes: { type: 'array', items: ref('Outcome') },
-    volume: nullable(num), liquidity: nullable(num), participant_count: nullable({ type: 'integer' }),
+    volume: nullable(num),
+    liquidity: nullable(num),
+    participant_count: nullable({ type: 'integer' }),
     chain: obj({ chain_id: nullable({ type: 'integer' }), name: nullable(str) }),
-    exchange: obj({ address: nullable(str), kind: nullable(str), collateral: nullable(str), fee_rate_bps: nullable(num), tick_size: nullable(num) }),
+    exchange: obj({
+      address: nullable(str),
+      kind: nullable(str),
+      collateral: nullable(str),
+      fee_rate_bps: nullable(num),
+      tick_size: nullable(num),
+    }),
     reference_price: obj({ start: nullable(num), end: nullable(num) }),
   }),
-  Book: obj({
-    outcome_index: { type: 'integer' }, outcome: str, token_id: str, exchange_time: nullable(time),
-    bid_prices: ladder, bid_sizes: ladder, ask_prices: ladder, ask_sizes: ladder,
-    best_bid: nullable(num), best_ask: nullable(num), bid_depth: num, ask_depth: num,
-  }, ['outcome_index', 'outcome', 'token_id', 'exchange_time']),
+  Book: obj(
+    {
+      outcome_index: { type: 'integer' },
+      outcome: str,
+      token_id: str,
+      exchange_time: nullable(time),
+      bid_prices: ladder,
+      bid_sizes: ladder,
+      ask_prices: ladder,
+      ask_sizes: ladder,
+      best_bid: nullable(num),
+      best_ask: nullable(num),
+      bid_depth: num,
+      ask_depth: num,
+    },
+    ['outcome_index', 'outcome', 'token_id', 'exchange_time'],
+  ),
   Snapshot: obj({ timestamp: time, books: { type: 'array', items: ref('Book') } }),
   Sample: obj({ timestamp: time, value: num }),
   Health: obj({
     status: { type: 'string', enum: ['ok', 'degraded', 'failing'] },
-    capture: nullable(obj({
-      state: { type: 'string', enum: ['running', 'failing', 'stopped'] }, last_flush: nullable(time), flush_age_ms: nullable({ type: 'integer' }), max_flush_age_ms: { type: 'integer' },
-      storage_error: nullable(str), buffered_rows: { type: 'integer' }, dropped_rows: { type: 'integer' }, seal_backlog: { type: 'integer' }, seal_error: nullable(str),
-    })),
-    lake: obj({ readable: { type: 'boolean' }, error: nullable(str), query_engine: str, newest_capture: nullable(time), files: { type: 'integer' }, markets: { type: 'integer' } }),
-    api: obj({ in_flight: { type: 'integer' }, queued: { type: 'integer' }, max_in_flight: { type: 'integer' }, shed: { type: 'integer' }, exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' } }) }),
+    capture: nullable(
+      obj({
+        state: { type: 'string', enum: ['running', 'failing', 'stopped'] },
+        last_flush: nullable(time),
+        flush_age_ms: nullable({ type: 'integer' }),
+        max_flush_age_ms: { type: 'integer' },
+        storage_error: nullable(str),
+        buffered_rows: { type: 'integer' },
+        dropped_rows: { type: 'integer' },
+        seal_backlog: { type: 'integer' },
+        seal_error: nullable(str),
+      }),
+    ),
+    lake: obj({
+      readable: { type: 'boolean' },
+      error: nullable(str),
+      query_engine: str,
+      newest_capture: nullable(time),
+      files: { type: 'integer' },
+      markets: { type: 'integer' },
+    }),
+    api: obj({
+      in_flight: { type: 'integer' },
+      queued: { type: 'integer' },
+      max_in_flight: { type: 'integer' },
+      shed: { type: 'integer' },
+      exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' } }),
+    }),
   }),
   Coverage: obj({
     published: { type: 'array', items: obj({ dataset: str, coins: { type: 'array', items: str }, starts: str, what: str }) },
-    recorded: { type: 'array', items: obj({ dataset: str, coin: str, window: str, first: nullable(time), last: nullable(time), rows: { type: 'integer' }, files: { type: 'integer' } }) },
-    gaps: { type: 'array', items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }) },
+    recorded: {
+      type: 'array',
+      items: obj({
+        dataset: str,
+        coin: str,
+        window: str,
+        first: nullable(time),
+        last: nullable(time),
+        rows: { type: 'integer' },
+        files: { type: 'integer' },
+      }),
+    },
+    gaps: {
+      type: 'array',
+      items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }),
+    },
   }),
-  File: obj({ dataset: str, coin: str, window: str, date: str, hour: { type: 'integer' }, rows: { type: 'integer' }, bytes: { type: 'integer' }, sha256: str, url: str }),
+  File: obj({
+    dataset: str,
+    coin: str,
+    window: str,
+    date: str,
+    hour: { type: 'integer' },
+    rows: { type: 'integer' },
+    bytes: { type: 'integer' },
+    sha256: str,
+    url: str,
+  }),
   Gap: gap,
   Trade: { type: 'object', description: 'Reserved: fills are being reconstructed; lists are empty for now.', additionalProperties: true },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
@@ -103,7 +196,7 @@ export const RESPONSES: Record<string, unknown> = {
 
 const header = (description: string, schema: Record<string, unknown> = { type: 'integer' }) => ({ description, schema });
 const HEADERS: Record<string, unknown> = {
-  RequestId: header('This request\'s id; quote it when reporting a problem.', str),
+  RequestId: header("This request's id; quote it when reporting a problem.", str),
   RateLimitLimit: header('Requests per second this key may make.', num),
   RateLimitRemaining: header('Requests left in the current second.'),
   RateLimitReset: header('Seconds until the allowance refills.'),
@@ -111,8 +204,10 @@ const HEADERS: Record<string, unknown> = {
 };
 const headerRef = (name: string) => ({ $ref: `#/components/headers/${name}` });
 const KEYED_HEADERS = {
-  'X-Request-Id': headerRef('RequestId'), 'X-RateLimit-Limit': headerRef('RateLimitLimit'),
-  'X-RateLimit-Remaining': headerRef('RateLimitRemaining'), 'X-RateLimit-Reset': headerRef('RateLimitReset'),
+  'X-Request-Id': headerRef('RequestId'),
+  'X-RateLimit-Limit': headerRef('RateLimitLimit'),
+  'X-RateLimit-Remaining': headerRef('RateLimitRemaining'),
+  'X-RateLimit-Reset': headerRef('RateLimitReset'),
 };
 // The second entry is for generators that know no Parquet type (openapi-python-client reads
 // octet-stream as a file); both are the same bytes.
@@ -123,8 +218,30 @@ const PARQUET = {
 
 const ERRORS_BY_ACCESS: Record<Route['access'], ErrorCode[]> = {
   public: ['INTERNAL_ERROR'],
-  key: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'NOT_FOUND', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
-  paid: ['INVALID_PARAMETER', 'INVALID_CURSOR', 'INVALID_RANGE', 'AUTH_MISSING', 'AUTH_INVALID', 'PLAN_REQUIRED', 'MARKET_NOT_FOUND', 'RATE_LIMITED', 'INTERNAL_ERROR', 'UNAVAILABLE'],
+  key: [
+    'INVALID_PARAMETER',
+    'INVALID_CURSOR',
+    'INVALID_RANGE',
+    'AUTH_MISSING',
+    'AUTH_INVALID',
+    'NOT_FOUND',
+    'MARKET_NOT_FOUND',
+    'RATE_LIMITED',
+    'INTERNAL_ERROR',
+    'UNAVAILABLE',
+  ],
+  paid: [
+    'INVALID_PARAMETER',
+    'INVALID_CURSOR',
+    'INVALID_RANGE',
+    'AUTH_MISSING',
+    'AUTH_INVALID',
+    'PLAN_REQUIRED',
+    'MARKET_NOT_FOUND',
+    'RATE_LIMITED',
+    'INTERNAL_ERROR',
+    'UNAVAILABLE',
+  ],
 };
 
 function docNote(r: Route, param: string): string {
@@ -141,26 +258,54 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     statuses.set(413, ['PAYLOAD_TOO_LARGE']);
     statuses.set(431, ['HEADERS_TOO_LARGE']);
     const okHeaders = r.access === 'public' ? { 'X-Request-Id': headerRef('RequestId') } : KEYED_HEADERS;
-    const file = (description: string, content: unknown, extra: Record<string, unknown> = {}) => ({ description, headers: { ...okHeaders, ...extra }, content });
+    const file = (description: string, content: unknown, extra: Record<string, unknown> = {}) => ({
+      description,
+      headers: { ...okHeaders, ...extra },
+      content,
+    });
     // One response type per operation: exports are operations of their own (`.csv`, `.parquet`).
-    const responses: Record<string, unknown> = r.response === 'Parquet'
-      ? {
-        200: file('The file', PARQUET, { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }),
-        206: file('The requested byte range', PARQUET, { 'Content-Range': { schema: str } }),
-        304: { description: 'Not modified (If-None-Match matched the ETag)' },
-        416: { description: 'RANGE_NOT_SATISFIABLE', content: { 'application/json': { schema: ref('Error') } } },
-      }
-      : r.response === 'Csv'
-        ? { 200: file('The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells', { 'text/csv': { schema: str } }, { 'Content-Disposition': { schema: str } }) }
-        : r.response === 'ParquetExport'
-          ? { 200: file('The whole range as one Parquet file, in the lake\'s column types', PARQUET, { 'Content-Disposition': { schema: str } }) }
-          : { 200: { description: r.summary, headers: okHeaders, content: { 'application/json': { schema: ref(`Response${r.response}`) } } } };
+    const responses: Record<string, unknown> =
+      r.response === 'Parquet'
+        ? {
+            200: file('The file', PARQUET, { ETag: { schema: str }, 'Content-Length': { schema: { type: 'integer' } } }),
+            206: file('The requested byte range', PARQUET, { 'Content-Range': { schema: str } }),
+            304: { description: 'Not modified (If-None-Match matched the ETag)' },
+            416: { description: 'RANGE_NOT_SATISFIABLE', content: { 'application/json': { schema: ref('Error') } } },
+          }
+        : r.response === 'Csv'
+          ? {
+              200: file(
+                'The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells',
+                { 'text/csv': { schema: str } },
+                { 'Content-Disposition': { schema: str } },
+              ),
+            }
+          : r.response === 'ParquetExport'
+            ? {
+                200: file("The whole range as one Parquet file, in the lake's column types", PARQUET, {
+                  'Content-Disposition': { schema: str },
+                }),
+              }
+            : {
+                200: {
+                  description: r.summary,
+                  headers: okHeaders,
+                  content: { 'application/json': { schema: ref(`Response${r.response}`) } },
+                },
+              };
     for (const [status, codes] of statuses) {
       const retry = status === 429 || status === 503 ? { 'Retry-After': headerRef('RetryAfter') } : {};
-      responses[status] = { description: codes.join(', '), headers: { 'X-Request-Id': headerRef('RequestId'), ...retry }, content: { 'application/json': { schema: ref('Error') } } };
+      responses[status] = {
+        description: codes.join(', '),
+        headers: { 'X-Request-Id': headerRef('RequestId'), ...retry },
+        content: { 'application/json': { schema: ref('Error') } },
+      };
     }
     if (r.id === 'health') {
-      responses[503] = { description: 'A component is failing (capture has not persisted within its bound, or the lake is unreadable); the body says which', content: { 'application/json': { schema: ref(`Response${r.response}`) } } };
+      responses[503] = {
+        description: 'A component is failing (capture has not persisted within its bound, or the lake is unreadable); the body says which',
+        content: { 'application/json': { schema: ref(`Response${r.response}`) } },
+      };
     }
     paths[r.path.replace(/:([a-z_]+)/g, '{$1}').replace('/*path', '/{path}')] = {
       get: {
@@ -169,9 +314,13 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
         ...(r.access === 'public' ? { security: [] } : {}),
         ...(r.access === 'paid' ? { description: 'Paid plans only: a free key gets 403 PLAN_REQUIRED.' } : {}),
         parameters: r.params.map((p) => ({
-          name: p.name, in: p.in, required: p.required ?? p.in === 'path', description: `${p.description} Accepts ${p.expect}.${docNote(r, p.name)}`,
+          name: p.name,
+          in: p.in,
+          required: p.required ?? p.in === 'path',
+          description: `${p.description} Accepts ${p.expect}.${docNote(r, p.name)}`,
           // Lists may also come comma-separated; repeated (the OpenAPI default) is what generators send.
-          schema: p.schema, ...(p.list ? { style: 'form', explode: true } : {}),
+          schema: p.schema,
+          ...(p.list ? { style: 'form', explode: true } : {}),
         })),
         responses,
       },
@@ -179,7 +328,11 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
   }
   return {
     openapi: '3.1.0',
-    info: { title: 'Prediction-market history', version: '3.0.0', description: 'Recorded full-L2 order books, market records and price series. Envelopes, errors and parameters as in CONTRACT.md.' },
+    info: {
+      title: 'Prediction-market history',
+      version: '3.0.0',
+      description: 'Recorded full-L2 order books, market records and price series. Envelopes, errors and parameters as in CONTRACT.md.',
+    },
     servers: [{ url: '/' }],
     security: [{ bearer: [] }],
     paths,

@@ -42,7 +42,8 @@ const INIT = `window.ui = SwaggerUIBundle({
 
 // Scripts and styles from this origin only; Swagger UI and uPlot set inline styles, and the
 // explorer saves downloads through blob: URLs.
-const CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; frame-ancestors 'none'";
 
 interface Page {
   type: string;
@@ -50,7 +51,12 @@ interface Page {
   csp?: boolean;
 }
 
-const TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8', '.png': 'image/png' };
+const TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.png': 'image/png',
+};
 
 function file(dir: string, name: string, csp = false): Page {
   return { type: TYPES[path.extname(name)], body: fs.readFileSync(path.join(dir, name)), csp };
@@ -67,12 +73,17 @@ function assets(): Map<string, Page> {
     [`${EXPLORER_PATH}/assets/uPlot.min.css`, file(uplot, 'uPlot.min.css')],
   ];
   const dir = path.dirname(require.resolve('swagger-ui-dist/package.json'));
-  const files: Record<string, string> = { 'swagger-ui.css': 'text/css; charset=utf-8', 'swagger-ui-bundle.js': 'text/javascript; charset=utf-8', 'favicon-32x32.png': 'image/png' };
+  const files: Record<string, string> = {
+    'swagger-ui.css': 'text/css; charset=utf-8',
+    'swagger-ui-bundle.js': 'text/javascript; charset=utf-8',
+    'favicon-32x32.png': 'image/png',
+  };
   const pages = new Map<string, Page>([
     [DOCS_PATH, { type: 'text/html; charset=utf-8', body: Buffer.from(HTML), csp: true }],
     [`${DOCS_PATH}/init.js`, { type: 'text/javascript; charset=utf-8', body: Buffer.from(INIT) }],
   ]);
-  for (const [name, type] of Object.entries(files)) pages.set(`${DOCS_PATH}/assets/${name}`, { type, body: fs.readFileSync(path.join(dir, name)) });
+  for (const [name, type] of Object.entries(files))
+    pages.set(`${DOCS_PATH}/assets/${name}`, { type, body: fs.readFileSync(path.join(dir, name)) });
   for (const [at, page] of explorer) pages.set(at, page);
   return pages;
 }
@@ -81,7 +92,7 @@ function assets(): Map<string, Page> {
 export function pages(): Koa.Middleware {
   const served = assets();
   return async (ctx, next) => {
-    const page = (ctx.method === 'GET' || ctx.method === 'HEAD') ? served.get(ctx.path) : undefined;
+    const page = ctx.method === 'GET' || ctx.method === 'HEAD' ? served.get(ctx.path) : undefined;
     if (!page) return next();
     ctx.state.routeId = ctx.path.startsWith(EXPLORER_PATH) ? 'explorer' : 'docs';
     ctx.type = page.type;

@@ -27,32 +27,134 @@ export const WALLET_COINS = ['btc', 'eth', 'bnb'] as const;
 export const POLY_COINS = ['btc', 'eth', 'sol', 'xrp'] as const;
 export const MAX_LIMIT = 1000;
 
-const q = (name: string, description: string, schema: Record<string, unknown>, expect: string, extra: Partial<ParamSpec> = {}): ParamSpec =>
-  ({ name, in: 'query', description, schema, expect, ...extra });
+const q = (
+  name: string,
+  description: string,
+  schema: Record<string, unknown>,
+  expect: string,
+  extra: Partial<ParamSpec> = {},
+): ParamSpec => ({ name, in: 'query', description, schema, expect, ...extra });
 const time = (name: string, description: string) =>
-  q(name, description, { type: 'string', format: 'timestamp', examples: ['2026-07-26T13:30:00Z', '1785072600000'] }, 'epoch milliseconds or an ISO-8601 time (UTC when no zone)');
+  q(
+    name,
+    description,
+    { type: 'string', format: 'timestamp', examples: ['2026-07-26T13:30:00Z', '1785072600000'] },
+    'epoch milliseconds or an ISO-8601 time (UTC when no zone)',
+  );
 const enumOf = (values: readonly string[]) => `one of: ${values.join(', ')}`;
 
 export const P = {
-  limit: q('limit', 'Items per page.', { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 100 }, `an integer from 1 to ${MAX_LIMIT}`),
-  cursor: q('cursor', 'Opaque cursor from `pagination.next_cursor`.', { type: 'string', minLength: 1, maxLength: 2048 }, 'a cursor from pagination.next_cursor'),
+  limit: q(
+    'limit',
+    'Items per page.',
+    { type: 'integer', minimum: 1, maximum: MAX_LIMIT, default: 100 },
+    `an integer from 1 to ${MAX_LIMIT}`,
+  ),
+  cursor: q(
+    'cursor',
+    'Opaque cursor from `pagination.next_cursor`.',
+    { type: 'string', minLength: 1, maxLength: 2048 },
+    'a cursor from pagination.next_cursor',
+  ),
   start_time: time('start_time', 'Inclusive start of the time range.'),
   end_time: time('end_time', 'Exclusive end of the time range.'),
-  interval: q('interval', 'Downsampling: the last record in each UTC-aligned bucket; absent means every record.', { type: 'string', enum: Object.keys(INTERVALS) }, enumOf(Object.keys(INTERVALS))),
+  interval: q(
+    'interval',
+    'Downsampling: the last record in each UTC-aligned bucket; absent means every record.',
+    { type: 'string', enum: Object.keys(INTERVALS) },
+    enumOf(Object.keys(INTERVALS)),
+  ),
   order: q('order', 'Time order.', { type: 'string', enum: ['asc', 'desc'] }, enumOf(['asc', 'desc'])),
-  outcome: q('outcome', 'Outcome token: 0, 1, or its label (case-insensitive).', { type: 'string', pattern: '^[0-9A-Za-z _-]{1,32}$' }, '0, 1, or an outcome label such as Up'),
-  walletCoin: q('coin', 'Coins, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WALLET_COINS] }, minItems: 1, uniqueItems: true }, enumOf(WALLET_COINS), { list: true }),
-  window: q('window', 'Market windows, comma-separated.', { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true }, enumOf(WINDOWS), { list: true }),
-  type: q('type', 'Alias of `window` (the name other archives use), comma-separated.', { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true }, enumOf(WINDOWS), { list: true }),
+  outcome: q(
+    'outcome',
+    'Outcome token: 0, 1, or its label (case-insensitive).',
+    { type: 'string', pattern: '^[0-9A-Za-z _-]{1,32}$' },
+    '0, 1, or an outcome label such as Up',
+  ),
+  walletCoin: q(
+    'coin',
+    'Coins, comma-separated.',
+    { type: 'array', items: { type: 'string', enum: [...WALLET_COINS] }, minItems: 1, uniqueItems: true },
+    enumOf(WALLET_COINS),
+    { list: true },
+  ),
+  window: q(
+    'window',
+    'Market windows, comma-separated.',
+    { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true },
+    enumOf(WINDOWS),
+    { list: true },
+  ),
+  type: q(
+    'type',
+    'Alias of `window` (the name other archives use), comma-separated.',
+    { type: 'array', items: { type: 'string', enum: [...WINDOWS] }, minItems: 1, uniqueItems: true },
+    enumOf(WINDOWS),
+    { list: true },
+  ),
   timestamp: { ...time('timestamp', 'The instant: the book recorded at or before it is returned.'), required: true } as ParamSpec,
-  status: q('status', 'Market statuses, comma-separated.', { type: 'array', items: { type: 'string', enum: [...MARKET_STATUSES] }, minItems: 1, uniqueItems: true }, enumOf(MARKET_STATUSES), { list: true }),
-  metric: q('metric', 'Which series: displayed probability, displayed price, or newest execution.', { type: 'string', enum: [...METRICS] }, enumOf(METRICS), { required: true }),
-  includeOrderbook: q('include_orderbook', 'Include full ladders; otherwise best levels and depth.', { type: 'string', enum: ['true', 'false'] }, 'true or false'),
-  format: q('format', 'json (paginated), or csv / parquet: the whole range as one file, unpaginated.', { type: 'string', enum: ['json', 'csv', 'parquet'] }, enumOf(['json', 'csv', 'parquet'])),
-  dataset: q('dataset', 'Which dataset.', { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps'] }, enumOf(['markets', 'books', 'metrics', 'gaps'])),
-  filePath: { name: 'path', in: 'path', description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.', schema: { type: 'string', pattern: '^(markets|books|metrics|gaps)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$', maxLength: 300 }, expect: 'a path from the files listing', required: true } as ParamSpec,
-  marketId: { name: 'market_id', in: 'path', description: 'Market identifier at the venue.', schema: { type: 'string', pattern: '^[0-9A-Za-z_-]{1,80}$' }, expect: 'up to 80 letters, digits, "_" or "-"', required: true } as ParamSpec,
-  coin: { name: 'coin', in: 'path', description: 'Coin of the per-coin routes.', schema: { type: 'string', enum: [...POLY_COINS] }, expect: enumOf(POLY_COINS), required: true, notFound: true } as ParamSpec,
+  status: q(
+    'status',
+    'Market statuses, comma-separated.',
+    { type: 'array', items: { type: 'string', enum: [...MARKET_STATUSES] }, minItems: 1, uniqueItems: true },
+    enumOf(MARKET_STATUSES),
+    { list: true },
+  ),
+  metric: q(
+    'metric',
+    'Which series: displayed probability, displayed price, or newest execution.',
+    { type: 'string', enum: [...METRICS] },
+    enumOf(METRICS),
+    { required: true },
+  ),
+  includeOrderbook: q(
+    'include_orderbook',
+    'Include full ladders; otherwise best levels and depth.',
+    { type: 'string', enum: ['true', 'false'] },
+    'true or false',
+  ),
+  format: q(
+    'format',
+    'json (paginated), or csv / parquet: the whole range as one file, unpaginated.',
+    { type: 'string', enum: ['json', 'csv', 'parquet'] },
+    enumOf(['json', 'csv', 'parquet']),
+  ),
+  dataset: q(
+    'dataset',
+    'Which dataset.',
+    { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps'] },
+    enumOf(['markets', 'books', 'metrics', 'gaps']),
+  ),
+  filePath: {
+    name: 'path',
+    in: 'path',
+    description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.',
+    schema: {
+      type: 'string',
+      pattern:
+        '^(markets|books|metrics|gaps)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$',
+      maxLength: 300,
+    },
+    expect: 'a path from the files listing',
+    required: true,
+  } as ParamSpec,
+  marketId: {
+    name: 'market_id',
+    in: 'path',
+    description: 'Market identifier at the venue.',
+    schema: { type: 'string', pattern: '^[0-9A-Za-z_-]{1,80}$' },
+    expect: 'up to 80 letters, digits, "_" or "-"',
+    required: true,
+  } as ParamSpec,
+  coin: {
+    name: 'coin',
+    in: 'path',
+    description: 'Coin of the per-coin routes.',
+    schema: { type: 'string', enum: [...POLY_COINS] },
+    expect: enumOf(POLY_COINS),
+    required: true,
+    notFound: true,
+  } as ParamSpec,
 } as const;
 
 const ajv = new Ajv({ allErrors: false, strict: false });
@@ -78,9 +180,14 @@ export function parse(v: Validator, raw: Record<string, string | string[] | unde
   for (const [name, value] of Object.entries(raw)) {
     const spec = v.specs.find((s) => s.name === name && s.in === kind);
     if (!spec) {
-      fail('INVALID_PARAMETER', `Unknown parameter ${echo(name)}. Accepted: ${accepted.join(', ') || 'none'}`, [{ param: name, message: 'unknown parameter' }]);
+      fail('INVALID_PARAMETER', `Unknown parameter ${echo(name)}. Accepted: ${accepted.join(', ') || 'none'}`, [
+        { param: name, message: 'unknown parameter' },
+      ]);
     }
-    if (Array.isArray(value) && !spec.list) fail('INVALID_PARAMETER', `Parameter "${name}" was given ${value.length} times; give it once`, [{ param: name, message: 'repeated' }]);
+    if (Array.isArray(value) && !spec.list)
+      fail('INVALID_PARAMETER', `Parameter "${name}" was given ${value.length} times; give it once`, [
+        { param: name, message: 'repeated' },
+      ]);
     if (value === undefined) continue;
     values[name] = convert(spec, Array.isArray(value) ? value.join(',') : value);
   }
@@ -91,8 +198,11 @@ export function parse(v: Validator, raw: Record<string, string | string[] | unde
     if (err.keyword === 'required') {
       fail('INVALID_PARAMETER', `Missing required parameter "${name}". Expected ${spec.expect}`, [{ param: name, message: 'required' }]);
     }
-    if (spec.notFound) fail('NOT_FOUND', `No ${name} ${echo(raw[name])} on these routes. Expected ${spec.expect}`, [{ param: name, message: 'not found' }]);
-    fail('INVALID_PARAMETER', `Invalid "${name}": ${echo(raw[name])}. Expected ${spec.expect}`, [{ param: name, message: err.message ?? 'invalid' }]);
+    if (spec.notFound)
+      fail('NOT_FOUND', `No ${name} ${echo(raw[name])} on these routes. Expected ${spec.expect}`, [{ param: name, message: 'not found' }]);
+    fail('INVALID_PARAMETER', `Invalid "${name}": ${echo(raw[name])}. Expected ${spec.expect}`, [
+      { param: name, message: err.message ?? 'invalid' },
+    ]);
   }
   return values;
 }
@@ -108,7 +218,11 @@ export function timeRange(p: Parsed, maxSpanMs?: number): { from: number | null;
   const from = p.start_time === undefined ? null : parseTime(String(p.start_time));
   const to = p.end_time === undefined ? null : parseTime(String(p.end_time));
   if (from !== null && to !== null && from >= to) {
-    fail('INVALID_RANGE', `start_time ${echo(p.start_time)} is not before end_time ${echo(p.end_time)}; the range is half-open [start, end)`, [{ param: 'start_time', message: 'not before end_time' }]);
+    fail(
+      'INVALID_RANGE',
+      `start_time ${echo(p.start_time)} is not before end_time ${echo(p.end_time)}; the range is half-open [start, end)`,
+      [{ param: 'start_time', message: 'not before end_time' }],
+    );
   }
   if (maxSpanMs !== undefined && from !== null && to !== null && to - from > maxSpanMs) {
     fail('INVALID_RANGE', `The range is longer than ${maxSpanMs / 86_400_000} days`, [{ param: 'end_time', message: 'range too long' }]);

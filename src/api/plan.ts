@@ -60,17 +60,31 @@ export interface PageQuery {
   outcomeIndex: number | null;
 }
 
-export const BOOK_COLUMNS = ['ts', 'market_id', 'token_id', 'outcome_index', 'outcome', 'exchange_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'];
+export const BOOK_COLUMNS = [
+  'ts',
+  'market_id',
+  'token_id',
+  'outcome_index',
+  'outcome',
+  'exchange_ts',
+  'bid_prices',
+  'bid_sizes',
+  'ask_prices',
+  'ask_sizes',
+];
 
 function filtered(source: string, q: PageQuery, extra = ''): string {
-  return `SELECT * FROM (${source}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)` +
-    `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}${extra}`;
+  return (
+    `SELECT * FROM (${source}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)` +
+    `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}${extra}`
+  );
 }
 
 function pageOfTimes(q: PageQuery): string {
-  const times = q.intervalMs === null
-    ? 'SELECT DISTINCT ts FROM rows'
-    : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
+  const times =
+    q.intervalMs === null
+      ? 'SELECT DISTINCT ts FROM rows'
+      : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
   const cmp = q.order === 'asc' ? '>' : '<';
   const after = q.after === null ? '' : `WHERE ts ${cmp} epoch_ms($after::BIGINT)`;
   return `times AS (${times}), page AS (SELECT ts FROM times ${after} ORDER BY ts ${q.order.toUpperCase()} LIMIT $limit::BIGINT)`;
@@ -115,7 +129,12 @@ export function snapshotPageSql(wide: string, q: PageQuery, rows: number): { sql
 }
 
 /** Every book of one market in its span, in (time, outcome) order: what the book cache decodes once. */
-export function marketBooksSql(wide: string, marketId: string, from: number, to: number): { sql: string; params: Record<string, string | number> } {
+export function marketBooksSql(
+  wide: string,
+  marketId: string,
+  from: number,
+  to: number,
+): { sql: string; params: Record<string, string | number> } {
   const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
       bid_prices, bid_sizes, ask_prices, ask_sizes
     FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT) ORDER BY ts, outcome_index`;
@@ -134,7 +153,8 @@ const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
  */
 export function snapshotBooksSql(wide: string, q: PageQuery, times: number[]): { sql: string; params: Record<string, string | number> } {
   const chosen = q.intervalMs === null ? '' : ` AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))`;
-  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
+  const sql =
+    `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
       bid_prices, bid_sizes, ask_prices, ask_sizes
     FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)${chosen}` +
     `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}`;
@@ -152,13 +172,19 @@ export const METRIC_COLUMNS = { chance: 'chance', price: 'price', last_trade: 'l
  * buckets). Without it, the first `rows` samples after the keyset: the caller asks again for
  * more only when a capture time repeats (the page must hold every sample of its last time).
  */
-export function timeseriesSql(source: string, q: PageQuery, metric: keyof typeof METRIC_COLUMNS, rows: number): { sql: string; params: Record<string, string | number> } {
+export function timeseriesSql(
+  source: string,
+  q: PageQuery,
+  metric: keyof typeof METRIC_COLUMNS,
+  rows: number,
+): { sql: string; params: Record<string, string | number> } {
   const column = `"${METRIC_COLUMNS[metric]}"`;
   const cmp = q.order === 'asc' ? '>' : '<';
   const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
-  const samples = q.intervalMs === null
-    ? `SELECT ts, ${column} AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL${after}`)})`
-    : `SELECT * FROM (SELECT max(ts) AS ts, arg_max(${column}, ts) AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL`)})
+  const samples =
+    q.intervalMs === null
+      ? `SELECT ts, ${column} AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL${after}`)})`
+      : `SELECT * FROM (SELECT max(ts) AS ts, arg_max(${column}, ts) AS value FROM (${filtered(source, q, ` AND ${column} IS NOT NULL`)})
         GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)) WHERE true${after}`;
   const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, value FROM (${samples}) ORDER BY ts ${q.order.toUpperCase()} LIMIT $rows::BIGINT`;
   const { limit: _, ...params } = binds(q);
@@ -185,20 +211,51 @@ export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'];
  * The whole range as rows for a file: CSV with ISO times and ladders as JSON arrays in cells,
  * Parquet with the lake's own column types. The same filters and interval as the JSON pages.
  */
-export function exportSql(source: string, q: PageQuery, kind: 'snapshots' | 'timeseries', format: 'csv' | 'parquet', metric?: keyof typeof METRIC_COLUMNS): { sql: string; params: Record<string, string | number> } {
+export function exportSql(
+  source: string,
+  q: PageQuery,
+  kind: 'snapshots' | 'timeseries',
+  format: 'csv' | 'parquet',
+  metric?: keyof typeof METRIC_COLUMNS,
+): { sql: string; params: Record<string, string | number> } {
   const extra = kind === 'timeseries' ? ` AND "${METRIC_COLUMNS[metric!]}" IS NOT NULL` : '';
-  const times = q.intervalMs === null ? 'SELECT DISTINCT ts FROM rows' : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
-  const t = (c: string) => (format === 'csv' ? `strftime(${c}, ${ISO}) AS ${c === 'ts' ? 'timestamp' : c === 'exchange_ts' ? 'exchange_time' : c === 'recv_ts' ? 'recv_time' : c}` : c);
-  const columns = kind === 'snapshots'
-    ? [t('ts'), 'market_id', 'outcome_index', 'outcome', 'token_id', t('exchange_ts'), t('recv_ts'), 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes']
-    : [t('ts'), 'market_id', 'outcome_index', format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`];
+  const times =
+    q.intervalMs === null
+      ? 'SELECT DISTINCT ts FROM rows'
+      : 'SELECT max(ts) AS ts FROM rows GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)';
+  const t = (c: string) =>
+    format === 'csv'
+      ? `strftime(${c}, ${ISO}) AS ${c === 'ts' ? 'timestamp' : c === 'exchange_ts' ? 'exchange_time' : c === 'recv_ts' ? 'recv_time' : c}`
+      : c;
+  const columns =
+    kind === 'snapshots'
+      ? [
+          t('ts'),
+          'market_id',
+          'outcome_index',
+          'outcome',
+          'token_id',
+          t('exchange_ts'),
+          t('recv_ts'),
+          'bid_prices',
+          'bid_sizes',
+          'ask_prices',
+          'ask_sizes',
+        ]
+      : [
+          t('ts'),
+          'market_id',
+          'outcome_index',
+          format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`,
+        ];
   const cast = format === 'csv' ? columns.map((c) => (/_prices$|_sizes$/.test(c) ? `${c}::VARCHAR AS ${c}` : c)) : columns;
   // Sealed files are sorted by (market_id, ts, outcome_index) and planned in hour order, and
   // DuckDB keeps scan order without ORDER BY: an ascending export of every record streams
   // without a sort. Descending or downsampled exports sort (spilling past memory_limit).
-  const sql = q.order === 'asc' && q.intervalMs === null
-    ? `WITH rows AS (${filtered(source, q, extra)}) SELECT ${cast.join(', ')} FROM rows`
-    : `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
+  const sql =
+    q.order === 'asc' && q.intervalMs === null
+      ? `WITH rows AS (${filtered(source, q, extra)}) SELECT ${cast.join(', ')} FROM rows`
+      : `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
     SELECT ${cast.join(', ')} FROM rows JOIN times USING (ts) ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;
   const { limit: _l, after: _a, ...rest } = q;
   return { sql, params: binds({ ...rest, limit: 0, after: null }) };

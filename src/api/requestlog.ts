@@ -44,7 +44,16 @@ export class RequestLog {
     if (this.counts.size === 0) return;
     let requests = 0;
     for (const n of this.counts.values()) requests += n;
-    this.log.warn({ requests, by_status: Object.fromEntries(this.counts), addresses: this.addresses.size, sample: this.sample, window_s: SUMMARY_MS / 1000 }, 'refused requests (summarised)');
+    this.log.warn(
+      {
+        requests,
+        by_status: Object.fromEntries(this.counts),
+        addresses: this.addresses.size,
+        sample: this.sample,
+        window_s: SUMMARY_MS / 1000,
+      },
+      'refused requests (summarised)',
+    );
     this.counts = new Map();
     this.addresses = new Set();
     this.sample = null;

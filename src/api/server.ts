@@ -38,9 +38,11 @@ function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) 
   return setInterval(() => {
     if (running) return;
     running = true;
-    task().catch(failed).finally(() => {
-      running = false;
-    });
+    task()
+      .catch(failed)
+      .finally(() => {
+        running = false;
+      });
   }, ms);
 }
 
@@ -94,7 +96,16 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const indexed = performance.now();
   await lake.loadAll();
   const ms = (a: number, b: number) => Math.round(b - a);
-  log.info({ files: lake.sealedFiles().length, markets: lake.size, index, index_ms: ms(began, indexed), catalogue_ms: ms(indexed, performance.now()) }, 'lake loaded');
+  log.info(
+    {
+      files: lake.sealedFiles().length,
+      markets: lake.size,
+      index,
+      index_ms: ms(began, indexed),
+      catalogue_ms: ms(indexed, performance.now()),
+    },
+    'lake loaded',
+  );
   const latest = shared ?? new Map<string, LatestBook>();
   const latestReads = new LatestReads();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
@@ -104,19 +115,28 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   log.info({ preloaded, in_memory: latest.size, ms: ms(preloading, performance.now()) }, 'latest books loaded');
   let reindexed = Date.now();
   const timers = [
-    tail && every(TAIL_MS, () => tail.poll(), (err) => log.warn({ err }, 'spool tail failed')),
-    every(UPDATE_MS, async () => {
-      // The full walk is a safety net behind the commit log (a line lost in a crash).
-      if (Date.now() - reindexed > REINDEX_MS) {
-        reindexed = Date.now();
-        await lake.indexAll();
-        await lake.update();
-        await lake.writeCheckpoint();
-      } else {
-        await lake.update();
-      }
-      latestReads.prune(latest, clock.now());
-    }, (err) => log.warn({ err }, 'lake update failed')),
+    tail &&
+      every(
+        TAIL_MS,
+        () => tail.poll(),
+        (err) => log.warn({ err }, 'spool tail failed'),
+      ),
+    every(
+      UPDATE_MS,
+      async () => {
+        // The full walk is a safety net behind the commit log (a line lost in a crash).
+        if (Date.now() - reindexed > REINDEX_MS) {
+          reindexed = Date.now();
+          await lake.indexAll();
+          await lake.update();
+          await lake.writeCheckpoint();
+        } else {
+          await lake.update();
+        }
+        latestReads.prune(latest, clock.now());
+      },
+      (err) => log.warn({ err }, 'lake update failed'),
+    ),
   ];
   const keys = KeyStore.at(config.dataDir);
   const exports = await ExportPool.open(duck, config.api.exportSlots);
@@ -125,14 +145,29 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   let document: unknown = null;
   const routes = buildRoutes({
-    lake, latest, latestReads, rate, exportDir: path.join(config.dataDir, 'state', 'exports'), cursors: new Cursors(await cursorSecret(config)), maxRangeMs: config.api.maxRangeDays * 86_400_000,
+    lake,
+    latest,
+    latestReads,
+    rate,
+    exportDir: path.join(config.dataDir, 'state', 'exports'),
+    cursors: new Cursors(await cursorSecret(config)),
+    maxRangeMs: config.api.maxRangeDays * 86_400_000,
     openapi: () => document,
     health,
     exports,
     books: new BookCache(config.api.bookCacheBytes),
   });
   document = openApiDocument(routes);
-  const app = createApp({ routes, keys, rate, anonRate: config.api.rateAnon, corsOrigins: config.api.corsOrigins, admission, log, now: () => clock.now() });
+  const app = createApp({
+    routes,
+    keys,
+    rate,
+    anonRate: config.api.rateAnon,
+    corsOrigins: config.api.corsOrigins,
+    admission,
+    log,
+    now: () => clock.now(),
+  });
   const server = app.koa.listen({ port, host: config.host });
   server.maxHeadersCount = 100;
   server.on('clientError', app.clientError);
@@ -140,7 +175,10 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const address = server.address() as AddressInfo;
   return {
     url: `http://${config.host}:${address.port}`,
-    lake, keys, server, requestLog: app.requestLog,
+    lake,
+    keys,
+    server,
+    requestLog: app.requestLog,
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);
       app.requestLog.stop();
@@ -165,7 +203,12 @@ function cached<T>(ms: number, task: () => Promise<T>): () => Promise<T> {
 
 function within<T>(ms: number, work: Promise<T>): Promise<T | 'timeout'> {
   let timer: NodeJS.Timeout;
-  return Promise.race([work, new Promise<'timeout'>((r) => { timer = setTimeout(() => r('timeout'), ms); })]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    work,
+    new Promise<'timeout'>((r) => {
+      timer = setTimeout(() => r('timeout'), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
 }
 
 /** A query that has not answered in this long means the engine is stuck, not busy. */
@@ -175,7 +218,15 @@ const ENGINE_TIMEOUT_MS = 5000;
  * Each component says how it is. 503 when capture has not persisted within its bound, the lake
  * cannot be read, or the query engine does not answer: an orchestrator's probe then restarts us.
  */
-async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest: Map<string, LatestBook>, capture: ApiOptions['capture'], admission: Admission, exports: ExportPool) {
+async function checkHealth(
+  config: Config,
+  duck: Duck,
+  lake: LakeReader,
+  latest: Map<string, LatestBook>,
+  capture: ApiOptions['capture'],
+  admission: Admission,
+  exports: ExportPool,
+) {
   const now = Date.now();
   const bound = config.api.healthMaxFlushAgeMs;
   const captureState = capture ? capture.health() : await heartbeatHealth(config, now, bound);
@@ -183,7 +234,13 @@ async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest:
   const newestFile = files.reduce<(typeof files)[number] | null>((a, f) => (!a || f.partition.hour > a.partition.hour ? f : a), null);
   const [lakeError, engine] = await Promise.all([
     lakeReadable(lake.paths.lake, newestFile && path.join(lake.paths.lake, newestFile.path)),
-    within(ENGINE_TIMEOUT_MS, duck.rows('SELECT 1 AS ok').then(() => 'ok' as const, (err: Error) => `error: ${err.message.slice(0, 100)}`)),
+    within(
+      ENGINE_TIMEOUT_MS,
+      duck.rows('SELECT 1 AS ok').then(
+        () => 'ok' as const,
+        (err: Error) => `error: ${err.message.slice(0, 100)}`,
+      ),
+    ),
   ]);
   let newest = -Infinity;
   for (const l of latest.values()) newest = Math.max(newest, l.ts);
@@ -197,10 +254,20 @@ async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest:
       status,
       capture: captureState && { ...captureState, max_flush_age_ms: bound },
       lake: {
-        readable: lakeError === null, error: lakeError, query_engine: engine === 'timeout' ? `no answer in ${ENGINE_TIMEOUT_MS} ms` : engine,
-        newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null, files: files.length, markets: lake.size,
+        readable: lakeError === null,
+        error: lakeError,
+        query_engine: engine === 'timeout' ? `no answer in ${ENGINE_TIMEOUT_MS} ms` : engine,
+        newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null,
+        files: files.length,
+        markets: lake.size,
       },
-      api: { in_flight: admission.inFlight, queued: admission.queued, max_in_flight: admission.options.limit, shed: admission.shed, exports: { in_use: exports.inUse, slots: exports.size } },
+      api: {
+        in_flight: admission.inFlight,
+        queued: admission.queued,
+        max_in_flight: admission.options.limit,
+        shed: admission.shed,
+        exports: { in_use: exports.inUse, slots: exports.size },
+      },
     },
   };
 }
@@ -211,15 +278,20 @@ async function checkHealth(config: Config, duck: Duck, lake: LakeReader, latest:
  * the process is stuck); what the error is, only that process's log can say.
  */
 async function heartbeatHealth(config: Config, now: number, bound: number): Promise<CaptureHealth | null> {
-  const beat = await readJson<{ flushed_at?: number; stopped?: boolean; health?: Partial<CaptureHealth> }>(path.join(config.dataDir, 'state', 'capture-heartbeat.json')).catch(() => null);
+  const beat = await readJson<{ flushed_at?: number; stopped?: boolean; health?: Partial<CaptureHealth> }>(
+    path.join(config.dataDir, 'state', 'capture-heartbeat.json'),
+  ).catch(() => null);
   if (!beat || typeof beat.flushed_at !== 'number') return null;
   const age = now - beat.flushed_at;
   return {
     state: beat.stopped ? 'stopped' : age > bound ? 'failing' : 'running',
-    last_flush: new Date(beat.flushed_at).toISOString(), flush_age_ms: age,
+    last_flush: new Date(beat.flushed_at).toISOString(),
+    flush_age_ms: age,
     storage_error: age > bound && !beat.stopped ? `no flush for ${age} ms (see capture's log)` : null,
-    buffered_rows: beat.health?.buffered_rows ?? 0, dropped_rows: beat.health?.dropped_rows ?? 0,
-    seal_backlog: beat.health?.seal_backlog ?? 0, seal_error: beat.health?.seal_error ?? null,
+    buffered_rows: beat.health?.buffered_rows ?? 0,
+    dropped_rows: beat.health?.dropped_rows ?? 0,
+    seal_backlog: beat.health?.seal_backlog ?? 0,
+    seal_error: beat.health?.seal_error ?? null,
   };
 }
 
@@ -227,7 +299,11 @@ async function heartbeatHealth(config: Config, now: number, bound: number): Prom
 async function lakeReadable(root: string, newest: string | null): Promise<string | null> {
   try {
     // A lake nothing was sealed into yet is empty, not broken.
-    if (!newest) return await fs.access(root, fs.constants.R_OK | fs.constants.X_OK).then(() => null, (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : err.code ?? 'unreadable'));
+    if (!newest)
+      return await fs.access(root, fs.constants.R_OK | fs.constants.X_OK).then(
+        () => null,
+        (err: NodeJS.ErrnoException) => (err.code === 'ENOENT' ? null : (err.code ?? 'unreadable')),
+      );
     const handle = await fs.open(newest, 'r');
     try {
       const size = (await handle.stat()).size;

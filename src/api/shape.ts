@@ -7,18 +7,40 @@ import type { Book } from '../records.js';
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 export function marketJson(m: StoredMarket) {
-  const winner = m.winning_outcome_index === null ? null : m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null;
+  const winner = m.winning_outcome_index === null ? null : (m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null);
   return {
-    market_id: m.market_id, topic_id: m.topic_id, venue: m.venue === 'wallet-prediction' ? 'predict_fun' : 'polymarket',
-    slug: m.slug, title: m.title, coin: m.coin, window: m.window,
-    start_time: iso(m.start_time), end_time: iso(m.end_time), created_time: iso(m.created_time), resolved_time: iso(m.resolved_time),
-    status: m.status, resolution: m.resolution,
+    market_id: m.market_id,
+    topic_id: m.topic_id,
+    venue: m.venue === 'wallet-prediction' ? 'predict_fun' : 'polymarket',
+    slug: m.slug,
+    title: m.title,
+    coin: m.coin,
+    window: m.window,
+    start_time: iso(m.start_time),
+    end_time: iso(m.end_time),
+    created_time: iso(m.created_time),
+    resolved_time: iso(m.resolved_time),
+    status: m.status,
+    resolution: m.resolution,
     winning_outcome: winner && { index: winner.index, label: winner.label, token_id: winner.token_id },
-    condition: { condition_id: m.condition_id, question_id: m.question_id, oracle: m.oracle, outcome_slot_count: m.outcomes.length || null },
+    condition: {
+      condition_id: m.condition_id,
+      question_id: m.question_id,
+      oracle: m.oracle,
+      outcome_slot_count: m.outcomes.length || null,
+    },
     outcomes: m.outcomes.map((o) => ({ index: o.index, label: o.label, token_id: o.token_id })),
-    volume: m.volume, liquidity: m.liquidity, participant_count: m.participant_count,
+    volume: m.volume,
+    liquidity: m.liquidity,
+    participant_count: m.participant_count,
     chain: { chain_id: m.chain_id, name: m.chain_name },
-    exchange: { address: m.exchange_address, kind: m.exchange_kind, collateral: m.collateral, fee_rate_bps: m.fee_rate_bps, tick_size: m.tick_size },
+    exchange: {
+      address: m.exchange_address,
+      kind: m.exchange_kind,
+      collateral: m.collateral,
+      fee_rate_bps: m.fee_rate_bps,
+      tick_size: m.tick_size,
+    },
     reference_price: { start: m.reference_price_start, end: m.reference_price_end },
   };
 }
@@ -34,21 +56,34 @@ export interface BookJson {
   ask_sizes: number[];
 }
 
-type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & { exchange_ts: number | null };
+type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & {
+  exchange_ts: number | null;
+};
 
 /** A book of the latest-book route (snapshot pages are rendered from vectors: snapshotsJson). */
 export function bookJson(b: BookLike): BookJson {
   return {
-    outcome_index: b.outcome_index, outcome: b.outcome, token_id: b.token_id, exchange_time: iso(b.exchange_ts),
-    bid_prices: b.bid_prices, bid_sizes: b.bid_sizes, ask_prices: b.ask_prices, ask_sizes: b.ask_sizes,
+    outcome_index: b.outcome_index,
+    outcome: b.outcome,
+    token_id: b.token_id,
+    exchange_time: iso(b.exchange_ts),
+    bid_prices: b.bid_prices,
+    bid_sizes: b.bid_sizes,
+    ask_prices: b.ask_prices,
+    ask_sizes: b.ask_sizes,
   };
 }
 
 export function rowBook(r: JsonRow): BookLike {
   return {
-    outcome_index: Number(r.outcome_index), outcome: String(r.outcome), token_id: String(r.token_id),
+    outcome_index: Number(r.outcome_index),
+    outcome: String(r.outcome),
+    token_id: String(r.token_id),
     exchange_ts: r.exchange_ts === null ? null : Number(r.exchange_ts),
-    bid_prices: r.bid_prices as number[], bid_sizes: r.bid_sizes as number[], ask_prices: r.ask_prices as number[], ask_sizes: r.ask_sizes as number[],
+    bid_prices: r.bid_prices as number[],
+    bid_sizes: r.bid_sizes as number[],
+    ask_prices: r.ask_prices as number[],
+    ask_sizes: r.ask_sizes as number[],
   };
 }
 
@@ -75,7 +110,8 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   const columns = chunks.map(columnsOf);
   chunks.forEach((chunk, c) => {
     const [ts, index] = columns[c].scalars;
-    for (let row = 0; row < chunk.rowCount; row++) rows.push({ chunk: c, row, ts: ts.getItem(row) as number, outcome: index.getItem(row) as number });
+    for (let row = 0; row < chunk.rowCount; row++)
+      rows.push({ chunk: c, row, ts: ts.getItem(row) as number, outcome: index.getItem(row) as number });
   });
   const direction = order === 'asc' ? 1 : -1;
   rows.sort((a, b) => (a.ts - b.ts) * direction || a.outcome - b.outcome);
@@ -110,7 +146,10 @@ interface BookColumns {
 }
 
 function columnsOf(chunk: DuckDBDataChunk): BookColumns {
-  return { scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)), lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector) };
+  return {
+    scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)),
+    lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector),
+  };
 }
 
 /** One book of a snapshot as JSON text: with its ladders, or (include_orderbook=false) best levels and depth. */
@@ -119,7 +158,8 @@ function bookFragment(columns: BookColumns, row: number, ladders: boolean): stri
   const ex = exchange.getItem(row) as number | null;
   const head = `{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`;
   const levels = columns.lists.map((l) => readDoubles(l, row));
-  if (ladders) return `${head},"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`;
+  if (ladders)
+    return `${head},"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`;
   const depth = (xs: ArrayLike<number>) => {
     let sum = 0;
     for (let i = 0; i < xs.length; i++) sum += xs[i];

@@ -60,7 +60,9 @@ export async function backfill(
   if (start === null) throw new CoverageError(`no coverage for ${req.venue} ${req.coin}: nothing to backfill`);
   if (req.from >= req.to) throw new CoverageError(`FROM ${isoMs(req.from)} is not before TO ${isoMs(req.to)}`);
   if (req.to <= start) {
-    throw new CoverageError(`${req.venue} ${req.coin} history starts ${isoMs(start).slice(0, 10)}; the range ends ${isoMs(req.to).slice(0, 10)}, before it. Nothing earlier exists.`);
+    throw new CoverageError(
+      `${req.venue} ${req.coin} history starts ${isoMs(start).slice(0, 10)}; the range ends ${isoMs(req.to).slice(0, 10)}, before it. Nothing earlier exists.`,
+    );
   }
   const from = Math.max(req.from, start);
   const to = Math.min(req.to, now);
@@ -71,7 +73,17 @@ export async function backfill(
   const done = new Set((await readJson<{ days: number[] }>(checkpoint))?.days ?? []);
   const days: number[] = [];
   for (let d = Math.floor(from / DAY) * DAY; d < to; d += DAY) days.push(d);
-  const summary: BackfillSummary = { from, to, clampedFrom: from > req.from ? from : null, days: days.length, skippedDays: 0, markets: 0, metrics: 0, files: 0, notes };
+  const summary: BackfillSummary = {
+    from,
+    to,
+    clampedFrom: from > req.from ? from : null,
+    days: days.length,
+    skippedDays: 0,
+    markets: 0,
+    metrics: 0,
+    files: 0,
+    notes,
+  };
   let finished = 0;
   const todo = days.filter((d) => {
     if (!done.has(d)) return true;
@@ -90,7 +102,17 @@ export async function backfill(
         for (const p of await adapter.priceHistory(m)) {
           if (p.ts < metricsStart) continue;
           const o = m.outcomes.find((x) => x.index === p.outcome_index)!;
-          metrics.push({ ts: p.ts, market_id: m.market_id, token_id: o.token_id, outcome_index: o.index, outcome: o.label, chance: null, price: p.price, last_trade: null, recv_ts: null });
+          metrics.push({
+            ts: p.ts,
+            market_id: m.market_id,
+            token_id: o.token_id,
+            outcome_index: o.index,
+            outcome: o.label,
+            chance: null,
+            price: p.price,
+            last_trade: null,
+            recv_ts: null,
+          });
         }
       }
     }
@@ -105,7 +127,10 @@ export async function backfill(
     progress?.update(finished, days.length, summary.markets);
   });
   progress?.finish();
-  if (summary.metrics === 0) notes.push(`no price history stored: ${req.venue === 'wallet-prediction' ? 'the wallet API keeps none' : 'the venue returned none for this range (resolved markets have none below 12-hour fidelity)'}`);
+  if (summary.metrics === 0)
+    notes.push(
+      `no price history stored: ${req.venue === 'wallet-prediction' ? 'the wallet API keeps none' : 'the venue returned none for this range (resolved markets have none below 12-hour fidelity)'}`,
+    );
   await fs.rm(checkpoint, { force: true });
   return summary;
 }
@@ -126,7 +151,9 @@ async function writeDay(duck: Duck, paths: LakePaths, req: BackfillRequest, mark
   for (const { partition, rows } of groups.values()) {
     const file = path.join(staging, `${partitionDir(partition).replaceAll('/', '_')}.ndjson`);
     await fs.writeFile(file, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
-    const entry = await writeParquet(duck, paths.lake, partition, BACKFILL_FILE, spoolSource(partition.dataset, [file], false), ['backfill']);
+    const entry = await writeParquet(duck, paths.lake, partition, BACKFILL_FILE, spoolSource(partition.dataset, [file], false), [
+      'backfill',
+    ]);
     entry.written_at = 0; // the manifest of a re-run is byte-identical too
     await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
     await fs.rm(file, { force: true });
@@ -136,7 +163,9 @@ async function writeDay(duck: Duck, paths: LakePaths, req: BackfillRequest, mark
 
 async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: Math.min(concurrency, items.length) }, async () => {
-    while (next < items.length) await work(items[next++]);
-  }));
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+      while (next < items.length) await work(items[next++]);
+    }),
+  );
 }

@@ -11,7 +11,16 @@ import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
-import { type Book, type BookRow, type GapRow, type LatestBook, type Market, type MarketRow, type MetricRow, marketLakeRow } from '../records.js';
+import {
+  type Book,
+  type BookRow,
+  type GapRow,
+  type LatestBook,
+  type Market,
+  type MarketRow,
+  type MetricRow,
+  marketLakeRow,
+} from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 
@@ -121,7 +130,9 @@ export class Capture {
     await this.sealing;
     await this.flush(true);
     // Rows the disk refused until the end are lost with the process; say how many.
-    await this.spool.close().catch((err) => this.log.error({ err, unsaved_rows: this.spool.bufferedRows }, 'capture stopped with rows it could not save'));
+    await this.spool
+      .close()
+      .catch((err) => this.log.error({ err, unsaved_rows: this.spool.bufferedRows }, 'capture stopped with rows it could not save'));
     this.log.info({ ...this.stats, acknowledged: this.spool.acknowledged }, 'capture stopped');
   }
 
@@ -133,7 +144,7 @@ export class Capture {
   private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<void> {
     const beat = await readJson<Heartbeat>(this.heartbeatFile);
     if (!beat) return;
-    const last = (dataset: string, id: string | null) => (id === null ? -Infinity : lastTs.get(`${dataset}:${id}`) ?? -Infinity);
+    const last = (dataset: string, id: string | null) => (id === null ? -Infinity : (lastTs.get(`${dataset}:${id}`) ?? -Infinity));
     for (const g of beat.gaps) {
       if (last(g.dataset, g.market_id) > g.from_ts) continue;
       this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
@@ -144,14 +155,22 @@ export class Capture {
         const key = gapKey({ ...m, dataset });
         if (this.gaps.has(key) || m.end_time <= from) continue;
         this.gaps.set(key, {
-          ...m, dataset, from_ts: from, until: m.end_time, reason: 'process_down',
-          detail: `capture process ${beat.segment} stopped`, failures: 1,
+          ...m,
+          dataset,
+          from_ts: from,
+          until: m.end_time,
+          reason: 'process_down',
+          detail: `capture process ${beat.segment} stopped`,
+          failures: 1,
         });
       }
     }
     // Nothing was recorded between the previous process's last flush and now (after `make fill`,
     // the handover to live capture): each open market gets a process_down gap saying so.
-    this.log.warn({ since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.size }, 'resuming after a previous capture process; each open market gets a process_down gap for the time nothing ran');
+    this.log.warn(
+      { since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.size },
+      'resuming after a previous capture process; each open market gets a process_down gap for the time nothing ran',
+    );
   }
 
   /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
@@ -175,7 +194,10 @@ export class Capture {
     }
     this.lastFlushAt = Date.now();
     if (this.storage) {
-      this.log.warn({ failed_for_ms: this.lastFlushAt - this.storage.since, attempts: this.storage.attempts, dropped_rows: this.dropped }, 'spool storage recovered; buffered rows saved');
+      this.log.warn(
+        { failed_for_ms: this.lastFlushAt - this.storage.since, attempts: this.storage.attempts, dropped_rows: this.dropped },
+        'spool storage recovered; buffered rows saved',
+      );
       this.storage = null;
     }
     const open = [...this.known.values()]
@@ -183,8 +205,13 @@ export class Capture {
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
     const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
     const beat: Heartbeat = {
-      ts, flushed_at: this.lastFlushAt, ...(stopped ? { stopped } : {}), health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
-      segment: this.spool.segment, open, gaps: [...this.gaps.values()],
+      ts,
+      flushed_at: this.lastFlushAt,
+      ...(stopped ? { stopped } : {}),
+      health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
+      segment: this.spool.segment,
+      open,
+      gaps: [...this.gaps.values()],
     };
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
     await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat)).catch(() => undefined);
@@ -195,7 +222,14 @@ export class Capture {
     const error = `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`;
     if (!this.storage) {
       this.storage = { since: now, attempts: 0, retryAt: now, error };
-      this.log.error({ err: { code: err.code, message: err.message }, buffered_rows: this.spool.bufferedRows, limit_bytes: this.config.capture.spoolMaxBufferBytes }, 'spool storage failing; rows stay buffered and are retried');
+      this.log.error(
+        {
+          err: { code: err.code, message: err.message },
+          buffered_rows: this.spool.bufferedRows,
+          limit_bytes: this.config.capture.spoolMaxBufferBytes,
+        },
+        'spool storage failing; rows stay buffered and are retried',
+      );
     }
     this.storage.attempts++;
     this.storage.error = error;
@@ -239,7 +273,11 @@ export class Capture {
       })
       .catch(async (err: NodeJS.ErrnoException) => {
         const backlog = await dueParts(this.paths.spool, now, grace).catch(() => -1);
-        if (!this.sealFailure) this.log.error({ err: { code: err.code, message: err.message }, backlog }, 'seal failed; the spool keeps the rows and sealing is retried');
+        if (!this.sealFailure)
+          this.log.error(
+            { err: { code: err.code, message: err.message }, backlog },
+            'seal failed; the spool keeps the rows and sealing is retried',
+          );
         this.sealFailure = { error: `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`, backlog };
       });
     return this.sealing;
@@ -339,14 +377,26 @@ export class Capture {
     this.succeed(m, 'books', ts);
   }
 
-  private recordMetrics(m: Market, ts: number, recvTs: number, quotes: { outcome_index: number; chance: number | null; price: number | null; last_trade: number | null }[]): void {
+  private recordMetrics(
+    m: Market,
+    ts: number,
+    recvTs: number,
+    quotes: { outcome_index: number; chance: number | null; price: number | null; last_trade: number | null }[],
+  ): void {
     const rows: MetricRow[] = [];
     for (const q of quotes) {
       const outcome = m.outcomes.find((o) => o.index === q.outcome_index);
       if (!outcome) continue;
       rows.push({
-        ts, market_id: m.market_id, token_id: outcome.token_id, outcome_index: q.outcome_index, outcome: outcome.label,
-        chance: q.chance, price: q.price, last_trade: q.last_trade, recv_ts: recvTs,
+        ts,
+        market_id: m.market_id,
+        token_id: outcome.token_id,
+        outcome_index: q.outcome_index,
+        outcome: outcome.label,
+        chance: q.chance,
+        price: q.price,
+        last_trade: q.last_trade,
+        recv_ts: recvTs,
       });
     }
     this.spool.append(partitionOf('metrics', m.venue, m.coin, m.window, ts), rows);
@@ -354,7 +404,11 @@ export class Capture {
     this.succeed(m, 'metrics', ts);
   }
 
-  private fail(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, err: { kind: string; message: string }): void {
+  private fail(
+    scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>,
+    now: number,
+    err: { kind: string; message: string },
+  ): void {
     const key = gapKey(scope);
     const open = this.gaps.get(key);
     if (open) {
@@ -372,12 +426,30 @@ export class Capture {
   private closeGap(g: OpenGap, to: number): void {
     this.gaps.delete(gapKey(g));
     if (to <= g.from_ts) return;
-    const row: GapRow = { market_id: g.market_id, dataset: g.dataset, from_ts: g.from_ts, to_ts: to, reason: g.reason, detail: g.detail, failures: g.failures };
+    const row: GapRow = {
+      market_id: g.market_id,
+      dataset: g.dataset,
+      from_ts: g.from_ts,
+      to_ts: to,
+      reason: g.reason,
+      detail: g.detail,
+      failures: g.failures,
+    };
     this.spool.append(partitionOf('gaps', g.venue, g.coin, g.window, g.from_ts), [row]);
     this.stats.gaps++;
     // Downtime gaps were announced, counted, by the resume line: one per market would bury it.
     const level = g.reason === 'process_down' ? 'debug' : 'warn';
-    this.log[level]({ venue: g.venue, market_id: g.market_id, dataset: g.dataset, from: new Date(g.from_ts).toISOString(), to: new Date(to).toISOString(), reason: g.reason }, 'capture gap');
+    this.log[level](
+      {
+        venue: g.venue,
+        market_id: g.market_id,
+        dataset: g.dataset,
+        from: new Date(g.from_ts).toISOString(),
+        to: new Date(to).toISOString(),
+        reason: g.reason,
+      },
+      'capture gap',
+    );
   }
 }
 

@@ -32,15 +32,20 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
 }
 
 export async function fill(config: Config, duck: Duck, log: Logger, options: FillOptions) {
-  if (options.until === undefined && options.speed <= 1) throw new Error('a fill that catches up with the wall clock needs a speed above 1');
+  if (options.until === undefined && options.speed <= 1)
+    throw new Error('a fill that catches up with the wall clock needs a speed above 1');
   const realStart = Date.now();
   const start = options.start ?? realStart - options.hours * HOUR;
   // Without `until`, the fill ends when its clock reaches the wall clock: (R * speed - S) / (speed - 1).
   const until = options.until ?? Math.floor((realStart * options.speed - start) / (options.speed - 1));
   const clock = createClock(start, options.speed, realStart, until);
   const standin = new StandIn({
-    clock, seed: options.seed ?? 1, apiKey: config.wallet.apiKey, apiSecret: config.wallet.apiSecret,
-    walletWeightPerMinute: Number.MAX_SAFE_INTEGER, faults: options.faults,
+    clock,
+    seed: options.seed ?? 1,
+    apiKey: config.wallet.apiKey,
+    apiSecret: config.wallet.apiSecret,
+    walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
+    faults: options.faults,
   });
   const url = await standin.start(0);
   const cfg = standinConfig(config, url, options.pollMs);

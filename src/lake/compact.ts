@@ -32,8 +32,22 @@ export async function compact(duck: Duck, paths: LakePaths, now: number, trashAf
     const sources = [...new Set(manifest.files.flatMap((f) => f.sources))].sort();
     const name = `compact-${shortHash(sources.join(','))}.parquet`;
     const dir = path.join(paths.lake, partitionDir(partition));
-    const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource(manifest.files.map((f) => path.join(dir, f.name))), sources);
-    await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], manifest.files.map((f) => f.name));
+    const entry = await writeParquet(
+      duck,
+      paths.lake,
+      partition,
+      name,
+      parquetSource(manifest.files.map((f) => path.join(dir, f.name))),
+      sources,
+    );
+    await commitFiles(
+      paths.lake,
+      paths.manifest,
+      path.join(paths.root, 'trash'),
+      partition,
+      [entry],
+      manifest.files.map((f) => f.name),
+    );
     report.merged += manifest.files.length;
     report.rows += entry.rows;
   }

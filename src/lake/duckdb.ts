@@ -18,25 +18,31 @@ export class Lane {
 
   run<T>(task: (c: DuckDBConnection) => Promise<T>, signal?: AbortSignal): Promise<T> {
     this.pending++;
-    const result = this.tail.then(async () => {
-      signal?.throwIfAborted();
-      const interrupt = () => this.connection.interrupt();
-      signal?.addEventListener('abort', interrupt, { once: true });
-      try {
-        return await task(this.connection);
-      } finally {
-        signal?.removeEventListener('abort', interrupt);
-      }
-    }).finally(() => {
-      this.pending--;
-    });
+    const result = this.tail
+      .then(async () => {
+        signal?.throwIfAborted();
+        const interrupt = () => this.connection.interrupt();
+        signal?.addEventListener('abort', interrupt, { once: true });
+        try {
+          return await task(this.connection);
+        } finally {
+          signal?.removeEventListener('abort', interrupt);
+        }
+      })
+      .finally(() => {
+        this.pending--;
+      });
     this.tail = result.catch(() => undefined);
     return result;
   }
 }
 
 export class Duck {
-  private constructor(private readonly instance: DuckDBInstance, private readonly lanes: Lane[], private readonly signal?: AbortSignal) {}
+  private constructor(
+    private readonly instance: DuckDBInstance,
+    private readonly lanes: Lane[],
+    private readonly signal?: AbortSignal,
+  ) {}
 
   /** The same lanes, with every statement cancelled when `signal` fires (a request whose client left). */
   for(signal: AbortSignal): Duck {
@@ -47,7 +53,7 @@ export class Duck {
     const instance = await DuckDBInstance.create(':memory:', { threads: '2', ...options });
     const duck = await new Duck(instance, []).fork(lanes);
     // Footers are read once per file instead of once per query.
-    await duck.run("SET GLOBAL parquet_metadata_cache = true");
+    await duck.run('SET GLOBAL parquet_metadata_cache = true');
     // Lake times are TIMESTAMPTZ: casts, comparisons and strftime are in UTC whatever the
     // machine's zone.
     await duck.run("SET GLOBAL TimeZone = 'UTC'");
@@ -60,7 +66,10 @@ export class Duck {
    */
   async fork(lanes: number): Promise<Duck> {
     const connections = await Promise.all(Array.from({ length: lanes }, () => this.instance.connect()));
-    return new Duck(this.instance, connections.map((c) => new Lane(c)));
+    return new Duck(
+      this.instance,
+      connections.map((c) => new Lane(c)),
+    );
   }
 
   /** Statements queued or running on these lanes. */

@@ -41,9 +41,7 @@ export interface StoredMarket extends Market {
 }
 
 const FINAL: MarketStatus[] = ['resolved', 'cancelled'];
-const MARKET_SELECT = SCHEMAS.markets
-  .map((c) => (isTime(c) ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`))
-  .join(', ');
+const MARKET_SELECT = SCHEMAS.markets.map((c) => (isTime(c) ? `epoch_ms("${c.name}")::DOUBLE AS "${c.name}"` : `"${c.name}"`)).join(', ');
 
 export class LakeReader {
   private readonly markets = new Map<string, StoredMarket>();
@@ -57,7 +55,11 @@ export class LakeReader {
   /** Bytes of the commit log already applied. */
   private commitOffset = 0;
 
-  constructor(readonly duck: Duck, readonly paths: LakePaths, private readonly series: { venue: Venue; coin: string; window: Window }[]) {}
+  constructor(
+    readonly duck: Duck,
+    readonly paths: LakePaths,
+    private readonly series: { venue: Venue; coin: string; window: Window }[],
+  ) {}
 
   /** Sealed files and spool parts of `partitions`; a part already sealed into a file is left out. */
   async files(partitions: Partition[]): Promise<PartitionFiles> {
@@ -72,7 +74,8 @@ export class LakeReader {
       for (const segment of segments) {
         const names = await fs.readdir(path.join(this.paths.spool, segment, dir)).catch(() => [] as string[]);
         for (const name of names) {
-          if (name.endsWith('.ndjson') && !done.has(`${segment}:${name.replace('.ndjson', '')}`)) spool.push(path.join(this.paths.spool, segment, dir, name));
+          if (name.endsWith('.ndjson') && !done.has(`${segment}:${name.replace('.ndjson', '')}`))
+            spool.push(path.join(this.paths.spool, segment, dir, name));
         }
       }
     }
@@ -106,7 +109,13 @@ export class LakeReader {
       const lines = (await fs.readFile(this.indexCheckpointFile, 'utf8')).split('\n');
       const { commit_offset: offset } = JSON.parse(lines[0]) as { commit_offset: number };
       // A commit log shorter than the checkpoint's offset is not the log it was taken against.
-      if ((await fs.stat(this.commitLog).then((st) => st.size, () => 0)) < offset) return false;
+      if (
+        (await fs.stat(this.commitLog).then(
+          (st) => st.size,
+          () => 0,
+        )) < offset
+      )
+        return false;
       const index = new Map<string, IndexedFile[]>();
       for (let i = 1; i < lines.length; i++) {
         if (!lines[i]) continue;
@@ -132,19 +141,24 @@ export class LakeReader {
   /** Walks every manifest: without a checkpoint, and hourly as a safety net behind the commit log. */
   async indexAll(): Promise<void> {
     // Lines appended from here on are followed later; re-reading a partition twice is harmless.
-    this.commitOffset = await fs.stat(this.commitLog).then((s) => s.size, () => 0);
+    this.commitOffset = await fs.stat(this.commitLog).then(
+      (s) => s.size,
+      () => 0,
+    );
     const index = new Map<string, IndexedFile[]>();
     const partitions = (await listFiles(this.paths.manifest, '.json'))
       .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
       .filter((p): p is Partition => p !== null);
     // Thousands of small reads: 32 at a time rather than one after another.
     let next = 0;
-    await Promise.all(Array.from({ length: 32 }, async () => {
-      while (next < partitions.length) {
-        const p = partitions[next++];
-        index.set(partitionDir(p), await this.indexed(p));
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        while (next < partitions.length) {
+          const p = partitions[next++];
+          index.set(partitionDir(p), await this.indexed(p));
+        }
+      }),
+    );
     this.index = index;
     this.indexSorted = null;
     await this.loadGaps();
@@ -188,7 +202,9 @@ export class LakeReader {
   /** Every sealed file, by hour, then path. */
   sealedFiles(): IndexedFile[] {
     if (!this.indexSorted) {
-      this.indexSorted = [...this.index.values()].flat().sort((a, b) => a.partition.hour - b.partition.hour || (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+      this.indexSorted = [...this.index.values()]
+        .flat()
+        .sort((a, b) => a.partition.hour - b.partition.hour || (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
     }
     return this.indexSorted;
   }
@@ -229,18 +245,32 @@ export class LakeReader {
 
   private async loadGaps(spool?: SpoolPart[]): Promise<void> {
     const files = [...this.index.values()].flat().filter((f) => f.partition.dataset === 'gaps');
-    const spoolParts = (spool ?? await listSpool(this.paths.spool)).filter((s) => s.partition.dataset === 'gaps');
+    const spoolParts = (spool ?? (await listSpool(this.paths.spool))).filter((s) => s.partition.dataset === 'gaps');
     const signature = files.map((f) => f.sha256).join(',') + (await filesSignature({ sealed: [], spool: spoolParts.map((s) => s.file) }));
     if (signature === this.gapSignature) return;
     this.gapSignature = signature;
     const rows: GapRecord[] = [];
     for (let i = 0; i < files.length; i += 4000) {
-      const list = files.slice(i, i + 4000).map((f) => `'${path.join(this.paths.lake, f.path).replaceAll("'", "''")}'`).join(', ');
-      const found = await this.duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM read_parquet([${list}], filename = true)`);
+      const list = files
+        .slice(i, i + 4000)
+        .map((f) => `'${path.join(this.paths.lake, f.path).replaceAll("'", "''")}'`)
+        .join(', ');
+      const found = await this.duck.rows(
+        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM read_parquet([${list}], filename = true)`,
+      );
       for (const r of found) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(r.filename))));
         if (!p) continue;
-        rows.push({ venue: p.venue, coin: p.coin, window: p.window, market_id: (r.market_id as string) ?? null, dataset: String(r.dataset), from_ts: Number(r.f), to_ts: Number(r.t), reason: String(r.reason) });
+        rows.push({
+          venue: p.venue,
+          coin: p.coin,
+          window: p.window,
+          market_id: (r.market_id as string) ?? null,
+          dataset: String(r.dataset),
+          from_ts: Number(r.f),
+          to_ts: Number(r.t),
+          reason: String(r.reason),
+        });
       }
     }
     // Gaps closed in the open hour are still in the spool: they count too.
@@ -248,18 +278,40 @@ export class LakeReader {
     for (const p of spooled.values()) {
       const { spool } = await this.files([p]);
       if (!spool.length) continue;
-      for (const r of await this.duck.rows(`SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason FROM ${spoolSource('gaps', spool, true)}`)) {
-        rows.push({ venue: p.venue, coin: p.coin, window: p.window, market_id: (r.market_id as string) ?? null, dataset: String(r.dataset), from_ts: Number(r.f), to_ts: Number(r.t), reason: String(r.reason) });
+      for (const r of await this.duck.rows(
+        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason FROM ${spoolSource('gaps', spool, true)}`,
+      )) {
+        rows.push({
+          venue: p.venue,
+          coin: p.coin,
+          window: p.window,
+          market_id: (r.market_id as string) ?? null,
+          dataset: String(r.dataset),
+          from_ts: Number(r.f),
+          to_ts: Number(r.t),
+          reason: String(r.reason),
+        });
       }
     }
     this.gapRows = rows.sort((a, b) => a.from_ts - b.from_ts);
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
-  gaps(filter: { venue: Venue; coin?: string; window?: Window; market_id?: string; dataset?: string }, from = -Infinity, to = Infinity): GapRecord[] {
-    return this.gapRows.filter((g) => g.venue === filter.venue && (!filter.coin || g.coin === filter.coin) && (!filter.window || g.window === filter.window)
-      && (!filter.market_id || g.market_id === filter.market_id || g.market_id === null) && (!filter.dataset || g.dataset === filter.dataset)
-      && g.from_ts < to && g.to_ts > from);
+  gaps(
+    filter: { venue: Venue; coin?: string; window?: Window; market_id?: string; dataset?: string },
+    from = -Infinity,
+    to = Infinity,
+  ): GapRecord[] {
+    return this.gapRows.filter(
+      (g) =>
+        g.venue === filter.venue &&
+        (!filter.coin || g.coin === filter.coin) &&
+        (!filter.window || g.window === filter.window) &&
+        (!filter.market_id || g.market_id === filter.market_id || g.market_id === null) &&
+        (!filter.dataset || g.dataset === filter.dataset) &&
+        g.from_ts < to &&
+        g.to_ts > from,
+    );
   }
 
   // --- the market catalogue -----------------------------------------------------------
@@ -281,7 +333,10 @@ export class LakeReader {
       .map((f) => path.join(this.paths.lake, f.path));
     // One scan per 500 files (measured fastest), not one query per partition.
     for (let i = 0; i < sealed.length; i += 500) {
-      const files = sealed.slice(i, i + 500).map((f) => `'${f.replaceAll("'", "''")}'`).join(', ');
+      const files = sealed
+        .slice(i, i + 500)
+        .map((f) => `'${f.replaceAll("'", "''")}'`)
+        .join(', ');
       for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM read_parquet([${files}], filename = true)`)) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(row.filename))));
         if (p) this.upsert(toMarket(row, p));
@@ -317,7 +372,9 @@ export class LakeReader {
    */
   async writeCheckpoint(): Promise<void> {
     await this.writeIndexCheckpoint();
-    const files = this.sealedFiles().filter((f) => f.partition.dataset === 'markets').map((f) => `${f.path}@${f.sha256}`);
+    const files = this.sealedFiles()
+      .filter((f) => f.partition.dataset === 'markets')
+      .map((f) => `${f.path}@${f.sha256}`);
     const lines = [JSON.stringify({ files }), ...[...this.markets.values()].map((m) => JSON.stringify(m))];
     await writeFileAtomic(this.checkpointFile, `${lines.join('\n')}\n`);
   }
@@ -332,7 +389,8 @@ export class LakeReader {
       if (this.ingested.get(partitionDir(p)) === signature) continue;
       this.ingested.set(partitionDir(p), signature);
       const parts: string[] = [];
-      if (files.sealed.length) parts.push(`SELECT ${select} FROM read_parquet([${files.sealed.map((f) => `'${f.replaceAll("'", "''")}'`).join(', ')}])`);
+      if (files.sealed.length)
+        parts.push(`SELECT ${select} FROM read_parquet([${files.sealed.map((f) => `'${f.replaceAll("'", "''")}'`).join(', ')}])`);
       if (files.spool.length) parts.push(`SELECT ${select} FROM ${spoolSource('markets', files.spool, true)}`);
       if (!parts.length) continue;
       for (const row of await this.duck.rows(parts.join(' UNION ALL '))) this.upsert(toMarket(row, p));
@@ -355,7 +413,9 @@ export class LakeReader {
   /** Markets newest window first (`desc`, ties by id descending) or the reverse, status as of `now`, lazily. */
   *walk(order: 'asc' | 'desc', now: number): Generator<StoredMarket> {
     if (!this.sorted) {
-      this.sorted = [...this.markets.values()].sort((a, b) => b.start_time - a.start_time || (a.market_id < b.market_id ? 1 : a.market_id > b.market_id ? -1 : 0));
+      this.sorted = [...this.markets.values()].sort(
+        (a, b) => b.start_time - a.start_time || (a.market_id < b.market_id ? 1 : a.market_id > b.market_id ? -1 : 0),
+      );
     }
     const sorted = this.sorted;
     if (order === 'desc') for (let i = 0; i < sorted.length; i++) yield withStatus(sorted[i], now);
@@ -387,7 +447,14 @@ function commitPartition(line: string): string {
 
 /** Names the files of a read and the sizes of spool parts (which grow): equal means nothing new. */
 async function filesSignature(files: PartitionFiles): Promise<string> {
-  const sizes = await Promise.all(files.spool.map((f) => fs.stat(f).then((s) => `${f}:${s.size}`, () => `${f}:gone`)));
+  const sizes = await Promise.all(
+    files.spool.map((f) =>
+      fs.stat(f).then(
+        (s) => `${f}:${s.size}`,
+        () => `${f}:gone`,
+      ),
+    ),
+  );
   return `${files.sealed.join('|')}#${sizes.join('|')}`;
 }
 
@@ -403,15 +470,36 @@ function toMarket(r: JsonRow, p: Partition): StoredMarket {
   const tokens = (r.outcome_token_ids as string[] | null) ?? [];
   const num = (v: unknown) => (v === null || v === undefined ? null : Number(v));
   return {
-    ts: Number(r.ts), market_id: String(r.market_id), topic_id: (r.topic_id as string) ?? null, venue: p.venue,
-    slug: (r.slug as string) ?? null, title: (r.title as string) ?? null, coin: p.coin, window: p.window,
-    start_time: Number(r.start_time), end_time: Number(r.end_time), created_time: num(r.created_time), resolved_time: num(r.resolved_time),
-    status: r.status as MarketStatus, resolution: r.resolution as Market['resolution'], winning_outcome_index: num(r.winning_outcome_index),
-    condition_id: (r.condition_id as string) ?? null, question_id: (r.question_id as string) ?? null, oracle: (r.oracle as string) ?? null,
+    ts: Number(r.ts),
+    market_id: String(r.market_id),
+    topic_id: (r.topic_id as string) ?? null,
+    venue: p.venue,
+    slug: (r.slug as string) ?? null,
+    title: (r.title as string) ?? null,
+    coin: p.coin,
+    window: p.window,
+    start_time: Number(r.start_time),
+    end_time: Number(r.end_time),
+    created_time: num(r.created_time),
+    resolved_time: num(r.resolved_time),
+    status: r.status as MarketStatus,
+    resolution: r.resolution as Market['resolution'],
+    winning_outcome_index: num(r.winning_outcome_index),
+    condition_id: (r.condition_id as string) ?? null,
+    question_id: (r.question_id as string) ?? null,
+    oracle: (r.oracle as string) ?? null,
     outcomes: labels.map((label, index) => ({ index, label, token_id: tokens[index] })),
-    volume: num(r.volume), liquidity: num(r.liquidity), participant_count: num(r.participant_count),
-    chain_id: num(r.chain_id), chain_name: (r.chain_name as string) ?? null, exchange_address: (r.exchange_address as string) ?? null,
-    exchange_kind: (r.exchange_kind as string) ?? null, collateral: (r.collateral as string) ?? null, fee_rate_bps: num(r.fee_rate_bps),
-    tick_size: num(r.tick_size), reference_price_start: num(r.reference_price_start), reference_price_end: num(r.reference_price_end),
+    volume: num(r.volume),
+    liquidity: num(r.liquidity),
+    participant_count: num(r.participant_count),
+    chain_id: num(r.chain_id),
+    chain_name: (r.chain_name as string) ?? null,
+    exchange_address: (r.exchange_address as string) ?? null,
+    exchange_kind: (r.exchange_kind as string) ?? null,
+    collateral: (r.collateral as string) ?? null,
+    fee_rate_bps: num(r.fee_rate_bps),
+    tick_size: num(r.tick_size),
+    reference_price_start: num(r.reference_price_start),
+    reference_price_end: num(r.reference_price_end),
   };
 }

@@ -58,7 +58,11 @@ async function sealPartition(duck: Duck, paths: LakePaths, group: SpoolPart[]): 
   if (fresh.length > 0) {
     const sources = fresh.map((p) => p.source).sort();
     const name = `part-${shortHash(sources.join(','))}.parquet`;
-    const source = spoolSource(partition.dataset, fresh.map((p) => p.file), false);
+    const source = spoolSource(
+      partition.dataset,
+      fresh.map((p) => p.file),
+      false,
+    );
     const entry = await writeParquet(duck, paths.lake, partition, name, source, sources);
     await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
     rows = entry.rows;

@@ -233,4 +233,3 @@ async function lastLineEnd(handle: FileHandle, before: number): Promise<number> 
   }
   return 0;
 }
-

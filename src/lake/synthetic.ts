@@ -13,27 +13,80 @@ export async function syntheticMarket(duck: Duck, root: string, id: string, star
   const paths = lakePaths(root);
   const trash = path.join(root, 'trash');
   const table = `synthetic_${id.replace(/\W/g, '')}`;
-  await duck.run(`CREATE TABLE ${table} AS SELECT epoch_ms(s * 1000)::TIMESTAMPTZ AS ts, $id AS market_id, 'tok-' || o::VARCHAR AS token_id,
+  await duck.run(
+    `CREATE TABLE ${table} AS SELECT epoch_ms(s * 1000)::TIMESTAMPTZ AS ts, $id AS market_id, 'tok-' || o::VARCHAR AS token_id,
       o::INTEGER AS outcome_index, CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome,
       epoch_ms(s * 1000 - 80)::TIMESTAMPTZ AS exchange_ts, epoch_ms(s * 1000 + 40)::TIMESTAMPTZ AS recv_ts,
       list_transform(range(15), i -> round(0.49 - 0.01 * i, 2)) AS bid_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS bid_sizes,
       list_transform(range(15), i -> round(0.51 + 0.01 * i, 2)) AS ask_prices, list_transform(range(15), i -> round(random() * 5000, 2)) AS ask_sizes
-    FROM range($from::BIGINT, $to::BIGINT) r(s), range(2) x(o)`, { id, from: start / 1000, to: (start + span) / 1000 });
+    FROM range($from::BIGINT, $to::BIGINT) r(s), range(2) x(o)`,
+    { id, from: start / 1000, to: (start + span) / 1000 },
+  );
   for (let h = start; h < start + span; h += HOUR) {
     const p = partitionOf('books', 'wallet-prediction', 'btc', '15m', h);
-    const entry = await writeParquet(duck, paths.lake, p, `part-synthetic-${id}.parquet`, `(SELECT * FROM ${table} WHERE ts >= epoch_ms(${h}::BIGINT) AND ts < epoch_ms(${h + HOUR}::BIGINT))`, ['synthetic']);
+    const entry = await writeParquet(
+      duck,
+      paths.lake,
+      p,
+      `part-synthetic-${id}.parquet`,
+      `(SELECT * FROM ${table} WHERE ts >= epoch_ms(${h}::BIGINT) AND ts < epoch_ms(${h + HOUR}::BIGINT))`,
+      ['synthetic'],
+    );
     await commitFiles(paths.lake, paths.manifest, trash, p, [entry], []);
   }
   await duck.run(`DROP TABLE ${table}`);
   const staging = path.join(root, `market-${id}.ndjson`);
-  await fs.writeFile(staging, `${JSON.stringify(marketLakeRow({
-    market_id: id, topic_id: null, venue: 'wallet-prediction', slug: `synthetic-${id}`, title: 'synthetic', coin: 'btc', window: '15m',
-    start_time: start, end_time: start + span, created_time: null, resolved_time: null, status: 'closed', resolution: 'pending', winning_outcome_index: null,
-    condition_id: null, question_id: null, oracle: null, outcomes: [{ index: 0, label: 'Up', token_id: 'tok-0' }, { index: 1, label: 'Down', token_id: 'tok-1' }],
-    volume: null, liquidity: null, participant_count: null, chain_id: 56, chain_name: 'bnb', exchange_address: null, exchange_kind: null, collateral: null,
-    fee_rate_bps: null, tick_size: null, reference_price_start: null, reference_price_end: null,
-  }, start))}\n`);
+  await fs.writeFile(
+    staging,
+    `${JSON.stringify(
+      marketLakeRow(
+        {
+          market_id: id,
+          topic_id: null,
+          venue: 'wallet-prediction',
+          slug: `synthetic-${id}`,
+          title: 'synthetic',
+          coin: 'btc',
+          window: '15m',
+          start_time: start,
+          end_time: start + span,
+          created_time: null,
+          resolved_time: null,
+          status: 'closed',
+          resolution: 'pending',
+          winning_outcome_index: null,
+          condition_id: null,
+          question_id: null,
+          oracle: null,
+          outcomes: [
+            { index: 0, label: 'Up', token_id: 'tok-0' },
+            { index: 1, label: 'Down', token_id: 'tok-1' },
+          ],
+          volume: null,
+          liquidity: null,
+          participant_count: null,
+          chain_id: 56,
+          chain_name: 'bnb',
+          exchange_address: null,
+          exchange_kind: null,
+          collateral: null,
+          fee_rate_bps: null,
+          tick_size: null,
+          reference_price_start: null,
+          reference_price_end: null,
+        },
+        start,
+      ),
+    )}\n`,
+  );
   const mp = partitionOf('markets', 'wallet-prediction', 'btc', '15m', start);
-  await commitFiles(paths.lake, paths.manifest, trash, mp, [await writeParquet(duck, paths.lake, mp, `part-synthetic-${id}.parquet`, spoolSource('markets', [staging], false), ['synthetic'])], []);
+  await commitFiles(
+    paths.lake,
+    paths.manifest,
+    trash,
+    mp,
+    [await writeParquet(duck, paths.lake, mp, `part-synthetic-${id}.parquet`, spoolSource('markets', [staging], false), ['synthetic'])],
+    [],
+  );
   await fs.rm(staging);
 }

@@ -10,7 +10,10 @@ export class SpoolTail {
   private readonly offsets = new Map<string, number>();
   rows = 0;
 
-  constructor(private readonly dir: string, readonly latest: Map<string, LatestBook>) {}
+  constructor(
+    private readonly dir: string,
+    readonly latest: Map<string, LatestBook>,
+  ) {}
 
   /** Applies every complete book line appended since the last call. */
   async poll(): Promise<number> {

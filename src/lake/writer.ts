@@ -17,19 +17,17 @@ function timeColumn(p: Partition): string {
 
 /** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
 export function spoolSelect(dataset: Dataset): string {
-  return SCHEMAS[dataset]
-    .map((c) => (isTime(c) ? `epoch_ms("${c.name}")::${TIME_TYPE} AS "${c.name}"` : `"${c.name}"`))
-    .join(', ');
+  return SCHEMAS[dataset].map((c) => (isTime(c) ? `epoch_ms("${c.name}")::${TIME_TYPE} AS "${c.name}"` : `"${c.name}"`)).join(', ');
 }
 
 /** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
 export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
-  const columns = SCHEMAS[dataset]
-    .map((c) => `"${c.name}": '${isTime(c) ? 'BIGINT' : c.type}'`)
-    .join(', ');
+  const columns = SCHEMAS[dataset].map((c) => `"${c.name}": '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
   const first = SCHEMAS[dataset][0].name;
-  return `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
-    `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE "${first}" IS NOT NULL)`;
+  return (
+    `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
+    `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE "${first}" IS NOT NULL)`
+  );
 }
 
 export function parquetSource(files: string[]): string {
@@ -40,7 +38,14 @@ export function parquetSource(files: string[]): string {
  * Writes `source` (a SQL relation) sorted into `<lake>/<partition>/<name>`, and returns its
  * manifest entry. Does not touch the manifest: callers swap it once every file is in place.
  */
-export async function writeParquet(duck: Duck, lakeDir: string, p: Partition, name: string, source: string, sources: string[]): Promise<ManifestFile> {
+export async function writeParquet(
+  duck: Duck,
+  lakeDir: string,
+  p: Partition,
+  name: string,
+  source: string,
+  sources: string[],
+): Promise<ManifestFile> {
   const dir = path.join(lakeDir, partitionDir(p));
   await fs.mkdir(dir, { recursive: true });
   const file = path.join(dir, name);
@@ -83,7 +88,14 @@ export async function writeParquet(duck: Duck, lakeDir: string, p: Partition, na
  * Replaces the files named in `replaces` (and any file of the same name) with `added`, then
  * moves the replaced files out of the lake. The manifest swap is the commit point.
  */
-export async function commitFiles(lakeDir: string, manifestDir: string, trashDir: string, p: Partition, added: ManifestFile[], replaces: string[]): Promise<void> {
+export async function commitFiles(
+  lakeDir: string,
+  manifestDir: string,
+  trashDir: string,
+  p: Partition,
+  added: ManifestFile[],
+  replaces: string[],
+): Promise<void> {
   const manifest = await readManifest(manifestDir, p);
   const drop = new Set([...replaces, ...added.map((f) => f.name)]);
   manifest.files = [...manifest.files.filter((f) => !drop.has(f.name)), ...added].sort((a, b) => a.name.localeCompare(b.name));

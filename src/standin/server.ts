@@ -34,8 +34,15 @@ export interface Faults {
 }
 
 export const NO_FAULTS: Faults = {
-  errorRate: 0, latencyMs: 0, timeoutRate: 0, rateLimitRate: 0, retryAfterSec: 1,
-  truncateRate: 0, malformedRate: 0, stallRate: 0, outages: [],
+  errorRate: 0,
+  latencyMs: 0,
+  timeoutRate: 0,
+  rateLimitRate: 0,
+  retryAfterSec: 1,
+  truncateRate: 0,
+  malformedRate: 0,
+  stallRate: 0,
+  outages: [],
 };
 
 export interface StandInOptions {
@@ -75,10 +82,13 @@ export class StandIn {
   private random: () => number;
 
   constructor(private readonly options: StandInOptions) {
-    this.sim = new Sim(options.seed ?? 1, options.coins ?? {
-      'wallet-prediction': ['btc', 'eth', 'bnb'],
-      polymarket: ['btc', 'eth', 'sol', 'xrp'],
-    });
+    this.sim = new Sim(
+      options.seed ?? 1,
+      options.coins ?? {
+        'wallet-prediction': ['btc', 'eth', 'bnb'],
+        polymarket: ['btc', 'eth', 'sol', 'xrp'],
+      },
+    );
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
   }
@@ -198,7 +208,8 @@ export class StandIn {
     const timestamp = Number(url.searchParams.get('timestamp'));
     if (at < 0 || !signature || !timestamp) throw walletError(400, -1102, "Mandatory parameter 'signature' or 'timestamp' was not sent.");
     const recvWindow = Number(url.searchParams.get('recvWindow') ?? 5000);
-    if (Math.abs(Date.now() - timestamp) > recvWindow) throw walletError(400, -1021, 'Timestamp for this request is outside of the recvWindow.');
+    if (Math.abs(Date.now() - timestamp) > recvWindow)
+      throw walletError(400, -1021, 'Timestamp for this request is outside of the recvWindow.');
     const expected = createHmac('sha256', secret).update(raw.slice(0, at)).digest();
     const given = Buffer.from(signature, 'hex');
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
@@ -208,7 +219,11 @@ export class StandIn {
     if (this.weightWindow.minute !== minute) this.weightWindow = { minute, used: 0 };
     this.weightWindow.used += 200;
     if (this.weightWindow.used > (this.options.walletWeightPerMinute ?? 12_000)) {
-      throw new HttpReply({ status: 429, body: { code: -1003, msg: 'Too much request weight used.' }, headers: { 'retry-after': String(60 - (Math.floor(Date.now() / 1000) % 60)) } });
+      throw new HttpReply({
+        status: 429,
+        body: { code: -1003, msg: 'Too much request weight used.' },
+        headers: { 'retry-after': String(60 - (Math.floor(Date.now() / 1000) % 60)) },
+      });
     }
   }
 
@@ -227,24 +242,49 @@ export class StandIn {
       const book = this.sim.book(m, index, Math.min(now, m.end));
       const mid = book.bids.length && book.asks.length ? (book.bids[0][0] + book.asks[0][0]) / 2 : chance;
       return {
-        name: index === 0 ? 'Up' : 'Down', index, tokenId: m.tokenIds[index],
-        chance: chance.toFixed(3), price: (resolved ? chance : mid).toFixed(2),
+        name: index === 0 ? 'Up' : 'Down',
+        index,
+        tokenId: m.tokenIds[index],
+        chance: chance.toFixed(3),
+        price: (resolved ? chance : mid).toFixed(2),
       };
     };
     const volume = this.sim.volume(m, now).toFixed(2);
     return {
-      marketTopicId: this.sim.walletTopicId(m), vendor: 'PREDICT_FUN', chainId: '56',
-      slug: this.sim.slug(m), title: `${m.coin.toUpperCase()} Up or Down ${m.window}`,
-      question: `Will ${m.coin.toUpperCase()} price go UP?`, topicType: 'FLAT', chartType: 'CRYPTO_UP_DOWN',
-      symbol: `${m.coin.toUpperCase()}USDT`, participantCount: this.sim.participants(m, now), collateral: 'USDT',
-      feeRateBps: 200, slippageBps: 1200, tradeVolume: volume, liquidity: this.sim.liquidity(m).toFixed(2),
-      publishedAt: m.start - WALLET_LIST_LEAD, startDate: m.start, endDate: m.end, status,
-      markets: [{
-        marketId: this.sim.walletMarketId(m), externalId: `ext_${m.code}`, title: 'UP',
-        question: `Will ${m.coin.toUpperCase()} go UP?`, conditionId: `0x${m.code.toString(16).padStart(64, 'c')}`,
-        status, tradingStatus: trading, tradeVolume: volume, liquidity: this.sim.liquidity(m).toFixed(2),
-        decimalPrecision: 2, outcomes: [outcome(0), outcome(1)],
-      }],
+      marketTopicId: this.sim.walletTopicId(m),
+      vendor: 'PREDICT_FUN',
+      chainId: '56',
+      slug: this.sim.slug(m),
+      title: `${m.coin.toUpperCase()} Up or Down ${m.window}`,
+      question: `Will ${m.coin.toUpperCase()} price go UP?`,
+      topicType: 'FLAT',
+      chartType: 'CRYPTO_UP_DOWN',
+      symbol: `${m.coin.toUpperCase()}USDT`,
+      participantCount: this.sim.participants(m, now),
+      collateral: 'USDT',
+      feeRateBps: 200,
+      slippageBps: 1200,
+      tradeVolume: volume,
+      liquidity: this.sim.liquidity(m).toFixed(2),
+      publishedAt: m.start - WALLET_LIST_LEAD,
+      startDate: m.start,
+      endDate: m.end,
+      status,
+      markets: [
+        {
+          marketId: this.sim.walletMarketId(m),
+          externalId: `ext_${m.code}`,
+          title: 'UP',
+          question: `Will ${m.coin.toUpperCase()} go UP?`,
+          conditionId: `0x${m.code.toString(16).padStart(64, 'c')}`,
+          status,
+          tradingStatus: trading,
+          tradeVolume: volume,
+          liquidity: this.sim.liquidity(m).toFixed(2),
+          decimalPrecision: 2,
+          outcomes: [outcome(0), outcome(1)],
+        },
+      ],
     };
   }
 
@@ -275,7 +315,11 @@ export class StandIn {
     return {
       ...topic,
       description: `Resolves Up if the ${m.coin.toUpperCase()}USDT reference at the end is at least the start.`,
-      timeline: [{ name: 'start', time: m.start }, { name: 'end', time: m.end }, { name: 'resolve', time: m.resolvedAt }],
+      timeline: [
+        { name: 'start', time: m.start },
+        { name: 'end', time: m.end },
+        { name: 'resolve', time: m.resolvedAt },
+      ],
       variantData: {
         type: 'CRYPTO_UP_DOWN',
         startPrice: now >= m.start ? this.sim.reference(m.coin, m.start).toFixed(2) : null,
@@ -296,8 +340,11 @@ export class StandIn {
     this.stats.books['wallet-prediction']++;
     const level = ([price, size]: [number, number]) => ({ price: price.toFixed(2), size: size.toFixed(2) });
     return {
-      outcome: index === 0 ? 'Up' : 'Down', tokenId: market.tokenIds[index], timestamp: book.timestamp,
-      bids: book.bids.map(level), asks: book.asks.map(level),
+      outcome: index === 0 ? 'Up' : 'Down',
+      tokenId: market.tokenIds[index],
+      timestamp: book.timestamp,
+      bids: book.bids.map(level),
+      asks: book.asks.map(level),
     };
   }
 
@@ -329,16 +376,25 @@ export class StandIn {
     return {
       id: this.sim.polymarketId(m),
       question: `${m.coin.toUpperCase()} Up or Down - ${et.slice(0, 16).replace('T', ' ')} UTC (${m.window})`,
-      conditionId: `0x${m.code.toString(16).padStart(64, 'a')}`, slug: this.sim.slug(m),
+      conditionId: `0x${m.code.toString(16).padStart(64, 'a')}`,
+      slug: this.sim.slug(m),
       questionID: `0x${m.code.toString(16).padStart(64, 'f')}`,
       startDate: new Date(m.start - POLY_CREATE_LEAD + 615_861).toISOString(),
       eventStartTime: new Date(m.start).toISOString().replace('.000', ''),
       endDate: new Date(m.end).toISOString().replace('.000', ''),
-      outcomes: JSON.stringify(['Up', 'Down']), outcomePrices: JSON.stringify(prices),
-      clobTokenIds: JSON.stringify(m.tokenIds), active: true, closed: now >= m.end, negRisk: false,
-      orderPriceMinTickSize: 0.01, orderMinSize: 5, volume: this.sim.volume(m, now).toFixed(6),
-      liquidity: this.sim.liquidity(m).toFixed(4), lastTradePrice: this.sim.lastTrade(m, 0, now) ?? 0,
-      bestBid: book.bids[0]?.[0] ?? null, bestAsk: book.asks[0]?.[0] ?? null,
+      outcomes: JSON.stringify(['Up', 'Down']),
+      outcomePrices: JSON.stringify(prices),
+      clobTokenIds: JSON.stringify(m.tokenIds),
+      active: true,
+      closed: now >= m.end,
+      negRisk: false,
+      orderPriceMinTickSize: 0.01,
+      orderMinSize: 5,
+      volume: this.sim.volume(m, now).toFixed(6),
+      liquidity: this.sim.liquidity(m).toFixed(4),
+      lastTradePrice: this.sim.lastTrade(m, 0, now) ?? 0,
+      bestBid: book.bids[0]?.[0] ?? null,
+      bestAsk: book.asks[0]?.[0] ?? null,
       umaResolutionStatuses: JSON.stringify(resolved ? ['resolved'] : []),
       resolutionSource: `https://data.chain.link/streams/${m.coin}-usd`,
     };
@@ -348,7 +404,16 @@ export class StandIn {
     const m = this.polyBySlug(q.get('slug'), now);
     if (!m) return [];
     const market = this.gammaMarket(m, now);
-    return [{ id: `9${market.id}`, slug: market.slug, title: market.question, startDate: market.startDate, endDate: market.endDate, markets: [market] }];
+    return [
+      {
+        id: `9${market.id}`,
+        slug: market.slug,
+        title: market.question,
+        startDate: market.startDate,
+        endDate: market.endDate,
+        markets: [market],
+      },
+    ];
   }
 
   private polyMarketsBySlug(q: URLSearchParams, now: number) {
@@ -376,11 +441,16 @@ export class StandIn {
     return {
       status: 200,
       body: {
-        market: `0x${market.code.toString(16).padStart(64, 'a')}`, asset_id: tokenId, timestamp: String(book.timestamp),
+        market: `0x${market.code.toString(16).padStart(64, 'a')}`,
+        asset_id: tokenId,
+        timestamp: String(book.timestamp),
         hash: (this.sim.rand('hash', tokenId, book.timestamp) * 2 ** 52).toString(16),
         // Polymarket lists bids ascending and asks descending: the best levels come last.
-        bids: book.bids.map(level).reverse(), asks: book.asks.map(level).reverse(),
-        min_order_size: '5', tick_size: '0.01', neg_risk: false,
+        bids: book.bids.map(level).reverse(),
+        asks: book.asks.map(level).reverse(),
+        min_order_size: '5',
+        tick_size: '0.01',
+        neg_risk: false,
         last_trade_price: (this.sim.lastTrade(market, index, now) ?? 0.5).toFixed(3),
       },
     };

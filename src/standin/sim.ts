@@ -37,7 +37,10 @@ export function hash32(text: string): number {
 }
 
 export class Sim {
-  constructor(readonly seed: number, readonly coins: Record<Venue, readonly string[]>) {}
+  constructor(
+    readonly seed: number,
+    readonly coins: Record<Venue, readonly string[]>,
+  ) {}
 
   rand(...keys: (string | number)[]): number {
     return hash32(`${this.seed}|${keys.join('|')}`) / 2 ** 32;
@@ -78,7 +81,12 @@ export class Sim {
     const end = start + WINDOW_MS[window];
     const token = (i: number) => `${TOKEN_SALT}${String(code * 2 + i).padStart(12, '0')}${venue === 'polymarket' ? '1' : '2'}`;
     return {
-      venue, coin, window, start, end, code,
+      venue,
+      coin,
+      window,
+      start,
+      end,
+      code,
       tokenIds: [token(0), token(1)],
       resolvedAt: end + 5 * SECOND + Math.floor(this.rand(venue, code, 'resolve') * 15 * SECOND),
     };

@@ -44,7 +44,11 @@ export class HttpClient {
   private readonly waiting: (() => void)[] = [];
   private nextSlot = 0;
 
-  constructor(readonly name: string, private readonly config: UpstreamConfig, private readonly backoffBaseMs = 100) {}
+  constructor(
+    readonly name: string,
+    private readonly config: UpstreamConfig,
+    private readonly backoffBaseMs = 100,
+  ) {}
 
   async json<T>(spec: RequestSpec): Promise<T> {
     await this.acquire();
@@ -83,7 +87,8 @@ export class HttpClient {
       text = await res.text();
     } catch (err) {
       const name = (err as Error).name;
-      if (name === 'TimeoutError' || name === 'AbortError') throw new UpstreamError('timeout', `${this.name}: no complete answer within ${this.config.timeoutMs} ms`);
+      if (name === 'TimeoutError' || name === 'AbortError')
+        throw new UpstreamError('timeout', `${this.name}: no complete answer within ${this.config.timeoutMs} ms`);
       throw new UpstreamError('network', `${this.name}: ${(err as Error).message}`);
     }
     let body: unknown = null;
@@ -99,8 +104,20 @@ export class HttpClient {
       throw new UpstreamError('rate_limited', `${this.name}: rate limited`, res.status, wait, body);
     }
     if (res.status >= 500) throw new UpstreamError('http_5xx', `${this.name}: HTTP ${res.status}`, res.status, undefined, body);
-    if (!parsed) throw new UpstreamError('malformed', `${this.name}: HTTP ${res.status} with a body that is not JSON (${text.length} bytes)`, res.status);
-    if (res.status >= 400) throw new UpstreamError('http_4xx', `${this.name}: HTTP ${res.status} ${JSON.stringify(body).slice(0, 200)}`, res.status, undefined, body);
+    if (!parsed)
+      throw new UpstreamError(
+        'malformed',
+        `${this.name}: HTTP ${res.status} with a body that is not JSON (${text.length} bytes)`,
+        res.status,
+      );
+    if (res.status >= 400)
+      throw new UpstreamError(
+        'http_4xx',
+        `${this.name}: HTTP ${res.status} ${JSON.stringify(body).slice(0, 200)}`,
+        res.status,
+        undefined,
+        body,
+      );
     return body;
   }
 

@@ -60,7 +60,10 @@ export class PolymarketAdapter implements VenueAdapter {
   /** Gamma markets of the last discovery, for chance quotes between discoveries. */
   private readonly slugs = new Map<string, string>();
 
-  constructor(private readonly config: Config, private readonly clock: Clock) {
+  constructor(
+    private readonly config: Config,
+    private readonly clock: Clock,
+  ) {
     this.http = new HttpClient('polymarket', config.polymarket);
   }
 
@@ -150,7 +153,9 @@ export class PolymarketAdapter implements VenueAdapter {
     const batches: Promise<ClobBook[] | UpstreamError>[] = [];
     for (let i = 0; i < tokens.length; i += 500) {
       const body = JSON.stringify(tokens.slice(i, i + 500).map((token_id) => ({ token_id })));
-      batches.push(this.http.json<ClobBook[]>({ method: 'POST', url: () => `${this.config.polymarket.clobUrl}/books`, body }).catch(asError));
+      batches.push(
+        this.http.json<ClobBook[]>({ method: 'POST', url: () => `${this.config.polymarket.clobUrl}/books`, body }).catch(asError),
+      );
     }
     const chances = Promise.all(markets.map((m) => this.event(this.slugs.get(m.market_id) ?? m.slug ?? '').catch(asError)));
     const answered = await Promise.all(batches);
@@ -170,7 +175,10 @@ export class PolymarketAdapter implements VenueAdapter {
           const b = byToken.get(o.token_id);
           if (!b) throw batchError ?? new UpstreamError('http_4xx', `no orderbook for token ${o.token_id}`);
           return {
-            market_id: m.market_id, token_id: o.token_id, outcome_index: o.index, outcome: o.label,
+            market_id: m.market_id,
+            token_id: o.token_id,
+            outcome_index: o.index,
+            outcome: o.label,
             exchange_ts: b.timestamp ? decimal(b.timestamp, 'timestamp') : null,
             ...ladders(b.bids, b.asks, `book ${o.token_id}`),
           };
@@ -183,13 +191,18 @@ export class PolymarketAdapter implements VenueAdapter {
     return out;
   }
 
-  private quotes(m: Market, books: Book[] | UpstreamError, g: Awaited<ReturnType<PolymarketAdapter['event']>> | UpstreamError, byToken: Map<string, ClobBook>): Quote[] | UpstreamError {
+  private quotes(
+    m: Market,
+    books: Book[] | UpstreamError,
+    g: Awaited<ReturnType<PolymarketAdapter['event']>> | UpstreamError,
+    byToken: Map<string, ClobBook>,
+  ): Quote[] | UpstreamError {
     try {
       const chances = g instanceof UpstreamError || !g ? null : jsonArray(g.market.outcomePrices, 'outcomePrices');
       return m.outcomes.map((o) => {
         const raw = byToken.get(o.token_id);
         const lastTrade = decimalOrNull(raw?.last_trade_price, 'last_trade_price');
-        const book = books instanceof UpstreamError ? null : books.find((b) => b.outcome_index === o.index) ?? null;
+        const book = books instanceof UpstreamError ? null : (books.find((b) => b.outcome_index === o.index) ?? null);
         return {
           outcome_index: o.index,
           chance: chances ? decimalOrNull(chances[o.index], 'outcomePrices') : null,
@@ -214,10 +227,14 @@ export class PolymarketAdapter implements VenueAdapter {
     const out: { ts: number; outcome_index: number; price: number }[] = [];
     for (const o of market.outcomes) {
       const q = new URLSearchParams({
-        market: o.token_id, startTs: String(Math.floor(market.start_time / 1000)),
-        endTs: String(Math.ceil(market.end_time / 1000)), fidelity: '1',
+        market: o.token_id,
+        startTs: String(Math.floor(market.start_time / 1000)),
+        endTs: String(Math.ceil(market.end_time / 1000)),
+        fidelity: '1',
       });
-      const body = await this.http.json<{ history?: { t: number; p: unknown }[] }>({ url: () => `${this.config.polymarket.clobUrl}/prices-history?${q}` });
+      const body = await this.http.json<{ history?: { t: number; p: unknown }[] }>({
+        url: () => `${this.config.polymarket.clobUrl}/prices-history?${q}`,
+      });
       for (const point of body.history ?? []) {
         out.push({ ts: point.t * 1000, outcome_index: o.index, price: decimal(point.p, 'history.p') });
       }

@@ -3,7 +3,17 @@
 import type { Clock } from '../clock.js';
 import type { Config, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
-import { type MarketPoll, type Quote, type VenueAdapter, asError, decimal, decimalOrNull, ladders, statusByTime, windowOf } from './adapter.js';
+import {
+  type MarketPoll,
+  type Quote,
+  type VenueAdapter,
+  asError,
+  decimal,
+  decimalOrNull,
+  ladders,
+  statusByTime,
+  windowOf,
+} from './adapter.js';
 import { HttpClient, UpstreamError } from './http.js';
 import { signedQuery } from './signing.js';
 
@@ -56,7 +66,10 @@ export class WalletAdapter implements VenueAdapter {
   /** The list page discovery fetched, reused by a poll at the same clock time (one call, not two). */
   private listed: { now: number; page: Promise<WalletList> } | null = null;
 
-  constructor(private readonly config: Config, private readonly clock: Clock) {
+  constructor(
+    private readonly config: Config,
+    private readonly clock: Clock,
+  ) {
     this.http = new HttpClient('wallet-prediction', config.wallet);
   }
 
@@ -109,7 +122,9 @@ export class WalletAdapter implements VenueAdapter {
     const upstream = (market.status ?? topic.status ?? '').toUpperCase();
     const resolved = upstream === 'RESOLVED' || upstream === 'SETTLED';
     const cancelled = upstream === 'CANCELLED' || upstream === 'CANCELED' || upstream === 'VOIDED';
-    const outcomes = [...market.outcomes].sort((a, b) => a.index - b.index).map((o) => ({ index: o.index, label: o.name, token_id: String(o.tokenId) }));
+    const outcomes = [...market.outcomes]
+      .sort((a, b) => a.index - b.index)
+      .map((o) => ({ index: o.index, label: o.name, token_id: String(o.tokenId) }));
     const winner = resolved ? market.outcomes.find((o) => o.price !== undefined && decimal(o.price, 'outcome.price') === 1) : undefined;
     return {
       market_id: String(market.marketId),
@@ -153,28 +168,37 @@ export class WalletAdapter implements VenueAdapter {
         for (const topic of page.marketTopics ?? []) {
           const market = topic.markets?.[0];
           if (!market || !wanted.has(String(market.marketId))) continue;
-          quotes.set(String(market.marketId), market.outcomes.map((o) => ({
-            outcome_index: o.index,
-            chance: decimalOrNull(o.chance, 'outcome.chance'),
-            price: decimalOrNull(o.price, 'outcome.price'),
-            last_trade: null,
-          })));
+          quotes.set(
+            String(market.marketId),
+            market.outcomes.map((o) => ({
+              outcome_index: o.index,
+              chance: decimalOrNull(o.chance, 'outcome.chance'),
+              price: decimalOrNull(o.price, 'outcome.price'),
+              last_trade: null,
+            })),
+          );
         }
         return quotes;
       })
       .catch(asError);
-    const results = await Promise.all(markets.map(async (m) => {
-      const [books, lastTrade] = await Promise.all([
-        Promise.all(m.outcomes.map((o) => this.book(m, o.index, o.token_id, o.label))).catch(asError),
-        this.get<{ lastTradePrice: string | null }>('order-book/last-trade-price', { marketId: m.market_id })
-          .then((r) => decimalOrNull(r.lastTradePrice, 'lastTradePrice')).catch(asError),
-      ]);
-      return { m, books, lastTrade, recvTs: this.clock.now() };
-    }));
+    const results = await Promise.all(
+      markets.map(async (m) => {
+        const [books, lastTrade] = await Promise.all([
+          Promise.all(m.outcomes.map((o) => this.book(m, o.index, o.token_id, o.label))).catch(asError),
+          this.get<{ lastTradePrice: string | null }>('order-book/last-trade-price', { marketId: m.market_id })
+            .then((r) => decimalOrNull(r.lastTradePrice, 'lastTradePrice'))
+            .catch(asError),
+        ]);
+        return { m, books, lastTrade, recvTs: this.clock.now() };
+      }),
+    );
     const quotes = await listing;
     const out = new Map<string, MarketPoll>();
     for (const { m, books, lastTrade, recvTs } of results) {
-      let q: Quote[] | UpstreamError = quotes instanceof UpstreamError ? quotes : quotes.get(m.market_id) ?? new UpstreamError('malformed', `market ${m.market_id} missing from market/list`);
+      let q: Quote[] | UpstreamError =
+        quotes instanceof UpstreamError
+          ? quotes
+          : (quotes.get(m.market_id) ?? new UpstreamError('malformed', `market ${m.market_id} missing from market/list`));
       if (!(q instanceof UpstreamError)) {
         // The venue reports one last-trade price per market, for its first outcome.
         q = q.map((x) => ({ ...x, last_trade: x.outcome_index === 0 && !(lastTrade instanceof UpstreamError) ? lastTrade : null }));
@@ -186,11 +210,16 @@ export class WalletAdapter implements VenueAdapter {
 
   private async book(m: Market, index: number, tokenId: string, label: string): Promise<Book> {
     const body = await this.get<{ tokenId: string; timestamp?: number; bids: unknown; asks: unknown }>('order-book', {
-      vendor: 'predict_fun', marketId: m.market_id, tokenId,
+      vendor: 'predict_fun',
+      marketId: m.market_id,
+      tokenId,
     });
     if (String(body.tokenId) !== tokenId) throw new UpstreamError('malformed', `order-book answered token ${body.tokenId} for ${tokenId}`);
     return {
-      market_id: m.market_id, token_id: tokenId, outcome_index: index, outcome: label,
+      market_id: m.market_id,
+      token_id: tokenId,
+      outcome_index: index,
+      outcome: label,
       exchange_ts: typeof body.timestamp === 'number' ? body.timestamp : null,
       ...ladders(body.bids, body.asks, `order-book ${tokenId}`),
     };

@@ -5,7 +5,15 @@
 
 const $ = (id) => document.getElementById(id);
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] };
-const INTERVALS = [['1s', 1e3], ['5s', 5e3], ['15s', 15e3], ['1m', 6e4], ['5m', 3e5], ['15m', 9e5], ['1h', 3.6e6]];
+const INTERVALS = [
+  ['1s', 1e3],
+  ['5s', 5e3],
+  ['15s', 15e3],
+  ['1m', 6e4],
+  ['5m', 3e5],
+  ['15m', 9e5],
+  ['1h', 3.6e6],
+];
 const KEY_ITEM = 'pmh_key';
 // Books answered just after a window closes belong to it: the API's ranges run this long past the end.
 const CAPTURE_LAG_MS = 60_000;
@@ -46,14 +54,19 @@ async function api(path, params = {}, as = 'json') {
     try {
       const body = await res.json();
       message = `${body.error.code}: ${body.error.message}`;
-    } catch { /* not an envelope */ }
+    } catch {
+      /* not an envelope */
+    }
     throw new Error(message);
   }
   return as === 'json' ? res.json() : res.blob();
 }
 
 const iso = (ms) => new Date(ms).toISOString();
-const short = (ms) => iso(ms).replace('T', ' ').replace(/\.000Z$|Z$/, '');
+const short = (ms) =>
+  iso(ms)
+    .replace('T', ' ')
+    .replace(/\.000Z$|Z$/, '');
 const fromLocalInput = (v) => (v ? Date.parse(`${v}:00Z`) : null);
 
 function isWallet(m) {
@@ -68,7 +81,8 @@ function base(m) {
 
 function fillCoins() {
   const coins = COINS[$('venue').value];
-  $('coin').innerHTML = ($('venue').value === 'wallet-prediction' ? '<option value="">all</option>' : '') + coins.map((c) => `<option>${c}</option>`).join('');
+  $('coin').innerHTML =
+    ($('venue').value === 'wallet-prediction' ? '<option value="">all</option>' : '') + coins.map((c) => `<option>${c}</option>`).join('');
 }
 
 function marketQuery() {
@@ -136,9 +150,15 @@ async function openMarket(m, row) {
   $('market').hidden = false;
   $('market-title').textContent = `${m.title ?? m.slug ?? m.market_id} (${m.market_id})`;
   const winner = m.winning_outcome ? `winner ${m.winning_outcome.label}` : 'no winner yet';
-  $('market-facts').textContent = `${m.coin.toUpperCase()} ${m.window}, ${short(Date.parse(m.start_time))} to ${short(Date.parse(m.end_time))} UTC, ${m.status}, resolution ${m.resolution}, ${winner}`;
+  $('market-facts').textContent =
+    `${m.coin.toUpperCase()} ${m.window}, ${short(Date.parse(m.start_time))} to ${short(Date.parse(m.end_time))} UTC, ${m.status}, resolution ${m.resolution}, ${winner}`;
   $('outcome').innerHTML = m.outcomes.map((o) => `<option value="${o.index}">${escapeHtml(o.label)}</option>`).join('');
-  $('heatmaps').innerHTML = m.outcomes.map((o) => `<figure><figcaption>${escapeHtml(o.label)}: bids green, asks red, brighter is more size</figcaption><canvas data-outcome="${o.index}" width="640" height="260"></canvas></figure>`).join('');
+  $('heatmaps').innerHTML = m.outcomes
+    .map(
+      (o) =>
+        `<figure><figcaption>${escapeHtml(o.label)}: bids green, asks red, brighter is more size</figcaption><canvas data-outcome="${o.index}" width="640" height="260"></canvas></figure>`,
+    )
+    .join('');
   for (const canvas of $('heatmaps').querySelectorAll('canvas')) {
     canvas.addEventListener('mousemove', (e) => {
       const r = canvas.getBoundingClientRect();
@@ -166,7 +186,8 @@ async function setView(view) {
   state.pagesLoaded = 0;
   const chosen = intervalFor(view[1] - view[0]);
   state.interval = chosen ? chosen[0] : null;
-  $('view').textContent = `${short(view[0])} to ${short(view[1])} UTC, ${state.interval ? `one book per ${state.interval}` : 'every recorded book'}`;
+  $('view').textContent =
+    `${short(view[0])} to ${short(view[1])} UTC, ${state.interval ? `one book per ${state.interval}` : 'every recorded book'}`;
   drawSeries();
   drawHeatmaps();
   status('loading books...');
@@ -204,7 +225,15 @@ async function loadSeries(generation) {
     const samples = [];
     let cursor;
     do {
-      const page = await api(`${base(m)}/timeseries`, { metric, outcome, start_time: state.view[0], end_time: state.view[1], limit: 1000, interval: state.interval, cursor });
+      const page = await api(`${base(m)}/timeseries`, {
+        metric,
+        outcome,
+        start_time: state.view[0],
+        end_time: state.view[1],
+        limit: 1000,
+        interval: state.interval,
+        cursor,
+      });
       if (generation !== state.loading) return;
       samples.push(...page.data);
       addGaps(page.meta.gaps);
@@ -213,7 +242,12 @@ async function loadSeries(generation) {
     byMetric[metric] = new Map(samples.map((s) => [Date.parse(s.timestamp), s.value]));
   }
   const times = [...new Set(Object.values(byMetric).flatMap((mp) => [...mp.keys()]))].sort((a, b) => a - b);
-  state.series = { ts: times, chance: times.map((t) => byMetric.chance.get(t) ?? null), price: times.map((t) => byMetric.price.get(t) ?? null), last_trade: times.map((t) => byMetric.last_trade.get(t) ?? null) };
+  state.series = {
+    ts: times,
+    chance: times.map((t) => byMetric.chance.get(t) ?? null),
+    price: times.map((t) => byMetric.price.get(t) ?? null),
+    last_trade: times.map((t) => byMetric.last_trade.get(t) ?? null),
+  };
   drawSeries();
 }
 
@@ -253,23 +287,35 @@ function drawSeries() {
   const data = [rows.map((r) => r[0] / 1000), rows.map((r) => r[1]), rows.map((r) => r[2]), rows.map((r) => r[3])];
   if (state.plot) state.plot.destroy();
   const width = Math.max(300, el.clientWidth || 800);
-  state.plot = new uPlot({
-    width, height: 240,
-    tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
-    scales: { x: { time: true, min: state.view[0] / 1000, max: state.view[1] / 1000 }, y: { range: [0, 1] } },
-    series: [{}, { label: names[0], stroke: '#1f6feb', width: 1.5, spanGaps: false }, { label: names[1], stroke: '#8250df', width: 1 }, { label: names[2], stroke: '#bf8700', width: 1, paths: uPlot.paths.stepped({ align: 1 }) }],
-    cursor: { drag: { x: true, y: false } },
-    hooks: {
-      drawClear: [(u) => shadeGaps(u.ctx, (t) => u.valToPos(t / 1000, 'x', true), u.bbox.top, u.bbox.height)],
-      setSelect: [(u) => {
-        if (u.select.width < 5) return;
-        const from = u.posToVal(u.select.left, 'x') * 1000;
-        const to = u.posToVal(u.select.left + u.select.width, 'x') * 1000;
-        u.setSelect({ width: 0, height: 0 }, false);
-        setView([Math.floor(from), Math.ceil(to)]);
-      }],
+  state.plot = new uPlot(
+    {
+      width,
+      height: 240,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
+      scales: { x: { time: true, min: state.view[0] / 1000, max: state.view[1] / 1000 }, y: { range: [0, 1] } },
+      series: [
+        {},
+        { label: names[0], stroke: '#1f6feb', width: 1.5, spanGaps: false },
+        { label: names[1], stroke: '#8250df', width: 1 },
+        { label: names[2], stroke: '#bf8700', width: 1, paths: uPlot.paths.stepped({ align: 1 }) },
+      ],
+      cursor: { drag: { x: true, y: false } },
+      hooks: {
+        drawClear: [(u) => shadeGaps(u.ctx, (t) => u.valToPos(t / 1000, 'x', true), u.bbox.top, u.bbox.height)],
+        setSelect: [
+          (u) => {
+            if (u.select.width < 5) return;
+            const from = u.posToVal(u.select.left, 'x') * 1000;
+            const to = u.posToVal(u.select.left + u.select.width, 'x') * 1000;
+            u.setSelect({ width: 0, height: 0 }, false);
+            setView([Math.floor(from), Math.ceil(to)]);
+          },
+        ],
+      },
     },
-  }, data, el);
+    data,
+    el,
+  );
   el.dataset.points = String(state.series.ts.length);
 }
 
@@ -298,7 +344,10 @@ function drawHeatmaps() {
     const image = ctx.createImageData(width, height);
     const px = image.data;
     for (let i = 0; i < px.length; i += 4) {
-      px[i] = 13; px[i + 1] = 17; px[i + 2] = 23; px[i + 3] = 255;
+      px[i] = 13;
+      px[i + 1] = 17;
+      px[i + 2] = 23;
+      px[i + 3] = 255;
     }
     const x = (t) => ((t - v0) / (v1 - v0)) * width;
     const rowHeight = Math.max(1, Math.round(height / 100));
@@ -309,7 +358,9 @@ function drawHeatmaps() {
       for (let yy = top; yy < bottom; yy++) {
         for (let xx = x0; xx < x1; xx++) {
           const o = (yy * width + xx) * 4;
-          px[o] = 13 + (r - 13) * a; px[o + 1] = 17 + (g - 17) * a; px[o + 2] = 23 + (b - 23) * a;
+          px[o] = 13 + (r - 13) * a;
+          px[o + 1] = 17 + (g - 17) * a;
+          px[o + 2] = 23 + (b - 23) * a;
         }
       }
     };
@@ -320,7 +371,8 @@ function drawHeatmaps() {
       if (!book) continue;
       const left = Math.max(0, Math.floor(x(s.t)));
       // A book holds until the next one, or until a gap starts: depth is never drawn across a gap.
-      let until = i + 1 < state.snapshots.length ? state.snapshots[i + 1].t : s.t + Math.max(1000, (v1 - v0) / Math.max(1, state.snapshots.length));
+      let until =
+        i + 1 < state.snapshots.length ? state.snapshots[i + 1].t : s.t + Math.max(1000, (v1 - v0) / Math.max(1, state.snapshots.length));
       for (const g of state.gaps) if (g.from >= s.t && g.from < until) until = g.from;
       const right = Math.min(width, Math.max(left + 1, Math.ceil(x(until))));
       for (let k = 0; k < book.bid_prices.length; k++) paint(left, right, book.bid_prices[k], book.bid_sizes[k], [46, 204, 113]);
@@ -371,16 +423,20 @@ async function loadLadder(at) {
 
 function renderLadder() {
   const { at, snapshot, age_ms: age } = state.ladder;
-  $('ladder-time').textContent = snapshot ? `${snapshot.timestamp} (asked ${iso(at)}, ${age} ms before)` : `${iso(at)}: nothing recorded yet`;
+  $('ladder-time').textContent = snapshot
+    ? `${snapshot.timestamp} (asked ${iso(at)}, ${age} ms before)`
+    : `${iso(at)}: nothing recorded yet`;
   $('ladders').dataset.timestamp = snapshot ? snapshot.timestamp : '';
-  $('ladders').innerHTML = (snapshot?.books ?? []).map((b) => {
-    const depth = Math.max(b.bid_prices.length, b.ask_prices.length);
-    let rows = '';
-    for (let k = 0; k < depth; k++) {
-      rows += `<tr><td class="num bid">${b.bid_sizes[k] ?? ''}</td><td class="num bid">${b.bid_prices[k] ?? ''}</td><td class="num ask">${b.ask_prices[k] ?? ''}</td><td class="num ask">${b.ask_sizes[k] ?? ''}</td></tr>`;
-    }
-    return `<table data-outcome="${b.outcome_index}"><caption>${escapeHtml(b.outcome)}</caption><thead><tr><th>bid size</th><th>bid</th><th>ask</th><th>ask size</th></tr></thead><tbody>${rows}</tbody></table>`;
-  }).join('');
+  $('ladders').innerHTML = (snapshot?.books ?? [])
+    .map((b) => {
+      const depth = Math.max(b.bid_prices.length, b.ask_prices.length);
+      let rows = '';
+      for (let k = 0; k < depth; k++) {
+        rows += `<tr><td class="num bid">${b.bid_sizes[k] ?? ''}</td><td class="num bid">${b.bid_prices[k] ?? ''}</td><td class="num ask">${b.ask_prices[k] ?? ''}</td><td class="num ask">${b.ask_sizes[k] ?? ''}</td></tr>`;
+      }
+      return `<table data-outcome="${b.outcome_index}"><caption>${escapeHtml(b.outcome)}</caption><thead><tr><th>bid size</th><th>bid</th><th>ask</th><th>ask size</th></tr></thead><tbody>${rows}</tbody></table>`;
+    })
+    .join('');
 }
 
 // --- downloads -------------------------------------------------------------------------------
@@ -453,7 +509,10 @@ $('filters').addEventListener('submit', (e) => {
 $('more').addEventListener('click', () => loadMarkets(true));
 $('outcome').addEventListener('change', () => state.market && setView(state.view));
 $('zoom-out').addEventListener('click', () => state.market && setView(wholeMarket(state.market)));
-$('scrub').addEventListener('input', () => state.view && scrubTo(state.view[0] + (Number($('scrub').value) / 1000) * (state.view[1] - state.view[0])));
+$('scrub').addEventListener(
+  'input',
+  () => state.view && scrubTo(state.view[0] + (Number($('scrub').value) / 1000) * (state.view[1] - state.view[0])),
+);
 $('export-csv').addEventListener('click', () => exportView('csv'));
 $('export-parquet').addEventListener('click', () => exportView('parquet'));
 fillCoins();

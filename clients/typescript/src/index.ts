@@ -23,6 +23,6 @@ export async function* walk<T>(fetchPage: (cursor: string | undefined) => Promis
     const page = await fetchPage(cursor);
     if (!page.data) throw new Error(`HTTP ${page.response.status}: ${JSON.stringify(page.error)}`);
     yield* page.data.data;
-    cursor = page.data.pagination.has_more ? page.data.pagination.next_cursor ?? undefined : undefined;
+    cursor = page.data.pagination.has_more ? (page.data.pagination.next_cursor ?? undefined) : undefined;
   } while (cursor);
 }
