@@ -6,7 +6,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'api');
+const log = createLogger(config.logLevel, 'api', 1, config.logFormat);
 const duck = await Duck.open(2);
 const api = await startApi(config, duck, clockFrom(config.clock), log);
 log.info({ url: api.url, markets: api.lake.size }, 'api listening');

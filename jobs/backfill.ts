@@ -39,7 +39,7 @@ const from =
 const to = parseTime(values.to ?? '') ?? fail(`TO=${JSON.stringify(values.to ?? '')}; expected a date like 2026-05-12 or an ISO time`);
 
 let config = loadConfig();
-const log = createLogger(config.logLevel, 'backfill');
+const log = createLogger(config.logLevel, 'backfill', 1, config.logFormat);
 const clock = clockFrom(config.clock);
 let standin: StandIn | null = null;
 if (values.standin) {

@@ -8,7 +8,7 @@ import { createLogger } from '../src/log.js';
 import { createAdapters } from '../src/venues/index.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'capture');
+const log = createLogger(config.logLevel, 'capture', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'capture');
 const clock = clockFrom(config.clock);
 const duck = await Duck.open(1);

@@ -8,7 +8,7 @@ import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'compact');
+const log = createLogger(config.logLevel, 'compact', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'compact');
 const duck = await Duck.open(1);
 log.info(await compact(duck, lakePaths(config.dataDir), clockFrom(config.clock).now()), 'compacted');

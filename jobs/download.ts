@@ -1,6 +1,7 @@
 // make download DATASET=books COIN=btc WINDOW=15m FROM=2026-07-26 TO=2026-07-27 DEST=./mirror
 // Key from PMH_API_KEY (never a flag: it would land in shell history and process lists).
 import { parseArgs } from 'node:util';
+import { loadConfig } from '../src/config.js';
 import { download } from '../src/download.js';
 import { parseTime } from '../src/time.js';
 
@@ -21,11 +22,12 @@ const fail = (message: string): never => {
   console.error(`download: ${message}`);
   process.exit(2);
 };
-const key = process.env.PMH_API_KEY ?? fail('set PMH_API_KEY to your API key');
+const { client } = loadConfig();
+const key = client.apiKey ?? fail('set PMH_API_KEY to your API key');
 const dest = values.dest || fail('DEST is required: the folder to mirror into');
 const time = (name: string, raw?: string) =>
   raw ? String(parseTime(raw) ?? fail(`${name}=${JSON.stringify(raw)} is not a date or time`)) : undefined;
-const baseUrl = values.url || process.env.PMH_API_URL || `http://127.0.0.1:${process.env.PORT ?? 8080}`;
+const baseUrl = values.url || client.apiUrl;
 const started = Date.now();
 const tty = process.stderr.isTTY;
 const report = await download(

@@ -8,18 +8,17 @@ import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'fill');
+const log = createLogger(config.logLevel, 'fill', 1, config.logFormat);
 const paths = lakePaths(config.dataDir);
 if ((await listFiles(paths.lake, '.parquet')).length > 0 && !process.argv.includes('--force')) {
   log.info({ lake: paths.lake }, 'lake already has data; not filling');
   process.exit(0);
 }
 const release = await acquireLock(config.dataDir, 'capture');
-const hours = Number(process.env.FILL_HOURS ?? 2);
-const speed = Number(process.env.FILL_SPEED ?? 240);
+const { hours, speed, pollMs } = config.fill;
 log.info({ hours, speed, seconds: Math.round((hours * 3600) / (speed - 1)) }, 'filling the lake from the stand-in');
 const duck = await Duck.open(1);
-const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs: Number(process.env.FILL_POLL_MS ?? 5000) });
+const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs });
 log.info({ ...capture.stats, sealed }, 'fill done');
 duck.close();
 await release();

@@ -9,7 +9,7 @@ import { migrateTimestamps } from '../src/lake/migrate.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'migrate');
+const log = createLogger(config.logLevel, 'migrate', 1, config.logFormat);
 // Compaction rewrites the same partitions: one or the other at a time.
 const release = await acquireLock(config.dataDir, 'compact');
 const duck = await Duck.open(1);

@@ -14,7 +14,7 @@ import { StandIn } from '../src/standin/server.js';
 import { createAdapters } from '../src/venues/index.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'run');
+const log = createLogger(config.logLevel, 'run', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'capture');
 const clock = createClock();
 const standin = new StandIn({
@@ -23,7 +23,7 @@ const standin = new StandIn({
   apiSecret: config.wallet.apiSecret,
   walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
 });
-const url = await standin.start(Number(process.env.STANDIN_PORT ?? 8090));
+const url = await standin.start(config.standin.port);
 const cfg = standinConfig(config, url);
 const duck = await Duck.open(2);
 // Sealing an hour takes seconds: capture gets a lane of its own so it never queues the API's reads.

@@ -10,7 +10,7 @@ import { sealDue } from '../src/lake/seal.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'seal');
+const log = createLogger(config.logLevel, 'seal', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'capture');
 const paths = lakePaths(config.dataDir);
 await recoverSpool(paths.spool, 'none');

@@ -5,15 +5,15 @@ import { createLogger } from '../src/log.js';
 import { StandIn } from '../src/standin/server.js';
 
 const config = loadConfig();
-const log = createLogger(config.logLevel, 'standin');
+const log = createLogger(config.logLevel, 'standin', 1, config.logFormat);
 const standin = new StandIn({
   clock: clockFrom(config.clock),
-  seed: Number(process.env.STANDIN_SEED ?? 1),
+  seed: config.standin.seed,
   apiKey: config.wallet.apiKey,
   apiSecret: config.wallet.apiSecret,
-  walletWeightPerMinute: Number(process.env.STANDIN_WALLET_WEIGHT ?? 12_000),
+  walletWeightPerMinute: config.standin.walletWeightPerMinute,
 });
-const url = await standin.start(Number(process.env.STANDIN_PORT ?? 8090), '127.0.0.1');
+const url = await standin.start(config.standin.port, '127.0.0.1');
 log.info({ url }, 'stand-in listening');
 const stop = async () => {
   await standin.stop();

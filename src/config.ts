@@ -24,6 +24,14 @@ export interface Config {
   host: string;
   port: number;
   logLevel: string;
+  /** `json` lines, `pretty` (pino-pretty), or `auto`: pretty when a person watches a terminal. */
+  logFormat: 'json' | 'pretty' | 'auto';
+  /** The local venue stand-in (`make standin`, `make run`). */
+  standin: { port: number; seed: number; walletWeightPerMinute: number };
+  /** `make fill`: how far back, how fast, and the poll interval of the simulated capture. */
+  fill: { hours: number; speed: number; pollMs: number };
+  /** `make download` as a client of a running API. Never logged. */
+  client: { apiUrl: string; apiKey: string | null };
   /** A simulated clock for fills and tests; real time when `startMs` is null. */
   clock: { startMs: number | null; speed: number; anchorMs: number | null };
   capture: {
@@ -127,6 +135,22 @@ function origins(env: Env, name: string): string[] {
     });
 }
 
+function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], fallback: T): T {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!allowed.includes(raw as T)) throw new ConfigError(`${name}=${JSON.stringify(raw)}; expected one of: ${allowed.join(', ')}`);
+  return raw as T;
+}
+
+/** A DuckDB memory size such as `4GB` or `512MiB`; anything else is refused, not replaced. */
+function memory(env: Env, name: string, fallback: string): string {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+(\.\d+)?\s*(MB|GB|MiB|GiB)$/i.test(raw))
+    throw new ConfigError(`${name}=${JSON.stringify(raw)} is not a size such as 4GB or 512MiB`);
+  return raw;
+}
+
 function url(env: Env, name: string, fallback: string): string {
   const raw = env[name] || fallback;
   try {
@@ -171,12 +195,28 @@ function exportSlots(env: Env): number {
 }
 
 export function loadConfig(env: Env = process.env): Config {
-  const standin = `http://127.0.0.1:${int(env, 'STANDIN_PORT', 8090, 1, 65535)}`;
+  const standinPort = int(env, 'STANDIN_PORT', 8090, 1, 65535);
+  const standin = `http://127.0.0.1:${standinPort}`;
   const config: Config = {
     dataDir: path.resolve(env.DATA_DIR || './data'),
     host: env.HOST || '127.0.0.1',
     port: int(env, 'PORT', 8080, 0, 65535),
-    logLevel: env.LOG_LEVEL || 'info',
+    logLevel: oneOf(env, 'LOG_LEVEL', ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], 'info'),
+    logFormat: oneOf(env, 'LOG_FORMAT', ['json', 'pretty', 'auto'], 'auto'),
+    standin: {
+      port: standinPort,
+      seed: int(env, 'STANDIN_SEED', 1, 0, 2 ** 31),
+      walletWeightPerMinute: int(env, 'STANDIN_WALLET_WEIGHT', 12_000, 1, Number.MAX_SAFE_INTEGER),
+    },
+    fill: {
+      hours: num(env, 'FILL_HOURS', 2, 0.01, 24 * 90),
+      speed: num(env, 'FILL_SPEED', 240, 1.01, 100_000),
+      pollMs: int(env, 'FILL_POLL_MS', 5000, 10, 3_600_000),
+    },
+    client: {
+      apiUrl: url(env, 'PMH_API_URL', `http://127.0.0.1:${int(env, 'PORT', 8080, 0, 65535)}`),
+      apiKey: env.PMH_API_KEY || null,
+    },
     clock: { startMs: time(env, 'CLOCK_START'), speed: num(env, 'CLOCK_SPEED', 1, 1, 100_000), anchorMs: time(env, 'CLOCK_ANCHOR') },
     capture: {
       venues: list(env, 'CAPTURE_VENUES', VENUES, VENUES),
@@ -218,7 +258,7 @@ export function loadConfig(env: Env = process.env): Config {
       // Never logged: it signs cursors. Generated into DATA_DIR/state when not set.
       cursorSecret: env.CURSOR_SECRET || null,
       maxRangeDays: int(env, 'MAX_RANGE_DAYS', 31, 1, 3660),
-      duckdbMemoryLimit: /^\d+(\.\d+)?\s*(MB|GB|MiB|GiB)$/i.test(env.DUCKDB_MEMORY_LIMIT ?? '') ? env.DUCKDB_MEMORY_LIMIT! : '4GB',
+      duckdbMemoryLimit: memory(env, 'DUCKDB_MEMORY_LIMIT', '4GB'),
       maxInFlight: int(env, 'API_MAX_INFLIGHT', 8, 1, 10_000),
       queue: int(env, 'API_QUEUE', 32, 0, 100_000),
       queueWaitMs: int(env, 'API_QUEUE_WAIT_MS', 250, 1, 60_000),

@@ -11,8 +11,8 @@ const FLUSH_MS = 500;
  * per request line cost a system call for every request (measurably, next to a sub-millisecond
  * page); pino flushes what is pending when the process exits.
  */
-export function createLogger(level: string, name: string, dest = 1): Logger {
-  const pretty = process.stdout.isTTY && process.env.LOG_FORMAT !== 'json' && dest === 1;
+export function createLogger(level: string, name: string, dest = 1, format: 'json' | 'pretty' | 'auto' = 'auto'): Logger {
+  const pretty = dest === 1 && (format === 'pretty' || (format === 'auto' && process.stdout.isTTY));
   const options = {
     name,
     level,

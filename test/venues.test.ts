@@ -180,6 +180,32 @@ t.test('config is validated and frozen', async (t) => {
   t.throws(() => loadConfig({ PORT: 'abc' }), ConfigError);
   t.throws(() => loadConfig({ CAPTURE_WINDOWS: '7m' }), /expected some of: 5m, 15m/);
   t.throws(() => loadConfig({ WALLET_BASE_URL: 'not a url' }), ConfigError);
+  t.throws(
+    () => loadConfig({ DUCKDB_MEMORY_LIMIT: 'lots' }),
+    /DUCKDB_MEMORY_LIMIT="lots" is not a size/,
+    'a bad memory limit is refused, not replaced',
+  );
+  t.throws(() => loadConfig({ LOG_FORMAT: 'xml' }), /LOG_FORMAT="xml"; expected one of: json, pretty, auto/);
+  t.throws(() => loadConfig({ FILL_SPEED: '1' }), /FILL_SPEED/, 'a fill must run faster than real time');
+  t.throws(() => loadConfig({ CORS_ORIGINS: 'https://app.example.com/path' }), /expected an origin/);
+  const jobs = loadConfig({
+    STANDIN_PORT: '9001',
+    STANDIN_SEED: '7',
+    FILL_HOURS: '3',
+    PMH_API_KEY: 'pmh_x',
+    PORT: '9000',
+    DUCKDB_MEMORY_LIMIT: '512MiB',
+  });
+  t.same(
+    { standin: jobs.standin, fill: jobs.fill, apiUrl: jobs.client.apiUrl, memory: jobs.api.duckdbMemoryLimit },
+    {
+      standin: { port: 9001, seed: 7, walletWeightPerMinute: 12_000 },
+      fill: { hours: 3, speed: 240, pollMs: 5000 },
+      apiUrl: 'http://127.0.0.1:9000',
+      memory: '512MiB',
+    },
+    'every job setting comes from the one config module',
+  );
   const c = loadConfig({ CAPTURE_WINDOWS: '15m', CLOCK_START: '2026-07-26T00:00:00Z' });
   t.same(c.capture.windows, ['15m']);
   t.equal(c.clock.startMs, Date.parse('2026-07-26T00:00:00Z'));

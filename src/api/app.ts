@@ -7,6 +7,7 @@ import { brotliCompressSync, constants as zlibConstants, gzipSync } from 'node:z
 import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
+import { DuckError } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
 import type { Admission } from './admission.js';
 import { ApiError, echo, fail } from './errors.js';
@@ -344,13 +345,7 @@ function toApiError(err: unknown): ApiError {
   // A lake file missing, unreadable or corrupt, or the disk failing under an export: the lake,
   // not the request, is at fault.
   const code = (err as NodeJS.ErrnoException).code;
-  if (
-    code === 'ENOSPC' ||
-    code === 'EIO' ||
-    code === 'EMFILE' ||
-    code === 'ENFILE' ||
-    /^IO Error|No files found|Cannot open file|Parquet file|magic bytes|No space left/i.test(e.message ?? '')
-  ) {
+  if ((err instanceof DuckError && err.unreadable) || code === 'ENOSPC' || code === 'EIO' || code === 'EMFILE' || code === 'ENFILE') {
     return new ApiError(503, 'UNAVAILABLE', 'The lake cannot be read right now; retry shortly');
   }
   return new ApiError(500, 'INTERNAL_ERROR', 'Internal error; the request id identifies it in our logs');

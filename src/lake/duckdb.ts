@@ -10,6 +10,35 @@ export type Params = Record<string, DuckDBValue>;
 export type ParamTypes = Record<string, DuckDBType>;
 export type JsonRow = Record<string, unknown>;
 
+/**
+ * A failed statement, with DuckDB's error type (the `IO` of "IO Error: ..."). Callers decide on
+ * the type, not on the wording of a message.
+ */
+export class DuckError extends Error {
+  override name = 'DuckError';
+  constructor(
+    readonly type: string,
+    message: string,
+    options?: { cause: unknown },
+  ) {
+    super(message, options);
+  }
+
+  static from(err: unknown): unknown {
+    if (!(err instanceof Error) || err instanceof DuckError) return err;
+    const m = /^([A-Za-z ]+) Error: /.exec(err.message);
+    return m ? new DuckError(m[1], err.message, { cause: err }) : err;
+  }
+
+  /**
+   * A lake file missing, unreadable or not Parquet (or the disk failing under a COPY): the lake,
+   * not the statement, is at fault, and a retry later may succeed.
+   */
+  get unreadable(): boolean {
+    return this.type === 'IO' || (this.type === 'Invalid Input' && /parquet|magic bytes|file/i.test(this.message));
+  }
+}
+
 export class Lane {
   private tail: Promise<unknown> = Promise.resolve();
   /** Statements queued or running: the least busy lane takes the next one. */
@@ -25,6 +54,8 @@ export class Lane {
         signal?.addEventListener('abort', interrupt, { once: true });
         try {
           return await task(this.connection);
+        } catch (err) {
+          throw DuckError.from(err);
         } finally {
           signal?.removeEventListener('abort', interrupt);
         }

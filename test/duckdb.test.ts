@@ -1,0 +1,34 @@
+// Statements fail with DuckDB's error type attached, and "the lake cannot be read" is decided
+// on that type, not on the wording of a message.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { Duck, DuckError, sqlPath } from '../src/lake/duckdb.js';
+
+const duck = await Duck.open(1);
+t.teardown(() => duck.close());
+const dir = t.testdir();
+
+async function failure(sql: string): Promise<DuckError> {
+  try {
+    await duck.rows(sql);
+  } catch (err) {
+    if (err instanceof DuckError) return err;
+    throw err;
+  }
+  throw new Error(`${sql} did not fail`);
+}
+
+t.test('missing and corrupt files are unreadable lake; bad SQL is not', async (t) => {
+  const missing = await failure(`SELECT * FROM read_parquet(${sqlPath(path.join(dir, 'nope.parquet'))})`);
+  t.same([missing.type, missing.unreadable], ['IO', true], 'a missing file');
+  const corrupt = path.join(dir, 'corrupt.parquet');
+  await fs.writeFile(corrupt, 'not parquet at all, just text');
+  const bad = await failure(`SELECT * FROM read_parquet(${sqlPath(corrupt)})`);
+  t.ok(bad.unreadable, `a corrupt file (${bad.type}): ${bad.message.slice(0, 80)}`);
+  const parser = await failure('SELEC 1');
+  t.same([parser.type, parser.unreadable], ['Parser', false], 'a statement that is wrong is a fault of ours, not of the lake');
+  const binder = await failure('SELECT no_such_column FROM range(1)');
+  t.equal(binder.unreadable, false);
+  t.ok(binder.cause instanceof Error, 'the original error is kept as the cause');
+});
