@@ -5,27 +5,26 @@ import { Ajv2020 } from 'ajv/dist/2020.js';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import t, { type Test } from 'tap';
 import { startApi } from '../src/api/server.js';
-import { fill } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, lakeServer } from './helpers.js';
 
 // Across midnight, so market pages cross dates and hours.
 const START = Date.parse('2026-07-27T23:40:00Z');
 const END = START + 50 * 60_000;
-const dir = t.testdir();
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '2' });
-const duck = await Duck.open(2);
-const run = await fill(config, duck, quiet, { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
-await sealAll(duck, dir);
-// Keep the open hour in the spool for one market's rows: the API must read both.
-const api = await startApi(config, duck, createClock(END, 1), quiet, { latest: run.capture.latest, capture: run.capture, port: 0 });
-t.teardown(async () => {
-  await api.stop();
-  duck.close();
+const {
+  dir,
+  config,
+  duck,
+  api,
+  key: issue,
+} = await lakeServer(t, {
+  start: START,
+  end: END,
+  env: { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '2' },
+  shareCapture: true,
 });
-const paid = (await api.keys.issue('paid', 'test')).key;
-const free = (await api.keys.issue('free', 'test')).key;
+const paid = await issue('paid');
+const free = await issue('free');
 
 interface Reply {
   status: number;

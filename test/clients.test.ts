@@ -8,26 +8,22 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { startApi } from '../src/api/server.js';
-import { fill } from '../src/capture/fill.js';
-import { createClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
-import { quiet, sealAll, testConfig } from './helpers.js';
+import { lakeServer } from './helpers.js';
 
 const run = promisify(execFile);
 const START = Date.parse('2026-07-27T23:40:00Z');
 const END = START + 35 * 60_000;
-const dir = t.testdir();
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', CORS_ORIGINS: 'https://research.example.com,http://localhost:5173' });
-const duck = await Duck.open(2);
-const filled = await fill(config, duck, quiet, { hours: 0, speed: 400, start: START, until: END, pollMs: 3000 });
-await sealAll(duck, dir);
-const api = await startApi(config, duck, createClock(END, 1), quiet, { latest: filled.capture.latest, capture: filled.capture, port: 0 });
-t.teardown(async () => {
-  await api.stop();
-  duck.close();
+const {
+  dir,
+  api,
+  key: issue,
+} = await lakeServer(t, {
+  start: START,
+  end: END,
+  env: { RATE_PAID_PER_SECOND: '100000', CORS_ORIGINS: 'https://research.example.com,http://localhost:5173' },
+  shareCapture: true,
 });
-const key = (await api.keys.issue('paid', 'clients')).key;
+const key = await issue();
 const auth = { authorization: `Bearer ${key}` };
 const ended = api.lake
   .all(END)

@@ -8,12 +8,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Browser, type Page, chromium } from 'playwright-core';
 import t from 'tap';
-import { startApi } from '../src/api/server.js';
-import { fill } from '../src/capture/fill.js';
-import { createClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
-import { quiet, sealAll, testConfig } from './helpers.js';
+import { lakeServer } from './helpers.js';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -22,20 +18,13 @@ const END = Date.parse('2026-07-28T00:01:00Z');
 const MARKET_START = Date.parse('2026-07-27T23:45:00Z');
 const OUTAGE = { from: Date.parse('2026-07-27T23:50:00Z'), to: Date.parse('2026-07-27T23:53:00Z') };
 
-const dir = t.testdir();
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
-const duck = await Duck.open(2);
-await fill(config, duck, quiet, {
-  hours: 0,
-  speed: 120,
+const { api, key: issue } = await lakeServer(t, {
   start: START,
-  until: END,
-  pollMs: 1000,
-  faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: OUTAGE.from, to: OUTAGE.to }] },
+  end: END,
+  env: { RATE_PAID_PER_SECOND: '100000' },
+  fill: { speed: 120, pollMs: 1000, faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: OUTAGE.from, to: OUTAGE.to }] } },
 });
-await sealAll(duck, dir);
-const api = await startApi(config, duck, createClock(END, 1), quiet, { port: 0 });
-const key = (await api.keys.issue('paid', 'explorer')).key;
+const key = await issue();
 const market = api.lake
   .all(END)
   .find((m) => m.venue === 'wallet-prediction' && m.coin === 'btc' && m.window === '15m' && m.start_time === MARKET_START)!;
@@ -54,11 +43,7 @@ const browser: Browser = await chromium.launch({
   headless: true,
   args: ['--no-sandbox', '--disable-background-networking', '--disable-gpu'],
 });
-t.teardown(async () => {
-  await browser.close();
-  await api.stop();
-  duck.close();
-});
+t.teardown(() => browser.close());
 const page: Page = await browser.newPage({ viewport: { width: 1500, height: 1300 }, acceptDownloads: true });
 const errors: string[] = [];
 page.on('pageerror', (e) => errors.push(e.message));

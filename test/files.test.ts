@@ -7,35 +7,28 @@ import { parquetMetadata, parquetReadObjects } from 'hyparquet';
 import { compressors } from 'hyparquet-compressors';
 import t from 'tap';
 import { startApi } from '../src/api/server.js';
-import { fill } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, lakeServer } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
 const END = START + 45 * 60_000;
 // Ten simulated minutes (1.5 s of wall time at 400x): long enough that no poll cycle can miss it.
 const OUTAGE = { from: START + 20 * 60_000, to: START + 30 * 60_000 };
-const dir = t.testdir();
-const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '100000' });
-const duck = await Duck.open(2);
-await fill(config, duck, quiet, {
-  hours: 0,
-  speed: 400,
+const {
+  dir,
+  config,
+  duck,
+  api,
+  key: issue,
+} = await lakeServer(t, {
   start: START,
-  until: END,
-  pollMs: 3000,
-  faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }] },
+  end: END,
+  env: { RATE_PAID_PER_SECOND: '100000', RATE_FREE_PER_SECOND: '100000' },
+  fill: { faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, ...OUTAGE }] } },
 });
-await sealAll(duck, dir);
-const api = await startApi(config, duck, createClock(END, 1), quiet, { port: 0 });
-t.teardown(async () => {
-  await api.stop();
-  duck.close();
-});
-const paid = (await api.keys.issue('paid', 'test')).key;
-const free = (await api.keys.issue('free', 'test')).key;
+const paid = await issue('paid');
+const free = await issue('free');
 
 async function get(url: string, key: string | null = paid, headers: Record<string, string> = {}) {
   const res = await fetch(`${api.url}${url}`, { headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...headers } });

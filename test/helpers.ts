@@ -3,6 +3,10 @@ import { Duck, type JsonRow } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { sealDue } from '../src/lake/seal.js';
 import pino from 'pino';
+import type { Test } from 'tap';
+import { startApi } from '../src/api/server.js';
+import { type FillOptions, fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
 
 export const quiet = pino({ level: process.env.TEST_LOG ?? 'silent' });
 
@@ -21,4 +25,41 @@ export function lakeTable(dataDir: string, dataset: string): string {
 
 export async function one(duck: Duck, sql: string): Promise<JsonRow> {
   return (await duck.rows(sql))[0];
+}
+
+export interface LakeServerOptions {
+  start: number;
+  end: number;
+  /** Environment for the config (rates, CORS, ...), on top of testConfig's. */
+  env?: Record<string, string>;
+  fill?: Partial<Omit<FillOptions, 'hours' | 'start' | 'until'>>;
+  /** Share capture's latest books and health with the API, as `make run` does. */
+  shareCapture?: boolean;
+}
+
+/**
+ * The fixture most API tests need: a lake written by real capture from the stand-in over
+ * [start, end), sealed, and the real API over it on port 0 with its clock at `end`; stopped and
+ * closed when the test ends.
+ */
+export async function lakeServer(t: Test, options: LakeServerOptions) {
+  const dir = t.testdir();
+  const config = testConfig(dir, options.env);
+  const duck = await Duck.open(2);
+  const run = await fill(config, duck, quiet, {
+    hours: 0,
+    speed: 400,
+    pollMs: 3000,
+    ...options.fill,
+    start: options.start,
+    until: options.end,
+  });
+  await sealAll(duck, dir);
+  const shared = options.shareCapture ? { latest: run.capture.latest, capture: run.capture } : {};
+  const api = await startApi(config, duck, createClock(options.end, 1), quiet, { ...shared, port: 0 });
+  t.teardown(async () => {
+    await api.stop();
+    duck.close();
+  });
+  return { dir, config, duck, run, api, key: async (plan: 'free' | 'paid' = 'paid') => (await api.keys.issue(plan, 'test')).key };
 }
