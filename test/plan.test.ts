@@ -11,7 +11,9 @@ import {
   exportSql,
   planPartitions,
   relation,
+  marketBooksSql,
   snapshotBooksSql,
+  snapshotPageSql,
   snapshotTimesSql,
   timeseriesSql,
 } from '../src/api/plan.js';
@@ -94,6 +96,10 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
     series: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5 }), 'chance', 101),
     downsampled: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5, intervalMs: 60_000 }), 'price', 101),
     export: exportSql('SELECT 1', page(), 'snapshots', 'csv'),
+    // The statement behind most snapshot pages, and the one the book cache decodes markets with.
+    page: snapshotPageSql('SELECT 1', page({ after: 7, outcomeIndex: 1 }), 202),
+    pageDesc: snapshotPageSql('SELECT 1', page({ order: 'desc' }), 101),
+    market: { sql: marketBooksSql('SELECT 1', hostile, 1, 2).sql, params: marketBooksSql('SELECT 1', hostile, 1, 2).params },
   };
   for (const [name, { sql, params }] of Object.entries(cases)) {
     t.notOk(sql.includes(hostile) || sql.includes('DROP'), `${name}: the market id is not in the SQL`);
@@ -109,6 +115,9 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
     /GROUP BY floor\(epoch_ms\(ts\) \/ \$interval::BIGINT\)\) WHERE true AND ts < epoch_ms\(\$after::BIGINT\)/,
     'the keyset applies to buckets, after downsampling',
   );
+  t.match(cases.page.params, { after: 7, outcome_index: 1, rows: 202 }, 'the page: keyset, outcome and row budget bound');
+  t.match(cases.page.sql, /ts > epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts ASC, outcome_index LIMIT \$rows::BIGINT/);
+  t.match(cases.pageDesc.sql, /ORDER BY ts DESC, outcome_index/);
   t.same(
     [cases.books.params.lo, cases.books.params.hi, cases.books.params.times],
     [1, 3, '3,1,2'],
