@@ -1,9 +1,10 @@
 // Ad-hoc SQL over the lake: `books`, `metrics`, `markets` and `gaps` are views over the sealed
 // hive-partitioned Parquet files (what an analyst gets by opening data/lake with DuckDB).
 import { loadConfig } from '../src/config.js';
-import { Duck, sqlPath } from '../src/lake/duckdb.js';
+import { Duck } from '../src/lake/duckdb.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
+import { sqlPath } from '../src/lake/sql.js';
 
 const config = loadConfig();
 const { lake } = lakePaths(config.dataDir);

@@ -8,10 +8,10 @@ import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';
 import { lakePaths, parsePartitionDir } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
-import { spoolSource } from '../src/lake/writer.js';
 import { listSpool } from '../src/lake/spool.js';
 import { HOUR } from '../src/time.js';
 import { lakeTable, one, quiet, sealAll, testConfig } from './helpers.js';
+import { spoolSource } from '../src/lake/sql.js';
 
 const START = Date.parse('2026-07-26T12:40:00Z');
 const dir = t.testdir();

@@ -3,7 +3,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { Duck, DuckError, sqlPath } from '../src/lake/duckdb.js';
+import { Duck, DuckError } from '../src/lake/duckdb.js';
+import { sqlPath } from '../src/lake/sql.js';
 
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());

@@ -353,7 +353,8 @@ t.test('a gap still in the spool (open hour) is reported before it is sealed', a
 
 t.test('a file committed beside the API (late seal, then compaction) is listed within seconds', async (t) => {
   const { lakePaths, parsePartitionDir } = await import('../src/lake/layout.js');
-  const { commitFiles, parquetSource, writeParquet } = await import('../src/lake/writer.js');
+  const { commitFiles, writeParquet } = await import('../src/lake/writer.js');
+  const { parquetSource } = await import('../src/lake/sql.js');
   const { compact } = await import('../src/lake/compact.js');
   const paths = lakePaths(dir);
   const listed = async () => await listAll('/v3/wallet-prediction/files?dataset=metrics&coin=btc&window=15m&limit=100');

@@ -6,7 +6,7 @@ import path from 'node:path';
 import t from 'tap';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
-import { Duck, sqlPath } from '../src/lake/duckdb.js';
+import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';
 import { type Partition, SCHEMAS, isTime, lakePaths, parsePartitionDir, partitionDir } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
@@ -15,6 +15,7 @@ import { syntheticMarket } from '../src/lake/synthetic.js';
 import { commitFiles } from '../src/lake/writer.js';
 import { HOUR } from '../src/time.js';
 import { lakeTable, one, quiet, testConfig } from './helpers.js';
+import { sqlPath } from '../src/lake/sql.js';
 
 const START = Date.parse('2026-07-26T12:00:00Z');
 const dir = t.testdir();

@@ -5,12 +5,10 @@ import { Cursors } from '../src/api/cursor.js';
 import { ApiError } from '../src/api/errors.js';
 import { numbers } from '../src/api/shape.js';
 import {
-  BOOK_COLUMNS,
   CAPTURE_LAG_MS,
   type PageQuery,
   exportSql,
   planPartitions,
-  relation,
   marketBooksSql,
   snapshotBooksSql,
   snapshotPageSql,
@@ -18,6 +16,7 @@ import {
   timeseriesSql,
 } from '../src/api/plan.js';
 import { partitionDir } from '../src/lake/layout.js';
+import { BOOK_COLUMNS, relation } from '../src/lake/sql.js';
 
 const at = (iso: string) => Date.parse(iso);
 const market = {

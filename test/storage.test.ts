@@ -100,7 +100,9 @@ async function spooledBooks(): Promise<Set<string>> {
   for (const part of await listSpool(lakePaths(dir).spool)) {
     if (part.partition.dataset !== 'books') continue;
     const text = await fs.readFile(part.file, 'utf8');
-    for (const line of text.split('\n')) {
+    // Only lines ending in a newline are whole: the writer may be mid-line, or cutting back a
+    // write the full disk refused.
+    for (const line of text.slice(0, text.lastIndexOf('\n') + 1).split('\n')) {
       if (!line) continue;
       const r = JSON.parse(line);
       keys.add(`${r.market_id}|${r.token_id}|${r.ts}`);

@@ -7,8 +7,9 @@ import { partitionDir } from '../lake/layout.js';
 import type { LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import type { LatestBook } from '../records.js';
-import { BOOK_COLUMNS, newestBooksSql, relation } from './plan.js';
+import { newestBooksSql } from './plan.js';
 import { rowBook } from './shape.js';
+import { BOOK_COLUMNS, relation } from '../lake/sql.js';
 
 /** A book this old is kept only while clients read it. */
 export const KEEP_RECENT_MS = 6 * 3_600_000;

@@ -1,11 +1,10 @@
 // Pure steps of a request: which hourly partitions it needs, and the SQL over the files the
 // server found for them. Every value is bound; the only spliced text is the quoted file list.
 import type { Venue, Window } from '../config.js';
-import { sqlPath } from '../lake/duckdb.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
-import { spoolSource } from '../lake/writer.js';
 import type { Dataset } from '../records.js';
 import { HOUR, floorTo } from '../time.js';
+import { bookSelect } from '../lake/sql.js';
 
 /** Rows of a market are captured within its window, plus the lag of the last poll. */
 export const CAPTURE_LAG_MS = 60_000;
@@ -33,21 +32,6 @@ export function planPartitions(dataset: Dataset, market: MarketSpan, from: numbe
   return { partitions: lo < hi ? partitions : [], from: lo, to: hi };
 }
 
-export interface Files {
-  sealed: string[];
-  /** Parts of open hours, read leniently: the writer may be mid-line. */
-  spool: string[];
-}
-
-/** One relation over sealed Parquet and spooled rows of one dataset, or null when there are no files. */
-export function relation(dataset: Dataset, files: Files, columns: string[]): string | null {
-  const cols = columns.map((c) => `"${c}"`).join(', ');
-  const parts: string[] = [];
-  if (files.sealed.length) parts.push(`SELECT ${cols} FROM read_parquet([${files.sealed.map(sqlPath).join(', ')}])`);
-  if (files.spool.length) parts.push(`SELECT ${cols} FROM ${spoolSource(dataset, files.spool, true)}`);
-  return parts.length ? parts.join(' UNION ALL ') : null;
-}
-
 export interface PageQuery {
   marketId: string;
   from: number;
@@ -59,19 +43,6 @@ export interface PageQuery {
   intervalMs: number | null;
   outcomeIndex: number | null;
 }
-
-export const BOOK_COLUMNS = [
-  'ts',
-  'market_id',
-  'token_id',
-  'outcome_index',
-  'outcome',
-  'exchange_ts',
-  'bid_prices',
-  'bid_sizes',
-  'ask_prices',
-  'ask_sizes',
-];
 
 function filtered(source: string, q: PageQuery, extra = ''): string {
   return (
@@ -119,8 +90,7 @@ export function snapshotTimesSql(narrow: string, q: PageQuery): { sql: string; p
 export function snapshotPageSql(wide: string, q: PageQuery, rows: number): { sql: string; params: Record<string, string | number> } {
   const cmp = q.order === 'asc' ? '>' : '<';
   const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
-  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
-      bid_prices, bid_sizes, ask_prices, ask_sizes
+  const sql = `SELECT ${bookSelect()}
     FROM (${filtered(wide, q, after)}) ORDER BY ts ${q.order.toUpperCase()}, outcome_index LIMIT $rows::BIGINT`;
   const params: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to, rows };
   if (q.outcomeIndex !== null) params.outcome_index = q.outcomeIndex;
@@ -135,13 +105,10 @@ export function marketBooksSql(
   from: number,
   to: number,
 ): { sql: string; params: Record<string, string | number> } {
-  const sql = `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
-      bid_prices, bid_sizes, ask_prices, ask_sizes
+  const sql = `SELECT ${bookSelect()}
     FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT) ORDER BY ts, outcome_index`;
   return { sql, params: { market_id: marketId, from, to } };
 }
-
-export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'];
 
 const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
 
@@ -154,8 +121,7 @@ const ISO = `'%Y-%m-%dT%H:%M:%S.%gZ'`;
 export function snapshotBooksSql(wide: string, q: PageQuery, times: number[]): { sql: string; params: Record<string, string | number> } {
   const chosen = q.intervalMs === null ? '' : ` AND list_contains(string_split($times, ',')::BIGINT[], epoch_ms(ts))`;
   const sql =
-    `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, outcome, token_id, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts,
-      bid_prices, bid_sizes, ask_prices, ask_sizes
+    `SELECT ${bookSelect()}
     FROM (${wide}) WHERE market_id = $market_id AND ts >= epoch_ms($lo::BIGINT) AND ts <= epoch_ms($hi::BIGINT)${chosen}` +
     `${q.outcomeIndex === null ? '' : ' AND outcome_index = $outcome_index::INTEGER'}`;
   const params: Record<string, string | number> = { market_id: q.marketId, lo: Math.min(...times), hi: Math.max(...times) };
@@ -194,18 +160,14 @@ export function timeseriesSql(
 /** The newest book of every market in `source`: what a restarted API keeps in memory for recent markets. */
 export function newestBooksSql(source: string): string {
   return `WITH rows AS (${source}), newest AS (SELECT market_id, max(ts) AS ts FROM rows GROUP BY market_id)
-    SELECT r.market_id, epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
-      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes FROM rows r JOIN newest USING (market_id, ts) ORDER BY r.market_id, r.outcome_index`;
+    SELECT r.market_id, ${bookSelect('r')} FROM rows r JOIN newest USING (market_id, ts) ORDER BY r.market_id, r.outcome_index`;
 }
 
 export function latestSql(source: string): string {
   return `WITH rows AS (SELECT * FROM (${source}) WHERE market_id = $market_id),
     newest AS (SELECT max(ts) AS ts FROM rows)
-    SELECT epoch_ms(r.ts)::DOUBLE AS ts, r.outcome_index, r.outcome, r.token_id, epoch_ms(r.exchange_ts)::DOUBLE AS exchange_ts,
-      r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes FROM rows r JOIN newest USING (ts) ORDER BY r.outcome_index`;
+    SELECT ${bookSelect('r')} FROM rows r JOIN newest USING (ts) ORDER BY r.outcome_index`;
 }
-
-export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'];
 
 /**
  * The whole range as rows for a file: CSV with ISO times and ladders as JSON arrays in cells,

@@ -8,9 +8,7 @@ import type { DuckDBDataChunk } from '@duckdb/node-api';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { COVERAGE } from '../coverage.js';
-import { sqlPath } from '../lake/duckdb.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import { TIME_TYPE } from '../lake/layout.js';
 import type { LatestBook } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { ExportPool } from './exports.js';
@@ -22,22 +20,19 @@ import { singleFlight } from './singleflight.js';
 import { INTERVALS, P, type ParamSpec, type Parsed, timeRange } from './params.js';
 import { parseTime } from '../time.js';
 import {
-  BOOK_COLUMNS,
   CAPTURE_LAG_MS,
-  EXPORT_BOOK_COLUMNS,
   marketBooksSql,
   type PageQuery,
   exportSql,
-  TIME_COLUMNS,
   latestSql,
   planPartitions,
-  relation,
   snapshotBooksSql,
   snapshotPageSql,
   snapshotTimesSql,
   timeseriesSql,
 } from './plan.js';
 import { type MarketBooks, bookJson, iso, marketBooks, marketJson, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
+import { BOOK_COLUMNS, EXPORT_BOOK_COLUMNS, TIME_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
 
 export type Access = 'public' | 'key' | 'paid';
 
@@ -289,9 +284,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     const plan = planPartitions(dataset, m, pq.from, pq.to);
     ctx.stats.partitions = plan.partitions.length;
     const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
-    const source =
-      relation(dataset, await lake.files(plan.partitions), columns) ??
-      `SELECT ${columns.map((c) => `NULL::${c.endsWith('ts') ? TIME_TYPE : c.endsWith('_prices') || c.endsWith('_sizes') ? 'DOUBLE[]' : c === 'outcome_index' ? 'INTEGER' : c === metric ? 'DOUBLE' : 'VARCHAR'} AS "${c}"`).join(', ')} WHERE false`;
+    const source = relation(dataset, await lake.files(plan.partitions), columns) ?? emptyRelation(dataset, columns);
     const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
     await fs.mkdir(deps.exportDir, { recursive: true });
     const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);

@@ -24,6 +24,7 @@ import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
 import { LatestReads, preloadLatest } from './latest.js';
 import { buildRoutes } from './routes.js';
+import { sqlString } from '../lake/sql.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -87,8 +88,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
   const lake = new LakeReader(duck, paths, series);
   // Sorts of large exports spill to disk instead of growing without bound.
-  await duck.run(`SET GLOBAL memory_limit = '${config.api.duckdbMemoryLimit}'`);
-  await duck.run(`SET GLOBAL temp_directory = '${path.join(config.dataDir, 'state', 'duckdb-tmp').replaceAll("'", "''")}'`);
+  await duck.run(`SET GLOBAL memory_limit = ${sqlString(config.api.duckdbMemoryLimit)}`);
+  await duck.run(`SET GLOBAL temp_directory = ${sqlString(path.join(config.dataDir, 'state', 'duckdb-tmp'))}`);
   // Exports are written, streamed and deleted; a crash can leave some behind.
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
   const began = performance.now();

@@ -10,10 +10,11 @@ import { coverageStart } from '../coverage.js';
 import type { Duck } from '../lake/duckdb.js';
 import { readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, type Partition, lakePaths, partitionDir, partitionOf } from '../lake/layout.js';
-import { commitFiles, spoolSource, writeParquet } from '../lake/writer.js';
+import { commitFiles, writeParquet } from '../lake/writer.js';
 import { type Market, type MetricRow, marketLakeRow } from '../records.js';
 import { DAY, isoMs } from '../time.js';
 import type { VenueAdapter } from '../venues/adapter.js';
+import { spoolSource } from '../lake/sql.js';
 
 export interface BackfillRequest {
   venue: Venue;

@@ -10,7 +10,8 @@ import type { Duck } from './duckdb.js';
 import { listFiles, shortHash } from './fsutil.js';
 import { type LakePaths, parsePartitionDir, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
-import { commitFiles, parquetSource, writeParquet } from './writer.js';
+import { commitFiles, writeParquet } from './writer.js';
+import { parquetSource } from './sql.js';
 
 export interface CompactReport {
   partitions: number;

@@ -142,6 +142,3 @@ export class Duck {
 }
 
 /** Quotes a path the server computed itself for splicing into SQL (never user text). */
-export function sqlPath(p: string): string {
-  return `'${p.replaceAll("'", "''")}'`;
-}

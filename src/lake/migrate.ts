@@ -5,11 +5,11 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Duck } from './duckdb.js';
-import { sqlPath } from './duckdb.js';
 import { listFiles } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
-import { commitFiles, parquetSource, writeParquet } from './writer.js';
+import { commitFiles, writeParquet } from './writer.js';
+import { parquetSource, sqlPath } from './sql.js';
 
 export interface MigrationReport {
   partitions: number;

@@ -10,7 +10,7 @@ import { followLines, listFiles, writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { COMMIT_LOG, type ManifestFile, readManifest } from './manifest.js';
 import { type SpoolPart, listSpool } from './spool.js';
-import { spoolSource } from './writer.js';
+import { parquetSource, relation, spoolSource } from './sql.js';
 
 export interface PartitionFiles {
   sealed: string[];
@@ -251,12 +251,9 @@ export class LakeReader {
     this.gapSignature = signature;
     const rows: GapRecord[] = [];
     for (let i = 0; i < files.length; i += 4000) {
-      const list = files
-        .slice(i, i + 4000)
-        .map((f) => `'${path.join(this.paths.lake, f.path).replaceAll("'", "''")}'`)
-        .join(', ');
+      const list = files.slice(i, i + 4000).map((f) => path.join(this.paths.lake, f.path));
       const found = await this.duck.rows(
-        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM read_parquet([${list}], filename = true)`,
+        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM ${parquetSource(list, 'filename = true')}`,
       );
       for (const r of found) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(r.filename))));
@@ -333,11 +330,8 @@ export class LakeReader {
       .map((f) => path.join(this.paths.lake, f.path));
     // One scan per 500 files (measured fastest), not one query per partition.
     for (let i = 0; i < sealed.length; i += 500) {
-      const files = sealed
-        .slice(i, i + 500)
-        .map((f) => `'${f.replaceAll("'", "''")}'`)
-        .join(', ');
-      for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM read_parquet([${files}], filename = true)`)) {
+      const files = sealed.slice(i, i + 500);
+      for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM ${parquetSource(files, 'filename = true')}`)) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(row.filename))));
         if (p) this.upsert(toMarket(row, p));
       }
@@ -388,12 +382,9 @@ export class LakeReader {
       const signature = await filesSignature(files);
       if (this.ingested.get(partitionDir(p)) === signature) continue;
       this.ingested.set(partitionDir(p), signature);
-      const parts: string[] = [];
-      if (files.sealed.length)
-        parts.push(`SELECT ${select} FROM read_parquet([${files.sealed.map((f) => `'${f.replaceAll("'", "''")}'`).join(', ')}])`);
-      if (files.spool.length) parts.push(`SELECT ${select} FROM ${spoolSource('markets', files.spool, true)}`);
-      if (!parts.length) continue;
-      for (const row of await this.duck.rows(parts.join(' UNION ALL '))) this.upsert(toMarket(row, p));
+      const source = relation('markets', files);
+      if (!source) continue;
+      for (const row of await this.duck.rows(`SELECT ${select} FROM (${source})`)) this.upsert(toMarket(row, p));
     }
   }
 

@@ -11,7 +11,8 @@ import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
 import { ensureGapsDataset } from './migrate.js';
 import { type Spool, type SpoolPart, listSpool } from './spool.js';
-import { commitFiles, spoolSource, writeParquet } from './writer.js';
+import { commitFiles, writeParquet } from './writer.js';
+import { spoolSource } from './sql.js';
 
 export interface SealReport {
   partitions: number;

@@ -7,7 +7,8 @@ import { marketLakeRow } from '../records.js';
 import { HOUR } from '../time.js';
 import type { Duck } from './duckdb.js';
 import { lakePaths, partitionOf } from './layout.js';
-import { commitFiles, spoolSource, writeParquet } from './writer.js';
+import { commitFiles, writeParquet } from './writer.js';
+import { spoolSource } from './sql.js';
 
 export async function syntheticMarket(duck: Duck, root: string, id: string, start: number, span: number): Promise<void> {
   const paths = lakePaths(root);

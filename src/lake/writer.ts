@@ -3,35 +3,17 @@
 // fsynced and renamed into place, then recorded in the partition's manifest.
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type Duck, sqlPath } from './duckdb.js';
+import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, TIME_TYPE, isTime, partitionDir } from './layout.js';
 import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
 import type { Dataset } from '../records.js';
+import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
 
 function timeColumn(p: Partition): string {
   return p.dataset === 'gaps' ? 'from_ts' : 'ts';
-}
-
-/** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
-export function spoolSelect(dataset: Dataset): string {
-  return SCHEMAS[dataset].map((c) => (isTime(c) ? `epoch_ms("${c.name}")::${TIME_TYPE} AS "${c.name}"` : `"${c.name}"`)).join(', ');
-}
-
-/** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
-export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
-  const columns = SCHEMAS[dataset].map((c) => `"${c.name}": '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
-  const first = SCHEMAS[dataset][0].name;
-  return (
-    `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
-    `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE "${first}" IS NOT NULL)`
-  );
-}
-
-export function parquetSource(files: string[]): string {
-  return `read_parquet([${files.map(sqlPath).join(', ')}])`;
 }
 
 /**

@@ -1,0 +1,95 @@
+// The SQL text every statement shares: quoting of the only spliced values (file paths the
+// server computed), the sources (sealed Parquet, spooled NDJSON) and relations over both, and
+// the column lists. Values from requests are never spliced; they are bound where used.
+import type { Dataset } from '../records.js';
+import { SCHEMAS, isTime } from './layout.js';
+
+/** A string literal: quoted, inner quotes doubled. Used for file paths the server computed. */
+export function sqlString(text: string): string {
+  return `'${text.replaceAll("'", "''")}'`;
+}
+
+export const sqlPath = sqlString;
+
+export function sqlIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** `read_parquet([...])` over sealed files. */
+export function parquetSource(files: string[], options = ''): string {
+  return `read_parquet([${files.map(sqlPath).join(', ')}]${options ? `, ${options}` : ''})`;
+}
+
+/** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
+export function spoolSelect(dataset: Dataset): string {
+  return SCHEMAS[dataset]
+    .map((c) => (isTime(c) ? `epoch_ms(${sqlIdent(c.name)})::${c.type} AS ${sqlIdent(c.name)}` : sqlIdent(c.name)))
+    .join(', ');
+}
+
+/** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
+export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
+  const columns = SCHEMAS[dataset].map((c) => `${sqlIdent(c.name)}: '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
+  const first = sqlIdent(SCHEMAS[dataset][0].name);
+  return (
+    `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
+    `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE ${first} IS NOT NULL)`
+  );
+}
+
+export interface Files {
+  sealed: string[];
+  /** Parts of open hours, read leniently: the writer may be mid-line. */
+  spool: string[];
+}
+
+/** The columns of `dataset` as a SELECT list (all of them by default). */
+export function selectList(dataset: Dataset, columns?: readonly string[]): string {
+  return (columns ?? SCHEMAS[dataset].map((c) => c.name)).map(sqlIdent).join(', ');
+}
+
+/** One relation over sealed Parquet and spooled rows of one dataset, or null when there are no files. */
+export function relation(dataset: Dataset, files: Files, columns?: readonly string[]): string | null {
+  const cols = selectList(dataset, columns);
+  const parts: string[] = [];
+  if (files.sealed.length) parts.push(`SELECT ${cols} FROM ${parquetSource(files.sealed)}`);
+  if (files.spool.length) parts.push(`SELECT ${cols} FROM ${spoolSource(dataset, files.spool, true)}`);
+  return parts.length ? parts.join(' UNION ALL ') : null;
+}
+
+/** A relation with the columns and types of `dataset` and no rows: what a range without files reads. */
+export function emptyRelation(dataset: Dataset, columns: readonly string[]): string {
+  const types = new Map(SCHEMAS[dataset].map((c) => [c.name, c.type]));
+  return `SELECT ${columns.map((c) => `NULL::${types.get(c)} AS ${sqlIdent(c)}`).join(', ')} WHERE false`;
+}
+
+/** What a book read needs of the lake's columns. */
+export const BOOK_COLUMNS = [
+  'ts',
+  'market_id',
+  'token_id',
+  'outcome_index',
+  'outcome',
+  'exchange_ts',
+  'bid_prices',
+  'bid_sizes',
+  'ask_prices',
+  'ask_sizes',
+] as const;
+
+export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'] as const;
+
+/** What choosing the times of a snapshot page needs. */
+export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'] as const;
+
+/**
+ * A book as the renderers read it, in this order (shape.ts reads the vectors by position):
+ * times as epoch ms, then the ladder lists. `r` qualifies the columns with a table alias.
+ */
+export function bookSelect(r = ''): string {
+  const c = (name: string) => `${r ? `${r}.` : ''}${name}`;
+  return (
+    `epoch_ms(${c('ts')})::DOUBLE AS ts, ${c('outcome_index')}, ${c('outcome')}, ${c('token_id')}, ` +
+    `epoch_ms(${c('exchange_ts')})::DOUBLE AS exchange_ts, ${c('bid_prices')}, ${c('bid_sizes')}, ${c('ask_prices')}, ${c('ask_sizes')}`
+  );
+}
