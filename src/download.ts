@@ -46,9 +46,20 @@ async function api(req: DownloadRequest, url: string, headers: Record<string, st
   return fetch(new URL(url, req.baseUrl), { headers: { authorization: `Bearer ${req.key}`, ...headers } });
 }
 
+/**
+ * The files to mirror. A mirror of one dataset also gets the gaps of the same coins, windows and
+ * hours: they say which spans of the data were never recorded, and `read_parquet('gaps/**')`
+ * must answer in every mirror.
+ */
 export async function listFiles(req: DownloadRequest): Promise<ListedFile[]> {
+  const files = await listDataset(req, req.query);
+  if (req.query.dataset && req.query.dataset !== 'gaps') files.push(...(await listDataset(req, { ...req.query, dataset: 'gaps' })));
+  return files;
+}
+
+async function listDataset(req: DownloadRequest, query: DownloadRequest['query']): Promise<ListedFile[]> {
   const files: ListedFile[] = [];
-  const params = new URLSearchParams(Object.entries({ ...req.query, limit: '1000' }).filter(([, v]) => v) as [string, string][]);
+  const params = new URLSearchParams(Object.entries({ ...query, limit: '1000' }).filter(([, v]) => v) as [string, string][]);
   let cursor: string | null = null;
   do {
     const q = new URLSearchParams(params);

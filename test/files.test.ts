@@ -265,6 +265,10 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
   const req = { baseUrl: api.url, key: paid, namespace: 'wallet-prediction', dest, query: { dataset: 'books', coin: 'btc' } };
   const first = await download(req);
   t.ok(first.listed > 0);
+  const gapFiles = (await fs.readdir(path.join(dest, 'gaps'), { recursive: true }).catch(() => [])).filter((f) =>
+    String(f).endsWith('.parquet'),
+  );
+  t.ok(gapFiles.length > 0, 'a mirror of books also holds the gaps of the same coins and hours');
   t.match(first, { downloaded: first.listed, skipped: 0, failed: [] });
   const second = await download(req);
   t.match(second, { downloaded: 0, skipped: first.listed, bytes: 0 }, 'a second run downloads nothing');
