@@ -5,7 +5,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { openApiDocument } from '../src/api/openapi.js';
-import { type RouteDeps, buildRoutes } from '../src/api/routes.js';
+import type { RouteDeps } from '../src/api/route.js';
+import { buildRoutes } from '../src/api/routes.js';
 
 // Building the table reads no dependency; only handlers do, and none runs here.
 const document = openApiDocument(buildRoutes({} as RouteDeps));

@@ -16,7 +16,7 @@ import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { pages } from './pages.js';
-import { type FileBody, RawJson, type RequestContext, type Route } from './routes.js';
+import { type FileBody, RawJson, type RequestContext, type Route } from './route.js';
 
 export interface AppOptions {
   routes: Route[];

@@ -1,7 +1,7 @@
 // The OpenAPI 3.1 document, generated from the route table and the same parameter specs the
 // server validates with.
 import { STATUS_OF, type ErrorCode } from './errors.js';
-import type { Route } from './routes.js';
+import type { Route } from './route.js';
 
 const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
 const str = { type: 'string' };

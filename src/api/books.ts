@@ -1,0 +1,185 @@
+// Order books: the latest in memory, recorded snapshots a page at a time (from the decoded-book
+// cache for markets that are over, else one SQL statement), and the book in force at an instant.
+import type { Venue } from '../config.js';
+import type { Partition } from '../lake/layout.js';
+import type { StoredMarket } from '../lake/reader.js';
+import { BOOK_COLUMNS, TIME_COLUMNS, relation } from '../lake/sql.js';
+import type { LatestBook } from '../records.js';
+import { parseTime } from '../time.js';
+import { exportFile } from './bulk.js';
+import {
+  CAPTURE_LAG_MS,
+  type PageQuery,
+  latestSql,
+  marketBooksSql,
+  planPartitions,
+  snapshotBooksSql,
+  snapshotPageSql,
+  snapshotTimesSql,
+} from './plan.js';
+import { RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
+import { type MarketBooks, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
+import { singleFlight } from './singleflight.js';
+
+export function bookHandlers(kit: RouteKit) {
+  const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
+
+  /**
+   * Decoded books of a market that is over and wholly sealed, from the cache (loaded once,
+   * then kept while its files are the same); null for a market still recording, or one whose
+   * rows are (partly) in the spool: those take the SQL path.
+   */
+  const marketBooksOf = async (venue: Venue, m: StoredMarket, now: number): Promise<MarketBooks | null> => {
+    if (deps.books.maxBytes === 0 || m.end_time + CAPTURE_LAG_MS >= now) return null;
+    const span = planPartitions('books', m, null, null);
+    const signature = lake.signature(span.partitions);
+    // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
+    if (!signature || lake.spooled(span.partitions)) return null;
+    const key = `${venue}:${m.market_id}`;
+    return (
+      deps.books.peek(key, signature) ??
+      deps.books.load(key, signature, async () => {
+        const files = await lake.files(span.partitions);
+        if (files.spool.length) return null;
+        const wide = relation('books', files, BOOK_COLUMNS);
+        return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
+      })
+    );
+  };
+
+  const snapshots =
+    (id: string, venue: Venue, ladderDefault: boolean) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+      const scope = `${id}:${m.market_id}`;
+      const { pq, req } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
+      if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'snapshots', pq, 'books');
+      const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
+      const plan = planPartitions('books', m, pq.from, pq.to);
+      ctx.stats.partitions = plan.partitions.length;
+      const limit = pq.limit - 1;
+      const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
+      const bounded = { ...pq, from: plan.from, to: plan.to };
+      const cached = await marketBooksOf(venue, m, ctx.now);
+      const rendered = cached
+        ? pageFromBooks(cached, bounded, ladders, limit)
+        : await sqlPage(ctx, m, plan.partitions, bounded, ladders, limit);
+      ctx.stats.rows = rendered.books;
+      return {
+        data: new RawJson(rendered.json),
+        pagination: page(
+          limit,
+          rendered.times,
+          () => [rendered.last!],
+          (k) => cursors.issue(scope, req.filters, k),
+        ),
+        meta,
+      };
+    };
+
+  /** A page by SQL: a market still recording, or one not in the book cache. */
+  const sqlPage = async (
+    ctx: RequestContext,
+    m: StoredMarket,
+    partitions: Partition[],
+    bounded: PageQuery,
+    ladders: boolean,
+    limit: number,
+  ): Promise<RenderedSnapshots> => {
+    const files = await lake.files(partitions);
+    const wide = relation('books', files, BOOK_COLUMNS);
+    const db = lake.duck.for(ctx.signal);
+    if (wide && bounded.intervalMs === null) {
+      // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
+      for (let rows = bounded.limit * (bounded.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
+        const chunks = await db.chunks(...sql(snapshotPageSql(wide, bounded, rows)));
+        const rendered = snapshotsJson(chunks, ladders, bounded.order, limit);
+        if (chunks.reduce((n, c) => n + c.rowCount, 0) < rows || rendered.times > limit) return rendered;
+      }
+    }
+    if (!wide) return snapshotsJson([], ladders, bounded.order, limit);
+    const times = (await db.rows(...sql(snapshotTimesSql(relation('books', files, TIME_COLUMNS)!, bounded)))).map((r) => Number(r.ts));
+    const shown = times.slice(0, limit);
+    const chunks = shown.length ? await db.chunks(...sql(snapshotBooksSql(wide, bounded, shown))) : [];
+    return { ...snapshotsJson(chunks, ladders, bounded.order, limit), times: times.length };
+  };
+
+  /**
+   * The book in force at an instant: the newest recorded at or before it, with how old it was
+   * then (`age_ms`) and the capture gaps between the two, which say when it may be stale.
+   */
+  const snapshotAt = (id: string, venue: Venue, ladderDefault: boolean) => {
+    const pageOf = snapshots(id, venue, ladderDefault);
+    return async (ctx: RequestContext): Promise<Result> => {
+      const at = parseTime(String(ctx.query.timestamp))!;
+      const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+      const { timestamp: _, ...rest } = ctx.query;
+      const result = await pageOf({ ...ctx, query: { ...rest, end_time: String(at + 1), order: 'desc', limit: 1 } });
+      const { text } = result.data as RawJson;
+      const [snapshot] = JSON.parse(typeof text === 'string' ? text : text.toString('utf8')) as { timestamp: string }[];
+      const since = snapshot ? Date.parse(snapshot.timestamp) : m.start_time;
+      return {
+        data: snapshot ?? null,
+        meta: {
+          at: iso(at),
+          age_ms: snapshot ? at - since : null,
+          coverage: result.meta?.coverage,
+          gaps: gapsMeta(venue, m, 'books', since, at + 1),
+        },
+      };
+    };
+  };
+
+  const latestReading = new Map<string, Promise<LatestBook | undefined>>();
+  const latestRendered = new WeakMap<LatestBook, Buffer>();
+
+  /**
+   * A market not seen by capture or the spool tail since this process started (it ended
+   * before): its newest hour is read once and kept. Newer rows, if any ever come, arrive
+   * through capture or the tail and replace it; an older result never replaces a newer one.
+   */
+  const readLatest = async (m: StoredMarket, key: string): Promise<LatestBook | undefined> => {
+    const plan = planPartitions('books', m, null, null);
+    for (const p of [...plan.partitions].reverse()) {
+      const source = relation('books', await lake.files([p]), BOOK_COLUMNS);
+      const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
+      if (!rows.length) continue;
+      const read: LatestBook = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
+      const meanwhile = deps.latest.get(key);
+      if (meanwhile && meanwhile.ts >= read.ts) return meanwhile;
+      deps.latest.set(key, read);
+      return read;
+    }
+    return undefined;
+  };
+
+  const latest =
+    (venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const m = findMarket(venue, ctx);
+      const outcome = resolveOutcome(m, ctx.query.outcome, null);
+      const key = `${venue}:${m.market_id}`;
+      let latest = deps.latest.get(key);
+      if (!latest) {
+        // One read per market however many requests ask at once: a burst of requests for markets
+        // not in memory would otherwise queue one query each and starve every lane.
+        // Shared (not tied to this request), so no one client's leaving may cancel it.
+        latest = await singleFlight(latestReading, key, () => readLatest(m, key));
+        ctx.stats.partitions = planPartitions('books', m, null, null).partitions.length;
+      }
+      if (latest) deps.latestReads.read(key, ctx.now);
+      const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
+      ctx.stats.rows = books.length;
+      if (!latest) return { data: null };
+      if (outcome !== null) return { data: { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } };
+      // A book is rendered once, however often it is asked for until capture records the next.
+      let rendered = latestRendered.get(latest);
+      if (!rendered) {
+        rendered = Buffer.from(JSON.stringify({ market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) }));
+        latestRendered.set(latest, rendered);
+      }
+      return { data: new RawJson(rendered) };
+    };
+
+  return { latest, snapshots, snapshotAt };
+}

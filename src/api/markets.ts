@@ -1,0 +1,60 @@
+// Market discovery and records: the catalogue in memory, walked newest first, filtered lazily.
+import type { Venue } from '../config.js';
+import { marketJson } from './shape.js';
+import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
+
+const TRADES_NOTICE =
+  'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
+
+export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
+  const list =
+    (id: string, venue: Venue, coins: readonly string[]) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const q = ctx.query;
+      const req = listRequest(q, 'desc');
+      const coin = ctx.path.coin ? [String(ctx.path.coin)] : ((q.coin as string[] | undefined) ?? coins);
+      const scope = `${id}:${coin.join(',')}`;
+      const after = req.cursor ? cursors.read(req.cursor, scope, req.filters) : null;
+      const windows = windowsOf(q);
+      const statuses = q.status as string[] | undefined;
+      const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {
+        if (m.venue !== venue || !coin.includes(m.coin)) return false;
+        if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
+        if ((req.from !== null && m.end_time <= req.from) || (req.to !== null && m.start_time >= req.to)) return false;
+        if (!after) return true;
+        const [s, mid] = after as [number, string];
+        return req.order === 'desc'
+          ? m.start_time < s || (m.start_time === s && m.market_id < mid)
+          : m.start_time > s || (m.start_time === s && m.market_id > mid);
+      });
+      ctx.stats.rows = shown.length;
+      const last = shown[shown.length - 1];
+      return {
+        data: shown.map(marketJson),
+        pagination: {
+          limit: req.limit,
+          has_more: more,
+          next_cursor: more ? cursors.issue(scope, req.filters, [last.start_time, last.market_id]) : null,
+        },
+        meta: { coverage: coverageMeta('markets', venue, coin, req.from) },
+      };
+    };
+
+  const one =
+    (venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => ({
+      data: marketJson(findMarket(venue, ctx, ctx.path.coin === undefined ? undefined : String(ctx.path.coin))),
+    });
+
+  /** Reserved: the route exists, with its paging, so clients can be written against it now. */
+  const trades =
+    (venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const m = findMarket(venue, ctx);
+      const req = listRequest(ctx.query, 'asc');
+      if (req.cursor) cursors.read(req.cursor, `wp.trades:${m.market_id}`, req.filters);
+      return { data: [], pagination: { limit: req.limit, has_more: false, next_cursor: null }, meta: { notice: TRADES_NOTICE } };
+    };
+
+  return { list, one, trades };
+}

@@ -1,0 +1,219 @@
+// What every route module shares: the route and request types, paging helpers, and the kit of
+// lookups a handler needs (find a market, its gaps, its coverage, a page query from a request).
+import type { Readable } from 'node:stream';
+import type { Venue } from '../config.js';
+import { coverageStart } from '../coverage.js';
+import type { LakeReader, StoredMarket } from '../lake/reader.js';
+import type { LatestBook } from '../records.js';
+import type { BookCache } from './bookcache.js';
+import type { Cursors, Keyset } from './cursor.js';
+import { echo, fail } from './errors.js';
+import type { ExportPool } from './exports.js';
+import type { KeyRecord } from './keys.js';
+import type { LatestReads } from './latest.js';
+import { INTERVALS, type ParamSpec, type Parsed, timeRange } from './params.js';
+import { CAPTURE_LAG_MS, type PageQuery } from './plan.js';
+import { iso } from './shape.js';
+
+export type Access = 'public' | 'key' | 'paid';
+
+export interface RequestContext {
+  query: Parsed;
+  path: Parsed;
+  key: KeyRecord | null;
+  now: number;
+  /** For the request log line: partitions planned and rows read. */
+  stats: { partitions: number; rows: number };
+  /** Fires when the client leaves: its statements stop. */
+  signal: AbortSignal;
+}
+
+/** Data already serialized (by DuckDB), spliced into the envelope as it is. */
+export class RawJson {
+  constructor(readonly text: string | Buffer) {}
+}
+
+/** A file to send: a sealed lake file (ETag, If-None-Match, Range) or an export being written. */
+export type FileBody = { filename: string; contentType: string } & (
+  { absolute: string; sha256: string } | { stream: Readable; rows: Promise<number> }
+);
+
+export interface Result {
+  data: unknown;
+  pagination?: { limit: number; has_more: boolean; next_cursor: string | null };
+  meta?: Record<string, unknown>;
+  /** A body without the envelope (the OpenAPI document). */
+  raw?: boolean;
+  file?: FileBody;
+  /** A status other than 200 for a body that is not an error (health when a component fails). */
+  status?: number;
+}
+
+export interface Route {
+  id: string;
+  path: string;
+  access: Access;
+  summary: string;
+  params: ParamSpec[];
+  /** Name of the response schema in the OpenAPI document. */
+  response: string;
+  list: boolean;
+  /** Reads the lake: admitted under the global in-flight limit (load shedding). */
+  heavy?: boolean;
+  handle(ctx: RequestContext): Promise<Result>;
+}
+
+export interface RouteDeps {
+  lake: LakeReader;
+  /** Where exports are written while they are streamed. */
+  exportDir: string;
+  exports: ExportPool;
+  /** Decoded books of recently read markets that are over. */
+  books: BookCache;
+  cursors: Cursors;
+  /** Newest books per `<venue>:<market_id>`, kept current by capture. */
+  latest: Map<string, LatestBook>;
+  latestReads: LatestReads;
+  rate: (plan: KeyRecord['plan']) => number;
+  health: () => Promise<{ status: number; data: unknown }>;
+  openapi: () => unknown;
+  maxRangeMs: number;
+}
+
+export const PARQUET = 'application/vnd.apache.parquet';
+export const DEFAULT_LIMIT = 100;
+
+/**
+ * A list request's paging, worked out once: the limit with its default, the order, the
+ * requested range (null where not given), and the filters a cursor is bound to.
+ */
+export interface ListRequest {
+  limit: number;
+  order: 'asc' | 'desc';
+  from: number | null;
+  to: number | null;
+  cursor: string | null;
+  filters: Parsed;
+}
+
+export function listRequest(q: Parsed, defaultOrder: 'asc' | 'desc'): ListRequest {
+  const { from, to } = timeRange(q);
+  return {
+    limit: q.limit === undefined ? DEFAULT_LIMIT : Number(q.limit),
+    order: (q.order as 'asc' | 'desc' | undefined) ?? defaultOrder,
+    from,
+    to,
+    cursor: q.cursor === undefined ? null : String(q.cursor),
+    filters: filtersOf(q),
+  };
+}
+
+export function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
+  const hasMore = rows > limit;
+  return { limit, has_more: hasMore, next_cursor: hasMore ? issue(key()) : null };
+}
+
+/** The first `limit` items of an ordered list that `keep` accepts, and whether any further one does. */
+export function takePage<T>(items: Iterable<T>, limit: number, keep: (item: T) => boolean): { shown: T[]; more: boolean } {
+  const shown: T[] = [];
+  for (const item of items) {
+    if (!keep(item)) continue;
+    if (shown.length === limit) return { shown, more: true };
+    shown.push(item);
+  }
+  return { shown, more: false };
+}
+
+export function filtersOf(q: Parsed): Parsed {
+  const { limit: _l, cursor: _c, ...rest } = q;
+  return rest;
+}
+
+/** `window`, or its alias `type`; both at once must agree. */
+export function windowsOf(q: Parsed): string[] | undefined {
+  const windows = q.window as string[] | undefined;
+  const type = q.type as string[] | undefined;
+  if (windows && type && windows.join(',') !== type.join(',')) {
+    fail('INVALID_PARAMETER', 'Parameters "window" and "type" (its alias) disagree; give one of them', [
+      { param: 'type', message: 'disagrees with window' },
+    ]);
+  }
+  return windows ?? type;
+}
+
+export function coverageMeta(dataset: string, venue: Venue, coins: readonly string[], from: number | null) {
+  const starts = coins.map((c) => coverageStart(dataset, venue, c)).filter((s): s is number => s !== null);
+  if (!starts.length) return undefined;
+  const start = Math.min(...starts);
+  return {
+    dataset,
+    starts: iso(start),
+    truncated: from !== null && from < start,
+    note: 'No history exists before this; nothing earlier is returned.',
+  };
+}
+
+export function resolveOutcome(m: StoredMarket, raw: unknown, fallback: number | null): number | null {
+  if (raw === undefined) return fallback;
+  const text = String(raw).toLowerCase();
+  const found = m.outcomes.find((o) => String(o.index) === text || o.label.toLowerCase() === text);
+  if (!found) {
+    fail(
+      'INVALID_PARAMETER',
+      `Invalid "outcome": ${echo(raw)}. Expected one of: ${m.outcomes.map((o) => `${o.index} (${o.label})`).join(', ')}`,
+      [{ param: 'outcome', message: 'no such outcome in this market' }],
+    );
+  }
+  return found.index;
+}
+
+export function sql(s: { sql: string; params: Record<string, string | number> }): [string, Record<string, string | number>] {
+  return [s.sql, s.params];
+}
+
+/** The lookups handlers share, over one set of dependencies. */
+export function routeKit(deps: RouteDeps) {
+  const { lake, cursors } = deps;
+
+  const gapsMeta = (venue: Venue, m: StoredMarket, dataset: string, from: number, to: number) =>
+    lake
+      .gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset }, from, to)
+      .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason }));
+
+  const findMarket = (venue: Venue, ctx: RequestContext, coin?: string): StoredMarket => {
+    const id = String(ctx.path.market_id);
+    const m = lake.market(venue, id, ctx.now);
+    if (!m || (coin && m.coin !== coin))
+      fail('MARKET_NOT_FOUND', `No recorded market ${echo(id)} in this namespace`, [{ param: 'market_id', message: 'not found' }]);
+    return m;
+  };
+
+  /** A market page's query: the request's range defaulted to the market's recorded span. */
+  const pageQuery = (
+    ctx: RequestContext,
+    m: StoredMarket,
+    scope: string,
+    outcomeIndex: number | null,
+  ): { pq: PageQuery; req: ListRequest } => {
+    const req = listRequest(ctx.query, 'asc');
+    const after = req.cursor ? cursors.read(req.cursor, scope, req.filters) : null;
+    return {
+      req,
+      pq: {
+        marketId: m.market_id,
+        from: req.from ?? m.start_time,
+        to: req.to ?? m.end_time + CAPTURE_LAG_MS,
+        order: req.order,
+        after: after ? Number(after[0]) : null,
+        // One more than shown: its presence says there is a next page.
+        limit: req.limit + 1,
+        intervalMs: ctx.query.interval ? INTERVALS[String(ctx.query.interval)] : null,
+        outcomeIndex,
+      },
+    };
+  };
+
+  return { deps, lake, cursors, gapsMeta, findMarket, pageQuery };
+}
+
+export type RouteKit = ReturnType<typeof routeKit>;
