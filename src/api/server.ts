@@ -6,7 +6,7 @@ import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { Clock } from '../clock.js';
-import { type Config, VENUES, VENUE_COINS, WINDOWS } from '../config.js';
+import type { Config } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { lakePaths } from '../lake/layout.js';
 import { LakeReader } from '../lake/reader.js';
@@ -85,28 +85,15 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const shared = options.latest;
   const port = options.port ?? config.port;
   const paths = lakePaths(config.dataDir);
-  const series = VENUES.flatMap((venue) => VENUE_COINS[venue].flatMap((coin) => WINDOWS.map((window) => ({ venue, coin, window }))));
-  const lake = new LakeReader(duck, paths, series);
+  const lake = new LakeReader(duck, paths);
   // Sorts of large exports spill to disk instead of growing without bound.
   await duck.run(`SET GLOBAL memory_limit = ${sqlString(config.api.duckdbMemoryLimit)}`);
   await duck.run(`SET GLOBAL temp_directory = ${sqlString(path.join(config.dataDir, 'state', 'duckdb-tmp'))}`);
   // Exports are written, streamed and deleted; a crash can leave some behind.
   await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
-  const began = performance.now();
-  const index = await lake.openIndex();
-  const indexed = performance.now();
-  await lake.loadAll();
+  const loaded = await lake.open();
   const ms = (a: number, b: number) => Math.round(b - a);
-  log.info(
-    {
-      files: lake.sealedFiles().length,
-      markets: lake.size,
-      index,
-      index_ms: ms(began, indexed),
-      catalogue_ms: ms(indexed, performance.now()),
-    },
-    'lake loaded',
-  );
+  log.info({ files: lake.sealedFiles().length, markets: lake.size, ...loaded }, 'lake loaded');
   const latest = shared ?? new Map<string, LatestBook>();
   const latestReads = new LatestReads();
   const tail = shared ? null : new SpoolTail(paths.spool, latest);
@@ -126,14 +113,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       UPDATE_MS,
       async () => {
         // The full walk is a safety net behind the commit log (a line lost in a crash).
-        if (Date.now() - reindexed > REINDEX_MS) {
-          reindexed = Date.now();
-          await lake.indexAll();
-          await lake.update();
-          await lake.writeCheckpoint();
-        } else {
-          await lake.update();
-        }
+        const walk = Date.now() - reindexed > REINDEX_MS;
+        if (walk) reindexed = Date.now();
+        await lake.update(walk);
         latestReads.prune(latest, clock.now());
       },
       (err) => log.warn({ err }, 'lake update failed'),
