@@ -1,6 +1,7 @@
 // JSON shapes of CONTRACT.md section 4, built once per row in the cheapest place.
 import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
+import { type BookSelected, bookColumn } from '../lake/sql.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 
@@ -109,7 +110,7 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   const rows: { chunk: number; row: number; ts: number; outcome: number }[] = [];
   const columns = chunks.map(columnsOf);
   chunks.forEach((chunk, c) => {
-    const [ts, index] = columns[c].scalars;
+    const { ts, outcome_index: index } = columns[c];
     for (let row = 0; row < chunk.rowCount; row++)
       rows.push({ chunk: c, row, ts: ts.getItem(row) as number, outcome: index.getItem(row) as number });
   });
@@ -140,21 +141,26 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   return { json: `[${parts.join('')}]`, books, times, last };
 }
 
-interface BookColumns {
-  scalars: DuckDBVector[];
+type BookColumns = Record<'ts' | 'outcome_index' | 'outcome' | 'token_id' | 'exchange_ts', DuckDBVector> & {
   lists: DuckDBListVector[];
-}
+};
 
+/** The vectors of a chunk selected by `bookSelect`, by name. */
 function columnsOf(chunk: DuckDBDataChunk): BookColumns {
+  const at = (name: BookSelected) => chunk.getColumnVector(bookColumn(name));
   return {
-    scalars: [0, 1, 2, 3, 4].map((c) => chunk.getColumnVector(c)),
-    lists: [5, 6, 7, 8].map((c) => chunk.getColumnVector(c) as DuckDBListVector),
+    ts: at('ts'),
+    outcome_index: at('outcome_index'),
+    outcome: at('outcome'),
+    token_id: at('token_id'),
+    exchange_ts: at('exchange_ts'),
+    lists: (['bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'] as const).map((name) => at(name) as DuckDBListVector),
   };
 }
 
 /** One book of a snapshot as JSON text: with its ladders, or (include_orderbook=false) best levels and depth. */
 function bookFragment(columns: BookColumns, row: number, ladders: boolean): string {
-  const [, index, outcome, token, exchange] = columns.scalars;
+  const { outcome_index: index, outcome, token_id: token, exchange_ts: exchange } = columns;
   const ex = exchange.getItem(row) as number | null;
   const head = `{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`;
   const levels = columns.lists.map((l) => readDoubles(l, row));
@@ -200,7 +206,7 @@ export function marketBooks(chunks: DuckDBDataChunk[]): MarketBooks {
   let i = 0;
   for (const chunk of chunks) {
     const columns = columnsOf(chunk);
-    const [time, index] = columns.scalars;
+    const { ts: time, outcome_index: index } = columns;
     for (let row = 0; row < chunk.rowCount; row++, i++) {
       ts[i] = time.getItem(row) as number;
       outcome[i] = index.getItem(row) as number;

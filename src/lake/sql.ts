@@ -82,14 +82,30 @@ export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'] as const;
 /** What choosing the times of a snapshot page needs. */
 export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'] as const;
 
-/**
- * A book as the renderers read it, in this order (shape.ts reads the vectors by position):
- * times as epoch ms, then the ladder lists. `r` qualifies the columns with a table alias.
- */
+/** The columns of a book as statements select them for the renderers, which find each by name here. */
+export const BOOK_SELECTED = [
+  'ts',
+  'outcome_index',
+  'outcome',
+  'token_id',
+  'exchange_ts',
+  'bid_prices',
+  'bid_sizes',
+  'ask_prices',
+  'ask_sizes',
+] as const;
+
+export type BookSelected = (typeof BOOK_SELECTED)[number];
+
+/** Where `name` is in a result selected by `bookSelect`. */
+export function bookColumn(name: BookSelected): number {
+  return BOOK_SELECTED.indexOf(name);
+}
+
+/** The SELECT list of `BOOK_SELECTED`: times as epoch ms. `r` qualifies the columns with a table alias. */
 export function bookSelect(r = ''): string {
-  const c = (name: string) => `${r ? `${r}.` : ''}${name}`;
-  return (
-    `epoch_ms(${c('ts')})::DOUBLE AS ts, ${c('outcome_index')}, ${c('outcome')}, ${c('token_id')}, ` +
-    `epoch_ms(${c('exchange_ts')})::DOUBLE AS exchange_ts, ${c('bid_prices')}, ${c('bid_sizes')}, ${c('ask_prices')}, ${c('ask_sizes')}`
-  );
+  return BOOK_SELECTED.map((name) => {
+    const c = `${r ? `${r}.` : ''}${name}`;
+    return name.endsWith('ts') ? `epoch_ms(${c})::DOUBLE AS ${name}` : c;
+  }).join(', ');
 }
