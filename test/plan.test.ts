@@ -82,7 +82,7 @@ const page = (over: Partial<PageQuery> = {}): PageQuery => ({
   to: market.end_time,
   order: 'asc',
   after: null,
-  limit: 101,
+  limit: 100,
   intervalMs: null,
   outcomeIndex: null,
   ...over,

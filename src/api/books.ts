@@ -57,7 +57,7 @@ export function bookHandlers(kit: RouteKit) {
       const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
       const plan = planPartitions('books', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
-      const limit = pq.limit - 1;
+      const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
       const bounded = { ...pq, from: plan.from, to: plan.to };
       const cached = await marketBooksOf(venue, m, ctx.now);
@@ -91,7 +91,7 @@ export function bookHandlers(kit: RouteKit) {
     const db = lake.duck.for(ctx.signal);
     if (wide && bounded.intervalMs === null) {
       // (limit + 1) times x outcomes rows; more only when some time holds more rows than outcomes.
-      for (let rows = bounded.limit * (bounded.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
+      for (let rows = (limit + 1) * (bounded.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1); ; rows *= 2) {
         const chunks = await db.chunks(...sql(snapshotPageSql(wide, bounded, rows)));
         const rendered = snapshotsJson(chunks, ladders, bounded.order, limit);
         if (chunks.reduce((n, c) => n + c.rowCount, 0) < rows || rendered.times > limit) return rendered;

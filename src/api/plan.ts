@@ -39,6 +39,7 @@ export interface PageQuery {
   order: 'asc' | 'desc';
   /** Keyset: the last timestamp of the previous page. */
   after: number | null;
+  /** Capture times the page shows; statements read one more, whose presence says a next page exists. */
   limit: number;
   intervalMs: number | null;
   outcomeIndex: number | null;
@@ -63,7 +64,8 @@ function pageOfTimes(q: PageQuery): string {
 
 function binds(q: PageQuery): Record<string, string | number> {
   const p: Record<string, string | number> = { market_id: q.marketId, from: q.from, to: q.to };
-  if (q.limit > 0) p.limit = q.limit;
+  // One time more than the page shows: its presence says a next page exists.
+  if (q.limit > 0) p.limit = q.limit + 1;
   if (q.outcomeIndex !== null) p.outcome_index = q.outcomeIndex;
   if (q.intervalMs !== null) p.interval = q.intervalMs;
   if (q.after !== null) p.after = q.after;

@@ -205,8 +205,7 @@ export function routeKit(deps: RouteDeps) {
         to: req.to ?? m.end_time + CAPTURE_LAG_MS,
         order: req.order,
         after: after ? Number(after[0]) : null,
-        // One more than shown: its presence says there is a next page.
-        limit: req.limit + 1,
+        limit: req.limit,
         intervalMs: ctx.query.interval ? INTERVALS[String(ctx.query.interval)] : null,
         outcomeIndex,
       },

@@ -22,10 +22,11 @@ export function seriesHandlers(kit: RouteKit) {
       const plan = planPartitions('metrics', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
       const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
-      const limit = pq.limit - 1;
+      const limit = pq.limit;
       let samples: { ts: number; value: number }[] = [];
       let cut = { times: 0, end: 0 };
-      for (let rows = pq.limit; source; rows *= 2) {
+      // One sample more than shown at first; more only when some time holds several.
+      for (let rows = limit + 1; source; rows *= 2) {
         samples = await lake.duck
           .for(ctx.signal)
           .chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows)))
