@@ -59,11 +59,8 @@ export function bookHandlers(kit: RouteKit) {
       ctx.stats.partitions = plan.partitions.length;
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
-      const bounded = { ...pq, from: plan.from, to: plan.to };
       const cached = await marketBooksOf(venue, m, ctx.now);
-      const rendered = cached
-        ? pageFromBooks(cached, bounded, ladders, limit)
-        : await sqlPage(ctx, m, plan.partitions, bounded, ladders, limit);
+      const rendered = cached ? pageFromBooks(cached, pq, ladders, limit) : await sqlPage(ctx, m, plan.partitions, pq, ladders, limit);
       ctx.stats.rows = rendered.books;
       return {
         data: new RawJson(rendered.json),

@@ -36,7 +36,7 @@ export async function exportFile(
   ctx.stats.partitions = plan.partitions.length;
   const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
   const source = relation(dataset, await lake.files(plan.partitions), columns) ?? emptyRelation(dataset, columns);
-  const { sql: query, params } = exportSql(source, { ...pq, from: plan.from, to: plan.to }, kind, format, metric);
+  const { sql: query, params } = exportSql(source, pq, kind, format, metric);
   await fs.mkdir(deps.exportDir, { recursive: true });
   const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
   // The Parquet writer holds a whole row group in memory: small ones.

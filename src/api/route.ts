@@ -188,7 +188,10 @@ export function routeKit(deps: RouteDeps) {
     return m;
   };
 
-  /** A market page's query: the request's range defaulted to the market's recorded span. */
+  /**
+   * A market page's query: the requested range within the market's recorded span (its window
+   * plus the capture lag), so every later step reads one range. `req` keeps what was asked.
+   */
   const pageQuery = (
     ctx: RequestContext,
     m: StoredMarket,
@@ -201,8 +204,8 @@ export function routeKit(deps: RouteDeps) {
       req,
       pq: {
         marketId: m.market_id,
-        from: req.from ?? m.start_time,
-        to: req.to ?? m.end_time + CAPTURE_LAG_MS,
+        from: Math.max(req.from ?? -Infinity, m.start_time),
+        to: Math.min(req.to ?? Infinity, m.end_time + CAPTURE_LAG_MS),
         order: req.order,
         after: after ? Number(after[0]) : null,
         limit: req.limit,

@@ -29,7 +29,7 @@ export function seriesHandlers(kit: RouteKit) {
       for (let rows = limit + 1; source; rows *= 2) {
         samples = await lake.duck
           .for(ctx.signal)
-          .chunks(...sql(timeseriesSql(source, { ...pq, from: plan.from, to: plan.to }, metric, rows)))
+          .chunks(...sql(timeseriesSql(source, pq, metric, rows)))
           .then(readSamples);
         cut = firstTimes(samples, limit);
         if (samples.length < rows || cut.times > limit) break;
