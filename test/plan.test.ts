@@ -209,3 +209,16 @@ t.test('latest books: old ones leave memory unless read within the hour', async 
   t.equal(reads.prune(latest, now + 2000), 1, 'once nobody has read it for an hour, it goes too');
   t.same([...latest.keys()], ['recent']);
 });
+
+t.test('the typed query has a field for every query parameter the specs declare, and no other', async (t) => {
+  const { P } = await import('../src/api/params.js');
+  const { QUERY_FIELDS } = await import('../src/api/route.js');
+  const declared = [
+    ...new Set(
+      Object.values(P)
+        .filter((p) => p.in === 'query')
+        .map((p) => p.name),
+    ),
+  ].sort();
+  t.same([...QUERY_FIELDS].sort(), declared);
+});

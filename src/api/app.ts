@@ -16,7 +16,7 @@ import { parse, validator } from './params.js';
 import { RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { pages } from './pages.js';
-import { type FileBody, RawJson, type RequestContext, type Route } from './route.js';
+import { type FileBody, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
 
 export interface AppOptions {
   routes: Route[];
@@ -222,7 +222,15 @@ export function createApp(options: AppOptions): App {
       const key = await authorize(ctx, route);
       const path = parse(pathCheck, ctx.params as Record<string, string>, 'path');
       const query = parse(queryCheck, ctx.query as Record<string, string | string[]>, 'query');
-      const rc: RequestContext = { query, path, key, now: now(), stats: ctx.state.stats, signal: ctx.state.signal };
+      // Typed once, here: ajv has just checked both against the route's ParamSpecs.
+      const rc: RequestContext = {
+        query: query as Query,
+        path: path as PathParams,
+        key,
+        now: now(),
+        stats: ctx.state.stats,
+        signal: ctx.state.signal,
+      };
       const release = route.heavy ? await admission.enter(ctx.state.signal) : null;
       let result;
       try {

@@ -50,7 +50,7 @@ export function bookHandlers(kit: RouteKit) {
   const snapshots =
     (id: string, venue: Venue, ladderDefault: boolean) =>
     async (ctx: RequestContext): Promise<Result> => {
-      const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+      const m = findMarket(venue, ctx, ctx.path.coin);
       const scope = `${id}:${m.market_id}`;
       const { pq, req } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
       if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'snapshots', pq, 'books');
@@ -109,7 +109,7 @@ export function bookHandlers(kit: RouteKit) {
     const pageOf = snapshots(id, venue, ladderDefault);
     return async (ctx: RequestContext): Promise<Result> => {
       const at = parseTime(String(ctx.query.timestamp))!;
-      const m = findMarket(venue, ctx, ctx.path.coin as string | undefined);
+      const m = findMarket(venue, ctx, ctx.path.coin);
       const { timestamp: _, ...rest } = ctx.query;
       const result = await pageOf({ ...ctx, query: { ...rest, end_time: String(at + 1), order: 'desc', limit: 1 } });
       const { text } = result.data as RawJson;

@@ -24,8 +24,8 @@ export async function exportFile(
   metric?: 'chance' | 'price' | 'last_trade',
 ): Promise<Result> {
   const { deps, lake } = kit;
-  const format = ctx.query.format as 'csv' | 'parquet';
-  for (const name of ['limit', 'cursor']) {
+  const format = ctx.query.format === 'parquet' ? 'parquet' : 'csv';
+  for (const name of ['limit', 'cursor'] as const) {
     if (ctx.query[name] !== undefined)
       fail('INVALID_PARAMETER', `Parameter "${name}" is not accepted with format=${format}: the whole range comes as one file`, [
         { param: name, message: 'not with csv or parquet' },
@@ -71,8 +71,8 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
     async (ctx: RequestContext): Promise<Result> => {
       const q = ctx.query;
       const { from, to, limit, cursor, filters } = listRequest(q, 'asc');
-      const coin = ctx.path.coin ? [String(ctx.path.coin)] : ((q.coin as string[] | undefined) ?? coins);
-      const windows = q.window as string[] | undefined;
+      const coin = ctx.path.coin ? [ctx.path.coin] : (q.coin ?? coins);
+      const windows = q.window;
       const scope = `${id}:${coin.join(',')}`;
       const after = cursor ? cursors.read(cursor, scope, filters) : null;
       const { shown, more } = takePage(lake.sealedFiles(), limit, (f) => {

@@ -12,11 +12,11 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
     async (ctx: RequestContext): Promise<Result> => {
       const q = ctx.query;
       const req = listRequest(q, 'desc');
-      const coin = ctx.path.coin ? [String(ctx.path.coin)] : ((q.coin as string[] | undefined) ?? coins);
+      const coin = ctx.path.coin ? [ctx.path.coin] : (q.coin ?? coins);
       const scope = `${id}:${coin.join(',')}`;
       const after = req.cursor ? cursors.read(req.cursor, scope, req.filters) : null;
       const windows = windowsOf(q);
-      const statuses = q.status as string[] | undefined;
+      const statuses = q.status;
       const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {
         if (m.venue !== venue || !coin.includes(m.coin)) return false;
         if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
@@ -43,7 +43,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const one =
     (venue: Venue) =>
     async (ctx: RequestContext): Promise<Result> => ({
-      data: marketJson(findMarket(venue, ctx, ctx.path.coin === undefined ? undefined : String(ctx.path.coin))),
+      data: marketJson(findMarket(venue, ctx, ctx.path.coin)),
     });
 
   /** Reserved: the route exists, with its paging, so clients can be written against it now. */

@@ -1,10 +1,10 @@
 // What every route module shares: the route and request types, paging helpers, and the kit of
 // lookups a handler needs (find a market, its gaps, its coverage, a page query from a request).
 import type { Readable } from 'node:stream';
-import type { Venue } from '../config.js';
+import type { Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import type { LatestBook } from '../records.js';
+import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
@@ -17,9 +17,54 @@ import { iso } from './shape.js';
 
 export type Access = 'public' | 'key' | 'paid';
 
+/**
+ * The query as validated: ajv checked it against the route's ParamSpecs (params.ts), so each
+ * field has the type its schema allows. Times stay text until `timeRange` parses them.
+ */
+export type Query = {
+  coin?: string[];
+  window?: Window[];
+  type?: Window[];
+  status?: MarketStatus[];
+  start_time?: string;
+  end_time?: string;
+  limit?: number;
+  cursor?: string;
+  order?: 'asc' | 'desc';
+  interval?: string;
+  outcome?: string;
+  metric?: 'chance' | 'price' | 'last_trade';
+  include_orderbook?: 'true' | 'false';
+  format?: 'json' | 'csv' | 'parquet';
+  dataset?: Dataset;
+  timestamp?: string;
+};
+
+/** Every field of `Query`; a test checks these are exactly the query parameters params.ts declares. */
+export const QUERY_FIELDS = [
+  'coin',
+  'window',
+  'type',
+  'status',
+  'start_time',
+  'end_time',
+  'limit',
+  'cursor',
+  'order',
+  'interval',
+  'outcome',
+  'metric',
+  'include_orderbook',
+  'format',
+  'dataset',
+  'timestamp',
+] as const satisfies readonly (keyof Query)[];
+
+export type PathParams = { market_id?: string; coin?: string; path?: string };
+
 export interface RequestContext {
-  query: Parsed;
-  path: Parsed;
+  query: Query;
+  path: PathParams;
   key: KeyRecord | null;
   now: number;
   /** For the request log line: partitions planned and rows read. */
@@ -96,14 +141,14 @@ export interface ListRequest {
   filters: Parsed;
 }
 
-export function listRequest(q: Parsed, defaultOrder: 'asc' | 'desc'): ListRequest {
+export function listRequest(q: Query, defaultOrder: 'asc' | 'desc'): ListRequest {
   const { from, to } = timeRange(q);
   return {
-    limit: q.limit === undefined ? DEFAULT_LIMIT : Number(q.limit),
-    order: (q.order as 'asc' | 'desc' | undefined) ?? defaultOrder,
+    limit: q.limit ?? DEFAULT_LIMIT,
+    order: q.order ?? defaultOrder,
     from,
     to,
-    cursor: q.cursor === undefined ? null : String(q.cursor),
+    cursor: q.cursor ?? null,
     filters: filtersOf(q),
   };
 }
@@ -124,15 +169,14 @@ export function takePage<T>(items: Iterable<T>, limit: number, keep: (item: T) =
   return { shown, more: false };
 }
 
-export function filtersOf(q: Parsed): Parsed {
+export function filtersOf(q: Query): Parsed {
   const { limit: _l, cursor: _c, ...rest } = q;
   return rest;
 }
 
 /** `window`, or its alias `type`; both at once must agree. */
-export function windowsOf(q: Parsed): string[] | undefined {
-  const windows = q.window as string[] | undefined;
-  const type = q.type as string[] | undefined;
+export function windowsOf(q: Query): Window[] | undefined {
+  const { window: windows, type } = q;
   if (windows && type && windows.join(',') !== type.join(',')) {
     fail('INVALID_PARAMETER', 'Parameters "window" and "type" (its alias) disagree; give one of them', [
       { param: 'type', message: 'disagrees with window' },
@@ -181,7 +225,7 @@ export function routeKit(deps: RouteDeps) {
       .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason }));
 
   const findMarket = (venue: Venue, ctx: RequestContext, coin?: string): StoredMarket => {
-    const id = String(ctx.path.market_id);
+    const id = ctx.path.market_id!;
     const m = lake.market(venue, id, ctx.now);
     if (!m || (coin && m.coin !== coin))
       fail('MARKET_NOT_FOUND', `No recorded market ${echo(id)} in this namespace`, [{ param: 'market_id', message: 'not found' }]);
@@ -209,7 +253,7 @@ export function routeKit(deps: RouteDeps) {
         order: req.order,
         after: after ? Number(after[0]) : null,
         limit: req.limit,
-        intervalMs: ctx.query.interval ? INTERVALS[String(ctx.query.interval)] : null,
+        intervalMs: ctx.query.interval ? INTERVALS[ctx.query.interval] : null,
         outcomeIndex,
       },
     };

@@ -17,7 +17,8 @@ export function seriesHandlers(kit: RouteKit) {
       const scope = `${id}:${m.market_id}`;
       const outcome = resolveOutcome(m, ctx.query.outcome, 0)!;
       const { pq, req } = pageQuery(ctx, m, scope, outcome);
-      const metric = ctx.query.metric as 'chance' | 'price' | 'last_trade';
+      // Required by the route's ParamSpecs: validation refused the request without it.
+      const metric = ctx.query.metric!;
       if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'timeseries', pq, 'metrics', metric);
       const plan = planPartitions('metrics', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
