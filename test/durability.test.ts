@@ -8,8 +8,8 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
-import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
-import { lakeTable, sealAll } from './helpers.js';
+import { StandIn } from '../src/standin/server.js';
+import { captureEnv, lakeTable, sealAll } from './helpers.js';
 
 const dir = t.testdir();
 const anchor = Date.now();
@@ -24,23 +24,7 @@ t.teardown(async () => {
   await standin.stop();
 });
 
-const env = {
-  ...process.env,
-  DATA_DIR: dir,
-  LOG_FORMAT: 'json',
-  LOG_LEVEL: 'warn',
-  CLOCK_START: String(START),
-  CLOCK_SPEED: String(SPEED),
-  CLOCK_ANCHOR: String(anchor),
-  WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
-  WALLET_RPS: '100000',
-  WALLET_CONCURRENCY: '16',
-  POLYMARKET_GAMMA_URL: url,
-  POLYMARKET_CLOB_URL: url,
-  POLYMARKET_RPS: '100000',
-  POLL_MS: '1000',
-  SPOOL_FLUSH_MS: '200',
-};
+const env = captureEnv(dir, url, { start: START, speed: SPEED, anchor }, { LOG_LEVEL: 'warn' });
 
 const children = new Set<ChildProcess>();
 // A failed assertion must never leave a capture process writing into the test directory.

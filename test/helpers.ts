@@ -2,6 +2,7 @@ import { loadConfig, type Config } from '../src/config.js';
 import { Duck, type JsonRow } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { sealDue } from '../src/lake/seal.js';
+import { WALLET_PREFIX } from '../src/standin/server.js';
 import pino from 'pino';
 import type { Test } from 'tap';
 import { startApi } from '../src/api/server.js';
@@ -62,4 +63,30 @@ export async function lakeServer(t: Test, options: LakeServerOptions) {
     duck.close();
   });
   return { dir, config, duck, run, api, key: async (plan: 'free' | 'paid' = 'paid') => (await api.keys.issue(plan, 'test')).key };
+}
+
+/** The environment of a `jobs/capture.ts` process against a stand-in at `url`, on a simulated clock. */
+export function captureEnv(
+  dir: string,
+  url: string,
+  clock: { start: number; speed: number; anchor: number },
+  extra: Record<string, string> = {},
+) {
+  return {
+    ...process.env,
+    DATA_DIR: dir,
+    LOG_FORMAT: 'json',
+    CLOCK_START: String(clock.start),
+    CLOCK_SPEED: String(clock.speed),
+    CLOCK_ANCHOR: String(clock.anchor),
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+    WALLET_CONCURRENCY: '16',
+    POLYMARKET_GAMMA_URL: url,
+    POLYMARKET_CLOB_URL: url,
+    POLYMARKET_RPS: '100000',
+    POLL_MS: '1000',
+    SPOOL_FLUSH_MS: '200',
+    ...extra,
+  };
 }

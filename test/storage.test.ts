@@ -12,8 +12,8 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
-import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { StandIn } from '../src/standin/server.js';
+import { captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'storage-test-'));
@@ -39,24 +39,7 @@ const key = (await api.keys.issue('paid', 'storage test')).key;
 
 const lines: Record<string, unknown>[] = [];
 const capture: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
-  env: {
-    ...process.env,
-    DATA_DIR: dir,
-    LOG_FORMAT: 'json',
-    LOG_LEVEL: 'info',
-    CLOCK_START: String(START),
-    CLOCK_SPEED: String(SPEED),
-    CLOCK_ANCHOR: String(anchor),
-    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
-    WALLET_RPS: '100000',
-    WALLET_CONCURRENCY: '16',
-    POLYMARKET_GAMMA_URL: url,
-    POLYMARKET_CLOB_URL: url,
-    POLYMARKET_RPS: '100000',
-    POLL_MS: '1000',
-    SPOOL_FLUSH_MS: '200',
-    SPOOL_MAX_BUFFER_MB: '1',
-  },
+  env: captureEnv(dir, url, { start: START, speed: SPEED, anchor }, { LOG_LEVEL: 'info', SPOOL_MAX_BUFFER_MB: '1' }),
   stdio: ['ignore', 'pipe', 'inherit'],
 });
 let partial = '';

@@ -14,7 +14,6 @@ import { listSpool } from './spool.js';
 import type { Files } from './sql.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
-export type PartitionFiles = Files;
 
 export class LakeReader {
   private readonly index: FileIndex;

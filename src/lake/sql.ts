@@ -63,25 +63,6 @@ export function emptyRelation(dataset: Dataset, columns: readonly string[]): str
   return `SELECT ${columns.map((c) => `NULL::${types.get(c)} AS ${sqlIdent(c)}`).join(', ')} WHERE false`;
 }
 
-/** What a book read needs of the lake's columns. */
-export const BOOK_COLUMNS = [
-  'ts',
-  'market_id',
-  'token_id',
-  'outcome_index',
-  'outcome',
-  'exchange_ts',
-  'bid_prices',
-  'bid_sizes',
-  'ask_prices',
-  'ask_sizes',
-] as const;
-
-export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'] as const;
-
-/** What choosing the times of a snapshot page needs. */
-export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'] as const;
-
 /** The columns of a book as statements select them for the renderers, which find each by name here. */
 export const BOOK_SELECTED = [
   'ts',
@@ -94,6 +75,14 @@ export const BOOK_SELECTED = [
   'ask_prices',
   'ask_sizes',
 ] as const;
+
+/** What a book read needs of the lake's columns: what the renderers select, and the market. */
+export const BOOK_COLUMNS = ['market_id', ...BOOK_SELECTED] as const;
+
+export const EXPORT_BOOK_COLUMNS = [...BOOK_COLUMNS, 'recv_ts'] as const;
+
+/** What choosing the times of a snapshot page needs. */
+export const TIME_COLUMNS = ['ts', 'market_id', 'outcome_index'] as const;
 
 export type BookSelected = (typeof BOOK_SELECTED)[number];
 
