@@ -45,9 +45,19 @@ export interface Config {
     marketsSealGraceMs: number;
     /** While the disk refuses writes, rows stay in memory up to this; beyond, a `storage` gap. */
     spoolMaxBufferBytes: number;
+    /** Venues whose books are recorded from their WebSocket feeds, change by change (REST stays the fallback). */
+    stream: {
+      venues: Venue[];
+      maxAssetsPerConnection: number;
+      pingMs: number;
+      /** Clock ms without data after which a connection counts as silently stalled. */
+      stallMs: number;
+      backoffMinMs: number;
+      backoffMaxMs: number;
+    };
   };
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
-  polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string };
+  polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string; wsUrl: string };
   backfill: { concurrency: number };
   api: {
     rateFree: number;
@@ -231,6 +241,15 @@ export function loadConfig(env: Env = process.env): Config {
       sealGraceMs: int(env, 'SEAL_GRACE_MS', 30_000, 0, 3_600_000),
       marketsSealGraceMs: int(env, 'MARKETS_SEAL_GRACE_MS', 3_600_000, 0, 86_400_000),
       spoolMaxBufferBytes: int(env, 'SPOOL_MAX_BUFFER_MB', 256, 1, 65_536) * 1024 * 1024,
+      stream: {
+        // Only Polymarket's market channel is spoken so far; the wallet venue's topic is polled.
+        venues: env.CAPTURE_STREAM === 'none' ? [] : list(env, 'CAPTURE_STREAM', ['polymarket'], ['polymarket']),
+        maxAssetsPerConnection: int(env, 'STREAM_MAX_ASSETS', 500, 1, 500),
+        pingMs: int(env, 'STREAM_PING_MS', 10_000, 100, 60_000),
+        stallMs: int(env, 'STREAM_STALL_MS', 5_000, 100, 600_000),
+        backoffMinMs: int(env, 'STREAM_BACKOFF_MIN_MS', 250, 10, 60_000),
+        backoffMaxMs: int(env, 'STREAM_BACKOFF_MAX_MS', 15_000, 10, 600_000),
+      },
     },
     wallet: {
       baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
@@ -245,6 +264,7 @@ export function loadConfig(env: Env = process.env): Config {
     polymarket: {
       gammaUrl: url(env, 'POLYMARKET_GAMMA_URL', standin),
       clobUrl: url(env, 'POLYMARKET_CLOB_URL', standin),
+      wsUrl: url(env, 'POLYMARKET_WS_URL', `${(env.POLYMARKET_CLOB_URL || standin).replace(/^http/, 'ws').replace(/\/$/, '')}/ws/market`),
       timeoutMs: int(env, 'POLYMARKET_TIMEOUT_MS', 5000, 50, 120_000),
       maxRetries: int(env, 'POLYMARKET_MAX_RETRIES', 3, 0, 20),
       concurrency: int(env, 'POLYMARKET_CONCURRENCY', 8, 1, 256),

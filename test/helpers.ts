@@ -12,7 +12,15 @@ import { createClock } from '../src/clock.js';
 export const quiet = pino({ level: process.env.TEST_LOG ?? 'silent' });
 
 export function testConfig(dataDir: string, env: Record<string, string> = {}): Config {
-  return loadConfig({ DATA_DIR: dataDir, SPOOL_FLUSH_MS: '100', WALLET_TIMEOUT_MS: '1000', POLYMARKET_TIMEOUT_MS: '1000', ...env });
+  // Polled unless a test asks for the stream: most tests count one snapshot per poll.
+  return loadConfig({
+    DATA_DIR: dataDir,
+    SPOOL_FLUSH_MS: '100',
+    WALLET_TIMEOUT_MS: '1000',
+    POLYMARKET_TIMEOUT_MS: '1000',
+    CAPTURE_STREAM: 'none',
+    ...env,
+  });
 }
 
 /** Seals everything in the spool, the open hour included. */
@@ -87,6 +95,7 @@ export function captureEnv(
     POLYMARKET_RPS: '100000',
     POLL_MS: '1000',
     SPOOL_FLUSH_MS: '200',
+    CAPTURE_STREAM: 'none',
     ...extra,
   };
 }

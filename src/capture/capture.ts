@@ -23,6 +23,7 @@ import {
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
+import { StreamRecorder } from './stream.js';
 
 interface OpenGap {
   venue: Venue;
@@ -36,6 +37,8 @@ interface OpenGap {
   reason: string;
   detail: string;
   failures: number;
+  /** Set on the gaps of a WebSocket feed, which open and close apart from REST's. */
+  channel?: 'stream';
 }
 
 interface Heartbeat {
@@ -62,6 +65,9 @@ export interface CaptureHealth {
   seal_backlog: number;
   seal_error: string | null;
 }
+
+/** How long before a market's open its tokens are subscribed. */
+const STREAM_LEAD_MS = 60_000;
 
 /** Failing storage is retried after this, doubling up to the cap. */
 const RETRY_MIN_MS = 250;
@@ -95,6 +101,8 @@ export class Capture {
   private storage: { since: number; attempts: number; retryAt: number; error: string } | null = null;
   private dropped = 0;
   private sealFailure: { error: string; backlog: number } | null = null;
+  /** Books of the streamed venue, change by change; null when every venue is polled. */
+  readonly recorder: StreamRecorder | null = null;
 
   constructor(
     private readonly config: Config,
@@ -105,6 +113,34 @@ export class Capture {
   ) {
     this.paths = lakePaths(config.dataDir);
     this.spool = new Spool(this.paths.spool);
+    const polymarket = adapters.find((a) => a.venue === 'polymarket');
+    if (config.capture.stream.venues.includes('polymarket') && polymarket) {
+      this.recorder = new StreamRecorder(config, clock, log, {
+        books: (m, ts, recvTs, books) => {
+          const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+          if (this.recordable({ ...scope, dataset: 'books' }, ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
+        },
+        lost: (m, reason, from, detail) =>
+          this.fail(
+            {
+              venue: m.venue,
+              coin: m.coin,
+              window: m.window,
+              market_id: m.market_id,
+              until: m.end_time,
+              dataset: 'books',
+              channel: 'stream',
+            },
+            from,
+            { kind: reason, message: detail },
+          ),
+        fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
+        recovered: (m, at) => {
+          const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
+          if (open) this.closeGap(open, at);
+        },
+      });
+    }
   }
 
   private get heartbeatFile(): string {
@@ -126,6 +162,7 @@ export class Capture {
   async stop(): Promise<void> {
     this.running = false;
     for (const t of this.timers) clearInterval(t);
+    this.recorder?.close();
     await Promise.all(this.loops);
     await this.sealing;
     await this.flush(true);
@@ -316,16 +353,27 @@ export class Capture {
     for (const g of [...this.gaps.values()]) {
       if (g.venue === venue && g.until !== null && g.until <= now) this.closeGap(g, g.until);
     }
-    const open = [...this.known.values()]
-      .map((k) => k.market)
-      .filter((m) => m.venue === venue && m.start_time <= now && now < m.end_time && m.status !== 'cancelled');
+    const live = (m: Market) => m.venue === venue && now < m.end_time && m.status !== 'cancelled';
+    const open = [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time <= now);
+    const recorder = this.recorder && venue === 'polymarket' ? this.recorder : null;
+    // Subscribed a little before the open, so the first change of a market is recorded from a snapshot.
+    recorder?.track(
+      [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time - STREAM_LEAD_MS <= now),
+      now,
+    );
     if (open.length === 0) return;
     const polled = await adapter.poll(open, now);
     for (const m of open) {
       const r = polled.get(m.market_id);
       if (!r) continue;
       const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-      if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+      if (recorder?.tracks(m)) {
+        // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
+        if (!(r.books instanceof UpstreamError)) {
+          this.succeed(m, 'books', r.recvTs);
+          recorder.rest(m, r.summaries ?? [], r.recvTs);
+        } else if (!recorder.live(m)) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+      } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.
       else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
@@ -369,12 +417,12 @@ export class Capture {
     }
   }
 
-  private recordBooks(m: Market, ts: number, recvTs: number, books: Book[]): void {
+  private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows: BookRow[] = books.map((b) => ({ ts, recv_ts: recvTs, ...b }));
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
     this.latest.set(`${m.venue}:${m.market_id}`, { ts, books });
     this.stats.books += rows.length;
-    this.succeed(m, 'books', ts);
+    if (closesGaps) this.succeed(m, 'books', ts);
   }
 
   private recordMetrics(
@@ -453,8 +501,8 @@ export class Capture {
   }
 }
 
-function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string }): string {
-  return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}`;
+function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string; channel?: 'stream' }): string {
+  return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}${g.channel ? `:${g.channel}` : ''}`;
 }
 
 /** Spool parts whose hour is due for sealing. */

@@ -7,6 +7,7 @@ import type { Config } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
 import { type Faults, StandIn, WALLET_PREFIX } from '../standin/server.js';
+import { MARKET_CHANNEL_PATH } from '../standin/stream.js';
 import { HOUR } from '../time.js';
 import { createAdapters } from '../venues/index.js';
 
@@ -27,7 +28,14 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
     ...config,
     capture: { ...config.capture, pollMs: pollMs ?? config.capture.pollMs },
     wallet: { ...config.wallet, baseUrl: `${url}${WALLET_PREFIX}`, requestsPerSecond: 100_000, concurrency: 32 },
-    polymarket: { ...config.polymarket, gammaUrl: url, clobUrl: url, requestsPerSecond: 100_000, concurrency: 32 },
+    polymarket: {
+      ...config.polymarket,
+      gammaUrl: url,
+      clobUrl: url,
+      wsUrl: `${url.replace(/^http/, 'ws')}${MARKET_CHANNEL_PATH}`,
+      requestsPerSecond: 100_000,
+      concurrency: 32,
+    },
   };
 }
 
@@ -48,7 +56,9 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
     faults: options.faults,
   });
   const url = await standin.start(0);
-  const cfg = standinConfig(config, url, options.pollMs);
+  const polled = standinConfig(config, url, options.pollMs);
+  // A fill replays hours in minutes by polling; streaming every change at that speed is live capture's job.
+  const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] } } };
   const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
   await capture.start();
   while (clock.now() < until) await new Promise((r) => setTimeout(r, 50));

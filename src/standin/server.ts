@@ -8,6 +8,8 @@ import type { Clock } from '../clock.js';
 import type { Venue, Window } from '../config.js';
 import { SECOND } from '../time.js';
 import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD } from './sim.js';
+import { mulberry32 } from './orderbook.js';
+import { MarketChannel, type StreamFaults, clobSummary } from './stream.js';
 
 export const WALLET_PREFIX = '/sapi/v1/w3w/wallet/prediction';
 
@@ -53,6 +55,8 @@ export interface StandInOptions {
   /** Documented wallet budget: 12000 weight per minute, 200 per call. */
   walletWeightPerMinute?: number;
   faults?: Partial<Faults>;
+  /** Faults of the WebSocket market channel. */
+  streamFaults?: Partial<StreamFaults>;
   coins?: Record<Venue, readonly string[]>;
 }
 
@@ -75,6 +79,8 @@ const walletError = (status: number, code: number, msg: string) => new HttpReply
 export class StandIn {
   readonly sim: Sim;
   readonly faults: Faults;
+  /** Polymarket's WebSocket market channel, served on the same port. */
+  readonly stream: MarketChannel;
   readonly stats: ServedStats = { requests: 0, faults: 0, books: { 'wallet-prediction': 0, polymarket: 0 } };
   private server: http.Server | null = null;
   private readonly sockets = new Set<import('node:net').Socket>();
@@ -91,6 +97,7 @@ export class StandIn {
     );
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
+    this.stream = new MarketChannel(this.sim, options.clock, mulberry32((options.seed ?? 1) + 1), options.streamFaults);
   }
 
   get url(): string {
@@ -101,6 +108,7 @@ export class StandIn {
 
   async start(port = 0, host = '127.0.0.1'): Promise<string> {
     this.server = http.createServer((req, res) => void this.handle(req, res));
+    this.stream.attach(this.server);
     this.server.on('connection', (s) => {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
@@ -110,6 +118,7 @@ export class StandIn {
   }
 
   async stop(): Promise<void> {
+    this.stream.close();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
@@ -172,10 +181,12 @@ export class StandIn {
     const q = url.searchParams;
     const now = this.options.clock.now();
     if (p === '/_sim/clock') return { status: 200, body: { now } };
-    if (p === '/_sim/stats') return { status: 200, body: this.stats };
+    if (p === '/_sim/stats') return { status: 200, body: { ...this.stats, stream: this.stream.stats } };
     if (p === '/_sim/faults' && method === 'POST') {
-      Object.assign(this.faults, JSON.parse(body || '{}'));
-      return { status: 200, body: this.faults };
+      const { stream, ...http } = JSON.parse(body || '{}');
+      Object.assign(this.faults, http);
+      Object.assign(this.stream.faults, stream ?? {});
+      return { status: 200, body: { ...this.faults, stream: this.stream.faults } };
     }
     if (p.startsWith(WALLET_PREFIX)) {
       this.checkSigned(url, headers);
@@ -239,8 +250,9 @@ export class StandIn {
     const winner = this.sim.winner(m);
     const outcome = (index: 0 | 1) => {
       const chance = resolved ? (winner === index ? 1 : 0) : this.sim.chance(m, index, now);
-      const book = this.sim.book(m, index, Math.min(now, m.end));
-      const mid = book.bids.length && book.asks.length ? (book.bids[0][0] + book.asks[0][0]) / 2 : chance;
+      // A resolved market's price is its payout; only a trading one has a book worth reading.
+      const book = resolved ? null : this.sim.book(m, index, Math.min(now, m.end));
+      const mid = book?.bids.length && book.asks.length ? (book.bids[0][0] + book.asks[0][0]) / 2 : chance;
       return {
         name: index === 0 ? 'Up' : 'Down',
         index,
@@ -371,7 +383,7 @@ export class StandIn {
     const prices = resolved
       ? [winner === 0 ? '1' : '0', winner === 1 ? '1' : '0']
       : [this.sim.chance(m, 0, now).toFixed(3), this.sim.chance(m, 1, now).toFixed(3)];
-    const book = this.sim.book(m, 0, Math.min(now, m.end));
+    const book = resolved ? null : this.sim.book(m, 0, Math.min(now, m.end));
     const et = new Date(m.start).toISOString();
     return {
       id: this.sim.polymarketId(m),
@@ -393,8 +405,8 @@ export class StandIn {
       volume: this.sim.volume(m, now).toFixed(6),
       liquidity: this.sim.liquidity(m).toFixed(4),
       lastTradePrice: this.sim.lastTrade(m, 0, now) ?? 0,
-      bestBid: book.bids[0]?.[0] ?? null,
-      bestAsk: book.asks[0]?.[0] ?? null,
+      bestBid: book?.bids[0]?.[0] ?? null,
+      bestAsk: book?.asks[0]?.[0] ?? null,
       umaResolutionStatuses: JSON.stringify(resolved ? ['resolved'] : []),
       resolutionSource: `https://data.chain.link/streams/${m.coin}-usd`,
     };
@@ -435,19 +447,11 @@ export class StandIn {
       return { status: 404, body: { error: 'No orderbook exists for the requested token id' } };
     }
     const { market, index } = found;
-    const book = this.sim.book(market, index, Math.min(now, market.end));
-    const level = ([price, size]: [number, number]) => ({ price: String(price), size: size.toFixed(2) });
     this.stats.books.polymarket++;
     return {
       status: 200,
       body: {
-        market: `0x${market.code.toString(16).padStart(64, 'a')}`,
-        asset_id: tokenId,
-        timestamp: String(book.timestamp),
-        hash: (this.sim.rand('hash', tokenId, book.timestamp) * 2 ** 52).toString(16),
-        // Polymarket lists bids ascending and asks descending: the best levels come last.
-        bids: book.bids.map(level).reverse(),
-        asks: book.asks.map(level).reverse(),
+        ...clobSummary(this.sim, market, index, Math.min(now, market.end)),
         min_order_size: '5',
         tick_size: '0.01',
         neg_risk: false,
@@ -495,15 +499,4 @@ export class StandIn {
     }
     return { history };
   }
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }

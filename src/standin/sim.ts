@@ -3,6 +3,7 @@
 // test can recompute what the stand-in served.
 import type { Venue, Window } from '../config.js';
 import { MINUTE, SECOND, WINDOW_MS } from '../time.js';
+import { type BookState, BookModel, type Change, type TokenPath, ladders } from './orderbook.js';
 
 export const GENESIS = Date.parse('2026-05-01T00:00:00Z');
 export const WALLET_LIST_LEAD = 60 * MINUTE;
@@ -37,10 +38,15 @@ export function hash32(text: string): number {
 }
 
 export class Sim {
+  private readonly books: BookModel;
+  private readonly phases = new Map<string, number[]>();
+
   constructor(
     readonly seed: number,
     readonly coins: Record<Venue, readonly string[]>,
-  ) {}
+  ) {
+    this.books = new BookModel(seed);
+  }
 
   rand(...keys: (string | number)[]): number {
     return hash32(`${this.seed}|${keys.join('|')}`) / 2 ** 32;
@@ -51,9 +57,14 @@ export class Sim {
     const sec = Math.floor(t / SECOND);
     const periods = [86400, 14400, 3600, 900, 300, 60];
     const amps = [0.02, 0.01, 0.004, 0.002, 0.0012, 0.0005];
+    let phases = this.phases.get(coin);
+    if (!phases) {
+      phases = periods.map((_, i) => 2 * Math.PI * this.rand(coin, 'phase', i));
+      this.phases.set(coin, phases);
+    }
     let x = 0;
     for (let i = 0; i < periods.length; i++) {
-      x += amps[i] * Math.sin((2 * Math.PI * sec) / periods[i] + 2 * Math.PI * this.rand(coin, 'phase', i));
+      x += amps[i] * Math.sin((2 * Math.PI * sec) / periods[i] + phases[i]);
     }
     x += 0.0003 * (this.rand(coin, 'noise', sec) - 0.5);
     const base = BASE_PRICE[coin] ?? 100;
@@ -151,45 +162,50 @@ export class Sim {
     return `${m.coin}-updown-${m.window}-${m.start / SECOND}`;
   }
 
+  /** The token as the book model sees it: its seed key, its trading window and its fair value. */
+  tokenPath(m: SimMarket, index: 0 | 1): TokenPath {
+    return {
+      key: `${m.venue}:${m.code}:${index}`,
+      open: m.start,
+      close: m.end,
+      fair: (second) => {
+        const up = this.fairUp(m, second * SECOND);
+        return index === 0 ? up : 1 - up;
+      },
+    };
+  }
+
+  /** The book of one outcome token as the venue holds it at `t`: every change up to `t` applied. */
+  bookState(m: SimMarket, index: 0 | 1, t: number): BookState {
+    return this.books.at(this.tokenPath(m, index), t);
+  }
+
+  /** The changes to one token's book in (from, to], in time order. */
+  bookChanges(m: SimMarket, index: 0 | 1, from: number, to: number): Change[] {
+    return this.books.changes(this.tokenPath(m, index), from, to);
+  }
+
   /** Full ladders of one outcome token, best first, as the venue holds them at `t`. */
   book(m: SimMarket, index: 0 | 1, t: number): { bids: [number, number][]; asks: [number, number][]; timestamp: number } {
-    const sec = Math.floor(t / SECOND);
-    const up = this.fairUp(m, t);
-    const fair = index === 0 ? up : 1 - up;
-    const wobble = (this.rand(m.venue, m.code, 'mid', sec) - 0.5) * 0.02;
-    const mid = Math.min(0.99, Math.max(0.01, fair + wobble));
-    const half = TICK * (1 + Math.floor(this.rand(m.venue, m.code, index, 'spread', sec) * 3));
-    const bestBid = roundTick(mid - half / 2);
-    const bestAsk = roundTick(bestBid + half);
-    const levels = 10 + Math.floor(this.rand(m.venue, m.code, index, 'levels', Math.floor(sec / 30)) * 11);
-    const side = (best: number, dir: -1 | 1, tag: string): [number, number][] => {
-      const out: [number, number][] = [];
-      for (let i = 0; i < levels; i++) {
-        const price = roundTick(best + dir * i * TICK);
-        if (price < TICK - 1e-9 || price > 1 - TICK + 1e-9) break;
-        const size = Math.round((5 + this.rand(m.venue, m.code, index, tag, i, sec) * 4995) * 100) / 100;
-        out.push([price, size]);
-      }
-      return out;
-    };
-    return {
-      bids: side(bestBid, -1, 'bid'),
-      asks: side(bestAsk, 1, 'ask'),
-      timestamp: t - 20 - Math.floor(this.rand(m.venue, m.code, 'lag', sec) * 200),
-    };
+    const state = this.bookState(m, index, t);
+    return { ...ladders(state), timestamp: Math.min(state.ts, t) };
   }
 
   /** Price of the newest trade at or before `t` in the market's window, or null before any. */
   lastTrade(m: SimMarket, index: 0 | 1, t: number): number | null {
     const until = Math.min(t, m.end);
     for (let s = Math.floor(until / SECOND); s * SECOND >= m.start && s > Math.floor(until / SECOND) - 120; s--) {
-      if (this.rand(m.venue, m.code, 'trade', s) < 0.25) {
-        const b = this.book(m, index, s * SECOND);
-        const side = this.rand(m.venue, m.code, 'side', s) < 0.5 ? b.bids : b.asks;
-        return side.length ? side[0][0] : null;
-      }
+      if (this.rand(m.venue, m.code, 'trade', s) < 0.25) return this.tradeAt(m, index, s);
     }
     return null;
+  }
+
+  /** The price of the trade at second `s`, or null when none happened then: a trade takes the touch on one side. */
+  tradeAt(m: SimMarket, index: 0 | 1, s: number): number | null {
+    if (s * SECOND < m.start || s * SECOND > m.end || this.rand(m.venue, m.code, 'trade', s) >= 0.25) return null;
+    const b = this.book(m, index, s * SECOND);
+    const side = this.rand(m.venue, m.code, 'side', s) < 0.5 ? b.bids : b.asks;
+    return side.length ? side[0][0] : null;
   }
 
   /** The interface's displayed probability: the fair value, rounded as the venue shows it. */

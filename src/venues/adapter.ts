@@ -1,6 +1,7 @@
 // What capture and backfill need from a venue. Everything returned is already normalized.
 import type { Venue, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
+import type { ClobBookSummary } from './clob.js';
 import { UpstreamError } from './http.js';
 
 export interface Quote {
@@ -12,6 +13,8 @@ export interface Quote {
 
 export interface MarketPoll {
   books: Book[] | UpstreamError;
+  /** The venue's own book summaries (levels as sent, with hashes), where a streamed copy is checked against them. */
+  summaries?: (ClobBookSummary & { hash?: string })[];
   quotes: Quote[] | UpstreamError;
   recvTs: number;
 }
@@ -24,6 +27,8 @@ export interface VenueAdapter {
   poll(markets: Market[], now: number): Promise<Map<string, MarketPoll>>;
   /** Catalogue records of windows starting in [from, to), for backfill. */
   catalogue(coin: string, window: Window, from: number, to: number, now: number): AsyncIterable<Market>;
+  /** Full books of these tokens as the venue sends them, for resyncing a streamed copy at once; venues that stream only. */
+  bookSummaries?(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }>;
   /** Price history the venue keeps for a market; [] where it keeps none. */
   priceHistory(market: Market): Promise<{ ts: number; outcome_index: number; price: number }[]>;
 }

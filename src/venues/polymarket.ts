@@ -5,6 +5,7 @@ import type { Config, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
 import { WINDOW_MS, floorTo } from '../time.js';
 import { type MarketPoll, type Quote, type VenueAdapter, asError, decimal, decimalOrNull, ladders, statusByTime } from './adapter.js';
+import type { ClobBookSummary, ClobLevel } from './clob.js';
 import { HttpClient, UpstreamError } from './http.js';
 
 interface GammaMarket {
@@ -32,7 +33,9 @@ interface GammaEvent {
 }
 
 interface ClobBook {
+  market?: string;
   asset_id: string;
+  hash?: string;
   timestamp?: string;
   bids: unknown;
   asks: unknown;
@@ -186,9 +189,20 @@ export class PolymarketAdapter implements VenueAdapter {
       } catch (err) {
         books = asError(err);
       }
-      out.set(m.market_id, { books, quotes: this.quotes(m, books, gamma[i], byToken), recvTs });
+      const summaries = books instanceof UpstreamError ? undefined : m.outcomes.map((o) => summaryOf(byToken.get(o.token_id)!));
+      out.set(m.market_id, { books, summaries, quotes: this.quotes(m, books, gamma[i], byToken), recvTs });
     });
     return out;
+  }
+
+  async bookSummaries(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }> {
+    const body = JSON.stringify(tokenIds.slice(0, 500).map((token_id) => ({ token_id })));
+    const answer = await this.http.json<ClobBook[]>({ method: 'POST', url: () => `${this.config.polymarket.clobUrl}/books`, body });
+    const recvTs = this.clock.now();
+    if (!Array.isArray(answer)) throw new UpstreamError('malformed', 'books: expected an array');
+    // `ladders` throws on levels that are not decimals: a malformed book is never a snapshot.
+    for (const b of answer) ladders(b.bids, b.asks, `book ${b.asset_id}`);
+    return { summaries: answer.map(summaryOf), recvTs };
   }
 
   private quotes(
@@ -241,6 +255,18 @@ export class PolymarketAdapter implements VenueAdapter {
     }
     return out;
   }
+}
+
+/** The CLOB's summary as it was sent (levels were validated by `ladders`), for checking a streamed copy. */
+function summaryOf(b: ClobBook): ClobBookSummary & { hash?: string } {
+  return {
+    market: String(b.market ?? ''),
+    asset_id: String(b.asset_id),
+    timestamp: String(b.timestamp ?? ''),
+    bids: b.bids as ClobLevel[],
+    asks: b.asks as ClobLevel[],
+    ...(typeof b.hash === 'string' ? { hash: b.hash } : {}),
+  };
 }
 
 /** Polymarket's displayed price: the midpoint, or the last trade when the spread is wide. */
