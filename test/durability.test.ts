@@ -1,45 +1,18 @@
 // kill -9 of a real capture process in the middle of an hour, restart, seal: everything that
 // reached the spool is in the lake exactly once, and the downtime is a recorded gap.
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import t from 'tap';
-import { createClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
-import { StandIn } from '../src/standin/server.js';
-import { captureEnv, lakeTable, sealAll } from './helpers.js';
+import { captureEnv, captureProcesses, processRig, exited, runFor, sleep, lakeTable, sealAll } from './helpers.js';
 
-const dir = t.testdir();
-const anchor = Date.now();
 const START = Date.parse('2026-07-26T12:57:00Z');
 const SPEED = 60;
-const clock = createClock(START, SPEED, anchor);
-const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
-const url = await standin.start(0);
-const duck = await Duck.open(1);
-t.teardown(async () => {
-  duck.close();
-  await standin.stop();
-});
+const { dir, clock, standin, url, duck, clockEnv } = await processRig(t, START, SPEED);
 
-const env = captureEnv(dir, url, { start: START, speed: SPEED, anchor }, { LOG_LEVEL: 'warn' });
+const env = captureEnv(dir, url, clockEnv, { LOG_LEVEL: 'warn' });
 
-const children = new Set<ChildProcess>();
-// A failed assertion must never leave a capture process writing into the test directory.
-t.teardown(() => {
-  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-});
-
-function startCapture(): ChildProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
-    env,
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  children.add(child);
-  return child;
-}
+const startCapture = captureProcesses(t, env);
 
 async function bookKeysInSpool(): Promise<Set<string>> {
   const keys = new Set<string>();
@@ -60,16 +33,6 @@ async function bookKeysInSpool(): Promise<Set<string>> {
     }
   }
   return keys;
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const exited = (p: ChildProcess) => new Promise((r) => p.once('exit', r));
-
-/** At least `ms`, then until `enough` holds (a loaded machine starts processes slowly), at most 25 s. */
-async function runFor(ms: number, enough: () => Promise<boolean>): Promise<void> {
-  const started = Date.now();
-  await sleep(ms);
-  while (Date.now() - started < 25_000 && !(await enough())) await sleep(250);
 }
 
 t.test('kill -9 mid-hour loses nothing that reached the spool and duplicates nothing', async (t) => {

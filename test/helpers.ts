@@ -1,8 +1,10 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import path from 'node:path';
 import { loadConfig, type Config } from '../src/config.js';
 import { Duck, type JsonRow } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { sealDue } from '../src/lake/seal.js';
-import { WALLET_PREFIX } from '../src/standin/server.js';
+import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import pino from 'pino';
 import type { Test } from 'tap';
 import { startApi } from '../src/api/server.js';
@@ -98,4 +100,45 @@ export function captureEnv(
     CAPTURE_STREAM: 'none',
     ...extra,
   };
+}
+
+/** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
+export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {
+  const children = new Set<ChildProcess>();
+  t.teardown(() => {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
+  });
+  return () => {
+    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
+      env,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    children.add(child);
+    return child;
+  };
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export const exited = (p: ChildProcess) => new Promise((r) => p.once('exit', r));
+
+/** At least `ms`, then until `enough` holds (a loaded machine starts processes slowly), at most 25 s. */
+export async function runFor(ms: number, enough: () => Promise<boolean>): Promise<void> {
+  const started = Date.now();
+  await sleep(ms);
+  while (Date.now() - started < 25_000 && !(await enough())) await sleep(250);
+}
+
+/** A stand-in on a shared clock and a DuckDB for tests that run capture as real processes. */
+export async function processRig(t: Test, start: number, speed: number) {
+  const dir = t.testdir();
+  const anchor = Date.now();
+  const clock = createClock(start, speed, anchor);
+  const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
+  const url = await standin.start(0);
+  const duck = await Duck.open(1);
+  t.teardown(async () => {
+    duck.close();
+    await standin.stop();
+  });
+  return { dir, anchor, clock, standin, url, duck, clockEnv: { start, speed, anchor } };
 }

@@ -1,8 +1,6 @@
 // Event-driven capture: the stand-in's book model and its WebSocket market channel, then
 // capture recording every change over a real WebSocket, clean and under injected faults. The
 // recorded books are compared with the books the model says the venue held at each instant.
-import fs from 'node:fs/promises';
-import path from 'node:path';
 import t, { type Test } from 'tap';
 import WebSocket from 'ws';
 import { Capture } from '../src/capture/capture.js';
@@ -15,7 +13,8 @@ import type { StreamFaults } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/clob.js';
 import { createAdapters } from '../src/venues/index.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { quiet, sealAll, testConfig } from './helpers.js';
+import { auditStream, readStreamLake } from './streamaudit.js';
 
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
 const OPEN = Date.parse('2026-07-26T12:00:00Z');
@@ -188,17 +187,6 @@ t.test('a freeze answers heartbeats and sends nothing; a disconnect window refus
   t.equal(status, 503, 'the upgrade is refused during a disconnect window');
 });
 
-interface Recorded {
-  market_id: string;
-  outcome_index: number;
-  ts: number;
-  ex: number;
-  bid_prices: number[];
-  bid_sizes: number[];
-  ask_prices: number[];
-  ask_sizes: number[];
-}
-
 /** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
 async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number) {
   const dir = t.testdir();
@@ -224,82 +212,14 @@ async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number
   await capture.stop();
   await standin.stop();
   await sealAll(duck, dir);
-  const rows = (await duck.rows(
-    `SELECT market_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes
-     FROM ${lakeTable(dir, 'books')} ORDER BY ts, outcome_index`,
-  )) as unknown as Recorded[];
-  const gapFiles = await fs.readdir(path.join(dir, 'lake', 'gaps')).catch(() => []);
-  const gaps = gapFiles.length
-    ? ((await duck.rows(
-        `SELECT market_id, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t, reason FROM ${lakeTable(dir, 'gaps')} WHERE dataset = 'books'`,
-      )) as unknown as { market_id: string; f: number; t: number; reason: string }[])
-    : [];
+  const lake = await readStreamLake(duck, dir);
   await duck.close();
-  for (const r of rows) Object.assign(r, { ts: Number(r.ts), ex: Number(r.ex), outcome_index: Number(r.outcome_index) });
-  for (const g of gaps) Object.assign(g, { f: Number(g.f), t: Number(g.t) });
-  return { rows, gaps, capture, standin, sim: standin.sim };
-}
-
-type Run = Awaited<ReturnType<typeof streamRun>>;
-
-/** Every recorded book equals the venue's at its exchange time, and every change it missed lies in a gap. */
-function audit(t: Test, run: Run) {
-  const { rows, gaps, sim } = run;
-  const wrong = rows.filter((r) => {
-    const m = sim.byCode('polymarket', Number(r.market_id) - 1_000_000)!;
-    const truth = sim.book(m, r.outcome_index as 0 | 1, r.ex);
-    return (
-      truth.timestamp !== r.ex ||
-      JSON.stringify([
-        truth.bids.map((l) => l[0]),
-        truth.bids.map((l) => l[1]),
-        truth.asks.map((l) => l[0]),
-        truth.asks.map((l) => l[1]),
-      ]) !== JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])
-    );
-  });
-  t.equal(wrong.length, 0, `every recorded book (${rows.length}) equals the venue's book at its exchange time`);
-  const byToken = new Map<string, Recorded[]>();
-  for (const r of rows) {
-    const key = `${r.market_id}:${r.outcome_index}`;
-    byToken.set(key, [...(byToken.get(key) ?? []), r]);
-  }
-  let expected = 0;
-  let recorded = 0;
-  let unknowable = 0;
-  const uncovered: string[] = [];
-  for (const [key, list] of byToken) {
-    const [marketId, index] = key.split(':');
-    const m = sim.byCode('polymarket', Number(marketId) - 1_000_000)!;
-    const seen = new Set(list.map((r) => r.ex));
-    const from = Math.min(...seen);
-    const to = Math.max(...seen);
-    const instants = new Set(sim.bookChanges(m, Number(index) as 0 | 1, from, to).map((c) => c.t));
-    expected += instants.size;
-    for (const at of instants) {
-      if (seen.has(at)) recorded++;
-      else if (gaps.some((g) => g.market_id === marketId && g.f < at && at <= g.t)) continue;
-      // Without sequence numbers, a lost change that the token's next message overwrites leaves
-      // every hash matching: no recorder can notice it. Only those may be missing without a gap.
-      else if (run.standin.stream.undelivered.has(`${m.tokenIds[Number(index)]}@${at}`)) unknowable++;
-      else uncovered.push(`${key}@${at}`);
-    }
-  }
-  t.same(uncovered.slice(0, 5), [], `every change not recorded lies inside a gap (${recorded} of ${expected} recorded)`);
-  t.pass(`undetectable losses (${unknowable}) are all of changes the stand-in withheld`);
-  const monotonic = new Map<string, number>();
-  let backwards = 0;
-  for (const r of rows) {
-    if ((monotonic.get(r.market_id) ?? -Infinity) > r.ts) backwards++;
-    monotonic.set(r.market_id, r.ts);
-  }
-  t.equal(backwards, 0, "a market's snapshot times only move forward");
-  return { expected, recorded, unknowable };
+  return { ...lake, capture, standin, sim: standin.sim, undelivered: standin.stream.undelivered };
 }
 
 t.test('capture records every change of the stream, verified against the venue', async (t) => {
   const run = await streamRun(t, {}, 6, 20);
-  const { expected, recorded } = audit(t, run);
+  const { expected, recorded } = auditStream(t, run);
   t.ok(expected > 1000, `a few simulated minutes of two markets (${expected} change instants)`);
   t.equal(recorded, expected, 'a clean stream loses nothing');
   t.equal(run.standin.stream.undelivered.size, 0);
@@ -325,7 +245,7 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
     7,
     20,
   );
-  const { expected, recorded } = audit(t, run);
+  const { expected, recorded } = auditStream(t, run);
   t.ok(recorded > expected / 2, `most changes are still recorded (${recorded} of ${expected})`);
   const reasons = new Set(run.gaps.map((g) => g.reason));
   t.ok(reasons.has('stream_resync'), 'lost or misordered changes are found by hash and resynced');

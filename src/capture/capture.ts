@@ -135,9 +135,11 @@ export class Capture {
             { kind: reason, message: detail },
           ),
         fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
+        // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
         recovered: (m, at) => {
           const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
           if (open) this.closeGap(open, at);
+          this.succeed(m, 'books', at);
         },
       });
     }
@@ -188,7 +190,10 @@ export class Capture {
     }
     for (const m of beat.open) {
       for (const dataset of ['books', 'metrics'] as const) {
-        const from = Math.max(beat.ts, last(dataset, m.market_id));
+        // From the market's newest spooled row: a streamed change stamped before the heartbeat may
+        // have arrived after it and been lost with the process. Without rows in the spool, the heartbeat.
+        const newest = last(dataset, m.market_id);
+        const from = newest > -Infinity ? newest : beat.ts;
         const key = gapKey({ ...m, dataset });
         if (this.gaps.has(key) || m.end_time <= from) continue;
         this.gaps.set(key, {
@@ -369,10 +374,8 @@ export class Capture {
       const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
       if (recorder?.tracks(m)) {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
-        if (!(r.books instanceof UpstreamError)) {
-          this.succeed(m, 'books', r.recvTs);
-          recorder.rest(m, r.summaries ?? [], r.recvTs);
-        } else if (!recorder.live(m)) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+        if (!(r.books instanceof UpstreamError)) recorder.rest(m, r.summaries ?? [], r.recvTs);
+        else if (!recorder.live(m)) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.

@@ -46,6 +46,8 @@ export interface StreamStats {
   /** Messages sent, after faults; `changes` counts the level changes inside them. */
   messages: number;
   changes: number;
+  /** JSON text sent, for the storage benchmark's comparison. */
+  bytes: number;
   dropped: number;
   duplicated: number;
   reordered: number;
@@ -99,6 +101,7 @@ export class MarketChannel {
     subscriptions: 0,
     messages: 0,
     changes: 0,
+    bytes: 0,
     dropped: 0,
     duplicated: 0,
     reordered: 0,
@@ -306,6 +309,7 @@ export class MarketChannel {
     if (client.socket.readyState !== client.socket.OPEN) return;
     client.socket.send(text);
     this.stats.messages++;
+    this.stats.bytes += text.length;
     this.stats.changes += changes;
   }
 }
