@@ -18,7 +18,18 @@ import {
   snapshotTimesSql,
 } from './plan.js';
 import { RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
-import { type MarketBooks, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
+import {
+  type BookLike,
+  type MarketBooks,
+  type RenderedSnapshots,
+  bookJson,
+  iso,
+  marketBooks,
+  pageFromBooks,
+  rowBook,
+  snapshotsJson,
+} from './shape.js';
+import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
 
 export function bookHandlers(kit: RouteKit) {
@@ -178,5 +189,118 @@ export function bookHandlers(kit: RouteKit) {
       return { data: new RawJson(rendered) };
     };
 
-  return { latest, snapshots, snapshotAt };
+  /**
+   * Recorded book changes in time order: per outcome, its first book in the range in full
+   * (`snapshot`), then each later recorded book as the levels that differ from the one before it
+   * (`delta`: new size, 0 removes), so applying them in order rebuilds every recorded book
+   * exactly. A time at which an outcome's book did not change adds nothing. `limit` counts items;
+   * a page ends on a whole capture time, and a deep page starts from the books in force at its
+   * cursor, so walking pages gives the same items as one long page.
+   */
+  const changes =
+    (id: string, venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const m = findMarket(venue, ctx, ctx.path.coin);
+      const scope = `${id}:${m.market_id}`;
+      const { pq, req } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
+      const plan = planPartitions('books', m, pq.from, pq.to);
+      ctx.stats.partitions = plan.partitions.length;
+      const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
+      const wide = relation('books', await lake.files(plan.partitions), BOOK_COLUMNS);
+      const db = lake.duck.for(ctx.signal);
+      const outcomes = pq.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1;
+      const before = new Map<number, BookLike>();
+      if (wide && pq.after !== null) {
+        // The books in force at the cursor: the newest row of each outcome at or before it, within the range.
+        const back = { ...pq, order: 'desc' as const, to: pq.after + 1, after: null };
+        for (const r of await db.rows(...sql(snapshotPageSql(wide, back, outcomes * 8)))) {
+          const b = rowBook(r);
+          if (!before.has(b.outcome_index)) before.set(b.outcome_index, b);
+        }
+      }
+      const items: BookChange[] = [];
+      let last: number | null = null;
+      let more = false;
+      let after = pq.after;
+      while (wide && !more) {
+        const rows = await db.rows(...sql(snapshotPageSql(wide, { ...pq, order: 'asc', after }, (pq.limit + 1) * outcomes)));
+        const groups = groupByTime(rows);
+        // The last time of a full read may continue past it: read again from there.
+        const complete = rows.length < (pq.limit + 1) * outcomes;
+        if (!complete && groups.length > 1) groups.pop();
+        for (const [ts, books] of groups) {
+          const made = books.map((b) => changeOf(ts, b, before.get(b.outcome_index))).filter((c) => c !== null);
+          if (items.length && items.length + made.length > pq.limit) {
+            more = true;
+            break;
+          }
+          items.push(...made);
+          for (const b of books) before.set(b.outcome_index, b);
+          last = ts;
+        }
+        if (complete || more) break;
+        after = last;
+      }
+      ctx.stats.rows = items.length;
+      return {
+        data: items,
+        pagination: { limit: pq.limit, has_more: more, next_cursor: more ? cursors.issue(scope, req.filters, [last!]) : null },
+        meta,
+      };
+    };
+
+  return { latest, snapshots, snapshotAt, changes };
+}
+
+export interface BookChange {
+  timestamp: string;
+  outcome_index: number;
+  outcome: string;
+  token_id: string;
+  exchange_time: string | null;
+  type: 'snapshot' | 'delta';
+  /** The whole side for a snapshot, best first; the levels whose size changed for a delta (size 0 removes). */
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
+}
+
+function groupByTime(rows: JsonRow[]): [number, BookLike[]][] {
+  const groups: [number, BookLike[]][] = [];
+  for (const r of rows) {
+    const ts = Number(r.ts);
+    if (groups.at(-1)?.[0] !== ts) groups.push([ts, []]);
+    groups.at(-1)![1].push(rowBook(r));
+  }
+  return groups;
+}
+
+/** The levels of `now` whose size differs from `was`, and those `was` had that `now` lacks (size 0), best first. */
+function levelDiff(wasPrices: number[], wasSizes: number[], prices: number[], sizes: number[], dir: 1 | -1) {
+  const before = new Map(wasPrices.map((p, i) => [p, wasSizes[i]]));
+  const kept = new Set(prices);
+  const out: [number, number][] = prices.map((p, i) => [p, sizes[i]] as [number, number]).filter(([p, size]) => before.get(p) !== size);
+  for (const p of wasPrices) if (!kept.has(p)) out.push([p, 0]);
+  out.sort((x, y) => dir * (x[0] - y[0]));
+  return { prices: out.map((l) => l[0]), sizes: out.map((l) => l[1]) };
+}
+
+/** One outcome's book as a change from its previous book; null when nothing changed. */
+export function changeOf(ts: number, b: BookLike, prev: BookLike | undefined): BookChange | null {
+  const head = {
+    timestamp: iso(ts)!,
+    outcome_index: b.outcome_index,
+    outcome: b.outcome,
+    token_id: b.token_id,
+    exchange_time: iso(b.exchange_ts),
+  };
+  if (!prev) {
+    const { bid_prices, bid_sizes, ask_prices, ask_sizes } = b;
+    return { ...head, type: 'snapshot', bid_prices, bid_sizes, ask_prices, ask_sizes };
+  }
+  const bids = levelDiff(prev.bid_prices, prev.bid_sizes, b.bid_prices, b.bid_sizes, -1);
+  const asks = levelDiff(prev.ask_prices, prev.ask_sizes, b.ask_prices, b.ask_sizes, 1);
+  if (!bids.prices.length && !asks.prices.length) return null;
+  return { ...head, type: 'delta', bid_prices: bids.prices, bid_sizes: bids.sizes, ask_prices: asks.prices, ask_sizes: asks.sizes };
 }

@@ -168,6 +168,22 @@ export const SCHEMAS: Record<string, unknown> = {
     url: str,
   }),
   Gap: gap,
+  BookChange: {
+    ...obj({
+      timestamp: time,
+      outcome_index: { type: 'integer' },
+      outcome: str,
+      token_id: str,
+      exchange_time: nullable(time),
+      type: { type: 'string', enum: ['snapshot', 'delta'] },
+      bid_prices: ladder,
+      bid_sizes: ladder,
+      ask_prices: ladder,
+      ask_sizes: ladder,
+    }),
+    description:
+      'One outcome at one recorded time. `snapshot`: its whole book, best level first, as in Book. `delta`: only the levels whose size changed since its previous recorded book, best first, with the new size (0 removes the level).',
+  },
   Trade: { type: 'object', description: 'Reserved: fills are being reconstructed; lists are empty for now.', additionalProperties: true },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };
@@ -187,6 +203,7 @@ export const RESPONSES: Record<string, unknown> = {
   LatestBook: envelope(nullable(obj({ market_id: str, timestamp: time, books: { type: 'array', items: ref('Book') } })), false),
   SnapshotList: envelope({ type: 'array', items: ref('Snapshot') }, true),
   SnapshotAt: envelope(nullable(ref('Snapshot')), false),
+  ChangeList: envelope({ type: 'array', items: ref('BookChange') }, true),
   SampleList: envelope({ type: 'array', items: ref('Sample') }, true),
   Coverage: envelope(ref('Coverage'), false),
   FileList: envelope({ type: 'array', items: ref('File') }, true),

@@ -77,6 +77,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       route(`${ns}.orderbook`, `${b}/:market_id/orderbook/latest`, 'paid', 'LatestBook', [P.marketId, P.outcome], books.latest(wallet), 'The newest recorded full-L2 book of a market.'),
       ...withExports(route(`${ns}.snapshots`, `${b}/:market_id/snapshots`, 'paid', 'SnapshotList', [P.marketId, ...range, ...paging, P.outcome, P.interval, P.format], books.snapshots('wp.snapshots', wallet, true), 'Recorded full-L2 snapshots, cursor-paginated.', pages)),
       route(`${ns}.snapshotAt`, `${b}/:market_id/snapshots/at`, 'paid', 'SnapshotAt', [P.marketId, P.timestamp, P.outcome], books.snapshotAt('wp.snapshots', wallet, true), 'The book in force at an instant: the newest recorded at or before it.', heavy),
+      route(`${ns}.changes`, `${b}/:market_id/orderbook/changes`, 'paid', 'ChangeList', [P.marketId, ...range, P.limit, P.cursor, P.outcome], books.changes('wp.changes', wallet), 'Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book.', pages),
       ...withExports(route(`${ns}.timeseries`, `${b}/:market_id/timeseries`, 'paid', 'SampleList', [P.marketId, P.metric, P.outcome, ...range, P.interval, ...paging, P.format], series.timeseries('wp.timeseries', wallet), 'Samples of chance, price or last_trade.', pages)),
       route(`${ns}.trades`, `${b}/:market_id/trades`, 'paid', 'TradeList', [P.marketId, P.limit, P.cursor], markets.trades(wallet), 'Reserved: historical fills (empty for now).', list),
       route(`${ns}.coverage`, `${b}/coverage`, 'paid', 'Coverage', [], files.coverage(wallet), 'What history exists: published coverage, recorded spans and every recorded gap.'),
@@ -93,6 +94,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     route('coin.markets', '/v3/:coin/markets', 'key', 'MarketList', [P.coin, P.window, P.type, P.status, ...range, P.limit, P.cursor, P.order], markets.list('coin.markets', poly, POLY_COINS), 'Markets of other venues for one coin.', list),
     ...withExports(route('coin.snapshots', '/v3/:coin/markets/:market_id/snapshots', 'key', 'SnapshotList', [P.coin, P.marketId, P.includeOrderbook, P.interval, ...range, ...paging, P.outcome, P.format], books.snapshots('coin.snapshots', poly, false), 'Recorded snapshots of another venue’s market.', pages)),
     route('coin.snapshotAt', '/v3/:coin/markets/:market_id/snapshots/at', 'key', 'SnapshotAt', [P.coin, P.marketId, P.timestamp, P.outcome, P.includeOrderbook], books.snapshotAt('coin.snapshots', poly, false), 'The book in force at an instant: the newest recorded at or before it.', heavy),
+    route('coin.changes', '/v3/:coin/markets/:market_id/orderbook/changes', 'key', 'ChangeList', [P.coin, P.marketId, ...range, P.limit, P.cursor, P.outcome], books.changes('coin.changes', poly), 'Recorded book changes of another venue’s market: a snapshot per outcome, then the levels each recorded book changed.', pages),
     route('coin.market', '/v3/:coin/markets/:market_id', 'key', 'MarketOne', [P.coin, P.marketId], markets.one(poly), 'One market record of another venue.'),
   );
   return routes;

@@ -57,7 +57,7 @@ export interface BookJson {
   ask_sizes: number[];
 }
 
-type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & {
+export type BookLike = Pick<Book, 'outcome_index' | 'outcome' | 'token_id' | 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & {
   exchange_ts: number | null;
 };
 

@@ -176,6 +176,34 @@ class Client:
             params["include_orderbook"] = "true" if include_orderbook else "false"
         return self.walk(self._snapshots_path(market_id, venue_coin), **params)
 
+    def changes(self, market_id: str, start_time: Time = None, end_time: Time = None,
+                outcome: Union[int, str, None] = None, page_size: int = 1000,
+                venue_coin: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """Recorded book changes in time order: a `snapshot` per outcome, then `delta`s (changed levels, size 0 removes)."""
+        path = (f"/v3/{venue_coin}/markets/{market_id}/orderbook/changes" if venue_coin
+                else f"/v3/{self.namespace}/{market_id}/orderbook/changes")
+        return self.walk(path, start_time=_time(start_time), end_time=_time(end_time), outcome=outcome, limit=page_size)
+
+    @staticmethod
+    def rebuild(changes: Iterable[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        """Applies changes in order, yielding each outcome's whole book after each (bids and asks best first)."""
+        books: Dict[int, Dict[str, Dict[float, float]]] = {}
+        for c in changes:
+            if c["type"] == "snapshot":
+                books[c["outcome_index"]] = {"bid": {}, "ask": {}}
+            book = books[c["outcome_index"]]
+            for side in ("bid", "ask"):
+                for price, size in zip(c[f"{side}_prices"], c[f"{side}_sizes"]):
+                    if size == 0:
+                        book[side].pop(price, None)
+                    else:
+                        book[side][price] = size
+            bids = sorted(book["bid"].items(), reverse=True)
+            asks = sorted(book["ask"].items())
+            yield {"timestamp": c["timestamp"], "outcome_index": c["outcome_index"],
+                   "bid_prices": [p for p, _ in bids], "bid_sizes": [s for _, s in bids],
+                   "ask_prices": [p for p, _ in asks], "ask_sizes": [s for _, s in asks]}
+
     def timeseries(self, market_id: str, metric: str = "chance", outcome: Union[int, str, None] = None,
                    start_time: Time = None, end_time: Time = None, interval: Optional[str] = None,
                    order: Optional[str] = None, page_size: int = 1000) -> Iterator[Dict[str, Any]]:

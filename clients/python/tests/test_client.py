@@ -54,6 +54,20 @@ class ClientTest(unittest.TestCase):
         self.assertGreater(len(walked), 7)
         self.assertEqual(walked, whole)
 
+    def test_changes_rebuild_the_snapshots(self):
+        changes = list(self.api.changes(MARKET, page_size=9))
+        self.assertEqual(changes, raw(f"/v3/wallet-prediction/{MARKET}/orderbook/changes?limit=1000")["data"])
+        self.assertEqual({c["type"] for c in changes[:2]}, {"snapshot"})
+        rebuilt = {(b["timestamp"], b["outcome_index"]): b for b in self.api.rebuild(changes)}
+        for snapshot in raw(f"/v3/wallet-prediction/{MARKET}/snapshots?limit=1000")["data"]:
+            for book in snapshot["books"]:
+                got = rebuilt.get((snapshot["timestamp"], book["outcome_index"]))
+                if got is None:
+                    continue  # unchanged since the outcome's previous book: no change recorded
+                for field in ("bid_prices", "bid_sizes", "ask_prices", "ask_sizes"):
+                    self.assertEqual(got[field], book[field])
+        self.assertGreater(len(rebuilt), 0)
+
     def test_time_arguments(self):
         first = raw(f"/v3/wallet-prediction/{MARKET}/snapshots?limit=3")["data"]
         start = dt.datetime.fromisoformat(first[1]["timestamp"].replace("Z", "+00:00"))

@@ -175,6 +175,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/wallet-prediction/{market_id}/orderbook/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["walletPredictionChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/wallet-prediction/{market_id}/timeseries": {
         parameters: {
             query?: never;
@@ -447,6 +467,26 @@ export interface paths {
          * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
          */
         get: operations["providerAliasSnapshotAt"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/provider-alias/{market_id}/orderbook/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["providerAliasChanges"];
         put?: never;
         post?: never;
         delete?: never;
@@ -734,6 +774,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/{coin}/markets/{market_id}/orderbook/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Recorded book changes of another venue’s market: a snapshot per outcome, then the levels each recorded book changed. */
+        get: operations["coinChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/{coin}/markets/{market_id}": {
         parameters: {
             query?: never;
@@ -963,6 +1020,21 @@ export interface components {
             to: string;
             reason: string;
         };
+        /** @description One outcome at one recorded time. `snapshot`: its whole book, best level first, as in Book. `delta`: only the levels whose size changed since its previous recorded book, best first, with the new size (0 removes the level). */
+        BookChange: {
+            /** Format: date-time */
+            timestamp: string;
+            outcome_index: number;
+            outcome: string;
+            token_id: string;
+            exchange_time: string | null;
+            /** @enum {string} */
+            type: "snapshot" | "delta";
+            bid_prices: number[];
+            bid_sizes: number[];
+            ask_prices: number[];
+            ask_sizes: number[];
+        };
         /** @description Reserved: fills are being reconstructed; lists are empty for now. */
         Trade: {
             [key: string]: unknown;
@@ -1008,6 +1080,11 @@ export interface components {
         };
         ResponseSnapshotAt: {
             data: components["schemas"]["Snapshot"] | null;
+            meta: components["schemas"]["Meta"];
+        };
+        ResponseChangeList: {
+            data: components["schemas"]["BookChange"][];
+            pagination: components["schemas"]["Pagination"];
             meta: components["schemas"]["Meta"];
         };
         ResponseSampleList: {
@@ -2029,6 +2106,146 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseSnapshotAt"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    walletPredictionChanges: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Items per page. Accepts an integer from 1 to 1000. */
+                limit?: number;
+                /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
+                cursor?: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseChangeList"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -3995,6 +4212,146 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseSnapshotAt"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    providerAliasChanges: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Items per page. Accepts an integer from 1 to 1000. */
+                limit?: number;
+                /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
+                cursor?: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseChangeList"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -6095,6 +6452,138 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseSnapshotAt"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    coinChanges: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Items per page. Accepts an integer from 1 to 1000. */
+                limit?: number;
+                /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
+                cursor?: string;
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Coin of the per-coin routes. Accepts one of: btc, eth, sol, xrp. */
+                coin: "btc" | "eth" | "sol" | "xrp";
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Recorded book changes of another venue’s market: a snapshot per outcome, then the levels each recorded book changed. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseChangeList"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
