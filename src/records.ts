@@ -106,6 +106,37 @@ export interface DatasetRows {
 }
 
 /** A market version as the lake stores it: outcomes as two parallel list columns. */
+/** A market record from what is known of it; every other field null (synthetic lakes, benchmarks). */
+export function bareMarket(
+  known: Pick<Market, 'market_id' | 'venue' | 'coin' | 'window' | 'start_time' | 'end_time' | 'status' | 'outcomes'> & Partial<Market>,
+): Market {
+  return {
+    topic_id: null,
+    slug: null,
+    title: null,
+    created_time: null,
+    resolved_time: null,
+    resolution: 'pending',
+    winning_outcome_index: null,
+    condition_id: null,
+    question_id: null,
+    oracle: null,
+    volume: null,
+    liquidity: null,
+    participant_count: null,
+    chain_id: null,
+    chain_name: null,
+    exchange_address: null,
+    exchange_kind: null,
+    collateral: null,
+    fee_rate_bps: null,
+    tick_size: null,
+    reference_price_start: null,
+    reference_price_end: null,
+    ...known,
+  };
+}
+
 export function marketLakeRow(market: Market, ts: number): Record<string, unknown> {
   const { outcomes, venue: _venue, coin: _coin, window: _window, ...rest } = market;
   return { ts, ...rest, outcome_labels: outcomes.map((o) => o.label), outcome_token_ids: outcomes.map((o) => o.token_id) };

@@ -14,7 +14,8 @@ import type { StreamFaults } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/clob.js';
 import { createAdapters } from '../src/venues/index.js';
-import { quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { displayedPrice } from '../src/venues/polymarket.js';
 import { auditStream, readStreamLake } from './streamaudit.js';
 
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
@@ -230,6 +231,36 @@ t.test('capture records every change of the stream, verified against the venue',
   t.equal(rec.mismatches, 0);
   t.ok(rec.verified >= expected - 10, 'each change was checked against the venue hash');
   t.equal(run.capture.recorder!.channel.stats.connects, 1, 'one connection carries both markets');
+
+  // Quotes are written when they change: the price follows the recorded books, the last trade the trade events.
+  const metrics = (await run.duck.rows(
+    `SELECT market_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, chance, price, last_trade FROM ${lakeTable(run.dir, 'metrics')} ORDER BY market_id, outcome_index, ts`,
+  )) as { market_id: string; outcome_index: number; ts: bigint; chance: number | null; price: number | null; last_trade: number | null }[];
+  let repeats = 0;
+  let inconsistent = 0;
+  let checked = 0;
+  const written = new Map<string, string>();
+  const groups = new Map<string, boolean>();
+  for (const q of [...metrics].sort((a, b) => Number(a.ts) - Number(b.ts))) {
+    const key = `${q.market_id}:${q.outcome_index}`;
+    const text = `${q.chance}|${q.price}|${q.last_trade}`;
+    const at = `${q.market_id}@${q.ts}`;
+    groups.set(at, (groups.get(at) ?? false) || written.get(key) !== text);
+    written.set(key, text);
+    const book = run.rows.filter((r) => r.market_id === q.market_id && r.outcome_index === q.outcome_index && r.ts <= Number(q.ts)).at(-1);
+    if (!book || q.price === null) continue;
+    checked++;
+    if (displayedPrice(book, q.last_trade) !== q.price) inconsistent++;
+  }
+  repeats = [...groups.values()].filter((changed) => !changed).length;
+  t.ok(metrics.length > 100, `${metrics.length} quote rows`);
+  t.equal(repeats, 0, 'quotes are written only at times when some outcome’s chance, price or last trade changed');
+  t.ok(checked > 100);
+  t.equal(inconsistent, 0, 'each price is the displayed price of the recorded book and last trade at that time');
+  t.ok(
+    metrics.some((q) => q.last_trade !== null),
+    'last trades come from the trade events',
+  );
 
   // The changes route, walked a page at a time, rebuilds every book the snapshots route serves.
   const api = await startApi(run.config, run.duck, createClock(run.end + 60 * SECOND, 1), quiet, { port: 0 });

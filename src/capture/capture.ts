@@ -134,6 +134,10 @@ export class Capture {
             from,
             { kind: reason, message: detail },
           ),
+        metrics: (m, ts, recvTs, quotes) => {
+          const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+          if (this.recordable({ ...scope, dataset: 'metrics' }, ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
+        },
         fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
         // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
         recovered: (m, at) => {
@@ -164,8 +168,10 @@ export class Capture {
   async stop(): Promise<void> {
     this.running = false;
     for (const t of this.timers) clearInterval(t);
-    this.recorder?.close();
     await Promise.all(this.loops);
+    this.recorder?.close();
+    // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
+    for (const g of [...this.gaps.values()]) if (g.channel === 'stream') this.closeGap(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
     await this.flush(true);
     // Rows the disk refused until the end are lost with the process; say how many.
@@ -185,6 +191,13 @@ export class Capture {
     if (!beat) return;
     const last = (dataset: string, id: string | null) => (id === null ? -Infinity : (lastTs.get(`${dataset}:${id}`) ?? -Infinity));
     for (const g of beat.gaps) {
+      // A stream gap ends with the process that had the stream (the downtime gap takes over from
+      // the newest row); it is written, not resumed, since rows after its start (REST fallback) do not close it.
+      if (g.channel === 'stream') {
+        this.gaps.set(gapKey(g), g);
+        this.closeGap(g, Math.max(beat.ts, last(g.dataset, g.market_id), g.from_ts + 1));
+        continue;
+      }
       if (last(g.dataset, g.market_id) > g.from_ts) continue;
       this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
     }
@@ -381,7 +394,12 @@ export class Capture {
       // stamped earlier than the exchange and receive times of the books it holds.
       else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
       if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
-      else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length)) this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
+      else if (recorder?.tracks(m)) {
+        // Streamed: a quote row is written when chance, price or last trade changes, not per poll.
+        this.succeed(m, 'metrics', r.recvTs);
+        recorder.polled(m, r.quotes, r.recvTs);
+      } else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length))
+        this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
     }
   }
 

@@ -7,9 +7,12 @@ import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Book, Market } from '../records.js';
+import type { Quote } from '../venues/adapter.js';
+import { displayedPrice } from '../venues/polymarket.js';
 import {
   type ClobBookMessage,
   type ClobBookSummary,
+  type ClobLastTradeMessage,
   type ClobMarketMessage,
   type ClobPriceChange,
   type ClobPriceChangeMessage,
@@ -30,6 +33,8 @@ export interface StreamSink {
   lost(market: Market, reason: StreamGapReason, from: number, detail: string): void;
   /** Every token of the market is vouched for again from `at`. */
   recovered(market: Market, at: number): void;
+  /** Quotes of the market's outcomes at `ts`, written when any of chance, price or last trade changed. */
+  metrics(market: Market, ts: number, recvTs: number, quotes: Quote[]): void;
   /** Full books over REST, to resync without waiting for the next poll. */
   fetchBooks?(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }>;
 }
@@ -48,6 +53,11 @@ interface Token {
   restAhead: { ts: number; at: number } | null;
   /** The token's newest recorded exchange time: an older snapshot (a stale resubscribe) adds no row. */
   recordedTs: number;
+  /** The newest trade price (`last_trade_price`), the polled chance, and the quote last written. */
+  lastTrade: number | null;
+  chance: number | null;
+  price: number | null;
+  written: string;
   /** Changes that arrived while waiting for a snapshot, per message, applied after it when newer. */
   pending: { ts: number; timestamp: string; changes: ClobPriceChange[]; hash?: string }[];
 }
@@ -73,6 +83,8 @@ export class StreamRecorder {
   readonly channel: MarketChannelClient;
   private readonly tokens = new Map<string, Token>();
   private readonly lastTs = new Map<string, number>();
+  private readonly lastMetricTs = new Map<string, number>();
+  private closed = false;
   private hashes: HashCheck = 'unknown';
   /** Tokens waiting for a REST book, fetched together on the next tick. */
   private readonly refetch = new Set<string>();
@@ -121,6 +133,10 @@ export class StreamRecorder {
             recordedTs: -Infinity,
             restAhead: null,
             streamed: false,
+            lastTrade: null,
+            chance: null,
+            price: null,
+            written: '',
             pending: [],
           });
         }
@@ -131,6 +147,7 @@ export class StreamRecorder {
     const ended = [...this.tokens].filter(([, t]) => t.market.end_time <= now).map(([id]) => id);
     for (const id of ended) {
       this.lastTs.delete(this.tokens.get(id)!.market.market_id);
+      this.lastMetricTs.delete(this.tokens.get(id)!.market.market_id);
       this.tokens.delete(id);
     }
     if (ended.length) this.channel.untrack(ended);
@@ -154,6 +171,7 @@ export class StreamRecorder {
    * book newer than the stream's by more than the stall bound means the stream missed changes.
    */
   rest(m: Market, summaries: (ClobBookSummary & { hash?: string })[], recvTs: number): void {
+    if (this.closed) return;
     for (const s of summaries) {
       const t = this.tokens.get(s.asset_id);
       if (!t || t.market.market_id !== m.market_id) continue;
@@ -181,8 +199,51 @@ export class StreamRecorder {
     }
   }
 
+  /**
+   * The poll's quotes of a streamed market give only its chance (the venue streams none); price
+   * and last trade come from the streamed book and trades, so each quote is of a recorded book.
+   */
+  polled(m: Market, quotes: Quote[], recvTs: number): void {
+    for (const q of quotes) {
+      const t = this.tokenOf(m, q.outcome_index);
+      if (t) t.chance = q.chance;
+    }
+    // Stamped in the stream's time (its newest book), not the poll's arrival, which runs ahead of
+    // the exchange times of changes still on their way: their quotes would otherwise sort before it.
+    this.quote(m, this.lastTs.get(m.market_id) ?? recvTs, recvTs);
+  }
+
   close(): void {
+    this.closed = true;
     this.channel.close();
+  }
+
+  private tokenOf(m: Market, index: number): Token | undefined {
+    const o = m.outcomes.find((x) => x.index === index);
+    return o ? this.tokens.get(o.token_id) : undefined;
+  }
+
+  /** Writes the market's quotes at `ts` if any outcome's changed since the last written. */
+  private quote(m: Market, ts: number, recvTs: number): void {
+    const quotes: Quote[] = [];
+    let changed = false;
+    for (const o of m.outcomes) {
+      const t = this.tokens.get(o.token_id);
+      if (!t) continue;
+      // Only a book that was recorded prices a quote (a copy reset to an older REST book is not).
+      if (t.synced && t.book.ts >= t.recordedTs) t.price = displayedPrice(t.book.ladders(), t.lastTrade);
+      const price = t.synced ? t.price : null;
+      const q: Quote = { outcome_index: o.index, chance: t.chance, price, last_trade: t.lastTrade };
+      const text = `${q.chance}|${q.price}|${q.last_trade}`;
+      if (text !== t.written) changed = true;
+      t.written = text;
+      quotes.push(q);
+    }
+    if (!changed) return;
+    const last = this.lastMetricTs.get(m.market_id) ?? -Infinity;
+    const at = ts > last ? ts : last + 1;
+    this.lastMetricTs.set(m.market_id, at);
+    this.sink.metrics(m, at, recvTs, quotes);
   }
 
   private message(msg: ClobMarketMessage, recvTs: number): void {
@@ -195,6 +256,13 @@ export class StreamRecorder {
       }
     } else if (msg.event_type === 'price_change') {
       this.changes(msg as ClobPriceChangeMessage, recvTs);
+    } else if (msg.event_type === 'last_trade_price') {
+      const trade = msg as ClobLastTradeMessage;
+      const t = this.tokens.get(trade.asset_id);
+      const price = Number(trade.price);
+      if (!t || !Number.isFinite(price)) return;
+      t.lastTrade = price;
+      this.quote(t.market, Number(trade.timestamp), recvTs);
     }
   }
 
@@ -307,7 +375,7 @@ export class StreamRecorder {
           this.stats.refetches++;
           for (const s of summaries) {
             const t = this.tokens.get(s.asset_id);
-            if (t && !t.synced) this.snapshot(t, s, Number(s.timestamp), recvTs, 'rest');
+            if (t && !t.synced && !this.closed) this.snapshot(t, s, Number(s.timestamp), recvTs, 'rest');
           }
         } catch (err) {
           this.log.debug({ err: (err as Error).message, tokens: ids.length }, 'resync fetch failed; the next poll resyncs');
@@ -354,5 +422,7 @@ export class StreamRecorder {
     this.lastTs.set(m.market_id, ts);
     this.stats.rows += books.length;
     this.sink.books(m, ts, recvTs, books);
+    // A book change may move the displayed price (the midpoint, or the last trade when the spread is wide).
+    this.quote(m, ts, recvTs);
   }
 }

@@ -3,7 +3,7 @@
 // tests that need exports large enough to take real time.
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { marketLakeRow } from '../records.js';
+import { bareMarket, marketLakeRow } from '../records.js';
 import { HOUR } from '../time.js';
 import type { Duck } from './duckdb.js';
 import { lakePaths, partitionOf } from './layout.js';
@@ -41,9 +41,8 @@ export async function syntheticMarket(duck: Duck, root: string, id: string, star
     staging,
     `${JSON.stringify(
       marketLakeRow(
-        {
+        bareMarket({
           market_id: id,
-          topic_id: null,
           venue: 'wallet-prediction',
           slug: `synthetic-${id}`,
           title: 'synthetic',
@@ -51,31 +50,14 @@ export async function syntheticMarket(duck: Duck, root: string, id: string, star
           window: '15m',
           start_time: start,
           end_time: start + span,
-          created_time: null,
-          resolved_time: null,
           status: 'closed',
-          resolution: 'pending',
-          winning_outcome_index: null,
-          condition_id: null,
-          question_id: null,
-          oracle: null,
           outcomes: [
             { index: 0, label: 'Up', token_id: 'tok-0' },
             { index: 1, label: 'Down', token_id: 'tok-1' },
           ],
-          volume: null,
-          liquidity: null,
-          participant_count: null,
           chain_id: 56,
           chain_name: 'bnb',
-          exchange_address: null,
-          exchange_kind: null,
-          collateral: null,
-          fee_rate_bps: null,
-          tick_size: null,
-          reference_price_start: null,
-          reference_price_end: null,
-        },
+        }),
         start,
       ),
     )}\n`,

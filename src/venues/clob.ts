@@ -59,14 +59,17 @@ export type ClobMarketMessage =
   ClobBookMessage | ClobPriceChangeMessage | ClobLastTradeMessage | { event_type: 'tick_size_change' | string };
 
 /**
- * A recorder's copy of one token's book, kept as the venue's level strings so its hash can be
- * recomputed exactly. Levels are keyed by numeric price: "0.5" and "0.50" are one level.
+ * A recorder's copy of one token's book, kept as the venue's level strings in the venue's order
+ * (bids ascending, asks descending), so its hash is recomputed exactly without sorting. Levels
+ * are matched by numeric price: "0.5" and "0.50" are one level.
  */
 export class LocalBook {
-  private bids = new Map<number, ClobLevel>();
-  private asks = new Map<number, ClobLevel>();
+  private bids: Level[] = [];
+  private asks: Level[] = [];
   /** The venue's time of the newest snapshot or change applied. */
   ts = 0;
+  private version = 0;
+  private cached: { version: number; ladders: Ladders } | null = null;
 
   constructor(
     public market: string,
@@ -75,43 +78,83 @@ export class LocalBook {
 
   reset(levels: { market?: string; bids: ClobLevel[]; asks: ClobLevel[] }, ts: number): void {
     if (levels.market) this.market = levels.market;
-    this.bids = new Map(levels.bids.map((l) => [Number(l.price), { price: l.price, size: l.size }]));
-    this.asks = new Map(levels.asks.map((l) => [Number(l.price), { price: l.price, size: l.size }]));
+    this.bids = levels.bids.map(level).sort((a, b) => a.p - b.p);
+    this.asks = levels.asks.map(level).sort((a, b) => b.p - a.p);
     this.ts = ts;
+    this.version++;
   }
 
   /** Applies a level's new aggregate size; false when the book already held it (a repeated message). */
   apply(c: Pick<ClobPriceChange, 'price' | 'size' | 'side'>, ts: number): boolean {
-    const side = c.side === 'BUY' ? this.bids : this.asks;
-    const price = Number(c.price);
+    const buy = c.side === 'BUY';
+    const side = buy ? this.bids : this.asks;
+    const p = Number(c.price);
     const size = Number(c.size);
-    const old = side.get(price);
-    if (size === 0 ? !old : old !== undefined && Number(old.size) === size) return false;
-    if (size === 0) side.delete(price);
-    else side.set(price, { price: c.price, size: c.size });
+    // Binary search in the side's order: ascending for bids, descending for asks.
+    let lo = 0;
+    let hi = side.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (buy ? side[mid].p < p : side[mid].p > p) lo = mid + 1;
+      else hi = mid;
+    }
+    const found = lo < side.length && side[lo].p === p;
+    if (size === 0) {
+      if (!found) return false;
+      side.splice(lo, 1);
+    } else if (found) {
+      if (side[lo].s === size) return false;
+      side[lo] = level({ price: c.price, size: c.size });
+    } else side.splice(lo, 0, level({ price: c.price, size: c.size }));
     this.ts = ts;
+    this.version++;
     return true;
   }
 
   /** The venue's summary of this book at `timestamp` (bids ascending, asks descending). */
   summary(timestamp: string): ClobBookSummary {
-    const sorted = (m: Map<number, ClobLevel>, dir: 1 | -1) => [...m].sort((a, b) => dir * (a[0] - b[0])).map(([, l]) => l);
-    return { market: this.market, asset_id: this.assetId, timestamp, bids: sorted(this.bids, 1), asks: sorted(this.asks, -1) };
+    const plain = (l: Level) => ({ price: l.price, size: l.size });
+    return { market: this.market, asset_id: this.assetId, timestamp, bids: this.bids.map(plain), asks: this.asks.map(plain) };
   }
 
+  /** `clobBookHash(this.summary(timestamp))`, built from each level's JSON kept since it was set. */
   hash(timestamp: string): string {
-    return clobBookHash(this.summary(timestamp));
+    const text = `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":${JSON.stringify(timestamp)},"bids":[${this.bids.map((l) => l.json).join(',')}],"asks":[${this.asks.map((l) => l.json).join(',')}]}`;
+    return createHash('sha1').update(text).digest('hex');
   }
 
-  /** Ladders best first, as the lake stores them. */
-  ladders(): { bid_prices: number[]; bid_sizes: number[]; ask_prices: number[]; ask_sizes: number[] } {
-    const bids = [...this.bids].sort((a, b) => b[0] - a[0]);
-    const asks = [...this.asks].sort((a, b) => a[0] - b[0]);
-    return {
-      bid_prices: bids.map(([p]) => p),
-      bid_sizes: bids.map(([, l]) => Number(l.size)),
-      ask_prices: asks.map(([p]) => p),
-      ask_sizes: asks.map(([, l]) => Number(l.size)),
+  /** Ladders best first, as the lake stores them; the same arrays until the book changes. */
+  ladders(): Ladders {
+    if (this.cached?.version === this.version) return this.cached.ladders;
+    const bids = [...this.bids].reverse();
+    const asks = [...this.asks].reverse();
+    const ladders = {
+      bid_prices: bids.map((l) => l.p),
+      bid_sizes: bids.map((l) => l.s),
+      ask_prices: asks.map((l) => l.p),
+      ask_sizes: asks.map((l) => l.s),
     };
+    this.cached = { version: this.version, ladders };
+    return ladders;
   }
+}
+
+interface Ladders {
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
+}
+
+interface Level {
+  p: number;
+  s: number;
+  price: string;
+  size: string;
+  /** The level as the hash's canonical JSON writes it. */
+  json: string;
+}
+
+function level(l: ClobLevel): Level {
+  return { p: Number(l.price), s: Number(l.size), price: l.price, size: l.size, json: JSON.stringify({ price: l.price, size: l.size }) };
 }

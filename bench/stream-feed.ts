@@ -1,0 +1,99 @@
+// The feed side of the streamed-capture benchmark, a child process so it has a core of its own: the stand-in's book changes for many tokens, grouped and hashed as the market channel
+// sends them, prepared before the clock starts, then sent as fast as the socket drains.
+import { WebSocketServer } from 'ws';
+import { Sim } from '../src/standin/sim.js';
+import { conditionId } from '../src/standin/stream.js';
+import { LocalBook } from '../src/venues/clob.js';
+
+const {
+  markets: count,
+  seconds,
+  from,
+  rate,
+} = JSON.parse(process.argv[2]) as { markets: number; seconds: number; from: number; rate: number };
+const sim = new Sim(1, { 'wallet-prediction': ['btc'], polymarket: ['btc', 'eth', 'sol', 'xrp'] });
+const markets = Array.from({ length: count }, (_, i) => {
+  const m = sim.market('polymarket', ['btc', 'eth', 'sol', 'xrp'][i % 4], '15m', from - 15 * 60_000 * Math.floor(i / 4));
+  // Every benchmark market trades over the same span, whatever its real window.
+  return { ...m, start: from - 60_000, end: from + seconds * 1000 + 1 };
+});
+
+const snapshots: string[] = [];
+const frames: string[] = [];
+let changes = 0;
+const bytes = { frames: 0 };
+for (const m of markets) {
+  const perInstant = new Map<number, { asset: string; index: 0 | 1; price: string; size: string; side: 'BUY' | 'SELL' }[]>();
+  const books = [0, 1].map((index) => {
+    const state = sim.bookState(m, index as 0 | 1, from);
+    const book = new LocalBook(conditionId(m), m.tokenIds[index]);
+    const level = ([p, s]: [number, number]) => ({ price: String(p), size: s.toFixed(2) });
+    const { bids, asks } = sim.book(m, index as 0 | 1, from);
+    const summary = {
+      market: conditionId(m),
+      asset_id: m.tokenIds[index],
+      timestamp: String(state.ts),
+      bids: bids.map(level).reverse(),
+      asks: asks.map(level).reverse(),
+    };
+    book.reset(summary, state.ts);
+    snapshots.push(JSON.stringify({ event_type: 'book', ...summary, hash: book.hash(summary.timestamp) }));
+    for (const c of sim.bookChanges(m, index as 0 | 1, from, from + seconds * 1000)) {
+      const list = perInstant.get(c.t) ?? [];
+      list.push({ asset: m.tokenIds[index], index: index as 0 | 1, price: String(c.tick / 100), size: c.size.toFixed(2), side: c.side });
+      perInstant.set(c.t, list);
+    }
+    return book;
+  });
+  for (const t of [...perInstant.keys()].sort((a, b) => a - b)) {
+    const list = perInstant.get(t)!;
+    const entries: Record<string, string>[] = [];
+    for (const c of list) {
+      books[c.index].apply(c, t);
+      entries.push({ asset_id: c.asset, price: c.price, size: c.size, side: c.side });
+    }
+    for (const index of new Set(list.map((c) => c.index))) {
+      const last = [...entries].reverse().find((e) => e.asset_id === m.tokenIds[index]);
+      if (last) last.hash = books[index].hash(String(t));
+    }
+    changes += list.length;
+    frames.push(JSON.stringify({ event_type: 'price_change', market: conditionId(m), timestamp: String(t), price_changes: entries }));
+  }
+}
+// Markets interleave in time as a real feed would.
+frames.sort((a, b) => Number(/"timestamp":"(\d+)"/.exec(a)![1]) - Number(/"timestamp":"(\d+)"/.exec(b)![1]));
+const counts = frames.map((f) => f.split('"asset_id"').length - 1);
+for (const f of frames) bytes.frames += f.length;
+
+const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+wss.on('connection', (ws) => {
+  ws.once('message', async () => {
+    ws.send(`[${snapshots.join(',')}]`);
+    const started = performance.now();
+    let sent = 0;
+    for (let i = 0; i < frames.length; i++) {
+      // Paced at `rate` changes a second: an offered load the recorder must keep up with.
+      while (rate > 0 && sent >= (rate * (performance.now() - started)) / 1000) await new Promise<void>((r) => setTimeout(r, 1));
+      ws.send(frames[i]);
+      sent += counts[i];
+      // Back-pressure: wait for the socket to drain rather than buffer the whole feed.
+      if (ws.bufferedAmount > 8 * 2 ** 20) await new Promise<void>((r) => setTimeout(r, 1));
+    }
+    process.send!({ sent: frames.length, sendSeconds: (performance.now() - started) / 1000 });
+  });
+  ws.on('message', (d) => {
+    if (d.toString() === 'PING') ws.send('PONG');
+  });
+});
+wss.on('listening', () => {
+  const port = (wss.address() as { port: number }).port;
+  process.send!({
+    ready: true,
+    port,
+    changes,
+    frames: frames.length,
+    bytes: bytes.frames,
+    tokens: markets.flatMap((m) => m.tokenIds),
+    markets: markets.map((m) => ({ code: m.code, coin: m.coin, tokenIds: m.tokenIds, condition: conditionId(m) })),
+  });
+});
