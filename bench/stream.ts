@@ -18,7 +18,7 @@ import { type BookRow, type Market, type MetricRow, bareMarket } from '../src/re
 import { writeSection } from './report.js';
 
 const MARKETS = Number(process.env.BENCH_STREAM_MARKETS ?? 100);
-const SECONDS = Number(process.env.BENCH_STREAM_SECONDS ?? 1800);
+const SECONDS = Number(process.env.BENCH_STREAM_SECONDS ?? 600);
 /** Offered load in changes per second; 0 sends as fast as the socket drains. */
 const RATE = Number(process.env.BENCH_STREAM_RATE ?? 50_000);
 const FROM = Date.parse('2026-07-26T13:00:00Z');

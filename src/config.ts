@@ -56,7 +56,7 @@ export interface Config {
       backoffMaxMs: number;
     };
   };
-  wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string };
+  wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string; wsUrl: string };
   polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string; wsUrl: string };
   backfill: { concurrency: number };
   api: {
@@ -242,8 +242,7 @@ export function loadConfig(env: Env = process.env): Config {
       marketsSealGraceMs: int(env, 'MARKETS_SEAL_GRACE_MS', 3_600_000, 0, 86_400_000),
       spoolMaxBufferBytes: int(env, 'SPOOL_MAX_BUFFER_MB', 256, 1, 65_536) * 1024 * 1024,
       stream: {
-        // Only Polymarket's market channel is spoken so far; the wallet venue's topic is polled.
-        venues: env.CAPTURE_STREAM === 'none' ? [] : list(env, 'CAPTURE_STREAM', ['polymarket'], ['polymarket']),
+        venues: env.CAPTURE_STREAM === 'none' ? [] : list(env, 'CAPTURE_STREAM', VENUES, VENUES),
         maxAssetsPerConnection: int(env, 'STREAM_MAX_ASSETS', 500, 1, 500),
         pingMs: int(env, 'STREAM_PING_MS', 10_000, 100, 60_000),
         stallMs: int(env, 'STREAM_STALL_MS', 5_000, 100, 600_000),
@@ -253,6 +252,7 @@ export function loadConfig(env: Env = process.env): Config {
     },
     wallet: {
       baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
+      wsUrl: url(env, 'WALLET_WS_URL', `${new URL(env.WALLET_BASE_URL || standin).origin.replace(/^http/, 'ws')}/ws/web3`),
       apiKey: env.WALLET_API_KEY ?? 'standin-key',
       apiSecret: env.WALLET_API_SECRET ?? 'standin-secret',
       timeoutMs: int(env, 'WALLET_TIMEOUT_MS', 5000, 50, 120_000),

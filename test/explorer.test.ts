@@ -85,11 +85,11 @@ t.test('a key, a filtered list, a market opened', async (t) => {
   await page.selectOption('#coin', 'btc');
   await page.selectOption('#window', '15m');
   await page.click('#filters button[type=submit]');
-  await page.waitForFunction(() =>
-    [...document.querySelectorAll('#markets tbody tr')].every(
-      (tr) => tr.children[2].textContent === 'btc' && tr.children[3].textContent === '15m',
-    ),
-  );
+  // The table empties while the filtered list loads: wait for rows, and only matching ones.
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('#markets tbody tr')];
+    return rows.length > 0 && rows.every((tr) => tr.children[2].textContent === 'btc' && tr.children[3].textContent === '15m');
+  });
   const listed = await page.$$eval('#markets tbody tr', (trs) => trs.map((tr) => tr.getAttribute('data-market-id')));
   const expected = (await get('/v3/wallet-prediction/markets?coin=btc&window=15m&limit=50')).data.map(
     (m: { market_id: string }) => m.market_id,

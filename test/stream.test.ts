@@ -4,13 +4,16 @@
 import t, { type Test } from 'tap';
 import WebSocket from 'ws';
 import { Capture } from '../src/capture/capture.js';
+import type { StreamRecorder } from '../src/capture/stream.js';
+import type { WalletStreamRecorder } from '../src/capture/walletstream.js';
+import type { Venue } from '../src/config.js';
 import { type Clock, createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { startApi } from '../src/api/server.js';
 import { bestAsk, bestBid } from '../src/standin/orderbook.js';
-import { StandIn } from '../src/standin/server.js';
+import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import { Sim } from '../src/standin/sim.js';
-import type { StreamFaults } from '../src/standin/stream.js';
+import type { StreamFaults } from '../src/standin/streamserver.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/clob.js';
 import { createAdapters } from '../src/venues/index.js';
@@ -190,23 +193,35 @@ t.test('a freeze answers heartbeats and sends nothing; a disconnect window refus
 });
 
 /** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
-async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number) {
+async function streamRun(
+  t: Test,
+  faults: Partial<StreamFaults>,
+  seconds: number,
+  speed: number,
+  venue: Venue = 'polymarket',
+  env: Record<string, string> = {},
+) {
   const dir = t.testdir();
   const start = OPEN + 61 * SECOND;
   const clock = createClock(start, speed);
-  const standin = new StandIn({ clock, coins: COINS, streamFaults: faults });
+  const standin = new StandIn({ clock, coins: COINS, streamFaults: faults, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
   const url = await standin.start();
   const config = testConfig(dir, {
-    CAPTURE_STREAM: 'polymarket',
-    CAPTURE_VENUES: 'polymarket',
+    CAPTURE_STREAM: venue,
+    CAPTURE_VENUES: venue,
     POLYMARKET_COINS: 'btc',
     POLYMARKET_GAMMA_URL: url,
     POLYMARKET_CLOB_URL: url,
     POLYMARKET_RPS: '100000',
+    WALLET_COINS: 'btc',
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+    WALLET_CONCURRENCY: '16',
     STREAM_STALL_MS: '3000',
     STREAM_BACKOFF_MIN_MS: '20',
     STREAM_BACKOFF_MAX_MS: '200',
     RATE_PAID_PER_SECOND: '100000',
+    ...env,
   });
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
@@ -217,7 +232,8 @@ async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number
   await standin.stop();
   await sealAll(duck, dir);
   const lake = await readStreamLake(duck, dir);
-  return { ...lake, capture, standin, sim: standin.sim, undelivered: standin.stream.undelivered, dir, config, duck, end: clock.now() };
+  const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
+  return { ...lake, capture, standin, sim: standin.sim, undelivered, venue, dir, config, duck, end: clock.now() };
 }
 
 t.test('capture records every change of the stream, verified against the venue', async (t) => {
@@ -227,10 +243,10 @@ t.test('capture records every change of the stream, verified against the venue',
   t.equal(recorded, expected, 'a clean stream loses nothing');
   t.equal(run.standin.stream.undelivered.size, 0);
   t.same(run.gaps, [], 'and records no gap');
-  const rec = run.capture.recorder!.stats;
+  const rec = (run.capture.streams.get('polymarket') as StreamRecorder).stats;
   t.equal(rec.mismatches, 0);
   t.ok(rec.verified >= expected - 10, 'each change was checked against the venue hash');
-  t.equal(run.capture.recorder!.channel.stats.connects, 1, 'one connection carries both markets');
+  t.equal((run.capture.streams.get('polymarket') as StreamRecorder).channel.stats.connects, 1, 'one connection carries both markets');
 
   // Quotes are written when they change: the price follows the recorded books, the last trade the trade events.
   const metrics = (await run.duck.rows(
@@ -351,5 +367,41 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
   t.ok(reasons.has('stream_stalled'), 'the freeze is noticed');
   t.ok(reasons.has('disconnected'), 'the disconnect is recorded');
   t.ok(run.standin.stream.stats.duplicated > 0 && run.standin.stream.stats.dropped > 0 && run.standin.stream.stats.reordered > 0);
-  t.ok(run.capture.recorder!.channel.stats.connects >= 3, 'capture reconnected after the freeze and the disconnect');
+  t.ok(
+    (run.capture.streams.get('polymarket') as StreamRecorder).channel.stats.connects >= 3,
+    'capture reconnected after the freeze and the disconnect',
+  );
+});
+
+t.test("the wallet venue's orderbook topics: every book it pushes is recorded, and what it loses is a gap", async (t) => {
+  // Without faults, nothing may look stalled however loaded the machine: a stall bound of a second of real time.
+  const clean = await streamRun(t, {}, 5, 20, 'wallet-prediction', { STREAM_STALL_MS: '20000' });
+  const { expected, recorded } = auditStream(t, clean);
+  t.ok(expected > 800, `${expected} book changes of the wallet markets`);
+  t.equal(recorded, expected, 'a clean stream loses nothing');
+  t.same(
+    clean.gaps.filter((g) => g.reason !== 'process_down'),
+    [],
+    'and records no gap',
+  );
+  const wallet = clean.capture.streams.get('wallet-prediction') as WalletStreamRecorder;
+  t.ok(wallet.stats.books >= expected, 'the books came over the topic stream');
+
+  const start = OPEN + 61 * SECOND;
+  const faulty = await streamRun(
+    t,
+    {
+      dropRate: 0.003,
+      reorderRate: 0.01,
+      duplicateRate: 0.05,
+      freezes: [{ from: start + 30 * SECOND, to: start + 40 * SECOND }],
+      disconnects: [{ from: start + 60 * SECOND, to: start + 63 * SECOND }],
+    },
+    6,
+    20,
+    'wallet-prediction',
+  );
+  auditStream(t, faulty);
+  const reasons = new Set(faulty.gaps.map((g) => g.reason));
+  for (const reason of ['stream_late', 'stream_stalled', 'disconnected']) t.ok(reasons.has(reason), `a ${reason} gap`);
 });

@@ -3,6 +3,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Test } from 'tap';
+import type { Venue } from '../src/config.js';
 import type { Duck } from '../src/lake/duckdb.js';
 import type { Sim } from '../src/standin/sim.js';
 import { lakeTable } from './helpers.js';
@@ -49,9 +50,11 @@ export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: R
  * sequence numbers, a lost change that the token's next message overwrites leaves every hash
  * matching, so no recorder can notice it; only those may be missing without a gap.
  */
-export function auditStream(t: Test, run: { rows: Recorded[]; gaps: Gap[]; sim: Sim; undelivered: Set<string> }) {
+export function auditStream(t: Test, run: { rows: Recorded[]; gaps: Gap[]; sim: Sim; undelivered: Set<string>; venue?: Venue }) {
   const { rows, gaps, sim } = run;
-  const market = (id: string) => sim.byCode('polymarket', Number(id) - 1_000_000)!;
+  const venue = run.venue ?? 'polymarket';
+  // Market ids as the stand-in's venues number them.
+  const market = (id: string) => sim.byCode(venue, Number(id) - (venue === 'polymarket' ? 1_000_000 : 50_000_000))!;
   const wrong = rows.filter((r) => {
     const truth = sim.book(market(r.market_id), r.outcome_index as 0 | 1, r.ex);
     return (

@@ -23,7 +23,8 @@ import {
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
-import { StreamRecorder } from './stream.js';
+import { type BookStream, type StreamSink, StreamRecorder } from './stream.js';
+import { WalletStreamRecorder } from './walletstream.js';
 
 interface OpenGap {
   venue: Venue;
@@ -101,8 +102,8 @@ export class Capture {
   private storage: { since: number; attempts: number; retryAt: number; error: string } | null = null;
   private dropped = 0;
   private sealFailure: { error: string; backlog: number } | null = null;
-  /** Books of the streamed venue, change by change; null when every venue is polled. */
-  readonly recorder: StreamRecorder | null = null;
+  /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
+  readonly streams = new Map<Venue, BookStream>();
 
   constructor(
     private readonly config: Config,
@@ -114,38 +115,43 @@ export class Capture {
     this.paths = lakePaths(config.dataDir);
     this.spool = new Spool(this.paths.spool);
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
-    if (config.capture.stream.venues.includes('polymarket') && polymarket) {
-      this.recorder = new StreamRecorder(config, clock, log, {
-        books: (m, ts, recvTs, books) => {
-          const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-          if (this.recordable({ ...scope, dataset: 'books' }, ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
-        },
-        lost: (m, reason, from, detail) =>
-          this.fail(
-            {
-              venue: m.venue,
-              coin: m.coin,
-              window: m.window,
-              market_id: m.market_id,
-              until: m.end_time,
-              dataset: 'books',
-              channel: 'stream',
-            },
-            from,
-            { kind: reason, message: detail },
-          ),
-        metrics: (m, ts, recvTs, quotes) => {
-          const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-          if (this.recordable({ ...scope, dataset: 'metrics' }, ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
-        },
-        fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
-        // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
-        recovered: (m, at) => {
-          const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
-          if (open) this.closeGap(open, at);
-          this.succeed(m, 'books', at);
-        },
-      });
+    const sink: StreamSink = {
+      books: (m, ts, recvTs, books) => {
+        const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+        if (this.recordable({ ...scope, dataset: 'books' }, ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
+      },
+      metrics: (m, ts, recvTs, quotes) => {
+        const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+        if (this.recordable({ ...scope, dataset: 'metrics' }, ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
+      },
+      lost: (m, reason, from, detail) =>
+        this.fail(
+          {
+            venue: m.venue,
+            coin: m.coin,
+            window: m.window,
+            market_id: m.market_id,
+            until: m.end_time,
+            dataset: 'books',
+            channel: 'stream',
+          },
+          from,
+          { kind: reason, message: detail },
+        ),
+      fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
+      // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
+      recovered: (m, at) => {
+        const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
+        if (open) this.closeGap(open, at);
+        this.succeed(m, 'books', at);
+      },
+    };
+    const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
+    for (const venue of streamed) {
+      this.streams.set(
+        venue,
+        venue === 'polymarket' ? new StreamRecorder(config, clock, log, sink) : new WalletStreamRecorder(config, clock, log, sink),
+      );
     }
   }
 
@@ -169,7 +175,7 @@ export class Capture {
     this.running = false;
     for (const t of this.timers) clearInterval(t);
     await Promise.all(this.loops);
-    this.recorder?.close();
+    for (const s of this.streams.values()) s.close();
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
     for (const g of [...this.gaps.values()]) if (g.channel === 'stream') this.closeGap(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
@@ -373,7 +379,7 @@ export class Capture {
     }
     const live = (m: Market) => m.venue === venue && now < m.end_time && m.status !== 'cancelled';
     const open = [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time <= now);
-    const recorder = this.recorder && venue === 'polymarket' ? this.recorder : null;
+    const recorder = this.streams.get(venue) ?? null;
     // Subscribed a little before the open, so the first change of a market is recorded from a snapshot.
     recorder?.track(
       [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time - STREAM_LEAD_MS <= now),
@@ -387,7 +393,7 @@ export class Capture {
       const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
       if (recorder?.tracks(m)) {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
-        if (!(r.books instanceof UpstreamError)) recorder.rest(m, r.summaries ?? [], r.recvTs);
+        if (!(r.books instanceof UpstreamError)) recorder.rest(m, r);
         else if (!recorder.live(m)) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never

@@ -8,6 +8,7 @@ import type { Duck } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
 import { type Faults, StandIn, WALLET_PREFIX } from '../standin/server.js';
 import { MARKET_CHANNEL_PATH } from '../standin/stream.js';
+import { WALLET_STREAM_PATH } from '../standin/walletstream.js';
 import { HOUR } from '../time.js';
 import { createAdapters } from '../venues/index.js';
 
@@ -27,7 +28,13 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
   return {
     ...config,
     capture: { ...config.capture, pollMs: pollMs ?? config.capture.pollMs },
-    wallet: { ...config.wallet, baseUrl: `${url}${WALLET_PREFIX}`, requestsPerSecond: 100_000, concurrency: 32 },
+    wallet: {
+      ...config.wallet,
+      baseUrl: `${url}${WALLET_PREFIX}`,
+      wsUrl: `${url.replace(/^http/, 'ws')}${WALLET_STREAM_PATH}`,
+      requestsPerSecond: 100_000,
+      concurrency: 32,
+    },
     polymarket: {
       ...config.polymarket,
       gammaUrl: url,

@@ -7,7 +7,8 @@ import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Book, Market } from '../records.js';
-import type { Quote } from '../venues/adapter.js';
+import type { MarketPoll, Quote } from '../venues/adapter.js';
+import { UpstreamError } from '../venues/http.js';
 import { displayedPrice } from '../venues/polymarket.js';
 import {
   type ClobBookMessage,
@@ -19,11 +20,38 @@ import {
   LocalBook,
   clobBookHash,
 } from '../venues/clob.js';
-import { type LostReason, MarketChannelClient } from '../venues/marketchannel.js';
+import { type LostReason, MARKET_CHANNEL, MarketChannelClient } from '../venues/marketchannel.js';
 
 const MAX_PENDING = 10_000;
 
-export type StreamGapReason = LostReason | 'stream_resync';
+/**
+ * A market's next row time: `ts` (the venue's), or 1 ms past the market's previous row when it
+ * would not advance it (counted in `nudged`), so a market's rows stay strictly ordered.
+ */
+export function advance(last: Map<string, number>, marketId: string, ts: number, stats?: { nudged: number }): number {
+  const previous = last.get(marketId) ?? -Infinity;
+  const at = ts > previous ? ts : previous + 1;
+  if (at !== ts && stats) stats.nudged++;
+  last.set(marketId, at);
+  return at;
+}
+
+export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late';
+
+/** What capture asks of a venue's book stream. */
+export interface BookStream {
+  readonly channel: MarketChannelClient;
+  /** Streams these markets (open or about to open) and forgets ended ones. */
+  track(markets: Market[], now: number): void;
+  tracks(m: Market): boolean;
+  /** Whether every outcome is vouched for on a healthy connection: REST books are then checks, not rows. */
+  live(m: Market): boolean;
+  /** A REST answer for a streamed market: resync, fallback rows, or a check. */
+  rest(m: Market, poll: MarketPoll): void;
+  /** The poll's quotes of a streamed market. */
+  polled(m: Market, quotes: Quote[], recvTs: number): void;
+  close(): void;
+}
 
 /** What the recorder needs from capture: where rows and gaps go. */
 export interface StreamSink {
@@ -78,7 +106,7 @@ export interface StreamStats {
 /** Whether the venue's hashes can be recomputed here; decided on the first snapshot. */
 type HashCheck = 'unknown' | 'reproducible' | 'opaque';
 
-export class StreamRecorder {
+export class StreamRecorder implements BookStream {
   readonly stats: StreamStats = { snapshots: 0, changes: 0, rows: 0, verified: 0, mismatches: 0, resyncs: 0, refetches: 0, nudged: 0 };
   readonly channel: MarketChannelClient;
   private readonly tokens = new Map<string, Token>();
@@ -102,6 +130,7 @@ export class StreamRecorder {
     this.channel = new MarketChannelClient(
       {
         url: config.polymarket.wsUrl,
+        protocol: MARKET_CHANNEL,
         maxAssetsPerConnection: s.maxAssetsPerConnection,
         pingMs: s.pingMs,
         stallMs: s.stallMs,
@@ -111,7 +140,7 @@ export class StreamRecorder {
       clock,
       log,
       {
-        message: (msg, recvTs) => this.message(msg, recvTs),
+        message: (msg, recvTs) => this.message(msg as ClobMarketMessage, recvTs),
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
       },
     );
@@ -170,9 +199,10 @@ export class StreamRecorder {
    * from. For a synced one it is a check: the same instant must hold the same book, and a REST
    * book newer than the stream's by more than the stall bound means the stream missed changes.
    */
-  rest(m: Market, summaries: (ClobBookSummary & { hash?: string })[], recvTs: number): void {
-    if (this.closed) return;
-    for (const s of summaries) {
+  rest(m: Market, poll: MarketPoll): void {
+    if (this.closed || poll.books instanceof UpstreamError) return;
+    const recvTs = poll.recvTs;
+    for (const s of poll.summaries ?? []) {
       const t = this.tokens.get(s.asset_id);
       if (!t || t.market.market_id !== m.market_id) continue;
       const ts = Number(s.timestamp);
@@ -240,10 +270,7 @@ export class StreamRecorder {
       quotes.push(q);
     }
     if (!changed) return;
-    const last = this.lastMetricTs.get(m.market_id) ?? -Infinity;
-    const at = ts > last ? ts : last + 1;
-    this.lastMetricTs.set(m.market_id, at);
-    this.sink.metrics(m, at, recvTs, quotes);
+    this.sink.metrics(m, advance(this.lastMetricTs, m.market_id, ts), recvTs, quotes);
   }
 
   private message(msg: ClobMarketMessage, recvTs: number): void {
@@ -413,13 +440,7 @@ export class StreamRecorder {
       });
     }
     if (!books.length) return;
-    const last = this.lastTs.get(m.market_id) ?? -Infinity;
-    let ts = exchangeTs;
-    if (ts <= last) {
-      ts = last + 1;
-      this.stats.nudged++;
-    }
-    this.lastTs.set(m.market_id, ts);
+    const ts = advance(this.lastTs, m.market_id, exchangeTs, this.stats);
     this.stats.rows += books.length;
     this.sink.books(m, ts, recvTs, books);
     // A book change may move the displayed price (the midpoint, or the last trade when the spread is wide).

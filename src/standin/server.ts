@@ -9,7 +9,9 @@ import type { Venue, Window } from '../config.js';
 import { SECOND } from '../time.js';
 import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD } from './sim.js';
 import { mulberry32 } from './orderbook.js';
-import { MarketChannel, type StreamFaults, clobSummary } from './stream.js';
+import { MarketChannel, clobSummary } from './stream.js';
+import type { StreamFaults } from './streamserver.js';
+import { WalletTopics } from './walletstream.js';
 
 export const WALLET_PREFIX = '/sapi/v1/w3w/wallet/prediction';
 
@@ -81,6 +83,8 @@ export class StandIn {
   readonly faults: Faults;
   /** Polymarket's WebSocket market channel, served on the same port. */
   readonly stream: MarketChannel;
+  /** The wallet venue's orderbook topics, served on the same port. */
+  readonly walletStream: WalletTopics;
   readonly stats: ServedStats = { requests: 0, faults: 0, books: { 'wallet-prediction': 0, polymarket: 0 } };
   private server: http.Server | null = null;
   private readonly sockets = new Set<import('node:net').Socket>();
@@ -98,6 +102,7 @@ export class StandIn {
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
     this.stream = new MarketChannel(this.sim, options.clock, mulberry32((options.seed ?? 1) + 1), options.streamFaults);
+    this.walletStream = new WalletTopics(this.sim, options.clock, mulberry32((options.seed ?? 1) + 2), options.streamFaults);
   }
 
   get url(): string {
@@ -108,7 +113,10 @@ export class StandIn {
 
   async start(port = 0, host = '127.0.0.1'): Promise<string> {
     this.server = http.createServer((req, res) => void this.handle(req, res));
-    this.stream.attach(this.server);
+    this.server.on('upgrade', (req, socket, head) => {
+      if (this.stream.upgrade(req, socket, head) || this.walletStream.upgrade(req, socket, head)) return;
+      socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+    });
     this.server.on('connection', (s) => {
       this.sockets.add(s);
       s.on('close', () => this.sockets.delete(s));
@@ -119,6 +127,7 @@ export class StandIn {
 
   async stop(): Promise<void> {
     this.stream.close();
+    this.walletStream.close();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
@@ -181,11 +190,13 @@ export class StandIn {
     const q = url.searchParams;
     const now = this.options.clock.now();
     if (p === '/_sim/clock') return { status: 200, body: { now } };
-    if (p === '/_sim/stats') return { status: 200, body: { ...this.stats, stream: this.stream.stats } };
+    if (p === '/_sim/stats')
+      return { status: 200, body: { ...this.stats, stream: this.stream.stats, walletStream: this.walletStream.stats } };
     if (p === '/_sim/faults' && method === 'POST') {
       const { stream, ...http } = JSON.parse(body || '{}');
       Object.assign(this.faults, http);
       Object.assign(this.stream.faults, stream ?? {});
+      Object.assign(this.walletStream.faults, stream ?? {});
       return { status: 200, body: { ...this.faults, stream: this.stream.faults } };
     }
     if (p.startsWith(WALLET_PREFIX)) {

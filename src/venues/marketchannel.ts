@@ -1,5 +1,6 @@
-// A client of Polymarket's market channel with the maintained `ws` library. It owns
-// connections only: bounded subscriptions per connection, PING heartbeats, and reconnects with
+// A client of the venues' book streams with the maintained `ws` library: Polymarket's market
+// channel and the wallet venue's orderbook topics, which differ only in how they subscribe,
+// beat and frame (a `StreamProtocol`). It owns connections only: bounded subscriptions per connection, PING heartbeats, and reconnects with
 // backoff and jitter. It notices a connection that stops delivering data while its heartbeat
 // still answers (the venue's known silent stall), and reports every span in which its assets
 // were not being heard, so the recorder can say so and re-fetch. What messages mean is the
@@ -7,18 +8,51 @@
 import WebSocket from 'ws';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
-import type { ClobMarketMessage } from './clob.js';
 
 export type LostReason = 'disconnected' | 'stream_stalled';
 
+/** How a venue's stream subscribes, beats and frames its data. */
+export interface StreamProtocol {
+  subscribe(assets: string[], initial: boolean): string;
+  /** Text heartbeat the client sends, and the server's answer (null: WebSocket ping frames). */
+  ping: string | null;
+  pong: string | null;
+  /** The data messages in one parsed frame (acknowledgements and the like are not data). */
+  unwrap(parsed: unknown): object[];
+}
+
+/** Polymarket's market channel: `assets_ids`, PING/PONG text, an array or one object per frame. */
+export const MARKET_CHANNEL: StreamProtocol = {
+  subscribe: (assets, initial) =>
+    JSON.stringify(initial ? { assets_ids: assets, type: 'market' } : { assets_ids: assets, operation: 'subscribe' }),
+  ping: 'PING',
+  pong: 'PONG',
+  unwrap: (parsed) =>
+    (Array.isArray(parsed) ? parsed : [parsed]).filter(
+      (m) => !!m && typeof m === 'object' && typeof (m as { event_type?: unknown }).event_type === 'string',
+    ),
+};
+
+/** The wallet venue's topics: Binance-style SUBSCRIBE by topic name, `{stream, data}` frames. */
+export const WALLET_TOPICS: StreamProtocol = {
+  subscribe: (topics) => JSON.stringify({ method: 'SUBSCRIBE', params: topics, id: Date.now() }),
+  ping: null,
+  pong: null,
+  unwrap: (parsed) => {
+    const m = parsed as { stream?: unknown; data?: unknown } | null;
+    return m && typeof m.stream === 'string' && m.data && typeof m.data === 'object' ? [m] : [];
+  },
+};
+
 export interface ChannelEvents {
-  message(msg: ClobMarketMessage, recvTs: number): void;
+  message(msg: object, recvTs: number): void;
   /** The connection serving `assets` is gone or silent: nothing after `since` (clock time) can be vouched for. */
   lost(assets: string[], reason: LostReason, since: number, detail: string): void;
 }
 
 export interface ChannelOptions {
   url: string;
+  protocol: StreamProtocol;
   maxAssetsPerConnection: number;
   /** Real milliseconds between PINGs (the venue asks for one every 10 s). */
   pingMs: number;
@@ -38,6 +72,8 @@ interface Connection {
   reconnect: NodeJS.Timeout | null;
   /** Set once a loss is reported, so a stall followed by the close reports one span. */
   lostReported: boolean;
+  /** Data has arrived since the connection opened. */
+  flowing: boolean;
 }
 
 export interface ChannelStats {
@@ -75,7 +111,7 @@ export class MarketChannelClient {
       }
       const batch = fresh.splice(0, this.options.maxAssetsPerConnection - conn.assets.size);
       for (const a of batch) conn.assets.add(a);
-      if (conn.socket?.readyState === WebSocket.OPEN) conn.socket.send(JSON.stringify({ assets_ids: batch, operation: 'subscribe' }));
+      if (conn.socket?.readyState === WebSocket.OPEN) conn.socket.send(this.options.protocol.subscribe(batch, false));
     }
   }
 
@@ -91,6 +127,12 @@ export class MarketChannelClient {
   healthy(asset: string): boolean {
     const conn = this.connections.find((c) => c.assets.has(asset));
     return !!conn && conn.socket?.readyState === WebSocket.OPEN && !conn.lostReported;
+  }
+
+  /** Whether `asset`'s connection is open and has delivered data since it opened (its subscription is in force). */
+  flowing(asset: string): boolean {
+    const conn = this.connections.find((c) => c.assets.has(asset));
+    return !!conn && this.healthy(asset) && conn.flowing;
   }
 
   /** Whether `asset`'s first connection is still being made or answered: its snapshot is on its way. */
@@ -114,6 +156,7 @@ export class MarketChannelClient {
       failures: 0,
       reconnect: null,
       lostReported: false,
+      flowing: false,
     };
     this.connections.push(conn);
     this.connect(conn);
@@ -128,12 +171,13 @@ export class MarketChannelClient {
       this.stats.connects++;
       conn.lastData = this.clock.now();
       conn.lostReported = false;
-      socket.send(JSON.stringify({ assets_ids: [...conn.assets], type: 'market' }));
+      conn.flowing = false;
+      socket.send(this.options.protocol.subscribe([...conn.assets], true));
     });
     socket.on('message', (data, isBinary) => {
       if (isBinary) return;
       const text = data.toString();
-      if (text === 'PONG') return; // a heartbeat proves the connection, not the data
+      if (text === this.options.protocol.pong) return; // a heartbeat proves the connection, not the data
       const recvTs = this.clock.now();
       let parsed: unknown;
       try {
@@ -142,15 +186,14 @@ export class MarketChannelClient {
         this.stats.malformed++;
         return;
       }
+      const messages = this.options.protocol.unwrap(parsed);
+      if (!messages.length) return;
       conn.lastData = recvTs;
       conn.failures = 0;
-      for (const msg of Array.isArray(parsed) ? parsed : [parsed]) {
-        if (!msg || typeof msg !== 'object' || typeof (msg as { event_type?: unknown }).event_type !== 'string') {
-          this.stats.malformed++;
-          continue;
-        }
+      conn.flowing = true;
+      for (const msg of messages) {
         this.stats.messages++;
-        this.events.message(msg as ClobMarketMessage, recvTs);
+        this.events.message(msg, recvTs);
       }
     });
     socket.on('error', (err) => {
@@ -185,7 +228,8 @@ export class MarketChannelClient {
   }
 
   private heartbeat(): void {
-    for (const conn of this.connections) if (conn.socket?.readyState === WebSocket.OPEN) conn.socket.send('PING');
+    const ping = this.options.protocol.ping;
+    for (const conn of this.connections) if (conn.socket?.readyState === WebSocket.OPEN) ping ? conn.socket.send(ping) : conn.socket.ping();
   }
 
   private watch(): void {
