@@ -103,6 +103,9 @@ Machine: ${os.cpus().length} x ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} G
 
 The end-to-end line is limited by the poll loop (one cycle of HTTP calls at a time per venue)
 and by how few markets are open at once (14); the writer's own rate is the first line.
+Peak RSS is the seal: DuckDB parses the hour's NDJSON (list columns) in memory before the
+sorted COPY. Since 2026-11-23 the stand-in's books move a level at a time (they were redrawn
+every second before), so consecutive rows repeat and compress far better than the old figure.
 `;
 await writeSection('## Capture', report);
 duck.close();

@@ -143,5 +143,11 @@ A separate process sends ${feed.changes.toLocaleString('en')} book changes (${fe
 | WebSocket JSON per change | ${(feed.bytes / feed.changes).toFixed(0)} B | |
 
 Sealed ${sealed.rows.toLocaleString('en')} rows in ${sealed.files} files. The seal figure is for the rows this run recorded, not yet an hour at the target rate.
+
+Where a change's time goes (CPU profile, 2026-11-23): formatting the changed book's row for the
+spool, the per-message SHA-1 over the whole book, JSON parsing, and garbage collection, which
+grows with the backlog the recorder leaves in the socket's buffers when it falls behind (the
+ingest RSS). Falling behind costs memory, not data: everything offered was recorded and verified.
+Not yet at the target: ingest and the seal's memory (it parses the NDJSON in memory, as above).
 `;
 await writeSection('## Streamed capture', report);
