@@ -46,7 +46,9 @@ if (!child) {
   // The driver: one process per offered load, so each peak RSS is its own.
   const results: Figures[] = [];
   for (const rate of RATES) {
-    const run = fork(new URL(import.meta.url), ['--rate', String(rate)], { execArgv: ['--import', 'tsx'] });
+    // BENCH_CPU_PROF=dir writes a CPU profile of each measured process there.
+    const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+    const run = fork(new URL(import.meta.url), ['--rate', String(rate)], { execArgv: ['--import', 'tsx', ...prof] });
     results.push(await new Promise<Figures>((resolve, reject) => run.once('message', (m) => resolve(m as Figures)).once('error', reject)));
     await new Promise((r) => run.once('exit', r));
     console.log(JSON.stringify(results.at(-1)));
