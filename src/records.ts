@@ -141,3 +141,26 @@ export function marketLakeRow(market: Market, ts: number): Record<string, unknow
   const { outcomes, venue: _venue, coin: _coin, window: _window, ...rest } = market;
   return { ts, ...rest, outcome_labels: outcomes.map((o) => o.label), outcome_token_ids: outcomes.map((o) => o.token_id) };
 }
+
+type Ladders = Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'>;
+
+/**
+ * The JSON of a book's four ladder arrays, kept per array set. Streamed capture writes a row per
+ * outcome on every change and the unchanged outcomes carry the very same arrays as their previous
+ * row, and a streamed book already holds each level's text: neither is formatted twice.
+ */
+const ladderTexts = new WeakMap<number[], { of: number[][]; json: string }>();
+
+export function ladderJson(b: Ladders): string {
+  const others = [b.bid_sizes, b.ask_prices, b.ask_sizes];
+  const cached = ladderTexts.get(b.bid_prices);
+  if (cached && cached.of.every((a, i) => a === others[i])) return cached.json;
+  const json = `"bid_prices":${JSON.stringify(b.bid_prices)},"bid_sizes":${JSON.stringify(b.bid_sizes)},"ask_prices":${JSON.stringify(b.ask_prices)},"ask_sizes":${JSON.stringify(b.ask_sizes)}`;
+  ladderTexts.set(b.bid_prices, { of: others, json });
+  return json;
+}
+
+/** Records the ladder JSON of arrays whose producer has their text already (it must equal `ladderJson`'s). */
+export function primeLadderJson(b: Ladders, json: string): void {
+  ladderTexts.set(b.bid_prices, { of: [b.bid_sizes, b.ask_prices, b.ask_sizes], json });
+}

@@ -25,11 +25,11 @@ import { type LostReason, MARKET_CHANNEL, MarketChannelClient } from '../venues/
 const MAX_PENDING = 10_000;
 
 /**
- * A market's next row time: `ts` (the venue's), or 1 ms past the market's previous row when it
- * would not advance it (counted in `nudged`), so a market's rows stay strictly ordered.
+ * A market's next row time: `ts` (the venue's), or 1 ms past the market's previous row (and past
+ * `after`) when it would not advance it (counted in `nudged`), so a market's rows stay strictly ordered.
  */
-export function advance(last: Map<string, number>, marketId: string, ts: number, stats?: { nudged: number }): number {
-  const previous = last.get(marketId) ?? -Infinity;
+export function advance(last: Map<string, number>, marketId: string, ts: number, stats?: { nudged: number }, after = -Infinity): number {
+  const previous = Math.max(last.get(marketId) ?? -Infinity, after);
   const at = ts > previous ? ts : previous + 1;
   if (at !== ts && stats) stats.nudged++;
   last.set(marketId, at);
@@ -270,7 +270,9 @@ export class StreamRecorder implements BookStream {
       quotes.push(q);
     }
     if (!changed) return;
-    this.sink.metrics(m, advance(this.lastMetricTs, m.market_id, ts), recvTs, quotes);
+    // A quote is of the newest recorded book: never stamped before it, and the next book comes after it.
+    const at = advance(this.lastMetricTs, m.market_id, Math.max(ts, this.lastTs.get(m.market_id) ?? -Infinity));
+    this.sink.metrics(m, at, recvTs, quotes);
   }
 
   private message(msg: ClobMarketMessage, recvTs: number): void {
@@ -440,7 +442,7 @@ export class StreamRecorder implements BookStream {
       });
     }
     if (!books.length) return;
-    const ts = advance(this.lastTs, m.market_id, exchangeTs, this.stats);
+    const ts = advance(this.lastTs, m.market_id, exchangeTs, this.stats, this.lastMetricTs.get(m.market_id));
     this.stats.rows += books.length;
     this.sink.books(m, ts, recvTs, books);
     // A book change may move the displayed price (the midpoint, or the last trade when the spread is wide).

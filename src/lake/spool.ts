@@ -5,7 +5,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import type { BookRow, Dataset, DatasetRows } from '../records.js';
+import { type BookRow, type Dataset, type DatasetRows, ladderJson } from '../records.js';
 import { listFiles } from './fsutil.js';
 import { type Partition, parsePartitionDir, partitionDir } from './layout.js';
 
@@ -27,23 +27,10 @@ export function newSegmentId(): string {
   return `${stamp}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-/**
- * Streamed capture writes a row per outcome on every change, and the outcomes that did not change
- * carry the very same ladder arrays as their previous row: their JSON is kept per array and reused,
- * so a change costs one ladder's number formatting, not every outcome's.
- */
-const ladderJson = new WeakMap<number[], { of: number[][]; json: string }>();
-
+/** A book row's NDJSON line, its ladders' JSON reused when the same arrays come again. */
 function bookLine(r: BookRow): string {
-  const arrays = [r.bid_sizes, r.ask_prices, r.ask_sizes];
-  let cached = ladderJson.get(r.bid_prices);
-  if (!cached || cached.of.some((a, i) => a !== arrays[i])) {
-    const json = `"bid_prices":${JSON.stringify(r.bid_prices)},"bid_sizes":${JSON.stringify(r.bid_sizes)},"ask_prices":${JSON.stringify(r.ask_prices)},"ask_sizes":${JSON.stringify(r.ask_sizes)}`;
-    cached = { of: arrays, json };
-    ladderJson.set(r.bid_prices, cached);
-  }
   const ex = r.exchange_ts === null ? 'null' : r.exchange_ts;
-  return `{"ts":${r.ts},"recv_ts":${r.recv_ts},"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)},"exchange_ts":${ex},${cached.json}}`;
+  return `{"ts":${r.ts},"recv_ts":${r.recv_ts},"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)},"exchange_ts":${ex},${ladderJson(r)}}`;
 }
 
 export class Spool {

@@ -1,6 +1,7 @@
 // The CLOB's book shapes shared by its REST and WebSocket answers, and the book hash a recorder
 // recomputes to prove its copy of a book equals the venue's.
 import { createHash } from 'node:crypto';
+import { primeLadderJson } from '../records.js';
 
 export interface ClobLevel {
   price: string;
@@ -134,6 +135,12 @@ export class LocalBook {
       ask_prices: asks.map((l) => l.p),
       ask_sizes: asks.map((l) => l.s),
     };
+    // Each level's number text was made when the level was set: the row's JSON is only joined here.
+    const list = (levels: Level[], key: 'pj' | 'sj') => levels.map((l) => l[key]).join(',');
+    primeLadderJson(
+      ladders,
+      `"bid_prices":[${list(bids, 'pj')}],"bid_sizes":[${list(bids, 'sj')}],"ask_prices":[${list(asks, 'pj')}],"ask_sizes":[${list(asks, 'sj')}]`,
+    );
     this.cached = { version: this.version, ladders };
     return ladders;
   }
@@ -153,8 +160,21 @@ interface Level {
   size: string;
   /** The level as the hash's canonical JSON writes it. */
   json: string;
+  /** Price and size as JSON numbers, for the lake's rows. */
+  pj: string;
+  sj: string;
 }
 
 function level(l: ClobLevel): Level {
-  return { p: Number(l.price), s: Number(l.size), price: l.price, size: l.size, json: JSON.stringify({ price: l.price, size: l.size }) };
+  const p = Number(l.price);
+  const s = Number(l.size);
+  return {
+    p,
+    s,
+    price: l.price,
+    size: l.size,
+    json: JSON.stringify({ price: l.price, size: l.size }),
+    pj: JSON.stringify(p),
+    sj: JSON.stringify(s),
+  };
 }
