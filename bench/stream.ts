@@ -204,6 +204,8 @@ Where a change's time goes (CPU profile, 2026-11-23): formatting the changed boo
 spool, the per-message SHA-1 over the whole book, JSON parsing, and garbage collection. Past
 what it sustains, the recorder falls behind, the backlog waits in memory (ingest RSS), and GC
 makes it slower still. Falling behind costs memory, not data: everything offered was recorded
-and verified. The seal parses the rows' NDJSON in memory, as in the section above.
+and verified. The seal parses the rows' NDJSON in memory, as in the section above. On this shared
+machine the knee moves between runs: 40,000/s was sustained once (39,457/s, 0.22 s backlog) and
+fell to 27,705/s in another run; 30,000/s held in every run but one.
 `;
 }
