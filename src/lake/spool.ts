@@ -35,7 +35,8 @@ function bookLine(r: BookRow): string {
 
 export class Spool {
   readonly segment = newSegmentId();
-  private readonly buffered = new Map<string, { partition: Partition; lines: string[] }>();
+  /** Lines as bytes: a second of streamed rows held as strings would be promoted and scanned by every GC. */
+  private readonly buffered = new Map<string, { partition: Partition; lines: Buffer[] }>();
   private readonly open = new Map<string, OpenPart & { part: number }>();
   private nextPart = 1;
   private flushing: Promise<number> = Promise.resolve(0);
@@ -54,9 +55,9 @@ export class Spool {
       this.buffered.set(key, entry);
     }
     for (const row of rows) {
-      const line = partition.dataset === 'books' ? bookLine(row as BookRow) : JSON.stringify(row);
+      const line = Buffer.from(`${partition.dataset === 'books' ? bookLine(row as BookRow) : JSON.stringify(row)}\n`);
       entry.lines.push(line);
-      this.pendingBytes += line.length + 1;
+      this.pendingBytes += line.length;
     }
     this.pendingRows += rows.length;
   }
@@ -94,11 +95,11 @@ export class Spool {
     try {
       for (const [key, { lines }] of batch) {
         const part = await this.partFor(key);
-        const text = lines.join('\n') + '\n';
+        const bytes = Buffer.concat(lines);
         const t = { key, part, written: 0 };
         touched.push(t);
-        t.written = (await part.handle.write(text)).bytesWritten;
-        if (t.written !== Buffer.byteLength(text)) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
+        t.written = (await part.handle.write(bytes)).bytesWritten;
+        if (t.written !== bytes.length) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
       }
       await Promise.all(touched.map((t) => t.part.handle.datasync()));
     } catch (err) {
