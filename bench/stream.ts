@@ -200,12 +200,12 @@ ${rows}
 
 Targets: at least 50,000 changes/s sustained (acknowledged equal to offered, backlog bounded); a seal of an hour at that rate under 500 MiB; at most 40 B on disk per change.
 
-Where a change's time goes (CPU profile, 2026-11-23): formatting the changed book's row for the
-spool, the per-message SHA-1 over the whole book, JSON parsing, and garbage collection. Past
+Where a change's time goes (CPU profile, 2026-11-23): garbage collection, the spool's lines and
+their flush, the per-message SHA-1 over the whole book, and JSON parsing. Past
 what it sustains, the recorder falls behind, the backlog waits in memory (ingest RSS), and GC
 makes it slower still. Falling behind costs memory, not data: everything offered was recorded
 and verified. The seal parses the rows' NDJSON in memory, as in the section above. On this shared
-machine the knee moves between runs: 40,000/s was sustained once (39,457/s, 0.22 s backlog) and
-fell to 27,705/s in another run; 30,000/s held in every run but one.
+machine the knee moves between runs: with the spool's pending lines held as bytes (2026-11-23),
+40,000/s gave 36,832-39,678/s and 50,000/s about 41,200/s; 30,000/s holds in every run.
 `;
 }
