@@ -19,7 +19,6 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { createLogger } from '../src/log.js';
-import { DAY } from '../src/time.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
 

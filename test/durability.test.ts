@@ -8,7 +8,7 @@ import { captureEnv, captureProcesses, processRig, exited, runFor, sleep, lakeTa
 
 const START = Date.parse('2026-07-26T12:57:00Z');
 const SPEED = 60;
-const { dir, clock, standin, url, duck, clockEnv } = await processRig(t, START, SPEED);
+const { dir, url, duck, clockEnv } = await processRig(t, START, SPEED);
 
 const env = captureEnv(dir, url, clockEnv, { LOG_LEVEL: 'warn' });
 

@@ -121,7 +121,7 @@ export class StreamRecorder implements BookStream {
 
   constructor(
     config: Config,
-    private readonly clock: Clock,
+    clock: Clock,
     private readonly log: Logger,
     private readonly sink: StreamSink,
   ) {

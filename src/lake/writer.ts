@@ -5,9 +5,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
-import { type Partition, SCHEMAS, SORT_KEYS, TIME_TYPE, isTime, partitionDir } from './layout.js';
+import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
 import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
-import type { Dataset } from '../records.js';
 import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
