@@ -9,7 +9,7 @@ import type { Venue, Window } from '../config.js';
 import { SECOND } from '../time.js';
 import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD } from './sim.js';
 import { mulberry32 } from './orderbook.js';
-import { MarketChannel, clobSummary } from './stream.js';
+import { MarketChannel, clobSummary, conditionId } from './stream.js';
 import type { StreamFaults } from './streamserver.js';
 import { WalletTopics } from './walletstream.js';
 
@@ -399,7 +399,7 @@ export class StandIn {
     return {
       id: this.sim.polymarketId(m),
       question: `${m.coin.toUpperCase()} Up or Down - ${et.slice(0, 16).replace('T', ' ')} UTC (${m.window})`,
-      conditionId: `0x${m.code.toString(16).padStart(64, 'a')}`,
+      conditionId: conditionId(m),
       slug: this.sim.slug(m),
       questionID: `0x${m.code.toString(16).padStart(64, 'f')}`,
       startDate: new Date(m.start - POLY_CREATE_LEAD + 615_861).toISOString(),
