@@ -228,6 +228,8 @@ async function streamRun(
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
   await capture.start();
   await new Promise((r) => setTimeout(r, seconds * 1000));
+  // A loaded machine may take its first seconds to discover: run on until books were recorded (at most 20 s more).
+  for (let waited = 0; capture.stats.books === 0 && waited < 20_000; waited += 250) await new Promise((r) => setTimeout(r, 250));
   await capture.stop();
   await standin.stop();
   await sealAll(duck, dir);
