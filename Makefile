@@ -81,6 +81,7 @@ query: install
 bench-capture: install
 	$(TSX) bench/capture.ts
 	$(TSX) bench/stream.ts
+	$(TSX) bench/seal.ts
 
 ## make bench-api: builds a 1-day and a 90-day lake (about 11 GB in $$TMPDIR, about 20 min; BENCH_ROOT=dir keeps them), then loads the API in fresh processes
 bench-api: install

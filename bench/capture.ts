@@ -7,14 +7,16 @@ import { writeSection } from './report.js';
 import { fill } from '../src/capture/fill.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
-import { sealDue } from '../src/lake/seal.js';
+import { sealDue, sealingDuck } from '../src/lake/seal.js';
+import { loadConfig } from '../src/config.js';
 import { Spool } from '../src/lake/spool.js';
 import type { BookRow } from '../src/records.js';
 import { Sim } from '../src/standin/sim.js';
 import { HOUR } from '../src/time.js';
 
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-capture-'));
-const duck = await Duck.open(1);
+// Capture's own DuckDB settings (memory_limit for a seal that streams), as jobs/capture.ts opens it.
+const duck = await Duck.open(1, sealingDuck(loadConfig({ DATA_DIR: dir })));
 const sim = new Sim(1, { 'wallet-prediction': ['btc'], polymarket: ['btc', 'eth', 'sol', 'xrp'] });
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
 const MARKETS = 100;
@@ -79,7 +81,6 @@ const parquetBytes = manifest.files[0].bytes;
 
 // 3. The whole capture path against the stand-in over HTTP (both venues, all coins).
 const fillDir = path.join(dir, 'fill');
-const { loadConfig } = await import('../src/config.js');
 const config = loadConfig({ DATA_DIR: fillDir, SPOOL_FLUSH_MS: '1000' });
 const t2 = performance.now();
 const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 300, start: HOUR0, until: HOUR0 + HOUR, pollMs: 1000 });
@@ -103,8 +104,8 @@ Machine: ${os.cpus().length} x ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} G
 
 The end-to-end line is limited by the poll loop (one cycle of HTTP calls at a time per venue)
 and by how few markets are open at once (14); the writer's own rate is the first line.
-Peak RSS is the seal: DuckDB parses the hour's NDJSON (list columns) in memory before the
-sorted COPY. Since 2026-11-23 the stand-in's books move a level at a time (they were redrawn
+Peak RSS includes simulating the books and the fill; the seal streams each market's sorted runs
+(see "Sealing an hour"). Since 2026-11-23 the stand-in's books move a level at a time (they were redrawn
 every second before), so consecutive rows repeat and compress far better than the old figure.
 `;
 await writeSection('## Capture', report);

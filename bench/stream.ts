@@ -12,7 +12,7 @@ import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
-import { sealDue } from '../src/lake/seal.js';
+import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import { type BookRow, type Market, type MetricRow, bareMarket } from '../src/records.js';
 import { writeSection } from './report.js';
@@ -146,7 +146,7 @@ recorder.close();
 await spool.close();
 worker.kill();
 
-const duck = await Duck.open(1);
+const duck = await Duck.open(1, sealingDuck(config));
 rssPeak.mb = 0;
 const sealStarted = performance.now();
 const sealed = await sealDue(duck, lakePaths(dir), FROM + 10 * 3_600_000, () => 0);
@@ -204,7 +204,7 @@ Where a change's time goes (CPU profile, 2026-11-23): garbage collection, the sp
 their flush, the per-message SHA-1 over the whole book, and JSON parsing. Past
 what it sustains, the recorder falls behind, the backlog waits in memory (ingest RSS), and GC
 makes it slower still. Falling behind costs memory, not data: everything offered was recorded
-and verified. The seal parses the rows' NDJSON in memory, as in the section above. On this shared
+and verified. The seal streams each market's sorted runs (see the next section). On this shared
 machine the knee moves between runs: with the spool's pending lines held as bytes (2026-11-23),
 40,000/s gave 36,832-39,678/s and 50,000/s about 41,200/s; 30,000/s holds in every run.
 `;

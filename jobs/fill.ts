@@ -2,6 +2,7 @@
 import { fill } from '../src/capture/fill.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
+import { sealingDuck } from '../src/lake/seal.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { acquireLock } from '../src/lake/lock.js';
@@ -17,7 +18,7 @@ if ((await listFiles(paths.lake, '.parquet')).length > 0 && !process.argv.includ
 const release = await acquireLock(config.dataDir, 'capture');
 const { hours, speed, pollMs } = config.fill;
 log.info({ hours, speed, seconds: Math.round((hours * 3600) / (speed - 1)) }, 'filling the lake from the stand-in');
-const duck = await Duck.open(1);
+const duck = await Duck.open(1, sealingDuck(config));
 const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs });
 log.info({ ...capture.stats, sealed }, 'fill done');
 duck.close();

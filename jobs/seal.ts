@@ -6,7 +6,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { acquireLock } from '../src/lake/lock.js';
 import { recoverSpool } from '../src/lake/spool.js';
-import { sealDue } from '../src/lake/seal.js';
+import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
@@ -14,7 +14,7 @@ const log = createLogger(config.logLevel, 'seal', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'capture');
 const paths = lakePaths(config.dataDir);
 await recoverSpool(paths.spool, 'none');
-const duck = await Duck.open(1);
+const duck = await Duck.open(1, sealingDuck(config));
 const all = process.argv.includes('--all');
 const now = all ? Number.MAX_SAFE_INTEGER / 2 : clockFrom(config.clock).now();
 const grace = (d: string) => (all ? 0 : d === 'markets' ? config.capture.marketsSealGraceMs : config.capture.sealGraceMs);

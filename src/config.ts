@@ -45,6 +45,8 @@ export interface Config {
     marketsSealGraceMs: number;
     /** While the disk refuses writes, rows stay in memory up to this; beyond, a `storage` gap. */
     spoolMaxBufferBytes: number;
+    /** DuckDB's memory_limit where hours are sealed: a seal streams, so this bounds it whatever the hour's size. */
+    sealMemoryLimit: string;
     /** Venues whose books are recorded from their WebSocket feeds, change by change (REST stays the fallback). */
     stream: {
       venues: Venue[];
@@ -241,6 +243,7 @@ export function loadConfig(env: Env = process.env): Config {
       sealGraceMs: int(env, 'SEAL_GRACE_MS', 30_000, 0, 3_600_000),
       marketsSealGraceMs: int(env, 'MARKETS_SEAL_GRACE_MS', 3_600_000, 0, 86_400_000),
       spoolMaxBufferBytes: int(env, 'SPOOL_MAX_BUFFER_MB', 256, 1, 65_536) * 1024 * 1024,
+      sealMemoryLimit: memory(env, 'SEAL_MEMORY_LIMIT', '256MB'),
       stream: {
         venues: env.CAPTURE_STREAM === 'none' ? [] : list(env, 'CAPTURE_STREAM', VENUES, VENUES),
         maxAssetsPerConnection: int(env, 'STREAM_MAX_ASSETS', 500, 1, 500),

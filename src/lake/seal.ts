@@ -1,8 +1,18 @@
 // Seals finished hours: every spool part of a partition whose hour (plus a grace for late
 // rows) is over becomes one sorted Parquet file. Re-running after a crash at any step is
 // safe: parts already named in the manifest are not written again, only removed.
+// Books and metrics are spooled as sorted runs of one market each, so their file is the runs
+// concatenated in order and streamed through DuckDB with memory bounded by its memory_limit;
+// sorting an hour instead holds all of it in memory (2M book rows: 3 GB, and DuckDB's sort
+// does not stay within a memory_limit of a few hundred MB). Runs of one market that overlap
+// are merged line by line first. Other parts (small datasets, spools of older versions) are
+// sorted by DuckDB.
+import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
+import { once } from 'node:events';
+import readline from 'node:readline';
 import path from 'node:path';
+import type { Config } from '../config.js';
 import type { Dataset } from '../records.js';
 import { HOUR } from '../time.js';
 import type { Duck } from './duckdb.js';
@@ -10,9 +20,23 @@ import { pruneEmptyDirs, shortHash } from './fsutil.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
 import { ensureGapsDataset } from './migrate.js';
-import { type Spool, type SpoolPart, listSpool } from './spool.js';
+import { RUN_DATASETS, type Spool, type SpoolPart, listSpool } from './spool.js';
 import { commitFiles, writeParquet } from './writer.js';
 import { spoolSource } from './sql.js';
+
+/**
+ * DuckDB settings of a process that seals: its memory bounded, spilling (if ever) beside the
+ * lake. One thread: with two, DuckDB reads two runs at once and holds the later one in memory
+ * until the earlier is written, so memory grows with the largest run (3M rows in 10 runs:
+ * out of memory at 256MB with two threads, 191 MiB peak with one).
+ */
+export function sealingDuck(config: Pick<Config, 'dataDir' | 'capture'>): Record<string, string> {
+  return {
+    memory_limit: config.capture.sealMemoryLimit,
+    temp_directory: path.join(config.dataDir, 'state', 'duckdb-tmp'),
+    threads: '1',
+  };
+}
 
 export interface SealReport {
   partitions: number;
@@ -36,6 +60,9 @@ export async function sealDue(duck: Duck, paths: LakePaths, now: number, grace: 
     groups.set(key, [...(groups.get(key) ?? []), part]);
   }
   const report: SealReport = { partitions: 0, files: 0, rows: 0 };
+  await fs.rm(stagingDir(paths), { recursive: true, force: true });
+  // DuckDB creates its temp_directory (sealingDuck) when it first spills, but not its parent.
+  await fs.mkdir(paths.state, { recursive: true });
   for (const group of groups.values()) {
     const rows = await sealPartition(duck, paths, group);
     report.partitions += 1;
@@ -59,18 +86,112 @@ async function sealPartition(duck: Duck, paths: LakePaths, group: SpoolPart[]): 
   if (fresh.length > 0) {
     const sources = fresh.map((p) => p.source).sort();
     const name = `part-${shortHash(sources.join(','))}.parquet`;
-    const source = spoolSource(
-      partition.dataset,
-      fresh.map((p) => p.file),
-      false,
-    );
-    const entry = await writeParquet(duck, paths.lake, partition, name, source, sources);
+    const staging = path.join(stagingDir(paths), name);
+    const runs = await runsInOrder(fresh, staging);
+    const source = spoolSource(partition.dataset, runs?.files ?? fresh.map((p) => p.file), false);
+    const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, { sorted: runs !== null });
     await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
     rows = entry.rows;
+    await fs.rm(staging, { recursive: true, force: true });
   }
   for (const part of group) {
     await fs.rm(part.file, { force: true });
     await pruneEmptyDirs(path.dirname(part.file), paths.spool);
   }
   return rows;
+}
+
+function stagingDir(paths: LakePaths): string {
+  return path.join(paths.state, 'seal');
+}
+
+/** A row's place inside its market's run: the sort keys after market_id. */
+type RunKey = readonly [ts: number, outcome: number];
+
+function keyOf(line: string): RunKey {
+  const row = JSON.parse(line) as { ts: number; outcome_index: number };
+  return [row.ts, row.outcome_index];
+}
+
+function before(a: RunKey, b: RunKey): boolean {
+  return a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+}
+
+/**
+ * The files whose concatenation is the partition in sealed order, or null when the parts are
+ * not all one-market runs. Overlapping runs of a market are merged into a staged file under
+ * `staging`; `staged` says whether one was made.
+ */
+export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<{ files: string[]; staged: boolean } | null> {
+  if (!RUN_DATASETS.has(parts[0].partition.dataset) || parts.some((p) => p.market === undefined)) return null;
+  const byMarket = new Map<string, { file: string; first: RunKey; last: RunKey }[]>();
+  for (const part of parts) {
+    const [first, last] = await edgeLines(part.file);
+    const runs = byMarket.get(part.market!) ?? [];
+    runs.push({ file: part.file, first: keyOf(first), last: keyOf(last) });
+    byMarket.set(part.market!, runs);
+  }
+  // DuckDB orders VARCHAR by bytes: so must the markets here.
+  const markets = [...byMarket.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  const files: string[] = [];
+  let staged = false;
+  for (const [i, market] of markets.entries()) {
+    const runs = byMarket.get(market)!.sort((a, b) => (before(a.first, b.first) ? -1 : before(b.first, a.first) ? 1 : 0));
+    if (runs.every((r, j) => j === 0 || !before(r.first, runs[j - 1].last))) {
+      files.push(...runs.map((r) => r.file));
+      continue;
+    }
+    const file = path.join(staging, `${i}.ndjson`);
+    await mergeRuns(
+      runs.map((r) => r.file),
+      file,
+    );
+    files.push(file);
+    staged = true;
+  }
+  return { files, staged };
+}
+
+/** The first and last line of a non-empty file of whole lines. */
+async function edgeLines(file: string): Promise<[string, string]> {
+  const text = async (from: number, length: number, handle: fs.FileHandle) => {
+    const { buffer, bytesRead } = await handle.read(Buffer.alloc(length), 0, length, from);
+    return buffer.subarray(0, bytesRead).toString('utf8');
+  };
+  const handle = await fs.open(file, 'r');
+  try {
+    const size = (await handle.stat()).size;
+    for (let window = 64 * 1024; ; window *= 4) {
+      const head = await text(0, Math.min(window, size), handle);
+      const tail = await text(Math.max(0, size - window), Math.min(window, size), handle);
+      const firstEnd = head.indexOf('\n');
+      const lastStart = tail.lastIndexOf('\n', tail.length - 2);
+      if (firstEnd < 0 && window >= size) throw new Error(`spool part without a whole line: ${file}`);
+      if (firstEnd >= 0 && (lastStart >= 0 || window >= size)) return [head.slice(0, firstEnd), tail.slice(lastStart + 1, -1)];
+    }
+  } finally {
+    await handle.close();
+  }
+}
+
+/** Merges sorted runs line by line into `to`: memory is a line per run, whatever their size. */
+async function mergeRuns(files: string[], to: string): Promise<void> {
+  await fs.mkdir(path.dirname(to), { recursive: true });
+  const readers = files.map((f) => readline.createInterface({ input: createReadStream(f), crlfDelay: Infinity })[Symbol.asyncIterator]());
+  const heads: ({ line: string; key: RunKey } | null)[] = [];
+  const advance = async (i: number) => {
+    const next = await readers[i].next();
+    heads[i] = next.done ? null : { line: next.value, key: keyOf(next.value) };
+  };
+  for (let i = 0; i < readers.length; i++) await advance(i);
+  const out = createWriteStream(to);
+  for (;;) {
+    let min = -1;
+    for (let i = 0; i < heads.length; i++) if (heads[i] && (min < 0 || before(heads[i]!.key, heads[min]!.key))) min = i;
+    if (min < 0) break;
+    if (!out.write(`${heads[min]!.line}\n`)) await once(out, 'drain');
+    await advance(min);
+  }
+  out.end();
+  await once(out, 'finish');
 }

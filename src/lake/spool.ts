@@ -2,6 +2,9 @@
 // at most what arrived since the last flush (one flush interval). Each process writes its own
 // segment directory, and within it a partition's rows go to numbered part files, so a part
 // is sealed exactly once and never appended to afterwards.
+// Books and metrics go to a part per market, and a part only ever holds rows in the sealed
+// files' order (a row that would go back starts a new part): sealing then concatenates parts
+// instead of sorting an hour in memory (see seal.ts).
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
@@ -14,13 +17,42 @@ export interface SpoolPart {
   source: string;
   file: string;
   partition: Partition;
+  /** The one market of a sorted run (see RUN_DATASETS); absent for parts that may hold any order. */
+  market?: string;
 }
+
+/** Datasets spooled as sorted runs of one market each: the ones with a row per change. */
+export const RUN_DATASETS: ReadonlySet<Dataset> = new Set(['books', 'metrics']);
 
 interface OpenPart {
   handle: FileHandle;
   /** Bytes acknowledged in the file: a failed write is cut back to this. */
   size: number;
+  /** Relative to the spool directory. */
+  rel: string;
+  partition: Partition;
 }
+
+/** Where a run's rows go: one market of one partition, a new generation whenever order breaks. */
+interface Run {
+  partition: Partition;
+  generation: number;
+  lastTs: number;
+  lastOutcome: number;
+}
+
+interface Pending {
+  partition: Partition;
+  market: string | null;
+  lines: Buffer[];
+}
+
+/** Market ids as file name text: base64url keeps any id a single safe name token. */
+export function marketToken(market: string): string {
+  return Buffer.from(market, 'utf8').toString('base64url');
+}
+
+const PART_NAME = /^(\d+)(?:\.([A-Za-z0-9_-]*))?\.ndjson$/;
 
 export function newSegmentId(): string {
   const stamp = new Date().toISOString().replace(/[-:.TZ]/g, '');
@@ -36,8 +68,11 @@ function bookLine(r: BookRow): string {
 export class Spool {
   readonly segment = newSegmentId();
   /** Lines as bytes: a second of streamed rows held as strings would be promoted and scanned by every GC. */
-  private readonly buffered = new Map<string, { partition: Partition; lines: Buffer[] }>();
-  private readonly open = new Map<string, OpenPart & { part: number }>();
+  private readonly buffered = new Map<string, Pending>();
+  private readonly open = new Map<string, OpenPart>();
+  private readonly runs = new Map<string, Run>();
+  /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
+  private readonly retired = new Set<string>();
   private nextPart = 1;
   private flushing: Promise<number> = Promise.resolve(0);
   private pendingRows = 0;
@@ -48,18 +83,37 @@ export class Spool {
 
   append<D extends Dataset>(partition: Partition & { dataset: D }, rows: readonly DatasetRows[D][]): void {
     if (rows.length === 0) return;
-    const key = partitionDir(partition);
-    let entry = this.buffered.get(key);
-    if (!entry) {
-      entry = { partition, lines: [] };
-      this.buffered.set(key, entry);
-    }
+    const dir = partitionDir(partition);
+    const byMarket = RUN_DATASETS.has(partition.dataset);
     for (const row of rows) {
       const line = Buffer.from(`${partition.dataset === 'books' ? bookLine(row as BookRow) : JSON.stringify(row)}\n`);
+      const market = byMarket ? (row as { market_id: string }).market_id : null;
+      const key = byMarket ? this.runKey(dir, partition, market!, row as { ts: number; outcome_index: number }) : dir;
+      let entry = this.buffered.get(key);
+      if (!entry) {
+        entry = { partition, market, lines: [] };
+        this.buffered.set(key, entry);
+      }
       entry.lines.push(line);
       this.pendingBytes += line.length;
     }
     this.pendingRows += rows.length;
+  }
+
+  /** The buffer key of a market's current run, after moving to a new run if `row` would go back. */
+  private runKey(dir: string, partition: Partition, market: string, row: { ts: number; outcome_index: number }): string {
+    const id = `${dir}/${market}`;
+    let run = this.runs.get(id);
+    if (!run) {
+      run = { partition, generation: 0, lastTs: -Infinity, lastOutcome: -Infinity };
+      this.runs.set(id, run);
+    } else if (row.ts < run.lastTs || (row.ts === run.lastTs && row.outcome_index < run.lastOutcome)) {
+      this.retired.add(`${id}#${run.generation}`);
+      run.generation++;
+    }
+    run.lastTs = row.ts;
+    run.lastOutcome = row.outcome_index;
+    return `${id}#${run.generation}`;
   }
 
   /** Rows appended but not yet acknowledged (more than one flush's worth while the disk fails). */
@@ -93,8 +147,9 @@ export class Spool {
     this.pendingBytes = 0;
     const touched: { key: string; part: OpenPart; written: number }[] = [];
     try {
-      for (const [key, { lines }] of batch) {
-        const part = await this.partFor(key);
+      for (const [key, pending] of batch) {
+        const part = await this.partFor(key, pending);
+        const { lines } = pending;
         const bytes = Buffer.concat(lines);
         const t = { key, part, written: 0 };
         touched.push(t);
@@ -106,7 +161,7 @@ export class Spool {
       await this.rewind(touched);
       for (const [key, entry] of batch) {
         const newer = this.buffered.get(key);
-        this.buffered.set(key, { partition: entry.partition, lines: newer ? entry.lines.concat(newer.lines) : entry.lines });
+        this.buffered.set(key, { ...entry, lines: newer ? entry.lines.concat(newer.lines) : entry.lines });
       }
       this.pendingRows += rows;
       this.pendingBytes += bytes;
@@ -114,7 +169,19 @@ export class Spool {
     }
     for (const t of touched) t.part.size += t.written;
     this.acknowledged += rows;
+    await this.closeRetired();
     return rows;
+  }
+
+  private async closeRetired(): Promise<void> {
+    for (const key of this.retired) {
+      if (this.buffered.has(key)) continue;
+      this.retired.delete(key);
+      const part = this.open.get(key);
+      if (!part) continue;
+      this.open.delete(key);
+      await part.handle.close();
+    }
   }
 
   /** Cuts parts back to what was acknowledged; a part that cannot be cut is closed, and later rows go to a new part. */
@@ -129,13 +196,15 @@ export class Spool {
     }
   }
 
-  private async partFor(key: string): Promise<OpenPart & { part: number }> {
+  private async partFor(key: string, pending: Pending): Promise<OpenPart> {
     const existing = this.open.get(key);
     if (existing) return existing;
-    const part = this.nextPart++;
-    const file = path.join(this.dir, this.segment, key, `${String(part).padStart(6, '0')}.ndjson`);
+    const number = String(this.nextPart++).padStart(6, '0');
+    const name = pending.market === null ? `${number}.ndjson` : `${number}.${marketToken(pending.market)}.ndjson`;
+    const rel = path.join(this.segment, partitionDir(pending.partition), name);
+    const file = path.join(this.dir, rel);
     await fs.mkdir(path.dirname(file), { recursive: true });
-    const opened = { handle: await fs.open(file, 'a'), part, size: 0 };
+    const opened = { handle: await fs.open(file, 'a'), size: 0, rel, partition: pending.partition };
     this.open.set(key, opened);
     return opened;
   }
@@ -144,25 +213,25 @@ export class Spool {
   async release(due: (p: Partition) => boolean): Promise<void> {
     await this.flush();
     for (const [key, part] of [...this.open.entries()]) {
-      const partition = parsePartitionDir(key);
-      if (partition && due(partition)) {
+      if (due(part.partition)) {
         this.open.delete(key);
         await part.handle.close();
       }
     }
+    for (const [id, run] of [...this.runs.entries()]) if (due(run.partition)) this.runs.delete(id);
   }
 
   async close(): Promise<void> {
     await this.flush();
     for (const part of this.open.values()) await part.handle.close();
     this.open.clear();
+    this.runs.clear();
+    this.retired.clear();
   }
 
   /** Parts that may be sealed: every part of other segments, and this one's released parts. */
   async sealable(): Promise<SpoolPart[]> {
-    const openFiles = new Set(
-      [...this.open.entries()].map(([key, p]) => `${this.segment}/${key}/${String(p.part).padStart(6, '0')}.ndjson`),
-    );
+    const openFiles = new Set([...this.open.values()].map((p) => p.rel));
     return (await listSpool(this.dir)).filter((p) => !openFiles.has(path.relative(this.dir, p.file)));
   }
 }
@@ -174,8 +243,11 @@ export async function listSpool(dir: string): Promise<SpoolPart[]> {
     const segment = segments[0];
     const name = segments[segments.length - 1];
     const partition = parsePartitionDir(segments.slice(1, -1).join('/'));
-    if (!partition) continue;
-    parts.push({ source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(dir, rel), partition });
+    const m = PART_NAME.exec(name);
+    if (!partition || !m) continue;
+    const part: SpoolPart = { source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(dir, rel), partition };
+    if (m[2] !== undefined && RUN_DATASETS.has(partition.dataset)) part.market = Buffer.from(m[2], 'base64url').toString('utf8');
+    parts.push(part);
   }
   return parts;
 }

@@ -26,6 +26,7 @@ export async function writeParquet(
   name: string,
   source: string,
   sources: string[],
+  { sorted = false }: { sorted?: boolean } = {},
 ): Promise<ManifestFile> {
   const dir = path.join(lakeDir, partitionDir(p));
   await fs.mkdir(dir, { recursive: true });
@@ -34,11 +35,11 @@ export async function writeParquet(
   const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
   // Every file gets exactly the dataset's columns and types, whatever the source produced.
   const columns = SCHEMAS[p.dataset].map((c) => `CAST("${c.name}" AS ${c.type}) AS "${c.name}"`).join(', ');
+  // A source already in order is streamed: DuckDB keeps the order of the files listed and of
+  // their rows (preserve_insertion_order, on by default), and holds a few row groups at a time.
+  const query = sorted ? `SELECT ${columns} FROM ${source}` : `SELECT ${columns} FROM ${source} ORDER BY ${order}`;
   try {
-    await duck.run(
-      `COPY (SELECT ${columns} FROM ${source} ORDER BY ${order}) TO ${sqlPath(tmp)} ` +
-        `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`,
-    );
+    await duck.run(`COPY (${query}) TO ${sqlPath(tmp)} ` + `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`);
     await fsyncFile(tmp);
   } catch (err) {
     // A full disk leaves a partial file: it must not hold the space the retry needs.

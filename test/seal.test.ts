@@ -1,0 +1,167 @@
+// Sealing by runs: books and metrics are spooled as sorted runs of one market, and a seal
+// concatenates them in order instead of sorting the hour. These tests write through the real
+// spool, seal with the real writer, and read the Parquet file back in its stored row order.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
+import { readManifest } from '../src/lake/manifest.js';
+import { runsInOrder, sealDue, sealingDuck } from '../src/lake/seal.js';
+import { Spool, listSpool } from '../src/lake/spool.js';
+import { sqlPath } from '../src/lake/sql.js';
+import type { BookRow } from '../src/records.js';
+import { HOUR } from '../src/time.js';
+import { testConfig } from './helpers.js';
+
+const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
+const books = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);
+
+function book(market: string, ts: number, outcome: 0 | 1, size: number): BookRow {
+  return {
+    ts,
+    recv_ts: ts + 5,
+    market_id: market,
+    token_id: `${market}-${outcome}`,
+    outcome_index: outcome,
+    outcome: outcome ? 'Down' : 'Up',
+    exchange_ts: ts - 2,
+    bid_prices: [0.49, 0.48],
+    bid_sizes: [size, 10],
+    ask_prices: [0.51],
+    ask_sizes: [size + 1],
+  };
+}
+
+type Stored = { market_id: string; ts: number; outcome_index: number; size: number };
+
+/** The sealed rows in the order the file stores them. */
+async function stored(duck: Duck, dir: string): Promise<Stored[]> {
+  const manifest = await readManifest(lakePaths(dir).manifest, books);
+  if (manifest.files.length !== 1) throw new Error(`${manifest.files.length} sealed files`);
+  const file = path.join(lakePaths(dir).lake, partitionDir(books), manifest.files[0].name);
+  const rows = await duck.rows(
+    `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM read_parquet(${sqlPath(file)}, file_row_number = true) ORDER BY file_row_number`,
+  );
+  return rows.map((r) => ({
+    market_id: String(r.market_id),
+    ts: Number(r.ts),
+    outcome_index: Number(r.outcome_index),
+    size: Number(r.size),
+  }));
+}
+
+function sortedAsDuckDB(rows: Stored[]): Stored[] {
+  return [...rows].sort(
+    (a, b) => Buffer.compare(Buffer.from(a.market_id), Buffer.from(b.market_id)) || a.ts - b.ts || a.outcome_index - b.outcome_index,
+  );
+}
+
+t.test('each market gets parts of its own, and a row that goes back starts a new part', async (t) => {
+  const dir = t.testdir();
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(books, [book('m1', HOUR0 + 1000, 0, 1), book('m2', HOUR0 + 1000, 0, 2), book('m1', HOUR0 + 1000, 1, 3)]);
+  await spool.flush();
+  spool.append(books, [book('m1', HOUR0 + 2000, 0, 4), book('m1', HOUR0 + 1500, 0, 5), book('m1', HOUR0 + 1600, 1, 6)]);
+  await spool.close();
+  const parts = (await listSpool(lakePaths(dir).spool)).sort((a, b) => a.source.localeCompare(b.source));
+  t.same(
+    parts.map((p) => p.market),
+    ['m1', 'm2', 'm1'],
+    'm1 broke order once: two runs; m2 one',
+  );
+  const lines = await Promise.all(parts.map(async (p) => (await fs.readFile(p.file, 'utf8')).trim().split('\n').length));
+  t.same(lines, [3, 1, 2]);
+  const runs = await runsInOrder(parts, path.join(dir, 'staging'));
+  t.ok(runs?.staged, 'the overlapping runs of m1 are merged into a staged file');
+});
+
+t.test('a seal concatenates runs in sealed order: markets by bytes, overlapping runs merged, restarts included', async (t) => {
+  const dir = t.testdir();
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const appended: Stored[] = [];
+  const add = (spool: Spool, rows: BookRow[]) => {
+    spool.append(books, rows);
+    for (const r of rows) appended.push({ market_id: r.market_id, ts: r.ts, outcome_index: r.outcome_index, size: r.bid_sizes[0] });
+  };
+  // Market ids whose byte order differs from their order in UTF-16 and in insertion.
+  const markets = ['b', 'a', '\uff21', '\ud83d\ude00', 'Z', '0x9f'];
+  const first = new Spool(lakePaths(dir).spool);
+  let size = 0;
+  for (let s = 0; s < 300; s++)
+    for (const m of markets) add(first, [book(m, HOUR0 + s * 1000, 0, ++size), book(m, HOUR0 + s * 1000, 1, ++size)]);
+  // A late REST row for one market, stamped before the rows already spooled: a second run.
+  add(first, [book('a', HOUR0 + 150_500, 0, ++size)]);
+  for (let s = 300; s < 310; s++) add(first, [book('a', HOUR0 + s * 1000, 0, ++size)]);
+  await first.close();
+  // A restarted process (another segment) whose rows overlap the first's for one market and follow them for another.
+  const second = new Spool(lakePaths(dir).spool);
+  add(second, [book('b', HOUR0 + 100_200, 1, ++size), book('Z', HOUR0 + 400_000, 0, ++size)]);
+  await second.close();
+
+  const report = await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  t.equal(report.rows, appended.length);
+  const rows = await stored(duck, dir);
+  t.same(rows, sortedAsDuckDB(appended), 'every row once, in (market_id, ts, outcome_index) order as stored');
+  const [check] = await duck.rows(
+    `SELECT count(*) FILTER (WHERE k < pk)::INTEGER AS back FROM (SELECT (market_id, ts, outcome_index) AS k, lag((market_id, ts, outcome_index)) OVER (ORDER BY file_row_number) AS pk FROM read_parquet(${sqlPath(path.join(lakePaths(dir).lake, partitionDir(books), '*.parquet'))}, file_row_number = true))`,
+  );
+  t.equal(check.back, 0, 'DuckDB agrees the file is in its own order');
+  t.same(await listSpool(lakePaths(dir).spool), [], 'the spool is empty');
+  t.same(await fs.readdir(path.join(lakePaths(dir).state, 'seal')).catch(() => []), [], 'staged merges are removed');
+});
+
+t.test('parts of an earlier version (any markets, any order) are sorted as before', async (t) => {
+  const dir = t.testdir();
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const rows = [book('m2', HOUR0 + 5000, 0, 1), book('m1', HOUR0 + 9000, 1, 2), book('m1', HOUR0 + 3000, 0, 3)];
+  const legacy = path.join(lakePaths(dir).spool, 'old-seg', partitionDir(books), '000001.ndjson');
+  await fs.mkdir(path.dirname(legacy), { recursive: true });
+  await fs.writeFile(legacy, rows.map((r) => `${JSON.stringify(r)}\n`).join(''));
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(books, [book('m1', HOUR0 + 4000, 0, 4)]);
+  await spool.close();
+  t.equal(await runsInOrder(await listSpool(lakePaths(dir).spool), path.join(dir, 'staging')), null, 'not all runs: sorted');
+  await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  t.same(
+    (await stored(duck, dir)).map((r) => r.size),
+    [3, 4, 2, 1],
+  );
+});
+
+t.test('an hour larger than the memory limit seals with capture’s settings, because it streams', async (t) => {
+  const dir = t.testdir();
+  const spool = new Spool(lakePaths(dir).spool);
+  const ladder = Array.from({ length: 40 }, (_, i) => 100 + i);
+  let rows = 0;
+  // Five changes a second for an hour.
+  for (let i = 0; i < 18_000; i++) {
+    const batch: BookRow[] = [];
+    for (let m = 0; m < 4; m++)
+      for (const o of [0, 1] as const) {
+        const r = book(`m${m}`, HOUR0 + i * 200, o, i);
+        batch.push({ ...r, bid_prices: ladder, bid_sizes: ladder.map((x) => x + i + m), ask_prices: ladder, ask_sizes: ladder });
+      }
+    spool.append(books, batch);
+    rows += batch.length;
+    if (i % 500 === 0) await spool.flush();
+  }
+  await spool.close();
+  const bytes = (await Promise.all((await listSpool(lakePaths(dir).spool)).map(async (p) => (await fs.stat(p.file)).size))).reduce(
+    (a, b) => a + b,
+  );
+  t.ok(bytes > 96 * 2 ** 20, `spooled ${(bytes / 2 ** 20).toFixed(0)} MiB of rows, more than the limit of 96 MB`);
+  // Few markets, so each run is large: two DuckDB threads would hold a whole run in memory.
+  const duck = await Duck.open(1, sealingDuck(testConfig(dir, { SEAL_MEMORY_LIMIT: '96MB' })));
+  t.teardown(() => duck.close());
+  const report = await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  t.equal(report.rows, rows);
+  const out = await stored(duck, dir);
+  t.equal(out.length, rows);
+  t.ok(
+    out.every((r, i) => i === 0 || sortedAsDuckDB([out[i - 1], r])[0] === out[i - 1]),
+    'in order',
+  );
+});
