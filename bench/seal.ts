@@ -10,8 +10,7 @@ import { writeSection } from './report.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
-import { sealDue, sealingDuck } from '../src/lake/seal.js';
-import { ROW_GROUP_SIZE } from '../src/lake/writer.js';
+import { FILE_SPOOL_BYTES, sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
@@ -22,6 +21,7 @@ const LEVELS = 15;
 
 interface Figures {
   rows: number;
+  files: number;
   spoolBytes: number;
   seconds: number;
   peakRss: number;
@@ -89,8 +89,9 @@ if (process.argv[2] === 'spool') {
   for (const f of await fs.readdir(path.join(dir, 'lake', 'books'), { recursive: true }))
     if (String(f).endsWith('.parquet')) parquetBytes += (await fs.stat(path.join(dir, 'lake', 'books', String(f)))).size;
   duck.close();
-  process.send!({ rows: report.rows, seconds, peakRss: hwm, parquetBytes, memoryLimit: config.capture.sealMemoryLimit }, () =>
-    process.exit(0),
+  process.send!(
+    { rows: report.rows, files: report.files, seconds, peakRss: hwm, parquetBytes, memoryLimit: config.capture.sealMemoryLimit },
+    () => process.exit(0),
   );
 } else {
   const sizes = (process.env.BENCH_SEAL_ROWS ?? '1000000,3000000,9000000').split(',').map(Number);
@@ -111,10 +112,9 @@ if (process.argv[2] === 'spool') {
   const table = results
     .map(
       (r) =>
-        `| ${n(r.rows)} | ${(r.spoolBytes / 2 ** 30).toFixed(2)} GiB | ${r.seconds.toFixed(1)} s (${n(r.rows / r.seconds)} rows/s) | ${r.peakRss.toFixed(0)} MiB | ${(r.parquetBytes / r.rows).toFixed(1)} B |`,
+        `| ${n(r.rows)} | ${(r.spoolBytes / 2 ** 30).toFixed(2)} GiB | ${r.files} | ${r.seconds.toFixed(1)} s (${n(r.rows / r.seconds)} rows/s) | ${r.peakRss.toFixed(0)} MiB | ${(r.parquetBytes / r.rows).toFixed(1)} B |`,
     )
     .join('\n');
-  const first = results[0];
   const last = results.at(-1)!;
   const hourRows = 50_000 * 2 * 3600;
   await writeSection(
@@ -126,15 +126,16 @@ One hour of book rows of ${MARKETS} markets (a row per outcome, ${LEVELS} levels
 real spool, then sealed by \`sealDue\` in a fresh process with capture's DuckDB settings (memory_limit ${last.memoryLimit},
 \`SEAL_MEMORY_LIMIT\`). Peak RSS is the process's VmHWM.
 
-| rows in the hour | spool | seal | peak RSS | Parquet per row |
-|---|---|---|---|---|
+| rows in the hour | spool | files | seal | peak RSS | Parquet per row |
+|---|---|---|---|---|---|
 ${table}
 
 An hour at 50,000 changes/s is ${n(hourRows)} rows: about ${((hourRows * (last.spoolBytes / last.rows)) / 2 ** 30).toFixed(0)} GiB of spool at these rows'
-size, more than this machine's free disk, so it is not sealed here. What grows with the hour: the peak by
-${(((last.peakRss - first.peakRss) / (last.rows - first.rows)) * 1e6).toFixed(1)} MiB per million rows (about ${(((last.peakRss - first.peakRss) / (last.rows - first.rows)) * ROW_GROUP_SIZE * 1024).toFixed(0)} KiB per ${ROW_GROUP_SIZE}-row group, which fits the writer keeping
-each row group's metadata for the footer), so a straight line from these sizes puts that hour at about
-${n(first.peakRss + ((last.peakRss - first.peakRss) / (last.rows - first.rows)) * (hourRows - first.rows))} MiB; and the time, about ${(((hourRows / last.rows) * last.seconds) / 60).toFixed(0)} minutes at the largest hour's rate (one DuckDB thread).
+size, more than this machine's free disk, so it is not sealed here. A file holds at most ${(FILE_SPOOL_BYTES / 2 ** 30).toFixed(0)} GiB of spool
+(\`FILE_SPOOL_BYTES\`, about ${n(FILE_SPOOL_BYTES / (last.spoolBytes / last.rows))} rows here): DuckDB's writer keeps each row group's metadata until the
+footer (measured with one file per hour: +6.1 MiB per million rows, so such an hour would have peaked near 2.4 GiB), and a
+file per stretch of markets bounds that, and the footers readers load. Past the first file the peak should not grow with the
+hour; the time grows linearly, about ${(((hourRows / last.rows) * last.seconds) / 60).toFixed(0)} minutes for that hour at the largest hour's rate (one DuckDB thread).
 The spool holds each market's rows as sorted runs, so a seal concatenates them in order and DuckDB streams them into
 Parquet; before (2026-11-23) the seal sorted the hour in memory: 2M rows peaked at 3.0 GiB.
 `,

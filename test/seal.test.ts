@@ -73,7 +73,12 @@ t.test('each market gets parts of its own, and a row that goes back starts a new
   const lines = await Promise.all(parts.map(async (p) => (await fs.readFile(p.file, 'utf8')).trim().split('\n').length));
   t.same(lines, [3, 1, 2]);
   const runs = await runsInOrder(parts, path.join(dir, 'staging'));
-  t.ok(runs?.staged, 'the overlapping runs of m1 are merged into a staged file');
+  t.same(
+    runs?.map((r) => r.sources.length),
+    [2, 1],
+    'the overlapping runs of m1 are merged into one staged file; m2 is its own part',
+  );
+  t.ok(runs?.[0].file.startsWith(path.join(dir, 'staging')));
 });
 
 t.test('a seal concatenates runs in sealed order: markets by bytes, overlapping runs merged, restarts included', async (t) => {
@@ -110,6 +115,47 @@ t.test('a seal concatenates runs in sealed order: markets by bytes, overlapping 
   t.equal(check.back, 0, 'DuckDB agrees the file is in its own order');
   t.same(await listSpool(lakePaths(dir).spool), [], 'the spool is empty');
   t.same(await fs.readdir(path.join(lakePaths(dir).state, 'seal')).catch(() => []), [], 'staged merges are removed');
+});
+
+t.test('a busy hour becomes several files of bounded size, each in order, every row once', async (t) => {
+  const dir = t.testdir();
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const spool = new Spool(lakePaths(dir).spool);
+  const appended: Stored[] = [];
+  for (let s = 0; s < 200; s++)
+    for (let m = 0; m < 8; m++)
+      for (const o of [0, 1] as const) {
+        spool.append(books, [book(`m${m}`, HOUR0 + s * 1000, o, s * 100 + m)]);
+        appended.push({ market_id: `m${m}`, ts: HOUR0 + s * 1000, outcome_index: o, size: s * 100 + m });
+      }
+  await spool.close();
+  const spooled = (await Promise.all((await listSpool(lakePaths(dir).spool)).map(async (p) => (await fs.stat(p.file)).size))).reduce(
+    (a, b) => a + b,
+  );
+  const report = await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0, undefined, { fileSpoolBytes: spooled * 0.3 });
+  const manifest = await readManifest(lakePaths(dir).manifest, books);
+  t.equal(report.files, 4, 'eight equal markets, at most 30% of the bytes a file: four files of two');
+  t.equal(manifest.files.length, 4);
+  t.equal(
+    manifest.files.reduce((n, f) => n + f.rows, 0),
+    appended.length,
+  );
+  const all: Stored[] = [];
+  for (const f of manifest.files) {
+    const rows = await duck.rows(
+      `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM read_parquet(${sqlPath(path.join(lakePaths(dir).lake, partitionDir(books), f.name))}, file_row_number = true) ORDER BY file_row_number`,
+    );
+    const file = rows.map((r) => ({
+      market_id: String(r.market_id),
+      ts: Number(r.ts),
+      outcome_index: Number(r.outcome_index),
+      size: Number(r.size),
+    }));
+    t.same(file, sortedAsDuckDB(file), `${f.name} is in order`);
+    all.push(...file);
+  }
+  t.same(sortedAsDuckDB(all), sortedAsDuckDB(appended), 'together, every row once');
 });
 
 t.test('parts of an earlier version (any markets, any order) are sorted as before', async (t) => {

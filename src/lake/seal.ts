@@ -50,7 +50,21 @@ export function isDue(p: Partition, now: number, grace: Grace): boolean {
   return p.hour + HOUR + grace(p.dataset) <= now;
 }
 
-export async function sealDue(duck: Duck, paths: LakePaths, now: number, grace: Grace, spool?: Spool): Promise<SealReport> {
+/**
+ * Spool bytes per sealed file, at most (one run may go past it): DuckDB's Parquet writer keeps
+ * every row group's metadata until the footer (about 13 KiB a 2,048-row group), so a file per
+ * few million rows keeps a seal's memory and a reader's footer bounded however busy the hour.
+ */
+export const FILE_SPOOL_BYTES = 2 * 2 ** 30;
+
+export async function sealDue(
+  duck: Duck,
+  paths: LakePaths,
+  now: number,
+  grace: Grace,
+  spool?: Spool,
+  { fileSpoolBytes = FILE_SPOOL_BYTES } = {},
+): Promise<SealReport> {
   const due = (p: Partition) => isDue(p, now, grace);
   if (spool) await spool.release(due);
   const parts = (spool ? await spool.sealable() : await listSpool(paths.spool)).filter((p) => due(p.partition));
@@ -64,16 +78,21 @@ export async function sealDue(duck: Duck, paths: LakePaths, now: number, grace: 
   // DuckDB creates its temp_directory (sealingDuck) when it first spills, but not its parent.
   await fs.mkdir(paths.state, { recursive: true });
   for (const group of groups.values()) {
-    const rows = await sealPartition(duck, paths, group);
+    const { files, rows } = await sealPartition(duck, paths, group, fileSpoolBytes);
     report.partitions += 1;
-    report.files += rows === null ? 0 : 1;
-    report.rows += rows ?? 0;
+    report.files += files;
+    report.rows += rows;
   }
   if (report.files > 0) await ensureGapsDataset(duck, paths);
   return report;
 }
 
-async function sealPartition(duck: Duck, paths: LakePaths, group: SpoolPart[]): Promise<number | null> {
+async function sealPartition(
+  duck: Duck,
+  paths: LakePaths,
+  group: SpoolPart[],
+  fileSpoolBytes: number,
+): Promise<{ files: number; rows: number }> {
   const partition = group[0].partition;
   const manifest = await readManifest(paths.manifest, partition);
   const done = new Set(manifest.files.flatMap((f) => f.sources));
@@ -82,23 +101,63 @@ async function sealPartition(duck: Duck, paths: LakePaths, group: SpoolPart[]): 
     if (done.has(part.source)) continue;
     if ((await fs.stat(part.file)).size > 0) fresh.push(part);
   }
-  let rows: number | null = null;
+  const sealed = { files: 0, rows: 0 };
   if (fresh.length > 0) {
-    const sources = fresh.map((p) => p.source).sort();
-    const name = `part-${shortHash(sources.join(','))}.parquet`;
-    const staging = path.join(stagingDir(paths), name);
+    const staging = path.join(
+      stagingDir(paths),
+      shortHash(
+        fresh
+          .map((p) => p.source)
+          .sort()
+          .join(','),
+      ),
+    );
     const runs = await runsInOrder(fresh, staging);
-    const source = spoolSource(partition.dataset, runs?.files ?? fresh.map((p) => p.file), false);
-    const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, { sorted: runs !== null });
-    await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
-    rows = entry.rows;
+    // Each file is a stretch of the ordered runs, committed on its own: a crash in between
+    // leaves the rest in the spool, and the re-run seals only those.
+    const files = runs ? fileStretches(runs, fileSpoolBytes) : [fresh.map((p) => ({ file: p.file, sources: [p.source] }))];
+    for (const stretch of files) {
+      const sources = stretch.flatMap((r) => r.sources).sort();
+      const name = `part-${shortHash(sources.join(','))}.parquet`;
+      const source = spoolSource(
+        partition.dataset,
+        stretch.map((r) => r.file),
+        false,
+      );
+      const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, { sorted: runs !== null });
+      await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
+      sealed.files++;
+      sealed.rows += entry.rows;
+    }
     await fs.rm(staging, { recursive: true, force: true });
   }
   for (const part of group) {
     await fs.rm(part.file, { force: true });
     await pruneEmptyDirs(path.dirname(part.file), paths.spool);
   }
-  return rows;
+  return sealed;
+}
+
+interface OrderedRun {
+  file: string;
+  /** The spool parts whose rows the file holds (several when overlapping runs were merged). */
+  sources: string[];
+  bytes: number;
+}
+
+/** Consecutive runs grouped into files of at most `limit` spool bytes (or one run, if larger). */
+export function fileStretches(runs: OrderedRun[], limit: number): OrderedRun[][] {
+  const stretches: OrderedRun[][] = [];
+  let bytes = Infinity;
+  for (const run of runs) {
+    if (bytes + run.bytes > limit) {
+      stretches.push([]);
+      bytes = 0;
+    }
+    stretches[stretches.length - 1].push(run);
+    bytes += run.bytes;
+  }
+  return stretches;
 }
 
 function stagingDir(paths: LakePaths): string {
@@ -119,26 +178,24 @@ function before(a: RunKey, b: RunKey): boolean {
 
 /**
  * The files whose concatenation is the partition in sealed order, or null when the parts are
- * not all one-market runs. Overlapping runs of a market are merged into a staged file under
- * `staging`; `staged` says whether one was made.
+ * not all one-market runs. Overlapping runs of a market are merged into a file under `staging`.
  */
-export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<{ files: string[]; staged: boolean } | null> {
+export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<OrderedRun[] | null> {
   if (!RUN_DATASETS.has(parts[0].partition.dataset) || parts.some((p) => p.market === undefined)) return null;
-  const byMarket = new Map<string, { file: string; first: RunKey; last: RunKey }[]>();
+  const byMarket = new Map<string, (OrderedRun & { first: RunKey; last: RunKey })[]>();
   for (const part of parts) {
     const [first, last] = await edgeLines(part.file);
     const runs = byMarket.get(part.market!) ?? [];
-    runs.push({ file: part.file, first: keyOf(first), last: keyOf(last) });
+    runs.push({ file: part.file, sources: [part.source], bytes: (await fs.stat(part.file)).size, first: keyOf(first), last: keyOf(last) });
     byMarket.set(part.market!, runs);
   }
   // DuckDB orders VARCHAR by bytes: so must the markets here.
   const markets = [...byMarket.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-  const files: string[] = [];
-  let staged = false;
+  const ordered: OrderedRun[] = [];
   for (const [i, market] of markets.entries()) {
     const runs = byMarket.get(market)!.sort((a, b) => (before(a.first, b.first) ? -1 : before(b.first, a.first) ? 1 : 0));
     if (runs.every((r, j) => j === 0 || !before(r.first, runs[j - 1].last))) {
-      files.push(...runs.map((r) => r.file));
+      ordered.push(...runs.map(({ file, sources, bytes }) => ({ file, sources, bytes })));
       continue;
     }
     const file = path.join(staging, `${i}.ndjson`);
@@ -146,10 +203,9 @@ export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<
       runs.map((r) => r.file),
       file,
     );
-    files.push(file);
-    staged = true;
+    ordered.push({ file, sources: runs.flatMap((r) => r.sources), bytes: (await fs.stat(file)).size });
   }
-  return { files, staged };
+  return ordered;
 }
 
 /** The first and last line of a non-empty file of whole lines. */
