@@ -153,6 +153,11 @@ t.test('a busy hour becomes several files of bounded size, each in order, every 
       size: Number(r.size),
     }));
     t.same(file, sortedAsDuckDB(file), `${f.name} is in order`);
+    t.same(
+      [f.min_ts, f.max_ts, f.rows],
+      [Math.min(...file.map((r) => r.ts)), Math.max(...file.map((r) => r.ts)), file.length],
+      'its manifest entry has its span and rows, known without reading it back',
+    );
     all.push(...file);
   }
   t.same(sortedAsDuckDB(all), sortedAsDuckDB(appended), 'together, every row once');

@@ -115,7 +115,9 @@ async function sealPartition(
     const runs = await runsInOrder(fresh, staging);
     // Each file is a stretch of the ordered runs, committed on its own: a crash in between
     // leaves the rest in the spool, and the re-run seals only those.
-    const files = runs ? fileStretches(runs, fileSpoolBytes) : [fresh.map((p) => ({ file: p.file, sources: [p.source] }))];
+    const files = runs
+      ? fileStretches(runs, fileSpoolBytes)
+      : [fresh.map((p): OrderedRun => ({ file: p.file, sources: [p.source], bytes: 0 }))];
     for (const stretch of files) {
       const sources = stretch.flatMap((r) => r.sources).sort();
       const name = `part-${shortHash(sources.join(','))}.parquet`;
@@ -124,7 +126,11 @@ async function sealPartition(
         stretch.map((r) => r.file),
         false,
       );
-      const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, { sorted: runs !== null });
+      const span = runs && { min_ts: Math.min(...stretch.map((r) => r.minTs!)), max_ts: Math.max(...stretch.map((r) => r.maxTs!)) };
+      const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, {
+        sorted: runs !== null,
+        span: span ?? undefined,
+      });
       await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
       sealed.files++;
       sealed.rows += entry.rows;
@@ -143,6 +149,9 @@ interface OrderedRun {
   /** The spool parts whose rows the file holds (several when overlapping runs were merged). */
   sources: string[];
   bytes: number;
+  /** The rows' first and last `ts` (runs are in time order). */
+  minTs?: number;
+  maxTs?: number;
 }
 
 /** Consecutive runs grouped into files of at most `limit` spool bytes (or one run, if larger). */
@@ -195,7 +204,7 @@ export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<
   for (const [i, market] of markets.entries()) {
     const runs = byMarket.get(market)!.sort((a, b) => (before(a.first, b.first) ? -1 : before(b.first, a.first) ? 1 : 0));
     if (runs.every((r, j) => j === 0 || !before(r.first, runs[j - 1].last))) {
-      ordered.push(...runs.map(({ file, sources, bytes }) => ({ file, sources, bytes })));
+      ordered.push(...runs.map(({ file, sources, bytes, first, last }) => ({ file, sources, bytes, minTs: first[0], maxTs: last[0] })));
       continue;
     }
     const file = path.join(staging, `${i}.ndjson`);
@@ -203,7 +212,13 @@ export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<
       runs.map((r) => r.file),
       file,
     );
-    ordered.push({ file, sources: runs.flatMap((r) => r.sources), bytes: (await fs.stat(file)).size });
+    ordered.push({
+      file,
+      sources: runs.flatMap((r) => r.sources),
+      bytes: (await fs.stat(file)).size,
+      minTs: Math.min(...runs.map((r) => r.first[0])),
+      maxTs: Math.max(...runs.map((r) => r.last[0])),
+    });
   }
   return ordered;
 }

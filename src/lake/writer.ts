@@ -26,7 +26,7 @@ export async function writeParquet(
   name: string,
   source: string,
   sources: string[],
-  { sorted = false }: { sorted?: boolean } = {},
+  { sorted = false, span }: { sorted?: boolean; span?: { min_ts: number; max_ts: number } } = {},
 ): Promise<ManifestFile> {
   const dir = path.join(lakeDir, partitionDir(p));
   await fs.mkdir(dir, { recursive: true });
@@ -38,30 +38,37 @@ export async function writeParquet(
   // A source already in order is streamed: DuckDB keeps the order of the files listed and of
   // their rows (preserve_insertion_order, on by default), and holds a few row groups at a time.
   const query = sorted ? `SELECT ${columns} FROM ${source}` : `SELECT ${columns} FROM ${source} ORDER BY ${order}`;
+  let rows: number;
   try {
-    await duck.run(`COPY (${query}) TO ${sqlPath(tmp)} ` + `(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`);
+    rows = await duck.run(`COPY (${query}) TO ${sqlPath(tmp)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`);
     await fsyncFile(tmp);
   } catch (err) {
     // A full disk leaves a partial file: it must not hold the space the retry needs.
     await fs.rm(tmp, { force: true });
     throw err;
   }
-  const t = timeColumn(p);
-  const [stats] = await duck.rows(
-    `SELECT count(*)::BIGINT AS n, epoch_ms(min("${t}"))::BIGINT AS lo, epoch_ms(max("${t}"))::BIGINT AS hi FROM read_parquet(${sqlPath(tmp)})`,
-  );
+  // A caller that knows the span saves reading the file back (and caching its footer).
+  let { min_ts, max_ts }: { min_ts: number | null; max_ts: number | null } = span ?? { min_ts: null, max_ts: null };
+  if (!span && rows > 0) {
+    const t = timeColumn(p);
+    const [stats] = await duck.rows(
+      `SELECT epoch_ms(min("${t}"))::BIGINT AS lo, epoch_ms(max("${t}"))::BIGINT AS hi FROM read_parquet(${sqlPath(tmp)})`,
+    );
+    min_ts = Number(stats.lo);
+    max_ts = Number(stats.hi);
+  }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
   await fs.rename(tmp, file);
   await fsyncDir(dir);
   return {
     name,
-    rows: Number(stats.n),
+    rows,
     bytes,
     sha256,
     sources,
-    min_ts: stats.lo === null ? null : Number(stats.lo),
-    max_ts: stats.hi === null ? null : Number(stats.hi),
+    min_ts,
+    max_ts,
     written_at: Date.now(),
   };
 }
