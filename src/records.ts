@@ -149,15 +149,25 @@ type Ladders = Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes
  * outcome on every change and the unchanged outcomes carry the very same arrays as their previous
  * row, and a streamed book already holds each level's text: neither is formatted twice.
  */
-const ladderTexts = new WeakMap<number[], { of: number[][]; json: string }>();
+const ladderTexts = new WeakMap<number[], { of: number[][]; json: string; bytes?: Buffer }>();
+
+function ladderEntry(b: Ladders): { of: number[][]; json: string; bytes?: Buffer } {
+  const cached = ladderTexts.get(b.bid_prices);
+  if (cached && cached.of[0] === b.bid_sizes && cached.of[1] === b.ask_prices && cached.of[2] === b.ask_sizes) return cached;
+  const json = `"bid_prices":${JSON.stringify(b.bid_prices)},"bid_sizes":${JSON.stringify(b.bid_sizes)},"ask_prices":${JSON.stringify(b.ask_prices)},"ask_sizes":${JSON.stringify(b.ask_sizes)}`;
+  const entry = { of: [b.bid_sizes, b.ask_prices, b.ask_sizes], json };
+  ladderTexts.set(b.bid_prices, entry);
+  return entry;
+}
 
 export function ladderJson(b: Ladders): string {
-  const others = [b.bid_sizes, b.ask_prices, b.ask_sizes];
-  const cached = ladderTexts.get(b.bid_prices);
-  if (cached && cached.of.every((a, i) => a === others[i])) return cached.json;
-  const json = `"bid_prices":${JSON.stringify(b.bid_prices)},"bid_sizes":${JSON.stringify(b.bid_sizes)},"ask_prices":${JSON.stringify(b.ask_prices)},"ask_sizes":${JSON.stringify(b.ask_sizes)}`;
-  ladderTexts.set(b.bid_prices, { of: others, json });
-  return json;
+  return ladderEntry(b).json;
+}
+
+/** `ladderJson` as UTF-8, encoded once per array set: copying bytes is what a spooled row costs then. */
+export function ladderBytes(b: Ladders): Buffer {
+  const entry = ladderEntry(b);
+  return (entry.bytes ??= Buffer.from(entry.json));
 }
 
 /** Records the ladder JSON of arrays whose producer has their text already (it must equal `ladderJson`'s). */

@@ -12,9 +12,19 @@ export function floorTo(ms: number, step: number): number {
 }
 
 /** `YYYY-MM-DD` and `HH` of the UTC hour holding `ms`. */
+const hourNames = new Map<number, { date: string; hour: string }>();
+
+/** The UTC date and hour of `ms`'s hour; remembered, since every spooled row asks (and formatting a date is costly). */
 export function hourParts(ms: number): { date: string; hour: string } {
-  const iso = new Date(floorTo(ms, HOUR)).toISOString();
-  return { date: iso.slice(0, 10), hour: iso.slice(11, 13) };
+  const start = floorTo(ms, HOUR);
+  let parts = hourNames.get(start);
+  if (!parts) {
+    const iso = new Date(start).toISOString();
+    parts = { date: iso.slice(0, 10), hour: iso.slice(11, 13) };
+    if (hourNames.size >= 10_000) hourNames.clear();
+    hourNames.set(start, parts);
+  }
+  return parts;
 }
 
 export function isoMs(ms: number): string {

@@ -85,7 +85,7 @@ interface Token {
   lastTrade: number | null;
   chance: number | null;
   price: number | null;
-  written: string;
+  written: { chance: number | null; price: number | null; lastTrade: number | null } | null;
   /** Changes that arrived while waiting for a snapshot, per message, applied after it when newer. */
   pending: { ts: number; timestamp: string; changes: ClobPriceChange[]; hash?: string }[];
 }
@@ -165,7 +165,7 @@ export class StreamRecorder implements BookStream {
             lastTrade: null,
             chance: null,
             price: null,
-            written: '',
+            written: null,
             pending: [],
           });
         }
@@ -264,9 +264,11 @@ export class StreamRecorder implements BookStream {
       if (t.synced && t.book.ts >= t.recordedTs) t.price = displayedPrice(t.book.ladders(), t.lastTrade);
       const price = t.synced ? t.price : null;
       const q: Quote = { outcome_index: o.index, chance: t.chance, price, last_trade: t.lastTrade };
-      const text = `${q.chance}|${q.price}|${q.last_trade}`;
-      if (text !== t.written) changed = true;
-      t.written = text;
+      const w = t.written;
+      if (!w || w.chance !== q.chance || w.price !== q.price || w.lastTrade !== q.last_trade) {
+        changed = true;
+        t.written = { chance: q.chance, price: q.price, lastTrade: q.last_trade };
+      }
       quotes.push(q);
     }
     if (!changed) return;
@@ -328,19 +330,22 @@ export class StreamRecorder implements BookStream {
 
   private changes(msg: ClobPriceChangeMessage, recvTs: number): void {
     const ts = Number(msg.timestamp);
-    const byToken = new Map<string, ClobPriceChange[]>();
-    for (const c of msg.price_changes ?? []) {
+    const all = msg.price_changes ?? [];
+    // Grouped by token in message order; most messages carry one token's changes, so no map then.
+    const groups: ClobPriceChange[][] = [];
+    for (const c of all) {
       if (!this.tokens.has(c.asset_id)) continue;
       this.stats.changes++;
-      const list = byToken.get(c.asset_id);
-      if (list) list.push(c);
-      else byToken.set(c.asset_id, [c]);
+      const group = groups.find((g) => g[0].asset_id === c.asset_id);
+      if (group) group.push(c);
+      else groups.push([c]);
     }
-    const markets = new Map<string, Market>();
-    for (const [id, changes] of byToken) {
-      const t = this.tokens.get(id)!;
+    let recorded: Market | Market[] | null = null;
+    for (const changes of groups) {
+      const t = this.tokens.get(changes[0].asset_id)!;
       // The venue signs the token's book after the message's last change for it.
-      const hash = [...changes].reverse().find((c) => c.hash)?.hash;
+      let hash: string | undefined;
+      for (let i = changes.length - 1; i >= 0 && hash === undefined; i--) hash = changes[i].hash || undefined;
       if (!t.synced) {
         // Bounded: past it the oldest go, and the hashes after the snapshot tell whether that mattered.
         if (t.pending.push({ ts, timestamp: msg.timestamp, changes, hash }) > MAX_PENDING) t.pending.shift();
@@ -348,9 +353,17 @@ export class StreamRecorder implements BookStream {
       }
       // Older than the copy: history the copy already holds (a late repeat).
       if (ts < t.book.ts) continue;
-      if (this.applyChecked(t, changes, msg.timestamp, ts, hash) === 'vouched') markets.set(t.market.market_id, t.market);
+      if (this.applyChecked(t, changes, msg.timestamp, ts, hash) !== 'vouched') continue;
+      // One row per market per message, however many of its tokens changed.
+      if (recorded === null) recorded = t.market;
+      else {
+        const id = t.market.market_id;
+        const seen = Array.isArray(recorded) ? recorded.some((m) => m.market_id === id) : recorded.market_id === id;
+        if (!seen) recorded = Array.isArray(recorded) ? [...recorded, t.market] : [recorded, t.market];
+      }
     }
-    for (const m of markets.values()) this.record(m, ts, recvTs);
+    if (recorded === null) return;
+    for (const m of Array.isArray(recorded) ? recorded : [recorded]) this.record(m, ts, recvTs);
   }
 
   /**

@@ -8,7 +8,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { type BookRow, type Dataset, type DatasetRows, ladderJson } from '../records.js';
+import { type BookRow, type Dataset, type DatasetRows, ladderBytes } from '../records.js';
 import { listFiles } from './fsutil.js';
 import { type Partition, parsePartitionDir, partitionDir } from './layout.js';
 
@@ -36,15 +36,51 @@ interface OpenPart {
 /** Where a run's rows go: one market of one partition, a new generation whenever order breaks. */
 interface Run {
   partition: Partition;
+  id: string;
   generation: number;
+  /** The buffer key of the current generation. */
+  key: string;
   lastTs: number;
   lastOutcome: number;
 }
 
+/**
+ * Lines waiting for a flush, written as bytes into chunks of their own (few objects for the GC
+ * to trace, none per line); the last chunk is filled up to `used`, the others exactly.
+ */
 interface Pending {
   partition: Partition;
   market: string | null;
-  lines: Buffer[];
+  chunks: Buffer[];
+  used: number;
+}
+
+const FIRST_CHUNK = 4096;
+const MAX_CHUNK = 256 * 1024;
+
+/** The entry's chunk with room for `bytes` more, a new one when the current is too full. */
+function reserve(entry: Pending, bytes: number): Buffer {
+  let chunk = entry.chunks[entry.chunks.length - 1];
+  if (!chunk || chunk.length - entry.used < bytes) {
+    if (chunk) entry.chunks[entry.chunks.length - 1] = chunk.subarray(0, entry.used);
+    chunk = Buffer.allocUnsafeSlow(Math.max(bytes, Math.min(MAX_CHUNK, chunk ? chunk.length * 2 : FIRST_CHUNK)));
+    entry.chunks.push(chunk);
+    entry.used = 0;
+  }
+  return chunk;
+}
+
+function push(entry: Pending, line: string): number {
+  // UTF-8 takes at most 3 bytes per UTF-16 unit.
+  const chunk = reserve(entry, line.length * 3);
+  const written = chunk.write(line, entry.used, 'utf8');
+  entry.used += written;
+  return written;
+}
+
+function filled(entry: Pending): Buffer[] {
+  const last = entry.chunks.length - 1;
+  return entry.chunks.map((c, i) => (i === last ? c.subarray(0, entry.used) : c));
 }
 
 /** Market ids as file name text: base64url keeps any id a single safe name token. */
@@ -59,10 +95,36 @@ export function newSegmentId(): string {
   return `${stamp}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
-/** A book row's NDJSON line, its ladders' JSON reused when the same arrays come again. */
-function bookLine(r: BookRow): string {
+/** The fields of a book row before its ladders, remembered per token (they repeat on every change). */
+const bookHeads = new Map<string, { market: string; outcome: string; index: number; text: string }>();
+
+function bookHead(r: BookRow): string {
+  let head = bookHeads.get(r.token_id);
+  if (!head || head.market !== r.market_id || head.outcome !== r.outcome || head.index !== r.outcome_index) {
+    const text = `"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)}`;
+    head = { market: r.market_id, outcome: r.outcome, index: r.outcome_index, text };
+    if (bookHeads.size >= 100_000) bookHeads.clear();
+    bookHeads.set(r.token_id, head);
+  }
   const ex = r.exchange_ts === null ? 'null' : r.exchange_ts;
-  return `{"ts":${r.ts},"recv_ts":${r.recv_ts},"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)},"exchange_ts":${ex},${ladderJson(r)}}`;
+  return `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},`;
+}
+
+/** A book row's NDJSON line: its head, then its ladders' bytes as encoded once per array set. */
+function pushBook(entry: Pending, r: BookRow): number {
+  const head = bookHead(r);
+  const ladders = ladderBytes(r);
+  const chunk = reserve(entry, head.length * 3 + ladders.length + 2);
+  let at = entry.used;
+  at += chunk.write(head, at, 'utf8');
+  // TypedArray#set is a plain memcpy; Buffer#copy goes through slower checks for small copies.
+  chunk.set(ladders, at);
+  at += ladders.length;
+  chunk[at++] = 0x7d; // }
+  chunk[at++] = 0x0a; // \n
+  const written = at - entry.used;
+  entry.used = at;
+  return written;
 }
 
 export class Spool {
@@ -70,7 +132,8 @@ export class Spool {
   /** Lines as bytes: a second of streamed rows held as strings would be promoted and scanned by every GC. */
   private readonly buffered = new Map<string, Pending>();
   private readonly open = new Map<string, OpenPart>();
-  private readonly runs = new Map<string, Run>();
+  /** By partition directory, then market. */
+  private readonly runs = new Map<string, Map<string, Run>>();
   /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
   private readonly retired = new Set<string>();
   private nextPart = 1;
@@ -86,34 +149,38 @@ export class Spool {
     const dir = partitionDir(partition);
     const byMarket = RUN_DATASETS.has(partition.dataset);
     for (const row of rows) {
-      const line = Buffer.from(`${partition.dataset === 'books' ? bookLine(row as BookRow) : JSON.stringify(row)}\n`);
       const market = byMarket ? (row as { market_id: string }).market_id : null;
       const key = byMarket ? this.runKey(dir, partition, market!, row as { ts: number; outcome_index: number }) : dir;
       let entry = this.buffered.get(key);
       if (!entry) {
-        entry = { partition, market, lines: [] };
+        entry = { partition, market, chunks: [], used: 0 };
         this.buffered.set(key, entry);
       }
-      entry.lines.push(line);
-      this.pendingBytes += line.length;
+      this.pendingBytes += partition.dataset === 'books' ? pushBook(entry, row as BookRow) : push(entry, `${JSON.stringify(row)}\n`);
     }
     this.pendingRows += rows.length;
   }
 
   /** The buffer key of a market's current run, after moving to a new run if `row` would go back. */
   private runKey(dir: string, partition: Partition, market: string, row: { ts: number; outcome_index: number }): string {
-    const id = `${dir}/${market}`;
-    let run = this.runs.get(id);
+    let markets = this.runs.get(dir);
+    if (!markets) {
+      markets = new Map();
+      this.runs.set(dir, markets);
+    }
+    let run = markets.get(market);
     if (!run) {
-      run = { partition, generation: 0, lastTs: -Infinity, lastOutcome: -Infinity };
-      this.runs.set(id, run);
+      const id = `${dir}/${market}`;
+      run = { partition, id, generation: 0, key: `${id}#0`, lastTs: -Infinity, lastOutcome: -Infinity };
+      markets.set(market, run);
     } else if (row.ts < run.lastTs || (row.ts === run.lastTs && row.outcome_index < run.lastOutcome)) {
-      this.retired.add(`${id}#${run.generation}`);
+      this.retired.add(run.key);
       run.generation++;
+      run.key = `${run.id}#${run.generation}`;
     }
     run.lastTs = row.ts;
     run.lastOutcome = row.outcome_index;
-    return `${id}#${run.generation}`;
+    return run.key;
   }
 
   /** Rows appended but not yet acknowledged (more than one flush's worth while the disk fails). */
@@ -149,8 +216,7 @@ export class Spool {
     try {
       for (const [key, pending] of batch) {
         const part = await this.partFor(key, pending);
-        const { lines } = pending;
-        const bytes = Buffer.concat(lines);
+        const bytes = Buffer.concat(filled(pending));
         const t = { key, part, written: 0 };
         touched.push(t);
         t.written = (await part.handle.write(bytes)).bytesWritten;
@@ -161,7 +227,12 @@ export class Spool {
       await this.rewind(touched);
       for (const [key, entry] of batch) {
         const newer = this.buffered.get(key);
-        this.buffered.set(key, { ...entry, lines: newer ? entry.lines.concat(newer.lines) : entry.lines });
+        // The batch's bytes go back ahead of what came since; the next line starts a chunk of its own.
+        const chunks = filled(entry);
+        this.buffered.set(
+          key,
+          newer ? { ...newer, chunks: chunks.concat(newer.chunks) } : { ...entry, chunks, used: chunks[chunks.length - 1].length },
+        );
       }
       this.pendingRows += rows;
       this.pendingBytes += bytes;
@@ -218,7 +289,7 @@ export class Spool {
         await part.handle.close();
       }
     }
-    for (const [id, run] of [...this.runs.entries()]) if (due(run.partition)) this.runs.delete(id);
+    for (const [dir, markets] of [...this.runs.entries()]) if (due([...markets.values()][0].partition)) this.runs.delete(dir);
   }
 
   async close(): Promise<void> {

@@ -1,6 +1,6 @@
 // The CLOB's book shapes shared by its REST and WebSocket answers, and the book hash a recorder
 // recomputes to prove its copy of a book equals the venue's.
-import { createHash } from 'node:crypto';
+import { hash as digest } from 'node:crypto';
 import { primeLadderJson } from '../records.js';
 
 export interface ClobLevel {
@@ -23,7 +23,7 @@ export interface ClobBookSummary {
  */
 export function clobBookHash(b: ClobBookSummary): string {
   const canonical = JSON.stringify({ market: b.market, asset_id: b.asset_id, timestamp: b.timestamp, bids: b.bids, asks: b.asks });
-  return createHash('sha1').update(canonical).digest('hex');
+  return digest('sha1', canonical, 'hex');
 }
 
 export interface ClobBookMessage extends ClobBookSummary {
@@ -65,12 +65,11 @@ export type ClobMarketMessage =
  * are matched by numeric price: "0.5" and "0.50" are one level.
  */
 export class LocalBook {
-  private bids: Level[] = [];
-  private asks: Level[] = [];
+  private bids = new Side('bids');
+  private asks = new Side('asks');
   /** The venue's time of the newest snapshot or change applied. */
   ts = 0;
-  private version = 0;
-  private cached: { version: number; ladders: Ladders } | null = null;
+  private cached: { bids: number; asks: number; ladders: Ladders } | null = null;
 
   constructor(
     public market: string,
@@ -79,16 +78,16 @@ export class LocalBook {
 
   reset(levels: { market?: string; bids: ClobLevel[]; asks: ClobLevel[] }, ts: number): void {
     if (levels.market) this.market = levels.market;
-    this.bids = levels.bids.map(level).sort((a, b) => a.p - b.p);
-    this.asks = levels.asks.map(level).sort((a, b) => b.p - a.p);
+    this.bids.set(levels.bids.map(level).sort((a, b) => a.p - b.p));
+    this.asks.set(levels.asks.map(level).sort((a, b) => b.p - a.p));
     this.ts = ts;
-    this.version++;
   }
 
   /** Applies a level's new aggregate size; false when the book already held it (a repeated message). */
   apply(c: Pick<ClobPriceChange, 'price' | 'size' | 'side'>, ts: number): boolean {
     const buy = c.side === 'BUY';
-    const side = buy ? this.bids : this.asks;
+    const book = buy ? this.bids : this.asks;
+    const side = book.levels;
     const p = Number(c.price);
     const size = Number(c.size);
     // Binary search in the side's order: ascending for bids, descending for asks.
@@ -107,43 +106,91 @@ export class LocalBook {
       if (side[lo].s === size) return false;
       side[lo] = level({ price: c.price, size: c.size });
     } else side.splice(lo, 0, level({ price: c.price, size: c.size }));
+    book.changed();
     this.ts = ts;
-    this.version++;
     return true;
   }
 
   /** The venue's summary of this book at `timestamp` (bids ascending, asks descending). */
   summary(timestamp: string): ClobBookSummary {
     const plain = (l: Level) => ({ price: l.price, size: l.size });
-    return { market: this.market, asset_id: this.assetId, timestamp, bids: this.bids.map(plain), asks: this.asks.map(plain) };
+    return { market: this.market, asset_id: this.assetId, timestamp, bids: this.bids.levels.map(plain), asks: this.asks.levels.map(plain) };
   }
 
-  /** `clobBookHash(this.summary(timestamp))`, built from each level's JSON kept since it was set. */
+  /** `clobBookHash(this.summary(timestamp))`, from each side's canonical JSON kept until it changes. */
   hash(timestamp: string): string {
-    const text = `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":${JSON.stringify(timestamp)},"bids":[${this.bids.map((l) => l.json).join(',')}],"asks":[${this.asks.map((l) => l.json).join(',')}]}`;
-    return createHash('sha1').update(text).digest('hex');
+    const text = `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":${JSON.stringify(timestamp)},${this.bids.hashJson()},${this.asks.hashJson()}}`;
+    return digest('sha1', text, 'hex');
   }
 
   /** Ladders best first, as the lake stores them; the same arrays until the book changes. */
   ladders(): Ladders {
-    if (this.cached?.version === this.version) return this.cached.ladders;
-    const bids = [...this.bids].reverse();
-    const asks = [...this.asks].reverse();
-    const ladders = {
-      bid_prices: bids.map((l) => l.p),
-      bid_sizes: bids.map((l) => l.s),
-      ask_prices: asks.map((l) => l.p),
-      ask_sizes: asks.map((l) => l.s),
-    };
-    // Each level's number text was made when the level was set: the row's JSON is only joined here.
-    const list = (levels: Level[], key: 'pj' | 'sj') => levels.map((l) => l[key]).join(',');
+    const c = this.cached;
+    if (c?.bids === this.bids.version && c.asks === this.asks.version) return c.ladders;
+    // A change moves one side: the other side's arrays and text are reused.
+    const bids = this.bids.ladder();
+    const asks = this.asks.ladder();
+    const ladders = { bid_prices: bids.prices, bid_sizes: bids.sizes, ask_prices: asks.prices, ask_sizes: asks.sizes };
     primeLadderJson(
       ladders,
-      `"bid_prices":[${list(bids, 'pj')}],"bid_sizes":[${list(bids, 'sj')}],"ask_prices":[${list(asks, 'pj')}],"ask_sizes":[${list(asks, 'sj')}]`,
+      `"bid_prices":${bids.pricesJson},"bid_sizes":${bids.sizesJson},"ask_prices":${asks.pricesJson},"ask_sizes":${asks.sizesJson}`,
     );
-    this.cached = { version: this.version, ladders };
+    this.cached = { bids: this.bids.version, asks: this.asks.version, ladders };
     return ladders;
   }
+}
+
+/** One side's levels in the venue's order, with its texts and best-first ladder made once per version. */
+class Side {
+  levels: Level[] = [];
+  version = 0;
+  private json: { version: number; text: string } | null = null;
+  private best: { version: number; ladder: SideLadder } | null = null;
+
+  constructor(private readonly name: 'bids' | 'asks') {}
+
+  set(levels: Level[]): void {
+    this.levels = levels;
+    this.changed();
+  }
+
+  changed(): void {
+    this.version++;
+  }
+
+  /** `"bids":[...]` as the hash's canonical JSON writes it. */
+  hashJson(): string {
+    if (this.json?.version !== this.version)
+      this.json = { version: this.version, text: `"${this.name}":[${this.levels.map((l) => l.json).join(',')}]` };
+    return this.json.text;
+  }
+
+  /** Best first (the venue's order reversed), with each array's JSON from the number text made when a level was set. */
+  ladder(): SideLadder {
+    if (this.best?.version === this.version) return this.best.ladder;
+    const n = this.levels.length;
+    const prices = new Array<number>(n);
+    const sizes = new Array<number>(n);
+    const pj = new Array<string>(n);
+    const sj = new Array<string>(n);
+    for (let i = 0; i < n; i++) {
+      const l = this.levels[n - 1 - i];
+      prices[i] = l.p;
+      sizes[i] = l.s;
+      pj[i] = l.pj;
+      sj[i] = l.sj;
+    }
+    const ladder = { prices, sizes, pricesJson: `[${pj.join(',')}]`, sizesJson: `[${sj.join(',')}]` };
+    this.best = { version: this.version, ladder };
+    return ladder;
+  }
+}
+
+interface SideLadder {
+  prices: number[];
+  sizes: number[];
+  pricesJson: string;
+  sizesJson: string;
 }
 
 interface Ladders {
@@ -173,7 +220,7 @@ function level(l: ClobLevel): Level {
     s,
     price: l.price,
     size: l.size,
-    json: JSON.stringify({ price: l.price, size: l.size }),
+    json: `{"price":${JSON.stringify(l.price)},"size":${JSON.stringify(l.size)}}`,
     pj: JSON.stringify(p),
     sj: JSON.stringify(s),
   };
