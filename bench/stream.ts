@@ -20,7 +20,7 @@ import { writeSection } from './report.js';
 const MARKETS = Number(process.env.BENCH_STREAM_MARKETS ?? 100);
 const SECONDS = Number(process.env.BENCH_STREAM_SECONDS ?? 300);
 /** Offered loads in changes per second, each measured in a fresh process (0 sends as fast as the socket drains). */
-const RATES = (process.env.BENCH_STREAM_RATES ?? '20000,30000,40000,50000').split(',').map(Number);
+const RATES = (process.env.BENCH_STREAM_RATES ?? '30000,40000,50000,0').split(',').map(Number);
 const FROM = Date.parse('2026-07-26T13:00:00Z');
 
 interface Figures {
@@ -30,6 +30,8 @@ interface Figures {
   wsBytes: number;
   acknowledgedPerSecond: number;
   ingestSeconds: number;
+  /** CPU microseconds of the recording process per change: steadier than rates on a shared machine. */
+  cpuPerChange: number;
   maxBacklog: number;
   verified: number;
   mismatches: number;
@@ -48,7 +50,9 @@ if (!child) {
   for (const rate of RATES) {
     // BENCH_CPU_PROF=dir writes a CPU profile of each measured process there.
     const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-    const run = fork(new URL(import.meta.url), ['--rate', String(rate)], { execArgv: ['--import', 'tsx', ...prof] });
+    const run = fork(new URL(import.meta.url), ['--rate', String(rate)], {
+      execArgv: ['--import', 'tsx', ...(process.env.BENCH_NODE_FLAGS?.split(' ').filter(Boolean) ?? []), ...prof],
+    });
     results.push(await new Promise<Figures>((resolve, reject) => run.once('message', (m) => resolve(m as Figures)).once('error', reject)));
     await new Promise((r) => run.once('exit', r));
     console.log(JSON.stringify(results.at(-1)));
@@ -123,6 +127,7 @@ const recorder = new StreamRecorder(config, createClock(), pino({ level: 'silent
 const rssPeak = { mb: 0 };
 const sampler = setInterval(() => (rssPeak.mb = Math.max(rssPeak.mb, process.memoryUsage().rss / 2 ** 20)), 200);
 const started = performance.now();
+const cpuAtStart = process.cpuUsage();
 recorder.track(markets, FROM);
 // Acknowledged = fsynced: the spool is flushed once a second, as capture does, and once more when the feed is in.
 const flusher = setInterval(() => void spool.flush(), 1000);
@@ -140,6 +145,7 @@ while (recorder.stats.changes < feed.changes && performance.now() - started < 60
 clearInterval(flusher);
 await spool.flush();
 const ingestSeconds = (performance.now() - started) / 1000;
+const cpu = process.cpuUsage(cpuAtStart);
 const ingestRss = rssPeak.mb;
 const stats = { ...recorder.stats };
 recorder.close();
@@ -167,6 +173,7 @@ process.send!(
     wsBytes: feed.bytes,
     acknowledgedPerSecond: stats.changes / ingestSeconds,
     ingestSeconds,
+    cpuPerChange: (cpu.user + cpu.system) / feed.changes,
     maxBacklog,
     verified: stats.verified,
     mismatches: stats.mismatches,
@@ -186,7 +193,7 @@ function report(results: Figures[]): string {
   const rows = results
     .map(
       (r) =>
-        `| ${r.rate > 0 ? `${n(r.rate)}/s` : 'unpaced'} | ${n(r.acknowledgedPerSecond)}/s | ${r.rate > 0 ? `${n(r.maxBacklog)} (${(r.maxBacklog / r.rate).toFixed(2)} s)` : 'n/a'} | ${n(r.verified)} / ${r.mismatches} | ${r.ingestRss.toFixed(0)} MiB | ${r.sealSeconds.toFixed(1)} s, ${r.sealRss.toFixed(0)} MiB | ${(r.parquetBytes / r.changes).toFixed(1)} B |`,
+        `| ${r.rate > 0 ? `${n(r.rate)}/s` : 'unpaced'} | ${n(r.acknowledgedPerSecond)}/s | ${r.cpuPerChange.toFixed(1)} us | ${r.rate > 0 ? `${n(r.maxBacklog)} (${(r.maxBacklog / r.rate).toFixed(2)} s)` : 'n/a'} | ${n(r.verified)} / ${r.mismatches} | ${r.ingestRss.toFixed(0)} MiB | ${r.sealSeconds.toFixed(1)} s, ${r.sealRss.toFixed(0)} MiB | ${(r.parquetBytes / r.changes).toFixed(1)} B |`,
     )
     .join('\n');
   return `## Streamed capture (\`make bench-capture\`)
@@ -194,18 +201,22 @@ function report(results: Figures[]): string {
 Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}.
 A separate process sends ${n(first.changes)} book changes (${n(first.frames)} market-channel messages, ${MARKETS} markets x 2 tokens, ${SECONDS} simulated seconds of the stand-in's books, ${(first.wsBytes / first.changes).toFixed(0)} B of JSON per change) over a local WebSocket at each offered load, in a fresh process per load; capture's recorder parses, applies, checks each message's book hash and writes a row per outcome into the spool, fsynced once a second. Then the rows are sealed.
 
-| offered | acknowledged (fsynced) | largest backlog | hashes verified / mismatched | peak RSS ingesting | seal (${n(first.sealedRows)} rows), peak RSS | on disk per change |
-|---|---|---|---|---|---|---|
+| offered | acknowledged (fsynced) | CPU per change | largest backlog | hashes verified / mismatched | peak RSS ingesting | seal (${n(first.sealedRows)} rows), peak RSS | on disk per change |
+|---|---|---|---|---|---|---|---|
 ${rows}
 
 Targets: at least 50,000 changes/s sustained (acknowledged equal to offered, backlog bounded); a seal of an hour at that rate under 500 MiB; at most 40 B on disk per change.
 
-Where a change's time goes (CPU profile, 2026-11-23): garbage collection, the spool's lines and
-their flush, the per-message SHA-1 over the whole book, and JSON parsing. Past
-what it sustains, the recorder falls behind, the backlog waits in memory (ingest RSS), and GC
-makes it slower still. Falling behind costs memory, not data: everything offered was recorded
-and verified. The seal streams each market's sorted runs (see the next section). On this shared
-machine the knee moves between runs: with the spool's pending lines held as bytes (2026-11-23),
-40,000/s gave 36,832-39,678/s and 50,000/s about 41,200/s; 30,000/s holds in every run.
+CPU per change is the recording process's CPU time (all its threads) over the changes: steadier than
+rates on this shared machine, where runs of one load differ by 10%. Where the main thread's ingest time goes
+(CPU profile, 2026-11-23, after the changes below): the venue hash (each changed side's canonical text, SHA-1)
+about 22%, the spool's bytes (a row per outcome per change) about 30%, GC 9%, rows and quotes 10%, the
+WebSocket frames and JSON.parse 7%. Past what it sustains, the recorder falls behind, the backlog waits in
+memory (ingest RSS), and GC makes it slower still. Falling behind costs memory, not data: everything offered
+was recorded and verified. The seal streams each market's sorted runs (see "Sealing an hour").
+History on this machine (2 x Xeon, slower than the EPYC of earlier runs, where 30,000/s held and 50,000/s gave
+41,200/s): 28,000-30,000/s unpaced at the start of 2026-11-23's second session; then lines written as bytes into
+per-run chunks, ladders copied from bytes encoded once per array set, a side's hash text and ladder rebuilt only
+when that side changes, and a one-shot SHA-1 brought it to 42,000-49,000/s unpaced (23-27 us of CPU a change).
 `;
 }

@@ -167,7 +167,8 @@ export function ladderJson(b: Ladders): string {
 /** `ladderJson` as UTF-8, encoded once per array set: copying bytes is what a spooled row costs then. */
 export function ladderBytes(b: Ladders): Buffer {
   const entry = ladderEntry(b);
-  return (entry.bytes ??= Buffer.from(entry.json));
+  // Numbers and key names only: ASCII, for which Latin-1 (a byte per character, no transcoding) is UTF-8.
+  return (entry.bytes ??= Buffer.from(entry.json, 'latin1'));
 }
 
 /** Records the ladder JSON of arrays whose producer has their text already (it must equal `ladderJson`'s). */

@@ -96,27 +96,29 @@ export function newSegmentId(): string {
 }
 
 /** The fields of a book row before its ladders, remembered per token (they repeat on every change). */
-const bookHeads = new Map<string, { market: string; outcome: string; index: number; text: string }>();
+const bookHeads = new Map<string, { market: string; outcome: string; index: number; text: string; ascii: boolean }>();
 
-function bookHead(r: BookRow): string {
+function bookHead(r: BookRow): { text: string; ascii: boolean } {
   let head = bookHeads.get(r.token_id);
   if (!head || head.market !== r.market_id || head.outcome !== r.outcome || head.index !== r.outcome_index) {
     const text = `"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)}`;
-    head = { market: r.market_id, outcome: r.outcome, index: r.outcome_index, text };
+    // JSON text has no control characters: printable ASCII is all of ASCII here.
+    head = { market: r.market_id, outcome: r.outcome, index: r.outcome_index, text, ascii: /^[ -~]*$/.test(text) };
     if (bookHeads.size >= 100_000) bookHeads.clear();
     bookHeads.set(r.token_id, head);
   }
   const ex = r.exchange_ts === null ? 'null' : r.exchange_ts;
-  return `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},`;
+  return { text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},`, ascii: head.ascii };
 }
 
 /** A book row's NDJSON line: its head, then its ladders' bytes as encoded once per array set. */
 function pushBook(entry: Pending, r: BookRow): number {
   const head = bookHead(r);
   const ladders = ladderBytes(r);
-  const chunk = reserve(entry, head.length * 3 + ladders.length + 2);
+  const chunk = reserve(entry, head.text.length * 3 + ladders.length + 2);
   let at = entry.used;
-  at += chunk.write(head, at, 'utf8');
+  // Latin-1 is a byte per character, and UTF-8 itself for ASCII text (ids and numbers, as a rule).
+  at += chunk.write(head.text, at, head.ascii ? 'latin1' : 'utf8');
   // TypedArray#set is a plain memcpy; Buffer#copy goes through slower checks for small copies.
   chunk.set(ladders, at);
   at += ladders.length;

@@ -70,6 +70,8 @@ export class LocalBook {
   /** The venue's time of the newest snapshot or change applied. */
   ts = 0;
   private cached: { bids: number; asks: number; ladders: Ladders } | null = null;
+  /** The hash text's opening, which changes only with the market. */
+  private identity: { market: string; text: string } | null = null;
 
   constructor(
     public market: string,
@@ -101,12 +103,11 @@ export class LocalBook {
     const found = lo < side.length && side[lo].p === p;
     if (size === 0) {
       if (!found) return false;
-      side.splice(lo, 1);
+      book.remove(lo);
     } else if (found) {
       if (side[lo].s === size) return false;
-      side[lo] = level({ price: c.price, size: c.size });
-    } else side.splice(lo, 0, level({ price: c.price, size: c.size }));
-    book.changed();
+      book.replace(lo, level({ price: c.price, size: c.size }));
+    } else book.insert(lo, level({ price: c.price, size: c.size }));
     this.ts = ts;
     return true;
   }
@@ -119,7 +120,12 @@ export class LocalBook {
 
   /** `clobBookHash(this.summary(timestamp))`, from each side's canonical JSON kept until it changes. */
   hash(timestamp: string): string {
-    const text = `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":${JSON.stringify(timestamp)},${this.bids.hashJson()},${this.asks.hashJson()}}`;
+    if (this.identity?.market !== this.market)
+      this.identity = {
+        market: this.market,
+        text: `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":`,
+      };
+    const text = `${this.identity.text}${JSON.stringify(timestamp)},${this.bids.hashJson()},${this.asks.hashJson()}}`;
     return digest('sha1', text, 'hex');
   }
 
@@ -143,6 +149,8 @@ export class LocalBook {
 /** One side's levels in the venue's order, with its texts and best-first ladder made once per version. */
 class Side {
   levels: Level[] = [];
+  /** Each level's canonical JSON, in step with `levels`: joined for the hash without a map. */
+  private texts: string[] = [];
   version = 0;
   private json: { version: number; text: string } | null = null;
   private best: { version: number; ladder: SideLadder } | null = null;
@@ -151,10 +159,25 @@ class Side {
 
   set(levels: Level[]): void {
     this.levels = levels;
-    this.changed();
+    this.texts = levels.map((l) => l.json);
+    this.version++;
   }
 
-  changed(): void {
+  remove(i: number): void {
+    this.levels.splice(i, 1);
+    this.texts.splice(i, 1);
+    this.version++;
+  }
+
+  replace(i: number, l: Level): void {
+    this.levels[i] = l;
+    this.texts[i] = l.json;
+    this.version++;
+  }
+
+  insert(i: number, l: Level): void {
+    this.levels.splice(i, 0, l);
+    this.texts.splice(i, 0, l.json);
     this.version++;
   }
 
