@@ -116,13 +116,12 @@ export class Capture {
     this.spool = new Spool(this.paths.spool);
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
     const sink: StreamSink = {
+      // Called on every streamed change: the gap scope is built only when rows cannot be kept.
       books: (m, ts, recvTs, books) => {
-        const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-        if (this.recordable({ ...scope, dataset: 'books' }, ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
+        if (this.recordable(() => ({ ...scopeOf(m), dataset: 'books' }), ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
       },
       metrics: (m, ts, recvTs, quotes) => {
-        const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-        if (this.recordable({ ...scope, dataset: 'metrics' }, ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
+        if (this.recordable(() => ({ ...scopeOf(m), dataset: 'metrics' }), ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
       },
       lost: (m, reason, from, detail) =>
         this.fail(
@@ -301,10 +300,10 @@ export class Capture {
    * Whether rows may still be buffered: past the bound (storage failing for long), new rows are
    * dropped and a `storage` gap covers them until there is room again; nothing is invented.
    */
-  private recordable(scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, rows: number): boolean {
+  private recordable(scope: () => Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, rows: number): boolean {
     if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) return true;
     this.dropped += rows;
-    this.fail(scope, now, { kind: 'storage', message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept` });
+    this.fail(scope(), now, { kind: 'storage', message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept` });
     return false;
   }
 
@@ -390,7 +389,7 @@ export class Capture {
     for (const m of open) {
       const r = polled.get(m.market_id);
       if (!r) continue;
-      const scope = { venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
+      const scope = scopeOf(m);
       if (recorder?.tracks(m)) {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
         if (!(r.books instanceof UpstreamError)) recorder.rest(m, r);
@@ -398,13 +397,14 @@ export class Capture {
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.
-      else if (this.recordable({ ...scope, dataset: 'books' }, now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
+      else if (this.recordable(() => ({ ...scope, dataset: 'books' }), now, r.books.length))
+        this.recordBooks(m, r.recvTs, r.recvTs, r.books);
       if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
       else if (recorder?.tracks(m)) {
         // Streamed: a quote row is written when chance, price or last trade changes, not per poll.
         this.succeed(m, 'metrics', r.recvTs);
         recorder.polled(m, r.quotes, r.recvTs);
-      } else if (this.recordable({ ...scope, dataset: 'metrics' }, now, r.quotes.length))
+      } else if (this.recordable(() => ({ ...scope, dataset: 'metrics' }), now, r.quotes.length))
         this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
     }
   }
@@ -526,6 +526,11 @@ export class Capture {
       'capture gap',
     );
   }
+}
+
+/** What a market's gaps are keyed by, less the dataset. */
+function scopeOf(m: Market): Pick<Market, 'venue' | 'coin' | 'window' | 'market_id'> & { until: number } {
+  return { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
 }
 
 function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string; channel?: 'stream' }): string {
