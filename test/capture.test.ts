@@ -184,6 +184,9 @@ t.test('compaction merges a partition with two files and is idempotent', async (
   await sealAll(duck, dir);
   t.equal((await readManifest(paths.manifest, partition)).files.length, 2);
   const rows = before.files[0].rows + 1;
+  const busy = await compact(duck, paths, partition.hour + 2 * HOUR, undefined, rows - 1);
+  t.equal(busy.kept, 1, 'past the row bound, the files are kept as sealed');
+  t.equal((await readManifest(paths.manifest, partition)).files.length, 2);
   const report = await compact(duck, paths, partition.hour + 2 * HOUR);
   t.ok(report.merged >= 2);
   const after = await readManifest(paths.manifest, partition);

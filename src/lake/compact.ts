@@ -17,11 +17,26 @@ export interface CompactReport {
   partitions: number;
   merged: number;
   rows: number;
+  /** Partitions left as they are: too many rows to sort in memory (a busy hour sealed in stretches). */
+  kept: number;
   trashed: number;
 }
 
-export async function compact(duck: Duck, paths: LakePaths, now: number, trashAfterMs = 10 * 60_000): Promise<CompactReport> {
-  const report: CompactReport = { partitions: 0, merged: 0, rows: 0, trashed: 0 };
+/**
+ * Merging sorts in memory (about 1.5 KiB a book row). A partition past this many rows is an
+ * hour the seal already split into sorted files of bounded size on purpose; merging them would
+ * undo that, so it is kept.
+ */
+export const COMPACT_MAX_ROWS = 1_000_000;
+
+export async function compact(
+  duck: Duck,
+  paths: LakePaths,
+  now: number,
+  trashAfterMs = 10 * 60_000,
+  maxRows = COMPACT_MAX_ROWS,
+): Promise<CompactReport> {
+  const report: CompactReport = { partitions: 0, merged: 0, rows: 0, kept: 0, trashed: 0 };
   for (const rel of await listFiles(paths.manifest, '.json')) {
     const partition = parsePartitionDir(rel.replace(/\.json$/, ''));
     if (!partition) continue;
@@ -30,6 +45,10 @@ export async function compact(duck: Duck, paths: LakePaths, now: number, trashAf
     if (partition.hour + HOUR > now) continue;
     const manifest = await readManifest(paths.manifest, partition);
     if (manifest.files.length < 2) continue;
+    if (manifest.files.reduce((n, f) => n + f.rows, 0) > maxRows) {
+      report.kept++;
+      continue;
+    }
     const sources = [...new Set(manifest.files.flatMap((f) => f.sources))].sort();
     const name = `compact-${shortHash(sources.join(','))}.parquet`;
     const dir = path.join(paths.lake, partitionDir(partition));
