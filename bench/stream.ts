@@ -14,7 +14,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
 import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
-import { type BookRow, type Market, type MetricRow, bareMarket } from '../src/records.js';
+import { type Market, type MetricRow, bareMarket, bookRows as asRows } from '../src/records.js';
 import { writeSection } from './report.js';
 
 const MARKETS = Number(process.env.BENCH_STREAM_MARKETS ?? 100);
@@ -109,7 +109,7 @@ const markets: Market[] = feed.markets.map((m) =>
 let bookRows = 0;
 const recorder = new StreamRecorder(config, createClock(), pino({ level: 'silent' }), {
   books: (m, ts, recvTs, books) => {
-    const rows: BookRow[] = books.map((b) => ({ ts, recv_ts: recvTs, ...b }));
+    const rows = asRows(ts, recvTs, books);
     spool.append(partitionOf('books', 'polymarket', m.coin, m.window, FROM), rows);
     bookRows += rows.length;
   },

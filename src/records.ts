@@ -68,6 +68,23 @@ export interface BookRow extends Book {
   recv_ts: number;
 }
 
+/** Books as lake rows captured at `ts`; fields named, not spread, since streamed capture makes two per change. */
+export function bookRows(ts: number, recvTs: number, books: readonly Book[]): BookRow[] {
+  return books.map((b) => ({
+    ts,
+    recv_ts: recvTs,
+    market_id: b.market_id,
+    token_id: b.token_id,
+    outcome_index: b.outcome_index,
+    outcome: b.outcome,
+    exchange_ts: b.exchange_ts,
+    bid_prices: b.bid_prices,
+    bid_sizes: b.bid_sizes,
+    ask_prices: b.ask_prices,
+    ask_sizes: b.ask_sizes,
+  }));
+}
+
 export interface MetricRow {
   ts: number;
   market_id: string;

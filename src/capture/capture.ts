@@ -13,12 +13,12 @@ import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
 import {
   type Book,
-  type BookRow,
   type GapRow,
   type LatestBook,
   type Market,
   type MarketRow,
   type MetricRow,
+  bookRows,
   marketLakeRow,
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
@@ -445,7 +445,7 @@ export class Capture {
   }
 
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
-    const rows: BookRow[] = books.map((b) => ({ ts, recv_ts: recvTs, ...b }));
+    const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
     this.latest.set(`${m.venue}:${m.market_id}`, { ts, books });
     this.stats.books += rows.length;

@@ -445,13 +445,17 @@ export class StreamRecorder implements BookStream {
       const t = this.tokens.get(o.token_id);
       if (!t?.synced) continue;
       t.recordedTs = Math.max(t.recordedTs, t.book.ts);
+      const l = t.book.ladders();
       books.push({
         market_id: m.market_id,
         token_id: o.token_id,
         outcome_index: o.index,
         outcome: o.label,
         exchange_ts: t.book.ts,
-        ...t.book.ladders(),
+        bid_prices: l.bid_prices,
+        bid_sizes: l.bid_sizes,
+        ask_prices: l.ask_prices,
+        ask_sizes: l.ask_sizes,
       });
     }
     if (!books.length) return;
