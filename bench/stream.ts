@@ -201,7 +201,7 @@ function report(results: Figures[]): string {
 Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}.
 A separate process sends ${n(first.changes)} book changes (${n(first.frames)} market-channel messages, ${MARKETS} markets x 2 tokens, ${SECONDS} simulated seconds of the stand-in's books, ${(first.wsBytes / first.changes).toFixed(0)} B of JSON per change) over a local WebSocket at each offered load, in a fresh process per load; capture's recorder parses, applies, checks each message's book hash and writes a row per outcome into the spool, fsynced once a second. Then the rows are sealed.
 
-| offered | acknowledged (fsynced) | CPU per change | largest backlog | hashes verified / mismatched | peak RSS ingesting | seal (${n(first.sealedRows)} rows), peak RSS | on disk per change |
+| offered | acknowledged (fsynced) | CPU per change | largest backlog | hashes verified / mismatched | peak RSS ingesting | seal (${n(first.sealedRows)} rows), peak RSS of this process (its ingest heap included; a seal alone: "Sealing an hour") | on disk per change |
 |---|---|---|---|---|---|---|---|
 ${rows}
 
@@ -217,6 +217,8 @@ was recorded and verified. The seal streams each market's sorted runs (see "Seal
 History on this machine (2 x Xeon, slower than the EPYC of earlier runs, where 30,000/s held and 50,000/s gave
 41,200/s): 28,000-30,000/s unpaced at the start of 2026-11-23's second session; then lines written as bytes into
 per-run chunks, ladders copied from bytes encoded once per array set, a side's hash text and ladder rebuilt only
-when that side changes, and a one-shot SHA-1 brought it to 42,000-49,000/s unpaced (23-27 us of CPU a change).
+when that side changes, a one-shot SHA-1 and book rows without object spreads brought it to 46,000-49,700/s
+unpaced (21.5-23 us of CPU a change). At 50,000/s offered, four runs of the same build gave 49,083, 44,134, 45,520
+and 49,626/s (largest backlog 0.08-0.48 s): the target is met in some runs and missed by up to 12% in others.
 `;
 }
