@@ -177,18 +177,14 @@ function ladderEntry(b: Ladders): { of: number[][]; json: string; bytes?: Buffer
   return entry;
 }
 
-export function ladderJson(b: Ladders): string {
-  return ladderEntry(b).json;
-}
-
-/** `ladderJson` as UTF-8, encoded once per array set: copying bytes is what a spooled row costs then. */
+/** The ladders' JSON as UTF-8, encoded once per array set: copying bytes is what a spooled row costs then. */
 export function ladderBytes(b: Ladders): Buffer {
   const entry = ladderEntry(b);
   // Numbers and key names only: ASCII, for which Latin-1 (a byte per character, no transcoding) is UTF-8.
   return (entry.bytes ??= Buffer.from(entry.json, 'latin1'));
 }
 
-/** Records the ladder JSON of arrays whose producer has their text already (it must equal `ladderJson`'s). */
+/** Records the ladder JSON of arrays whose producer has their text already (it must equal what `ladderEntry` formats). */
 export function primeLadderJson(b: Ladders, json: string): void {
   ladderTexts.set(b.bid_prices, { of: [b.bid_sizes, b.ask_prices, b.ask_sizes], json });
 }

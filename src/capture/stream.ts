@@ -330,17 +330,16 @@ export class StreamRecorder implements BookStream {
 
   private changes(msg: ClobPriceChangeMessage, recvTs: number): void {
     const ts = Number(msg.timestamp);
-    const all = msg.price_changes ?? [];
-    // Grouped by token in message order; most messages carry one token's changes, so no map then.
+    // Grouped by token in message order; most messages carry one token's changes, so no map.
     const groups: ClobPriceChange[][] = [];
-    for (const c of all) {
+    for (const c of msg.price_changes ?? []) {
       if (!this.tokens.has(c.asset_id)) continue;
       this.stats.changes++;
       const group = groups.find((g) => g[0].asset_id === c.asset_id);
       if (group) group.push(c);
       else groups.push([c]);
     }
-    let recorded: Market | Market[] | null = null;
+    const recorded: Market[] = [];
     for (const changes of groups) {
       const t = this.tokens.get(changes[0].asset_id)!;
       // The venue signs the token's book after the message's last change for it.
@@ -355,15 +354,9 @@ export class StreamRecorder implements BookStream {
       if (ts < t.book.ts) continue;
       if (this.applyChecked(t, changes, msg.timestamp, ts, hash) !== 'vouched') continue;
       // One row per market per message, however many of its tokens changed.
-      if (recorded === null) recorded = t.market;
-      else {
-        const id = t.market.market_id;
-        const seen = Array.isArray(recorded) ? recorded.some((m) => m.market_id === id) : recorded.market_id === id;
-        if (!seen) recorded = Array.isArray(recorded) ? [...recorded, t.market] : [recorded, t.market];
-      }
+      if (!recorded.some((m) => m.market_id === t.market.market_id)) recorded.push(t.market);
     }
-    if (recorded === null) return;
-    for (const m of Array.isArray(recorded) ? recorded : [recorded]) this.record(m, ts, recvTs);
+    for (const m of recorded) this.record(m, ts, recvTs);
   }
 
   /**

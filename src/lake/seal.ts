@@ -114,22 +114,24 @@ async function sealPartition(
     );
     const runs = await runsInOrder(fresh, staging);
     // Each file is a stretch of the ordered runs, committed on its own: a crash in between
-    // leaves the rest in the spool, and the re-run seals only those.
-    const files = runs
-      ? fileStretches(runs, fileSpoolBytes)
-      : [fresh.map((p): OrderedRun => ({ file: p.file, sources: [p.source], bytes: 0 }))];
-    for (const stretch of files) {
-      const sources = stretch.flatMap((r) => r.sources).sort();
+    // leaves the rest in the spool, and the re-run seals only those. Parts not in runs are sorted.
+    const stretches = runs
+      ? fileStretches(runs, fileSpoolBytes).map((stretch) => ({
+          files: stretch.map((r) => r.file),
+          sources: stretch.flatMap((r) => r.sources),
+          span: {
+            min_ts: stretch.reduce((t, r) => Math.min(t, r.minTs), Infinity),
+            max_ts: stretch.reduce((t, r) => Math.max(t, r.maxTs), -Infinity),
+          },
+        }))
+      : [{ files: fresh.map((p) => p.file), sources: fresh.map((p) => p.source), span: undefined }];
+    for (const stretch of stretches) {
+      const sources = [...stretch.sources].sort();
       const name = `part-${shortHash(sources.join(','))}.parquet`;
-      const source = spoolSource(
-        partition.dataset,
-        stretch.map((r) => r.file),
-        false,
-      );
-      const span = runs && { min_ts: Math.min(...stretch.map((r) => r.minTs!)), max_ts: Math.max(...stretch.map((r) => r.maxTs!)) };
+      const source = spoolSource(partition.dataset, stretch.files, false);
       const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, {
-        sorted: runs !== null,
-        span: span ?? undefined,
+        sorted: stretch.span !== undefined,
+        span: stretch.span,
       });
       await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
       sealed.files++;
@@ -150,8 +152,8 @@ interface OrderedRun {
   sources: string[];
   bytes: number;
   /** The rows' first and last `ts` (runs are in time order). */
-  minTs?: number;
-  maxTs?: number;
+  minTs: number;
+  maxTs: number;
 }
 
 /** Consecutive runs grouped into files of at most `limit` spool bytes (or one run, if larger). */
@@ -191,11 +193,11 @@ function before(a: RunKey, b: RunKey): boolean {
  */
 export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<OrderedRun[] | null> {
   if (!RUN_DATASETS.has(parts[0].partition.dataset) || parts.some((p) => p.market === undefined)) return null;
-  const byMarket = new Map<string, (OrderedRun & { first: RunKey; last: RunKey })[]>();
+  const byMarket = new Map<string, (Omit<OrderedRun, 'minTs' | 'maxTs'> & { first: RunKey; last: RunKey })[]>();
   for (const part of parts) {
-    const [first, last] = await edgeLines(part.file);
+    const { first, last, bytes } = await edgeLines(part.file);
     const runs = byMarket.get(part.market!) ?? [];
-    runs.push({ file: part.file, sources: [part.source], bytes: (await fs.stat(part.file)).size, first: keyOf(first), last: keyOf(last) });
+    runs.push({ file: part.file, sources: [part.source], bytes, first: keyOf(first), last: keyOf(last) });
     byMarket.set(part.market!, runs);
   }
   // DuckDB orders VARCHAR by bytes: so must the markets here.
@@ -216,15 +218,15 @@ export async function runsInOrder(parts: SpoolPart[], staging: string): Promise<
       file,
       sources: runs.flatMap((r) => r.sources),
       bytes: (await fs.stat(file)).size,
-      minTs: Math.min(...runs.map((r) => r.first[0])),
-      maxTs: Math.max(...runs.map((r) => r.last[0])),
+      minTs: runs.reduce((t, r) => Math.min(t, r.first[0]), Infinity),
+      maxTs: runs.reduce((t, r) => Math.max(t, r.last[0]), -Infinity),
     });
   }
   return ordered;
 }
 
-/** The first and last line of a non-empty file of whole lines. */
-async function edgeLines(file: string): Promise<[string, string]> {
+/** The first and last line of a non-empty file of whole lines, and its size. */
+async function edgeLines(file: string): Promise<{ first: string; last: string; bytes: number }> {
   const text = async (from: number, length: number, handle: fs.FileHandle) => {
     const { buffer, bytesRead } = await handle.read(Buffer.alloc(length), 0, length, from);
     return buffer.subarray(0, bytesRead).toString('utf8');
@@ -238,7 +240,8 @@ async function edgeLines(file: string): Promise<[string, string]> {
       const firstEnd = head.indexOf('\n');
       const lastStart = tail.lastIndexOf('\n', tail.length - 2);
       if (firstEnd < 0 && window >= size) throw new Error(`spool part without a whole line: ${file}`);
-      if (firstEnd >= 0 && (lastStart >= 0 || window >= size)) return [head.slice(0, firstEnd), tail.slice(lastStart + 1, -1)];
+      if (firstEnd >= 0 && (lastStart >= 0 || window >= size))
+        return { first: head.slice(0, firstEnd), last: tail.slice(lastStart + 1, -1), bytes: size };
     }
   } finally {
     await handle.close();
