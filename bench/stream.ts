@@ -218,7 +218,9 @@ History on this machine (2 x Xeon, slower than the EPYC of earlier runs, where 3
 41,200/s): 28,000-30,000/s unpaced at the start of 2026-11-23's second session; then lines written as bytes into
 per-run chunks, ladders copied from bytes encoded once per array set, a side's hash text and ladder rebuilt only
 when that side changes, a one-shot SHA-1 and book rows without object spreads brought it to 46,000-49,700/s
-unpaced (21.5-23 us of CPU a change). At 50,000/s offered, four runs of the same build gave 49,083, 44,134, 45,520
-and 49,626/s (largest backlog 0.08-0.48 s): the target is met in some runs and missed by up to 12% in others.
+unpaced (21.5-23 us of CPU a change). At 50,000/s offered, seven runs (this build and the one before it)
+gave 49,083, 44,134, 45,520, 49,626, 43,956, 45,677 and 47,308/s (largest backlog 0.08-0.63 s): the target is met in
+some runs and missed by up to 12% in others. Paced runs cost more CPU a change than unpaced ones (23-24 us against 21-22):
+paced frames arrive a few at a time, so each socket read, and its turn of the event loop, carries fewer of them.
 `;
 }

@@ -85,7 +85,7 @@ interface Token {
   lastTrade: number | null;
   chance: number | null;
   price: number | null;
-  written: { chance: number | null; price: number | null; lastTrade: number | null } | null;
+  written: Quote | null;
   /** Changes that arrived while waiting for a snapshot, per message, applied after it when newer. */
   pending: { ts: number; timestamp: string; changes: ClobPriceChange[]; hash?: string }[];
 }
@@ -255,7 +255,6 @@ export class StreamRecorder implements BookStream {
 
   /** Writes the market's quotes at `ts` if any outcome's changed since the last written. */
   private quote(m: Market, ts: number, recvTs: number): void {
-    const quotes: Quote[] = [];
     let changed = false;
     for (const o of m.outcomes) {
       const t = this.tokens.get(o.token_id);
@@ -263,15 +262,19 @@ export class StreamRecorder implements BookStream {
       // Only a book that was recorded prices a quote (a copy reset to an older REST book is not).
       if (t.synced && t.book.ts >= t.recordedTs) t.price = displayedPrice(t.book.ladders(), t.lastTrade);
       const price = t.synced ? t.price : null;
-      const q: Quote = { outcome_index: o.index, chance: t.chance, price, last_trade: t.lastTrade };
       const w = t.written;
-      if (!w || w.chance !== q.chance || w.price !== q.price || w.lastTrade !== q.last_trade) {
+      // Called on every recorded change: a quote object is made only when one differs.
+      if (!w || w.chance !== t.chance || w.price !== price || w.last_trade !== t.lastTrade) {
         changed = true;
-        t.written = { chance: q.chance, price: q.price, lastTrade: q.last_trade };
+        t.written = { outcome_index: o.index, chance: t.chance, price, last_trade: t.lastTrade };
       }
-      quotes.push(q);
     }
     if (!changed) return;
+    const quotes: Quote[] = [];
+    for (const o of m.outcomes) {
+      const written = this.tokens.get(o.token_id)?.written;
+      if (written) quotes.push(written);
+    }
     // A quote is of the newest recorded book: never stamped before it, and the next book comes after it.
     const at = advance(this.lastMetricTs, m.market_id, Math.max(ts, this.lastTs.get(m.market_id) ?? -Infinity));
     this.sink.metrics(m, at, recvTs, quotes);
