@@ -35,11 +35,9 @@ function book(market: string, ts: number, outcome: 0 | 1, size: number): BookRow
 
 type Stored = { market_id: string; ts: number; outcome_index: number; size: number };
 
-/** The sealed rows in the order the file stores them. */
-async function stored(duck: Duck, dir: string): Promise<Stored[]> {
-  const manifest = await readManifest(lakePaths(dir).manifest, books);
-  if (manifest.files.length !== 1) throw new Error(`${manifest.files.length} sealed files`);
-  const file = path.join(lakePaths(dir).lake, partitionDir(books), manifest.files[0].name);
+/** A sealed file's rows in the order it stores them. */
+async function fileRows(duck: Duck, dir: string, name: string): Promise<Stored[]> {
+  const file = path.join(lakePaths(dir).lake, partitionDir(books), name);
   const rows = await duck.rows(
     `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM read_parquet(${sqlPath(file)}, file_row_number = true) ORDER BY file_row_number`,
   );
@@ -49,6 +47,13 @@ async function stored(duck: Duck, dir: string): Promise<Stored[]> {
     outcome_index: Number(r.outcome_index),
     size: Number(r.size),
   }));
+}
+
+/** The rows of the partition's one sealed file, in stored order. */
+async function stored(duck: Duck, dir: string): Promise<Stored[]> {
+  const manifest = await readManifest(lakePaths(dir).manifest, books);
+  if (manifest.files.length !== 1) throw new Error(`${manifest.files.length} sealed files`);
+  return fileRows(duck, dir, manifest.files[0].name);
 }
 
 function sortedAsDuckDB(rows: Stored[]): Stored[] {
@@ -143,15 +148,7 @@ t.test('a busy hour becomes several files of bounded size, each in order, every 
   );
   const all: Stored[] = [];
   for (const f of manifest.files) {
-    const rows = await duck.rows(
-      `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM read_parquet(${sqlPath(path.join(lakePaths(dir).lake, partitionDir(books), f.name))}, file_row_number = true) ORDER BY file_row_number`,
-    );
-    const file = rows.map((r) => ({
-      market_id: String(r.market_id),
-      ts: Number(r.ts),
-      outcome_index: Number(r.outcome_index),
-      size: Number(r.size),
-    }));
+    const file = await fileRows(duck, dir, f.name);
     t.same(file, sortedAsDuckDB(file), `${f.name} is in order`);
     t.same(
       [f.min_ts, f.max_ts, f.rows],

@@ -116,12 +116,11 @@ export class Capture {
     this.spool = new Spool(this.paths.spool);
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
     const sink: StreamSink = {
-      // Called on every streamed change: the gap scope is built only when rows cannot be kept.
       books: (m, ts, recvTs, books) => {
-        if (this.recordable(() => ({ ...scopeOf(m), dataset: 'books' }), ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
+        if (this.recordable(m, 'books', ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
       },
       metrics: (m, ts, recvTs, quotes) => {
-        if (this.recordable(() => ({ ...scopeOf(m), dataset: 'metrics' }), ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
+        if (this.recordable(m, 'metrics', ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
       },
       lost: (m, reason, from, detail) =>
         this.fail(
@@ -300,10 +299,14 @@ export class Capture {
    * Whether rows may still be buffered: past the bound (storage failing for long), new rows are
    * dropped and a `storage` gap covers them until there is room again; nothing is invented.
    */
-  private recordable(scope: () => Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>, now: number, rows: number): boolean {
+  private recordable(m: Market, dataset: 'books' | 'metrics', now: number, rows: number): boolean {
+    // Called on every streamed change: the gap's scope is made only when rows cannot be kept.
     if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) return true;
     this.dropped += rows;
-    this.fail(scope(), now, { kind: 'storage', message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept` });
+    this.fail({ ...scopeOf(m), dataset }, now, {
+      kind: 'storage',
+      message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept`,
+    });
     return false;
   }
 
@@ -397,15 +400,13 @@ export class Capture {
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.
-      else if (this.recordable(() => ({ ...scope, dataset: 'books' }), now, r.books.length))
-        this.recordBooks(m, r.recvTs, r.recvTs, r.books);
+      else if (this.recordable(m, 'books', now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
       if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
       else if (recorder?.tracks(m)) {
         // Streamed: a quote row is written when chance, price or last trade changes, not per poll.
         this.succeed(m, 'metrics', r.recvTs);
         recorder.polled(m, r.quotes, r.recvTs);
-      } else if (this.recordable(() => ({ ...scope, dataset: 'metrics' }), now, r.quotes.length))
-        this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
+      } else if (this.recordable(m, 'metrics', now, r.quotes.length)) this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
     }
   }
 

@@ -35,7 +35,6 @@ interface OpenPart {
 
 /** Where a run's rows go: one market of one partition, a new generation whenever order breaks. */
 interface Run {
-  partition: Partition;
   id: string;
   generation: number;
   /** The buffer key of the current generation. */
@@ -84,7 +83,7 @@ function filled(entry: Pending): Buffer[] {
 }
 
 /** Market ids as file name text: base64url keeps any id a single safe name token. */
-export function marketToken(market: string): string {
+function marketToken(market: string): string {
   return Buffer.from(market, 'utf8').toString('base64url');
 }
 
@@ -135,7 +134,7 @@ export class Spool {
   private readonly buffered = new Map<string, Pending>();
   private readonly open = new Map<string, OpenPart>();
   /** By partition directory, then market. */
-  private readonly runs = new Map<string, Map<string, Run>>();
+  private readonly runs = new Map<string, { partition: Partition; markets: Map<string, Run> }>();
   /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
   private readonly retired = new Set<string>();
   private nextPart = 1;
@@ -165,16 +164,16 @@ export class Spool {
 
   /** The buffer key of a market's current run, after moving to a new run if `row` would go back. */
   private runKey(dir: string, partition: Partition, market: string, row: { ts: number; outcome_index: number }): string {
-    let markets = this.runs.get(dir);
-    if (!markets) {
-      markets = new Map();
-      this.runs.set(dir, markets);
+    let runs = this.runs.get(dir);
+    if (!runs) {
+      runs = { partition, markets: new Map() };
+      this.runs.set(dir, runs);
     }
-    let run = markets.get(market);
+    let run = runs.markets.get(market);
     if (!run) {
       const id = `${dir}/${market}`;
-      run = { partition, id, generation: 0, key: `${id}#0`, lastTs: -Infinity, lastOutcome: -Infinity };
-      markets.set(market, run);
+      run = { id, generation: 0, key: `${id}#0`, lastTs: -Infinity, lastOutcome: -Infinity };
+      runs.markets.set(market, run);
     } else if (row.ts < run.lastTs || (row.ts === run.lastTs && row.outcome_index < run.lastOutcome)) {
       this.retired.add(run.key);
       run.generation++;
@@ -291,7 +290,7 @@ export class Spool {
         await part.handle.close();
       }
     }
-    for (const [dir, markets] of [...this.runs.entries()]) if (due([...markets.values()][0].partition)) this.runs.delete(dir);
+    for (const [dir, runs] of [...this.runs.entries()]) if (due(runs.partition)) this.runs.delete(dir);
   }
 
   async close(): Promise<void> {
