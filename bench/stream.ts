@@ -122,6 +122,7 @@ const recorder = new StreamRecorder(config, createClock(), pino({ level: 'silent
   },
   lost: (m, reason) => console.error(`unexpected gap in ${m.market_id}: ${reason}`),
   recovered: () => undefined,
+  tickSize: () => undefined,
 });
 
 const rssPeak = { mb: 0 };

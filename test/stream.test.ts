@@ -127,11 +127,15 @@ t.test('the stand-in speaks the market channel', async (t) => {
   t.equal(clobBookHash(summary), hash, 'which a client can recompute from the book');
 
   // Changes arrive as the clock moves; a copy kept from them matches the venue's hashes throughout.
+  const tickAt = standin.sim.tickChangeAt(m)!;
+  t.ok(tickAt > now && tickAt < now + 20 * SECOND, 'the price passes 0.96 or 0.04 within the next 20 seconds');
+  t.equal(rest.tick_size, '0.01', 'the tick is a cent before');
   const copy = new LocalBook(String(rest.market), m.tokenIds[0]);
   copy.reset(rest as unknown as Parameters<LocalBook['reset']>[0], Number(rest.timestamp));
   let verified = 0;
   let unverified = 0;
   let trades = 0;
+  const ticks: Record<string, any>[] = [];
   for (let step = 0; step < 20; step++) {
     now += SECOND;
     await new Promise((r) => setTimeout(r, 70));
@@ -141,6 +145,7 @@ t.test('the stand-in speaks the market channel', async (t) => {
     const msg = (await c.next(() => true, 300).catch(() => null)) as Record<string, any> | null;
     if (!msg) break;
     if (msg.event_type === 'last_trade_price') trades++;
+    if (msg.event_type === 'tick_size_change') ticks.push(msg);
     if (msg.event_type !== 'price_change') continue;
     for (const ch of msg.price_changes) copy.apply(ch, Number(msg.timestamp));
     const signed = msg.price_changes.filter((ch: { hash?: string }) => ch.hash).at(-1);
@@ -151,8 +156,27 @@ t.test('the stand-in speaks the market channel', async (t) => {
   const expected = new Set(standin.sim.bookChanges(m, 0, Number(rest.timestamp), until).map((x) => x.t)).size;
   t.equal(verified, expected, 'one message per instant at which the book changed, none missing');
   t.ok(trades > 0, 'trades are announced with last_trade_price');
-  const finalRest = (await (await fetch(`${url}/book?token_id=${m.tokenIds[0]}`)).json()) as { hash: string; timestamp: string };
+  const finalRest = (await (await fetch(`${url}/book?token_id=${m.tokenIds[0]}`)).json()) as {
+    hash: string;
+    timestamp: string;
+    tick_size: string;
+  };
   t.equal(copy.hash(finalRest.timestamp), finalRest.hash, 'the copy ends equal to the REST book');
+  t.same(
+    ticks,
+    [
+      {
+        event_type: 'tick_size_change',
+        asset_id: m.tokenIds[0],
+        market: rest.market,
+        old_tick_size: '0.01',
+        new_tick_size: '0.001',
+        timestamp: String(tickAt),
+      },
+    ],
+    'the tick change is announced once, at its instant',
+  );
+  t.equal(finalRest.tick_size, '0.001', 'and REST books carry the new tick');
 
   const bad = await channel(url);
   bad.ws.send('{not json');
@@ -249,6 +273,25 @@ t.test('capture records every change of the stream, verified against the venue',
   t.equal(rec.mismatches, 0);
   t.ok(rec.verified >= expected - 10, 'each change was checked against the venue hash');
   t.equal((run.capture.streams.get('polymarket') as StreamRecorder).channel.stats.connects, 1, 'one connection carries both markets');
+
+  // The 5-minute market's price passes 0.96 or 0.04 during the run: its tick change is a market version from the stream.
+  const fine = run.sim.market('polymarket', 'btc', '5m', OPEN);
+  const tickAt = run.sim.tickChangeAt(fine)!;
+  const versions = (await run.duck.rows(
+    `SELECT epoch_ms(ts)::BIGINT AS ts, tick_size FROM ${lakeTable(run.dir, 'markets')} WHERE slug = $slug ORDER BY ts`,
+    { slug: run.sim.slug(fine) },
+  )) as { ts: bigint; tick_size: number }[];
+  t.ok(tickAt > OPEN + 61 * SECOND && tickAt < run.end - 30 * SECOND, 'the change falls inside the run');
+  t.ok(
+    versions.every((v) => v.tick_size === (Number(v.ts) >= tickAt ? 0.001 : 0.01)),
+    'each version has the tick of its time',
+  );
+  const first = versions.find((v) => v.tick_size === 0.001);
+  t.ok(
+    first && Number(first.ts) >= tickAt,
+    `the new tick is recorded from ${first?.ts}, ${Number(first?.ts) - tickAt} ms after the change`,
+  );
+  t.ok(rec.tickChanges >= 2, 'announced on the stream for both tokens');
 
   // Quotes are written when they change: the price follows the recorded books, the last trade the trade events.
   const metrics = (await run.duck.rows(

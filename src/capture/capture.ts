@@ -136,6 +136,11 @@ export class Capture {
           from,
           { kind: reason, message: detail },
         ),
+      // A new version at once rather than at the next discovery; both tokens announce it, the second changes nothing.
+      tickSize: (m, tickSize, recvTs) => {
+        const known = this.known.get(`${m.venue}:${m.market_id}`)?.market ?? m;
+        if (known.tick_size !== tickSize) this.recordVersion({ ...known, tick_size: tickSize }, recvTs);
+      },
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
@@ -429,20 +434,23 @@ export class Capture {
     for (const g of [...this.gaps.values()]) {
       if (g.venue === adapter.venue && g.dataset === 'markets') this.closeGap(g, now);
     }
-    for (const market of markets) {
-      const key = `${market.venue}:${market.market_id}`;
-      const version = JSON.stringify(market);
-      if (this.known.get(key)?.version === version) continue;
-      this.known.set(key, { market, version });
-      this.spool.append(partitionOf('markets', market.venue, market.coin, market.window, market.start_time), [
-        marketLakeRow(market, now) as unknown as MarketRow,
-      ]);
-      this.stats.versions++;
-    }
+    for (const market of markets) this.recordVersion(market, now);
     // Forget markets long past, so memory stays flat over weeks of capture.
     for (const [key, { market }] of this.known) {
       if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
     }
+  }
+
+  /** Spools the market as a new version when it differs from the one last recorded. */
+  private recordVersion(market: Market, now: number): void {
+    const key = `${market.venue}:${market.market_id}`;
+    const version = JSON.stringify(market);
+    if (this.known.get(key)?.version === version) return;
+    this.known.set(key, { market, version });
+    this.spool.append(partitionOf('markets', market.venue, market.coin, market.window, market.start_time), [
+      marketLakeRow(market, now) as unknown as MarketRow,
+    ]);
+    this.stats.versions++;
   }
 
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {

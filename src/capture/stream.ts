@@ -17,6 +17,7 @@ import {
   type ClobMarketMessage,
   type ClobPriceChange,
   type ClobPriceChangeMessage,
+  type ClobTickSizeMessage,
   LocalBook,
   clobBookHash,
 } from '../venues/clob.js';
@@ -63,6 +64,8 @@ export interface StreamSink {
   recovered(market: Market, at: number): void;
   /** Quotes of the market's outcomes at `ts`, written when any of chance, price or last trade changed. */
   metrics(market: Market, ts: number, recvTs: number, quotes: Quote[]): void;
+  /** The venue changed the market's tick size (`tick_size_change`, sent for each of its tokens). */
+  tickSize(market: Market, tickSize: number, recvTs: number): void;
   /** Full books over REST, to resync without waiting for the next poll. */
   fetchBooks?(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }>;
 }
@@ -101,13 +104,25 @@ export interface StreamStats {
   refetches: number;
   /** Rows whose exchange time did not advance past the market's previous row. */
   nudged: number;
+  /** `tick_size_change` messages taken (one per token). */
+  tickChanges: number;
 }
 
 /** Whether the venue's hashes can be recomputed here; decided on the first snapshot. */
 type HashCheck = 'unknown' | 'reproducible' | 'opaque';
 
 export class StreamRecorder implements BookStream {
-  readonly stats: StreamStats = { snapshots: 0, changes: 0, rows: 0, verified: 0, mismatches: 0, resyncs: 0, refetches: 0, nudged: 0 };
+  readonly stats: StreamStats = {
+    snapshots: 0,
+    changes: 0,
+    rows: 0,
+    verified: 0,
+    mismatches: 0,
+    resyncs: 0,
+    refetches: 0,
+    nudged: 0,
+    tickChanges: 0,
+  };
   readonly channel: MarketChannelClient;
   private readonly tokens = new Map<string, Token>();
   private readonly lastTs = new Map<string, number>();
@@ -297,6 +312,13 @@ export class StreamRecorder implements BookStream {
       if (!t || !Number.isFinite(price)) return;
       t.lastTrade = price;
       this.quote(t.market, Number(trade.timestamp), recvTs);
+    } else if (msg.event_type === 'tick_size_change') {
+      const change = msg as ClobTickSizeMessage;
+      const t = this.tokens.get(change.asset_id);
+      const tick = Number(change.new_tick_size);
+      if (!t || !Number.isFinite(tick) || tick <= 0) return;
+      this.stats.tickChanges++;
+      this.sink.tickSize(t.market, tick, recvTs);
     }
   }
 

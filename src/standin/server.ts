@@ -411,7 +411,7 @@ export class StandIn {
       active: true,
       closed: now >= m.end,
       negRisk: false,
-      orderPriceMinTickSize: 0.01,
+      orderPriceMinTickSize: this.sim.tickSize(m, now),
       orderMinSize: 5,
       volume: this.sim.volume(m, now).toFixed(6),
       liquidity: this.sim.liquidity(m).toFixed(4),
@@ -464,7 +464,7 @@ export class StandIn {
       body: {
         ...clobSummary(this.sim, market, index, Math.min(now, market.end)),
         min_order_size: '5',
-        tick_size: '0.01',
+        tick_size: String(this.sim.tickSize(market, now)),
         neg_risk: false,
         last_trade_price: (this.sim.lastTrade(market, index, now) ?? 0.5).toFixed(3),
       },

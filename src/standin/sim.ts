@@ -9,6 +9,9 @@ export const GENESIS = Date.parse('2026-05-01T00:00:00Z');
 export const WALLET_LIST_LEAD = 60 * MINUTE;
 export const POLY_CREATE_LEAD = 24 * 60 * MINUTE;
 export const TICK = 0.01;
+/** The venue's tick once a market's price passes FINE_TICK_BEYOND of either end (Polymarket: above 0.96 or below 0.04). */
+export const FINE_TICK = 0.001;
+const FINE_TICK_BEYOND = 0.04;
 const BLOCK = 15 * MINUTE;
 const TOKEN_SALT = '7108255942817004617739286502';
 
@@ -40,6 +43,7 @@ export function hash32(text: string): number {
 export class Sim {
   private readonly books: BookModel;
   private readonly phases = new Map<string, number[]>();
+  private readonly fineTickAt = new Map<string, number | null>();
 
   constructor(
     readonly seed: number,
@@ -80,6 +84,33 @@ export class Sim {
     const remaining = (m.end - t) / SECOND;
     const p = normalCdf(drift / (0.00012 * Math.sqrt(remaining)));
     return Math.min(0.98, Math.max(0.02, p));
+  }
+
+  /**
+   * The second a market's tick becomes FINE_TICK, or null if it never does: the first one whose
+   * fair price is past 0.96 or 0.04 while it trades. The venue does not go back to the coarse tick.
+   */
+  tickChangeAt(m: SimMarket): number | null {
+    const key = `${m.venue}:${m.code}`;
+    let at = this.fineTickAt.get(key);
+    if (at === undefined) {
+      at = null;
+      for (let t = m.start + SECOND; t < m.end; t += SECOND) {
+        const up = this.fairUp(m, t);
+        if (up > 1 - FINE_TICK_BEYOND || up < FINE_TICK_BEYOND) {
+          at = t;
+          break;
+        }
+      }
+      if (this.fineTickAt.size >= 4096) this.fineTickAt.clear();
+      this.fineTickAt.set(key, at);
+    }
+    return at;
+  }
+
+  tickSize(m: SimMarket, t: number): number {
+    const at = this.tickChangeAt(m);
+    return at !== null && t >= at ? FINE_TICK : TICK;
   }
 
   winner(m: SimMarket): 0 | 1 {

@@ -1,6 +1,7 @@
 // The stand-in's Polymarket market channel (UPSTREAMS.md B): subscribe by `assets_ids`, a `book`
 // snapshot per asset, then `price_change` (new aggregate size per level, 0 removes it, a book
-// hash per asset), `last_trade_price` and PING/PONG text heartbeats. No sequence numbers, as
+// hash per asset), `last_trade_price`, `tick_size_change` (when a price passes 0.96 or 0.04) and
+// PING/PONG text heartbeats. No sequence numbers, as
 // the venue sends none. Faults are the failures users report of the real feed: drops, reorders,
 // duplicates, silent freezes, disconnects and stale snapshots on resubscribe.
 import type { WebSocket } from 'ws';
@@ -8,7 +9,7 @@ import { SECOND } from '../time.js';
 import { type ClobLevel, clobBookHash } from '../venues/clob.js';
 import { TICKS, bestAsk, bestBid, ladders } from './orderbook.js';
 import type { Clock } from '../clock.js';
-import type { Sim, SimMarket } from './sim.js';
+import { FINE_TICK, type Sim, type SimMarket, TICK } from './sim.js';
 import { type Outgoing, type StreamClient, type StreamFaults, StreamServer } from './streamserver.js';
 
 export const MARKET_CHANNEL_PATH = '/ws/market';
@@ -102,7 +103,8 @@ export class MarketChannel extends StreamServer<Client> {
   /** Every change since each subscription's cursor, grouped as the venue groups them: one message per market and instant. */
   protected pending(client: Client, now: number): Outgoing[] {
     const messages = new Map<string, { t: number; body: Record<string, unknown>; changes: Record<string, string>[] }>();
-    const trades: { t: number; body: Record<string, unknown> }[] = [];
+    // Trades and tick changes: messages of one asset that carry no book change.
+    const assetEvents: { t: number; body: Record<string, unknown> }[] = [];
     for (const [id, sub] of client.assets) {
       const { market, index } = sub;
       if (sub.cursor >= market.end) continue;
@@ -136,7 +138,7 @@ export class MarketChannel extends StreamServer<Client> {
       for (let s = Math.floor(sub.cursor / SECOND) + 1; s * SECOND <= to; s++) {
         const price = this.sim.tradeAt(market, index, s);
         if (price === null) continue;
-        trades.push({
+        assetEvents.push({
           t: s * SECOND,
           body: {
             event_type: 'last_trade_price',
@@ -150,11 +152,25 @@ export class MarketChannel extends StreamServer<Client> {
           },
         });
       }
+      const tickAt = this.sim.tickChangeAt(market);
+      if (tickAt !== null && tickAt > sub.cursor && tickAt <= to) {
+        assetEvents.push({
+          t: tickAt,
+          body: {
+            event_type: 'tick_size_change',
+            asset_id: id,
+            market: conditionId(market),
+            old_tick_size: String(TICK),
+            new_tick_size: String(FINE_TICK),
+            timestamp: String(tickAt),
+          },
+        });
+      }
       sub.cursor = to;
     }
     const out: { t: number; body: Record<string, unknown>; changes: Record<string, string>[] }[] = [
       ...[...messages.values()].map((m) => ({ t: m.t, body: { ...m.body, price_changes: m.changes }, changes: m.changes })),
-      ...trades.map((x) => ({ ...x, changes: [] })),
+      ...assetEvents.map((x) => ({ ...x, changes: [] })),
     ].sort((a, b) => a.t - b.t);
     return out.map(({ t, body, changes }) => ({
       text: JSON.stringify(body),

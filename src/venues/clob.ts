@@ -56,8 +56,17 @@ export interface ClobLastTradeMessage {
   timestamp: string;
 }
 
+export interface ClobTickSizeMessage {
+  event_type: 'tick_size_change';
+  asset_id: string;
+  market: string;
+  old_tick_size: string;
+  new_tick_size: string;
+  timestamp: string;
+}
+
 export type ClobMarketMessage =
-  ClobBookMessage | ClobPriceChangeMessage | ClobLastTradeMessage | { event_type: 'tick_size_change' | string };
+  ClobBookMessage | ClobPriceChangeMessage | ClobLastTradeMessage | ClobTickSizeMessage | { event_type: string };
 
 /**
  * A recorder's copy of one token's book, kept as the venue's level strings in the venue's order
