@@ -8,6 +8,7 @@ import {
   CAPTURE_LAG_MS,
   type PageQuery,
   exportSql,
+  scansInOrder,
   planPartitions,
   marketBooksSql,
   snapshotBooksSql,
@@ -94,7 +95,7 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
     books: snapshotBooksSql('SELECT 1', page({ outcomeIndex: 0, intervalMs: 5_000 }), [3, 1, 2]),
     series: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5 }), 'chance', 101),
     downsampled: timeseriesSql('SELECT 1', page({ order: 'desc', after: 5, intervalMs: 60_000 }), 'price', 101),
-    export: exportSql('SELECT 1', page(), 'snapshots', 'csv'),
+    export: exportSql('SELECT 1', page(), 'snapshots', 'csv', true),
     // The statement behind most snapshot pages, and the one the book cache decodes markets with.
     page: snapshotPageSql('SELECT 1', page({ after: 7, outcomeIndex: 1 }), 202),
     pageDesc: snapshotPageSql('SELECT 1', page({ order: 'desc' }), 101),
@@ -131,9 +132,18 @@ t.test('a page without interval is selected by its bounds alone', async (t) => {
 });
 
 t.test('an ascending full export streams in file order; others sort', async (t) => {
-  t.notMatch(exportSql('SELECT 1', page(), 'snapshots', 'parquet').sql, /ORDER BY/);
-  t.match(exportSql('SELECT 1', page({ order: 'desc' }), 'snapshots', 'parquet').sql, /ORDER BY ts DESC, outcome_index/);
-  t.match(exportSql('SELECT 1', page({ intervalMs: 1000 }), 'timeseries', 'csv', 'price').sql, /GROUP BY floor/);
+  t.notMatch(exportSql('SELECT 1', page(), 'snapshots', 'parquet', true).sql, /ORDER BY/);
+  t.match(exportSql('SELECT 1', page(), 'snapshots', 'parquet', false).sql, /ORDER BY ts ASC, outcome_index/);
+  t.match(exportSql('SELECT 1', page({ order: 'desc' }), 'snapshots', 'parquet', true).sql, /ORDER BY ts DESC, outcome_index/);
+  t.match(exportSql('SELECT 1', page({ intervalMs: 1000 }), 'timeseries', 'csv', true, 'price').sql, /GROUP BY floor/);
+
+  const hour = (h: number) => `/lake/books/venue=polymarket/coin=btc/window=5m/date=2026-07-26/hour=${h}`;
+  t.ok(scansInOrder({ sealed: [`${hour(12)}/part-a.parquet`, `${hour(13)}/part-b.parquet`], spool: [] }), 'a file an hour scans in order');
+  t.notOk(
+    scansInOrder({ sealed: [`${hour(12)}/part-a.parquet`, `${hour(12)}/part-b.parquet`], spool: [] }),
+    'two files of one hour may interleave a market',
+  );
+  t.notOk(scansInOrder({ sealed: [`${hour(12)}/part-a.parquet`], spool: ['/spool/s/x/000001.ndjson'] }), 'so may spool parts');
 });
 
 t.test('cursors: a keyset bound to the scope and every filter', async (t) => {

@@ -9,7 +9,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
 import { echo, fail } from './errors.js';
 import { timeRange } from './params.js';
-import { type PageQuery, exportSql, planPartitions } from './plan.js';
+import { type PageQuery, exportSql, planPartitions, scansInOrder } from './plan.js';
 import { PARQUET, type RequestContext, type Result, type RouteKit, listRequest, takePage } from './route.js';
 import { iso } from './shape.js';
 
@@ -35,8 +35,9 @@ export async function exportFile(
   const plan = planPartitions(dataset, m, pq.from, pq.to);
   ctx.stats.partitions = plan.partitions.length;
   const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
-  const source = relation(dataset, await lake.files(plan.partitions), columns) ?? emptyRelation(dataset, columns);
-  const { sql: query, params } = exportSql(source, pq, kind, format, metric);
+  const files = await lake.files(plan.partitions);
+  const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
+  const { sql: query, params } = exportSql(source, pq, kind, format, scansInOrder(files), metric);
   await fs.mkdir(deps.exportDir, { recursive: true });
   const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
   // The Parquet writer holds a whole row group in memory: small ones.

@@ -4,7 +4,8 @@ import type { Venue, Window } from '../config.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
 import type { Dataset } from '../records.js';
 import { HOUR, floorTo } from '../time.js';
-import { bookSelect } from '../lake/sql.js';
+import path from 'node:path';
+import { type Files, bookSelect } from '../lake/sql.js';
 
 /** Rows of a market are captured within its window, plus the lag of the last poll. */
 export const CAPTURE_LAG_MS = 60_000;
@@ -172,6 +173,16 @@ export function latestSql(source: string): string {
 }
 
 /**
+ * Whether a plain scan of `files` gives each market's rows in time order: hours are planned in
+ * order and every sealed file is sorted, but two files of one hour (a busy hour sealed a stretch
+ * at a time while it was written) or spool parts (a late row starts a part of its own) may interleave.
+ */
+export function scansInOrder(files: Files): boolean {
+  const hours = files.sealed.map((f) => path.dirname(f));
+  return files.spool.length === 0 && new Set(hours).size === hours.length;
+}
+
+/**
  * The whole range as rows for a file: CSV with ISO times and ladders as JSON arrays in cells,
  * Parquet with the lake's own column types. The same filters and interval as the JSON pages.
  */
@@ -180,6 +191,7 @@ export function exportSql(
   q: PageQuery,
   kind: 'snapshots' | 'timeseries',
   format: 'csv' | 'parquet',
+  inOrder: boolean,
   metric?: keyof typeof METRIC_COLUMNS,
 ): { sql: string; params: Record<string, string | number> } {
   const extra = kind === 'timeseries' ? ` AND "${METRIC_COLUMNS[metric!]}" IS NOT NULL` : '';
@@ -213,11 +225,10 @@ export function exportSql(
           format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`,
         ];
   const cast = format === 'csv' ? columns.map((c) => (/_prices$|_sizes$/.test(c) ? `${c}::VARCHAR AS ${c}` : c)) : columns;
-  // Sealed files are sorted by (market_id, ts, outcome_index) and planned in hour order, and
-  // DuckDB keeps scan order without ORDER BY: an ascending export of every record streams
-  // without a sort. Descending or downsampled exports sort (spilling past memory_limit).
+  // DuckDB keeps scan order without ORDER BY: an ascending export of every record of files
+  // that scan in order (scansInOrder) streams without a sort. Others sort (spilling past memory_limit).
   const sql =
-    q.order === 'asc' && q.intervalMs === null
+    inOrder && q.order === 'asc' && q.intervalMs === null
       ? `WITH rows AS (${filtered(source, q, extra)}) SELECT ${cast.join(', ')} FROM rows`
       : `WITH rows AS (${filtered(source, q, extra)}), times AS (${times})
     SELECT ${cast.join(', ')} FROM rows JOIN times USING (ts) ORDER BY ts ${q.order.toUpperCase()}, outcome_index`;

@@ -65,24 +65,32 @@ export class LakeReader {
   /**
    * Sealed files (from the index, after following the commit log, so a file sealed a moment
    * ago is read at once) and spool parts of `partitions`; a part already sealed is left out.
+   * The spool is listed first: a part sealed in between is then in the index followed after,
+   * and left out, where the other order would miss its rows (listed neither as a part nor a file).
    */
   async files(partitions: Partition[]): Promise<Files> {
-    await this.index.follow();
-    const sealed: string[] = [];
-    const spool: string[] = [];
+    const listed: { p: Partition; parts: { source: string; file: string }[] }[] = [];
     const segments = await fs.readdir(this.paths.spool).catch(() => [] as string[]);
     for (const p of partitions) {
       const dir = partitionDir(p);
-      const indexed = this.index.of(p);
-      const done = new Set(indexed.flatMap((f) => f.sources));
-      for (const f of indexed) sealed.push(path.join(this.paths.lake, f.path));
+      const parts: { source: string; file: string }[] = [];
       for (const segment of segments) {
         const names = await fs.readdir(path.join(this.paths.spool, segment, dir)).catch(() => [] as string[]);
         for (const name of names) {
-          if (name.endsWith('.ndjson') && !done.has(`${segment}:${name.replace('.ndjson', '')}`))
-            spool.push(path.join(this.paths.spool, segment, dir, name));
+          if (name.endsWith('.ndjson'))
+            parts.push({ source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(this.paths.spool, segment, dir, name) });
         }
       }
+      listed.push({ p, parts });
+    }
+    await this.index.follow();
+    const sealed: string[] = [];
+    const spool: string[] = [];
+    for (const { p, parts } of listed) {
+      const indexed = this.index.of(p);
+      const done = new Set(indexed.flatMap((f) => f.sources));
+      for (const f of indexed) sealed.push(path.join(this.paths.lake, f.path));
+      for (const part of parts) if (!done.has(part.source)) spool.push(part.file);
     }
     return { sealed, spool };
   }

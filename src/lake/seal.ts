@@ -1,6 +1,7 @@
 // Seals finished hours: every spool part of a partition whose hour (plus a grace for late
-// rows) is over becomes one sorted Parquet file. Re-running after a crash at any step is
-// safe: parts already named in the manifest are not written again, only removed.
+// rows) is over becomes sorted Parquet, and so do the closed parts of a busy hour still being
+// written (Spool.roll). Re-running after a crash at any step is safe: parts already named in the
+// manifest are not written again, only removed.
 // Books and metrics are spooled as sorted runs of one market each, so their file is the runs
 // concatenated in order and streamed through DuckDB with memory bounded by its memory_limit;
 // sorting an hour instead holds all of it in memory (2M book rows: 3 GB, and DuckDB's sort
@@ -57,6 +58,12 @@ export function isDue(p: Partition, now: number, grace: Grace): boolean {
  */
 export const FILE_SPOOL_BYTES = 2 * 2 ** 30;
 
+/**
+ * An hour still being written is sealed a stretch at a time once its spool reaches this share of
+ * a file: the rest of the file's room takes what is flushed meanwhile and the late runs swept in.
+ */
+const ROLL_SHARE = 0.75;
+
 export async function sealDue(
   duck: Duck,
   paths: LakePaths,
@@ -67,9 +74,10 @@ export async function sealDue(
 ): Promise<SealReport> {
   const due = (p: Partition) => isDue(p, now, grace);
   if (spool) await spool.release(due);
-  const parts = (spool ? await spool.sealable() : await listSpool(paths.spool)).filter((p) => due(p.partition));
+  // Busy hours not over yet: what their closed parts hold is sealed now (see Spool.roll).
+  const rolled = new Set((spool ? await spool.roll(fileSpoolBytes * ROLL_SHARE) : []).map(partitionDir));
   const groups = new Map<string, SpoolPart[]>();
-  for (const part of parts) {
+  for (const part of spool ? await spool.sealable() : await listSpool(paths.spool)) {
     const key = partitionDir(part.partition);
     groups.set(key, [...(groups.get(key) ?? []), part]);
   }
@@ -77,8 +85,12 @@ export async function sealDue(
   await fs.rm(stagingDir(paths), { recursive: true, force: true });
   // DuckDB creates its temp_directory (sealingDuck) when it first spills, but not its parent.
   await fs.mkdir(paths.state, { recursive: true });
-  for (const group of groups.values()) {
-    const { files, rows } = await sealPartition(duck, paths, group, fileSpoolBytes);
+  for (const [dir, group] of groups) {
+    const seal = due(group[0].partition) || rolled.has(dir);
+    // Capture seals every few seconds: a part it sealed stays until the next pass, so a reader
+    // that listed it just before the commit still finds it (and then leaves it out, as sealed).
+    const { files, rows } = await sealPartition(duck, paths, group, { seal, linger: spool !== undefined, fileSpoolBytes });
+    if (!seal) continue;
     report.partitions += 1;
     report.files += files;
     report.rows += rows;
@@ -87,19 +99,26 @@ export async function sealDue(
   return report;
 }
 
+/**
+ * Seals the closed parts of one partition (with `seal`), and removes parts sealed before: all of
+ * them, or all but those sealed now (with `linger`).
+ */
 async function sealPartition(
   duck: Duck,
   paths: LakePaths,
   group: SpoolPart[],
-  fileSpoolBytes: number,
+  { seal, linger, fileSpoolBytes }: { seal: boolean; linger: boolean; fileSpoolBytes: number },
 ): Promise<{ files: number; rows: number }> {
   const partition = group[0].partition;
   const manifest = await readManifest(paths.manifest, partition);
   const done = new Set(manifest.files.flatMap((f) => f.sources));
   const fresh: SpoolPart[] = [];
+  const spent: SpoolPart[] = [];
   for (const part of group) {
-    if (done.has(part.source)) continue;
-    if ((await fs.stat(part.file)).size > 0) fresh.push(part);
+    if (done.has(part.source)) spent.push(part);
+    else if (!seal) continue;
+    else if ((await fs.stat(part.file)).size > 0) fresh.push(part);
+    else spent.push(part);
   }
   const sealed = { files: 0, rows: 0 };
   if (fresh.length > 0) {
@@ -139,7 +158,7 @@ async function sealPartition(
     }
     await fs.rm(staging, { recursive: true, force: true });
   }
-  for (const part of group) {
+  for (const part of linger ? spent : [...spent, ...fresh]) {
     await fs.rm(part.file, { force: true });
     await pruneEmptyDirs(path.dirname(part.file), paths.spool);
   }

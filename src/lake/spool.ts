@@ -4,7 +4,8 @@
 // is sealed exactly once and never appended to afterwards.
 // Books and metrics go to a part per market, and a part only ever holds rows in the sealed
 // files' order (a row that would go back starts a new part): sealing then concatenates parts
-// instead of sorting an hour in memory (see seal.ts).
+// instead of sorting an hour in memory (see seal.ts). A busy hour's parts are closed (rolled)
+// and sealed a stretch at a time while it is still being written.
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
@@ -135,6 +136,8 @@ export class Spool {
   private readonly open = new Map<string, OpenPart>();
   /** By partition directory, then market. */
   private readonly runs = new Map<string, { partition: Partition; markets: Map<string, Run> }>();
+  /** Acknowledged bytes of each partition of sorted runs since it last rolled, by partition directory. */
+  private readonly sinceRoll = new Map<string, number>();
   /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
   private readonly retired = new Set<string>();
   private nextPart = 1;
@@ -239,7 +242,13 @@ export class Spool {
       this.pendingBytes += bytes;
       throw err;
     }
-    for (const t of touched) t.part.size += t.written;
+    for (const t of touched) {
+      t.part.size += t.written;
+      if (RUN_DATASETS.has(t.part.partition.dataset)) {
+        const dir = partitionDir(t.part.partition);
+        this.sinceRoll.set(dir, (this.sinceRoll.get(dir) ?? 0) + t.written);
+      }
+    }
     this.acknowledged += rows;
     await this.closeRetired();
     return rows;
@@ -281,6 +290,37 @@ export class Spool {
     return opened;
   }
 
+  /**
+   * Closes every open part of a partition of sorted runs that holds `bytes` or more, so it can be
+   * sealed before its hour is over; its markets' next rows start new parts. A busy hour is then
+   * sealed a stretch at a time, and the spool on disk stays bounded however busy it is.
+   */
+  async roll(bytes: number): Promise<Partition[]> {
+    await this.flush();
+    const rolled: Partition[] = [];
+    const closing: FileHandle[] = [];
+    for (const [dir, size] of this.sinceRoll) {
+      if (size < bytes) continue;
+      const runs = this.runs.get(dir);
+      if (!runs) continue;
+      // A new generation for every market: rows appended meanwhile go to new parts, in order.
+      for (const run of runs.markets.values()) {
+        run.generation++;
+        run.key = `${run.id}#${run.generation}`;
+      }
+      for (const [key, part] of this.open) {
+        if (partitionDir(part.partition) !== dir) continue;
+        this.open.delete(key);
+        this.retired.delete(key);
+        closing.push(part.handle);
+      }
+      this.sinceRoll.delete(dir);
+      rolled.push(runs.partition);
+    }
+    for (const handle of closing) await handle.close();
+    return rolled;
+  }
+
   /** Closes the part files of partitions that `due` selects, so they can be sealed. */
   async release(due: (p: Partition) => boolean): Promise<void> {
     await this.flush();
@@ -290,7 +330,11 @@ export class Spool {
         await part.handle.close();
       }
     }
-    for (const [dir, runs] of [...this.runs.entries()]) if (due(runs.partition)) this.runs.delete(dir);
+    for (const [dir, runs] of [...this.runs.entries()]) {
+      if (!due(runs.partition)) continue;
+      this.runs.delete(dir);
+      this.sinceRoll.delete(dir);
+    }
   }
 
   async close(): Promise<void> {
@@ -299,6 +343,7 @@ export class Spool {
     this.open.clear();
     this.runs.clear();
     this.retired.clear();
+    this.sinceRoll.clear();
   }
 
   /** Parts that may be sealed: every part of other segments, and this one's released parts. */
