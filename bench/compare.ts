@@ -12,7 +12,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { startApi } from '../src/api/server.js';
+import cluster from 'node:cluster';
+import { startCluster } from '../src/api/cluster.js';
+import { KeyStore } from '../src/api/keys.js';
+import type { RateChannel } from '../src/api/ratelimit.js';
+import { prepareApiState, startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -31,13 +35,36 @@ const BOOK = `json_build_object('outcome_index', outcome_index, 'outcome', outco
 
 // --- children: each server in a process of its own -----------------------------------------
 
-/** The service as deployed: restarted over the lake, request log lines built (and dropped). */
+/**
+ * The service as `make api` deploys it: API_WORKERS processes (one per core) on one port, keys'
+ * limits held by the primary, restarted over the lake, request log lines built (and dropped).
+ */
 async function serveService(dir: string): Promise<void> {
-  const duck = await Duck.open(2);
   const config = loadConfig({ ...process.env, DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'info' });
-  const api = await startApi(config, duck, createClock(END, 1), createLogger('info', 'api', openSync('/dev/null', 'w')), { port: 0 });
+  const log = createLogger('info', 'api', openSync('/dev/null', 'w'));
+  const workers = config.api.workers;
+  if (cluster.isPrimary && workers > 1) {
+    await prepareApiState(config);
+    const { key } = await KeyStore.at(dir).issue('paid', 'bench-compare');
+    const api = await startCluster(workers, log);
+    console.log(JSON.stringify({ url: `http://${config.host}:${api.port}`, key, workers }));
+    await new Promise((resolve) => process.stdin.once('end', resolve).resume());
+    await api.stop();
+    return;
+  }
+  const duck = await Duck.open(2);
+  const rates: RateChannel = { send: (m) => process.send!(m), listen: (h) => process.on('message', h) };
+  const api = await startApi(config, duck, createClock(END, 1), log, {
+    port: 0,
+    ...(cluster.isWorker ? { cluster: { workers, rates } } : {}),
+  });
+  if (cluster.isWorker) {
+    // Stopped by the primary.
+    process.once('SIGTERM', () => void api.stop().then(() => process.exit(0)));
+    return new Promise(() => undefined);
+  }
   const { key } = await api.keys.issue('paid', 'bench-compare');
-  console.log(JSON.stringify({ url: api.url, key }));
+  console.log(JSON.stringify({ url: api.url, key, workers: 1 }));
   await new Promise((resolve) => process.stdin.once('end', resolve).resume());
   await api.stop();
   duck.close();
@@ -345,8 +372,9 @@ Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalm
 The same ${lakeRows.toLocaleString('en')} book rows (1 day, 3 coins x 2 windows, every second, 15 levels a side): in the lake as
 ${files.length} zstd Parquet files written by the service's writer (${(lakeBytes / lakeRows).toFixed(0)} bytes per row), and in PostgreSQL 15 (a private
 cluster on loopback, loaded in ${loadSeconds.toFixed(0)} s; btree on (market_id, ts); ${(pgBytes / pgRows).toFixed(0)} bytes per row, table and index).
-Each side is served over HTTP by its own process: the service as \`make api\` runs it (request log lines built
-and written, batched as in production, to /dev/null), PostgreSQL by a minimal Node server with prepared statements, JSON built by \`json_agg\`
+Each side is served over HTTP by its own processes: the service as \`make api\` runs it, ${svc.workers} worker process(es) on one port
+(\`API_WORKERS\`, one per core by default; keys' limits held by the primary; request log lines built and written, batched as
+in production, to /dev/null), PostgreSQL by a minimal Node server with prepared statements, JSON built by \`json_agg\`
 and keyset cursors. ${checked} answers (first and deep pages, latest books, 50 markets) were checked equal before
 timing. wrk (1 thread) cycles over the 50 markets for ${SECONDS} s per run; the sides take turns, twice each, and
 the better run of each is shown. Deep pages are the fifth page of each market (after 4 cursors).
@@ -368,9 +396,10 @@ Where the difference comes from: a page of a market that is over is served from 
 (\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page
 is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
 walks the index and builds JSON per request. A market still being recorded (rows in the spool) takes the SQL path.
-The service answers from one Node process (one core); PostgreSQL's side is a Node process plus its backends, so at 4
-connections it uses both cores. On this shared machine req/s moves by 20-30% from run to run: the latest book at 4
-connections has come out at 0.94-1.24x PostgreSQL's across runs, the pages at 4.7-10x.
+Both sides use both cores at 4 connections: the service's workers (each a whole API: its own DuckDB, lake index and
+book cache), PostgreSQL's backends beside its Node server. With one worker the latest book at 4 connections came out at
+0.94-1.24x PostgreSQL's across runs (2026-11-23); one connection stays on one worker. On this shared machine req/s moves
+by 20-30% from run to run.
 `;
 await writeSection('## Against PostgreSQL', report);
 if (!process.env.BENCH_ROOT) await fs.rm(root, { recursive: true, force: true });

@@ -1,19 +1,41 @@
-// The API alone on PORT, over an existing lake (capture running elsewhere, or none).
+// The API alone on PORT, over an existing lake (capture running elsewhere, or none): API_WORKERS
+// processes (one per core by default) sharing the port, keys' rate limits held by the primary.
+import cluster from 'node:cluster';
 import { clockFrom } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
-import { startApi } from '../src/api/server.js';
+import { startCluster } from '../src/api/cluster.js';
+import type { RateChannel } from '../src/api/ratelimit.js';
+import { prepareApiState, startApi } from '../src/api/server.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { createLogger } from '../src/log.js';
 
 const config = loadConfig();
+const workers = config.api.workers;
 const log = createLogger(config.logLevel, 'api', 1, config.logFormat);
-const duck = await Duck.open(2);
-const api = await startApi(config, duck, clockFrom(config.clock), log);
-log.info({ url: api.url, markets: api.lake.size }, 'api listening');
-const stop = async () => {
-  await api.stop();
-  duck.close();
-  process.exit(0);
-};
-process.once('SIGINT', stop);
-process.once('SIGTERM', stop);
+
+if (cluster.isPrimary && workers > 1) {
+  await prepareApiState(config);
+  const api = await startCluster(workers, log);
+  log.info({ url: `http://${config.host}:${api.port}`, workers }, 'api listening');
+  const stop = async () => {
+    await api.stop();
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+} else {
+  const duck = await Duck.open(2);
+  const rates: RateChannel = {
+    send: (message) => process.send!(message),
+    listen: (handler) => process.on('message', handler),
+  };
+  const api = await startApi(config, duck, clockFrom(config.clock), log, cluster.isWorker ? { cluster: { workers, rates } } : {});
+  if (cluster.isPrimary) log.info({ url: api.url, markets: api.lake.size }, 'api listening');
+  const stop = async () => {
+    await api.stop();
+    duck.close();
+    process.exit(0);
+  };
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}

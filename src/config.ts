@@ -81,6 +81,8 @@ export interface Config {
     bookCacheBytes: number;
     /** Browser origins allowed to call the API (CORS); the service's own pages need none. */
     corsOrigins: string[];
+    /** Processes `make api` serves with (one per core by default); keys' limits hold across them. */
+    workers: number;
   };
 }
 
@@ -289,6 +291,7 @@ export function loadConfig(env: Env = process.env): Config {
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
       corsOrigins: origins(env, 'CORS_ORIGINS'),
+      workers: int(env, 'API_WORKERS', os.availableParallelism(), 1, 64),
     },
   };
   return deepFreeze(config);

@@ -2,8 +2,13 @@ import pino, { type Logger } from 'pino';
 
 export type { Logger };
 
-/** Lines are written in batches of this many bytes, and at least every FLUSH_MS. */
-const BATCH_BYTES = 8 * 1024;
+/**
+ * Lines are written in batches of about this many bytes, and at least every FLUSH_MS: within
+ * PIPE_BUF (4 KiB on Linux), which a pipe writes at once, so the lines of API workers sharing
+ * stdout never cut into one another.
+ */
+const PIPE_BUF = 4096;
+const BATCH_BYTES = PIPE_BUF - 512;
 const FLUSH_MS = 500;
 
 /**
@@ -20,7 +25,7 @@ export function createLogger(level: string, name: string, dest = 1, format: 'jso
   };
   if (pretty)
     return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
-  const destination = pino.destination({ dest, sync: false, minLength: BATCH_BYTES });
+  const destination = pino.destination({ dest, sync: false, minLength: BATCH_BYTES, maxWrite: PIPE_BUF });
   setInterval(() => {
     // Nothing to write, or a write already under way: both are fine to skip.
     try {

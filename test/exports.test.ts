@@ -2,7 +2,6 @@
 // against a real API process on libuv's default threadpool, while latest books and snapshot
 // pages keep answering. Every temporary file is gone afterwards, a kill -9 mid-export leaves
 // nothing behind after a restart, and a cut-short export is logged through pino only.
-import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
@@ -11,6 +10,7 @@ import { KeyStore } from '../src/api/keys.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
+import { type ApiProcess, startApiProcess } from './helpers.js';
 
 // Markets far longer than real ones, so an export is megabytes and takes real time to read.
 const START = Date.parse('2026-07-26T12:00:00Z');
@@ -23,53 +23,18 @@ duck.close();
 const key = (await KeyStore.at(dir).issue('paid', 'exports test')).key;
 const exportDir = path.join(dir, 'state', 'exports');
 
-interface Server {
-  child: ChildProcess;
-  url: string;
-  lines: Record<string, unknown>[];
-  stderr: string[];
-}
+type Server = ApiProcess;
 
-async function startServer(): Promise<Server> {
+function startServer(): Promise<Server> {
   // A small threadpool (four pipe-based exports used to exhaust libuv's default four) with
   // four export slots: slow readers hold slots, never threads.
-  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/api.ts')], {
-    env: {
-      ...process.env,
-      DATA_DIR: dir,
-      PORT: '0',
-      LOG_FORMAT: 'json',
-      LOG_LEVEL: 'info',
-      CLOCK_START: String(END + HOUR),
-      CLOCK_SPEED: '1',
-      RATE_PAID_PER_SECOND: '100000',
-      UV_THREADPOOL_SIZE: '8',
-      EXPORT_SLOTS: '4',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+  return startApiProcess(dir, {
+    CLOCK_START: String(END + HOUR),
+    CLOCK_SPEED: '1',
+    RATE_PAID_PER_SECOND: '100000',
+    UV_THREADPOOL_SIZE: '8',
+    EXPORT_SLOTS: '4',
   });
-  const lines: Record<string, unknown>[] = [];
-  const stderr: string[] = [];
-  child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
-  let buffered = '';
-  const url = await new Promise<string>((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`api exited ${code}: ${stderr.join('')}`)));
-    child.stdout!.on('data', (d: Buffer) => {
-      buffered += d.toString();
-      const parts = buffered.split('\n');
-      buffered = parts.pop()!;
-      for (const p of parts) {
-        try {
-          const line = JSON.parse(p);
-          lines.push(line);
-          if (line.msg === 'api listening') resolve(line.url);
-        } catch {
-          stderr.push(`stdout, not JSON: ${p}`);
-        }
-      }
-    });
-  });
-  return { child, url, lines, stderr };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

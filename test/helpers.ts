@@ -142,3 +142,41 @@ export async function processRig(t: Test, start: number, speed: number) {
   });
   return { dir, anchor, clock, standin, url, duck, clockEnv: { start, speed, anchor } };
 }
+
+export interface ApiProcess {
+  child: ChildProcess;
+  url: string;
+  /** Its log lines, as they come. */
+  lines: Record<string, unknown>[];
+  stderr: string[];
+}
+
+/** `jobs/api.ts` (as `make api` runs it) over `dataDir` on a free port, once it says it listens. */
+export async function startApiProcess(dataDir: string, env: Record<string, string>): Promise<ApiProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/api.ts')], {
+    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Record<string, unknown>[] = [];
+  const stderr: string[] = [];
+  child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  let buffered = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`api exited ${code}: ${stderr.join('')}`)));
+    child.stdout!.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      const parts = buffered.split('\n');
+      buffered = parts.pop()!;
+      for (const p of parts) {
+        try {
+          const line = JSON.parse(p) as Record<string, unknown>;
+          lines.push(line);
+          if (line.msg === 'api listening') resolve(String(line.url));
+        } catch {
+          stderr.push(`stdout, not JSON: ${p}`);
+        }
+      }
+    });
+  });
+  return { child, url, lines, stderr };
+}

@@ -13,7 +13,7 @@ import type { Admission } from './admission.js';
 import { ApiError, echo, fail } from './errors.js';
 import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
-import { RateLimiter } from './ratelimit.js';
+import { type Limiter, RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { pages } from './pages.js';
 import { type FileBody, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
@@ -29,6 +29,8 @@ export interface AppOptions {
   admission: Admission;
   log: Logger;
   now?: () => number;
+  /** Keys' limits: this process's own buckets by default, leased from the primary in a cluster. */
+  limiter?: Limiter;
 }
 
 const DATA_OPEN = Buffer.from('{"data":');
@@ -73,7 +75,8 @@ export interface App {
 export function createApp(options: AppOptions): App {
   const { routes, keys, log, admission } = options;
   const now = options.now ?? Date.now;
-  const limiter = new RateLimiter();
+  const limiter = options.limiter ?? new RateLimiter();
+  // Without a valid key there is nothing to bill: a flood guard per process is enough.
   const addresses = new RateLimiter();
   const requestLog = new RequestLog(log);
   const app = new Koa();
@@ -287,7 +290,8 @@ export function createApp(options: AppOptions): App {
       fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
     }
     ctx.state.keyId = key.key_id;
-    const decision = limiter.take(key.key_id, options.rate(key.plan));
+    const taken = limiter.take(key.key_id, options.rate(key.plan));
+    const decision = taken instanceof Promise ? await taken : taken;
     ctx.set({
       'X-RateLimit-Limit': String(decision.limit),
       'X-RateLimit-Remaining': String(decision.remaining),

@@ -20,6 +20,7 @@ import { createApp } from './app.js';
 import { BookCache } from './bookcache.js';
 import { ExportPool } from './exports.js';
 import { Cursors } from './cursor.js';
+import { LeasedLimiter, type RateChannel, RateLimiter } from './ratelimit.js';
 import { KeyStore } from './keys.js';
 import { openApiDocument } from './openapi.js';
 import { LatestReads, preloadLatest } from './latest.js';
@@ -76,6 +77,15 @@ export interface ApiOptions {
   /** Capture in this process, for health; without it, health reads capture's heartbeat file. */
   capture?: { health(): CaptureHealth };
   port?: number;
+  /** One of `workers` API processes (jobs/api.ts): keys' limits are leased through `rates`, and the primary prepared the state (prepareApiState). */
+  cluster?: { workers: number; rates: RateChannel };
+}
+
+/** What the processes serving one lake share, made once before they start: no leftover exports, one cursor secret. */
+export async function prepareApiState(config: Config): Promise<void> {
+  // Exports are written, streamed and deleted; a crash can leave some behind.
+  await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
+  await cursorSecret(config);
 }
 
 /** Health is computed at most this often, however often it is asked for (it is public). */
@@ -89,8 +99,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   // Sorts of large exports spill to disk instead of growing without bound.
   await duck.run(`SET GLOBAL memory_limit = ${sqlString(config.api.duckdbMemoryLimit)}`);
   await duck.run(`SET GLOBAL temp_directory = ${sqlString(path.join(config.dataDir, 'state', 'duckdb-tmp'))}`);
-  // Exports are written, streamed and deleted; a crash can leave some behind.
-  await fs.rm(path.join(config.dataDir, 'state', 'exports'), { recursive: true, force: true });
+  // In a cluster the primary did it once: a worker restarted later must not remove its siblings' exports.
+  if (!options.cluster) await prepareApiState(config);
   const loaded = await lake.open();
   const ms = (a: number, b: number) => Math.round(b - a);
   log.info({ files: lake.sealedFiles().length, markets: lake.size, ...loaded }, 'lake loaded');
@@ -126,6 +136,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
   const health = cached(HEALTH_CACHE_MS, () => checkHealth(config, duck, lake, latest, options.capture, admission, exports));
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
+  const limiter = options.cluster ? new LeasedLimiter(options.cluster.rates) : new RateLimiter();
   let document: unknown = null;
   const routes = buildRoutes({
     lake,
@@ -138,7 +149,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     openapi: () => document,
     health,
     exports,
-    books: new BookCache(config.api.bookCacheBytes),
+    // BOOK_CACHE_MB is the service's: each worker keeps its share.
+    books: new BookCache(Math.floor(config.api.bookCacheBytes / (options.cluster?.workers ?? 1))),
   });
   document = openApiDocument(routes);
   const app = createApp({
@@ -150,6 +162,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     admission,
     log,
     now: () => clock.now(),
+    limiter,
   });
   const server = app.koa.listen({ port, host: config.host });
   server.maxHeadersCount = 100;
@@ -165,6 +178,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);
       app.requestLog.stop();
+      if (limiter instanceof LeasedLimiter) limiter.close();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -220,11 +220,13 @@ export class Spool {
     try {
       for (const [key, pending] of batch) {
         const part = await this.partFor(key, pending);
-        const bytes = Buffer.concat(filled(pending));
+        // The chunks as they are: a concatenated copy would double a flush's memory.
+        const chunks = filled(pending);
+        const length = chunks.reduce((n, c) => n + c.length, 0);
         const t = { key, part, written: 0 };
         touched.push(t);
-        t.written = (await part.handle.write(bytes)).bytesWritten;
-        if (t.written !== bytes.length) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
+        t.written = (await part.handle.writev(chunks)).bytesWritten;
+        if (t.written !== length) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
       }
       await Promise.all(touched.map((t) => t.part.handle.datasync()));
     } catch (err) {

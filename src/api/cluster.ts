@@ -1,0 +1,47 @@
+// Several API processes on one port (node:cluster: the primary accepts connections and hands
+// them to workers in turn). The primary serves nothing itself: it holds every key's rate bucket
+// (RateBank), answers the workers' leases, and replaces a worker that dies. Each worker is a
+// whole API (its own DuckDB, lake index and book cache), so reads scale with the cores.
+import cluster from 'node:cluster';
+import type { Logger } from '../log.js';
+import { RateBank } from './ratelimit.js';
+
+export interface ApiCluster {
+  port: number;
+  stop(): Promise<void>;
+}
+
+/** Forks `workers` (running the entry point again, as workers) and resolves once all listen. */
+export function startCluster(workers: number, log: Logger): Promise<ApiCluster> {
+  const bank = new RateBank();
+  let stopping = false;
+  cluster.on('message', (worker, message) => {
+    const answer = bank.handle(message);
+    if (answer) worker.send(answer);
+  });
+  // A worker's leased tokens die with it: at most a twentieth of a key's second, once.
+  cluster.on('exit', (worker, code, signal) => {
+    if (stopping) return;
+    log.error({ pid: worker.process.pid, code, signal }, 'api worker died; starting another');
+    cluster.fork();
+  });
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      stopping = true;
+      for (const worker of Object.values(cluster.workers ?? {})) worker?.kill('SIGTERM');
+      cluster.disconnect(() => resolve());
+    });
+  return new Promise((resolve, reject) => {
+    let listening = 0;
+    const onExit = (_w: unknown, code: number) => {
+      if (listening < workers) reject(new Error(`an api worker exited with ${code} before listening`));
+    };
+    cluster.once('exit', onExit);
+    cluster.on('listening', (_worker, address) => {
+      if (++listening !== workers) return;
+      cluster.off('exit', onExit);
+      resolve({ port: address.port, stop });
+    });
+    for (let i = 0; i < workers; i++) cluster.fork();
+  });
+}
