@@ -57,7 +57,8 @@ t.test('two workers share the port and every key’s limit; a dead worker is rep
   t.equal(processes.size, 2, 'connections went to both workers');
 
   const workers = await children(api.child.pid!, 2);
-  t.equal(workers.length, 2, `the primary has two worker processes (${workers.join(', ')})`);
+  const problems = () => JSON.stringify([...api.lines.filter((l) => Number(l.level) >= 40), ...api.stderr]);
+  t.equal(workers.length, 2, `the primary has two worker processes (${workers.join(', ')}) ${problems()}`);
   process.kill(workers[0], 'SIGKILL');
   for (let i = 0; i < 100 && !api.lines.some((l) => l.msg === 'api worker died; starting another'); i++)
     await new Promise((r) => setTimeout(r, 100));

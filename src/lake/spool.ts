@@ -141,7 +141,8 @@ export class Spool {
   /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
   private readonly retired = new Set<string>();
   private nextPart = 1;
-  private flushing: Promise<number> = Promise.resolve(0);
+  /** Flushes, rolls, releases and the close, one after another (see serial). */
+  private chain: Promise<unknown> = Promise.resolve();
   private pendingRows = 0;
   private pendingBytes = 0;
   acknowledged = 0;
@@ -198,9 +199,18 @@ export class Spool {
 
   /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
   flush(): Promise<number> {
-    // A failed flush must not poison the chain: the next one retries what it left buffered.
-    this.flushing = this.flushing.catch(() => 0).then(() => this.flushNow());
-    return this.flushing;
+    return this.serial(() => this.flushNow());
+  }
+
+  /**
+   * Runs `task` after every operation asked for before it: a part is never closed (by a roll,
+   * a release or the close) while a flush is writing to it. A failed operation does not poison
+   * the chain: the next flush retries what it left buffered.
+   */
+  private serial<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.chain.catch(() => undefined).then(task);
+    this.chain = run;
+    return run;
   }
 
   /**
@@ -297,8 +307,12 @@ export class Spool {
    * sealed before its hour is over; its markets' next rows start new parts. A busy hour is then
    * sealed a stretch at a time, and the spool on disk stays bounded however busy it is.
    */
-  async roll(bytes: number): Promise<Partition[]> {
-    await this.flush();
+  roll(bytes: number): Promise<Partition[]> {
+    return this.serial(() => this.rollNow(bytes));
+  }
+
+  private async rollNow(bytes: number): Promise<Partition[]> {
+    await this.flushNow();
     const rolled: Partition[] = [];
     const closing: FileHandle[] = [];
     for (const [dir, size] of this.sinceRoll) {
@@ -324,8 +338,12 @@ export class Spool {
   }
 
   /** Closes the part files of partitions that `due` selects, so they can be sealed. */
-  async release(due: (p: Partition) => boolean): Promise<void> {
-    await this.flush();
+  release(due: (p: Partition) => boolean): Promise<void> {
+    return this.serial(() => this.releaseNow(due));
+  }
+
+  private async releaseNow(due: (p: Partition) => boolean): Promise<void> {
+    await this.flushNow();
     for (const [key, part] of [...this.open.entries()]) {
       if (due(part.partition)) {
         this.open.delete(key);
@@ -339,8 +357,12 @@ export class Spool {
     }
   }
 
-  async close(): Promise<void> {
-    await this.flush();
+  close(): Promise<void> {
+    return this.serial(() => this.closeNow());
+  }
+
+  private async closeNow(): Promise<void> {
+    await this.flushNow();
     for (const part of this.open.values()) await part.handle.close();
     this.open.clear();
     this.runs.clear();
