@@ -31,11 +31,15 @@ if (cluster.isPrimary && workers > 1) {
   };
   const api = await startApi(config, duck, clockFrom(config.clock), log, cluster.isWorker ? { cluster: { workers, rates } } : {});
   if (cluster.isPrimary) log.info({ url: api.url, markets: api.lake.size }, 'api listening');
-  const stop = async () => {
-    await api.stop();
-    duck.close();
-    process.exit(0);
-  };
+  let stopping: Promise<void> | null = null;
+  const stop = () =>
+    (stopping ??= (async () => {
+      await api.stop();
+      duck.close();
+      process.exit(0);
+    })());
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
+  // A worker whose primary is gone cannot lease tokens: it finishes what it serves and ends.
+  if (cluster.isWorker) process.once('disconnect', stop);
 }

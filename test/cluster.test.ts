@@ -5,12 +5,12 @@ import t from 'tap';
 import { KeyStore } from '../src/api/keys.js';
 import { startApiProcess } from './helpers.js';
 
-/** The child processes of `pid`, waiting up to 10 s for there to be `expected` of them. */
+/** The API workers among the children of `pid` (tsx may run an esbuild service beside them), waiting up to 10 s for `expected`. */
 async function children(pid: number, expected: number): Promise<number[]> {
   let pids: number[] = [];
   for (let i = 0; i < 100; i++) {
     try {
-      pids = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' })
+      pids = execFileSync('pgrep', ['-P', String(pid), '-f', 'jobs/api.ts'], { encoding: 'utf8' })
         .trim()
         .split('\n')
         .map(Number);
