@@ -9,6 +9,7 @@ import path from 'node:path';
 import { writeSection } from './report.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
+import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
 import { FILE_SPOOL_BYTES, sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
@@ -76,19 +77,15 @@ function* hourBatches(rows: number, batchRows = 20_000): Generator<BookRow[]> {
 
 const PARTITION = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);
 
-async function spoolBytes(dir: string): Promise<number> {
+/** Bytes of the files under `root` whose names end with `suffix`. */
+async function bytesUnder(root: string, suffix: string): Promise<number> {
   let bytes = 0;
-  for (const f of await fs.readdir(lakePaths(dir).spool, { recursive: true }).catch(() => []))
-    if (String(f).endsWith('.ndjson')) bytes += (await fs.stat(path.join(lakePaths(dir).spool, String(f)))).size;
+  for (const rel of await listFiles(root, suffix)) bytes += (await fs.stat(path.join(root, rel))).size;
   return bytes;
 }
 
-async function parquetBytes(dir: string): Promise<number> {
-  let bytes = 0;
-  for (const f of await fs.readdir(path.join(dir, 'lake', 'books'), { recursive: true }))
-    if (String(f).endsWith('.parquet')) bytes += (await fs.stat(path.join(dir, 'lake', 'books', String(f)))).size;
-  return bytes;
-}
+const spoolBytes = (dir: string) => bytesUnder(lakePaths(dir).spool, '.ndjson');
+const parquetBytes = (dir: string) => bytesUnder(path.join(dir, 'lake', 'books'), '.parquet');
 
 async function spoolHour(dir: string, rows: number): Promise<number> {
   const spool = new Spool(lakePaths(dir).spool);

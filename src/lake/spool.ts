@@ -32,6 +32,8 @@ interface OpenPart {
   /** Relative to the spool directory. */
   rel: string;
   partition: Partition;
+  /** The partition's directory (partitionDir), made once. */
+  dir: string;
 }
 
 /** Where a run's rows go: one market of one partition, a new generation whenever order breaks. */
@@ -256,10 +258,7 @@ export class Spool {
     }
     for (const t of touched) {
       t.part.size += t.written;
-      if (RUN_DATASETS.has(t.part.partition.dataset)) {
-        const dir = partitionDir(t.part.partition);
-        this.sinceRoll.set(dir, (this.sinceRoll.get(dir) ?? 0) + t.written);
-      }
+      if (RUN_DATASETS.has(t.part.partition.dataset)) this.sinceRoll.set(t.part.dir, (this.sinceRoll.get(t.part.dir) ?? 0) + t.written);
     }
     this.acknowledged += rows;
     await this.closeRetired();
@@ -294,10 +293,11 @@ export class Spool {
     if (existing) return existing;
     const number = String(this.nextPart++).padStart(6, '0');
     const name = pending.market === null ? `${number}.ndjson` : `${number}.${marketToken(pending.market)}.ndjson`;
-    const rel = path.join(this.segment, partitionDir(pending.partition), name);
+    const dir = partitionDir(pending.partition);
+    const rel = path.join(this.segment, dir, name);
     const file = path.join(this.dir, rel);
     await fs.mkdir(path.dirname(file), { recursive: true });
-    const opened = { handle: await fs.open(file, 'a'), size: 0, rel, partition: pending.partition };
+    const opened = { handle: await fs.open(file, 'a'), size: 0, rel, partition: pending.partition, dir };
     this.open.set(key, opened);
     return opened;
   }
@@ -325,7 +325,7 @@ export class Spool {
         run.key = `${run.id}#${run.generation}`;
       }
       for (const [key, part] of this.open) {
-        if (partitionDir(part.partition) !== dir) continue;
+        if (part.dir !== dir) continue;
         this.open.delete(key);
         this.retired.delete(key);
         closing.push(part.handle);
