@@ -4,7 +4,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { Duck } from '../src/lake/duckdb.js';
+import { Duck, type JsonRow } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
 import { LakeReader } from '../src/lake/reader.js';
@@ -37,18 +37,18 @@ function book(market: string, ts: number, outcome: 0 | 1, size: number): BookRow
 
 type Stored = { market_id: string; ts: number; outcome_index: number; size: number };
 
+/** A row of the SELECT that reads `Stored` columns (size is bid_sizes[1]). */
+function asStored(r: JsonRow): Stored {
+  return { market_id: String(r.market_id), ts: Number(r.ts), outcome_index: Number(r.outcome_index), size: Number(r.size) };
+}
+
 /** A sealed file's rows in the order it stores them. */
 async function fileRows(duck: Duck, dir: string, name: string): Promise<Stored[]> {
   const file = path.join(lakePaths(dir).lake, partitionDir(books), name);
   const rows = await duck.rows(
     `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM read_parquet(${sqlPath(file)}, file_row_number = true) ORDER BY file_row_number`,
   );
-  return rows.map((r) => ({
-    market_id: String(r.market_id),
-    ts: Number(r.ts),
-    outcome_index: Number(r.outcome_index),
-    size: Number(r.size),
-  }));
+  return rows.map(asStored);
 }
 
 /** The rows of the partition's one sealed file, in stored order. */
@@ -182,12 +182,7 @@ t.test('an hour still being written is sealed a stretch at a time; readers see e
     const rows = await duck.rows(
       `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM (${relation('books', await reader.files([books]))})`,
     );
-    return rows.map((r) => ({
-      market_id: String(r.market_id),
-      ts: Number(r.ts),
-      outcome_index: Number(r.outcome_index),
-      size: Number(r.size),
-    }));
+    return rows.map(asStored);
   };
   let sealedEarly = 0;
   let spoolPeak = 0;

@@ -138,7 +138,7 @@ export class Capture {
         ),
       // A new version at once rather than at the next discovery; both tokens announce it, the second changes nothing.
       tickSize: (m, tickSize, recvTs) => {
-        const known = this.known.get(`${m.venue}:${m.market_id}`)?.market ?? m;
+        const known = this.known.get(marketKey(m))?.market ?? m;
         if (known.tick_size !== tickSize) this.recordVersion({ ...known, tick_size: tickSize }, recvTs);
       },
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
@@ -443,7 +443,7 @@ export class Capture {
 
   /** Spools the market as a new version when it differs from the one last recorded. */
   private recordVersion(market: Market, now: number): void {
-    const key = `${market.venue}:${market.market_id}`;
+    const key = marketKey(market);
     const version = JSON.stringify(market);
     if (this.known.get(key)?.version === version) return;
     this.known.set(key, { market, version });
@@ -456,7 +456,7 @@ export class Capture {
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
-    this.latest.set(`${m.venue}:${m.market_id}`, { ts, books });
+    this.latest.set(marketKey(m), { ts, books });
     this.stats.books += rows.length;
     if (closesGaps) this.succeed(m, 'books', ts);
   }
@@ -535,6 +535,11 @@ export class Capture {
       'capture gap',
     );
   }
+}
+
+/** A market's key in the known versions and the latest books. */
+function marketKey(m: Pick<Market, 'venue' | 'market_id'>): string {
+  return `${m.venue}:${m.market_id}`;
 }
 
 /** What a market's gaps are keyed by, less the dataset. */
