@@ -1,6 +1,6 @@
 // The feed side of the streamed-capture benchmark, a child process so it has a core of its own: the stand-in's book changes for many tokens, grouped and hashed as the market channel
-// sends them, prepared before the clock starts, then sent as fast as the socket drains.
-import { WebSocketServer } from 'ws';
+// sends them, prepared before the clock starts, then sent as fast as the sockets drain (or at a paced rate).
+import { type WebSocket, WebSocketServer } from 'ws';
 import { Sim } from '../src/standin/sim.js';
 import { conditionId } from '../src/standin/stream.js';
 import { LocalBook } from '../src/venues/clob.js';
@@ -61,30 +61,52 @@ for (const m of markets) {
   }
 }
 // Markets interleave in time as a real feed would.
-frames.sort((a, b) => Number(/"timestamp":"(\d+)"/.exec(a)![1]) - Number(/"timestamp":"(\d+)"/.exec(b)![1]));
-const counts = frames.map((f) => f.split('"asset_id"').length - 1);
-for (const f of frames) bytes.frames += f.length;
+const timed = frames.map((text) => ({
+  text,
+  t: Number(/"timestamp":"(\d+)"/.exec(text)![1]),
+  asset: /"asset_id":"([^"]+)"/.exec(text)![1],
+  changes: text.split('"asset_id"').length - 1,
+}));
+timed.sort((a, b) => a.t - b.t);
+for (const f of timed) bytes.frames += f.text.length;
+const tokenCount = markets.length * 2;
 
+// Capture may spread the tokens over several connections (one per stream thread): each gets the
+// messages of its own tokens, and the clock starts once every token is subscribed.
 const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+const socketOf = new Map<string, WebSocket>();
+let started = false;
 wss.on('connection', (ws) => {
-  ws.once('message', async () => {
-    ws.send(`[${snapshots.join(',')}]`);
-    const started = performance.now();
-    let sent = 0;
-    for (let i = 0; i < frames.length; i++) {
-      // Paced at `rate` changes a second: an offered load the recorder must keep up with.
-      while (rate > 0 && sent >= (rate * (performance.now() - started)) / 1000) await new Promise<void>((r) => setTimeout(r, 1));
-      ws.send(frames[i]);
-      sent += counts[i];
-      // Back-pressure: wait for the socket to drain rather than buffer the whole feed.
-      if (ws.bufferedAmount > 8 * 2 ** 20) await new Promise<void>((r) => setTimeout(r, 1));
+  ws.once('message', (d) => {
+    const assets = (JSON.parse(d.toString()) as { assets_ids: string[] }).assets_ids;
+    for (const a of assets) socketOf.set(a, ws);
+    if (socketOf.size === tokenCount && !started) {
+      started = true;
+      void send();
     }
-    process.send!({ sent: frames.length, sendSeconds: (performance.now() - started) / 1000 });
   });
   ws.on('message', (d) => {
     if (d.toString() === 'PING') ws.send('PONG');
   });
 });
+
+async function send(): Promise<void> {
+  for (const ws of new Set(socketOf.values())) {
+    ws.send(`[${snapshots.filter((text) => socketOf.get(/"asset_id":"([^"]+)"/.exec(text)![1]) === ws).join(',')}]`);
+  }
+  const began = performance.now();
+  let sent = 0;
+  for (const f of timed) {
+    // Paced at `rate` changes a second over all connections: an offered load the recorder must keep up with.
+    while (rate > 0 && sent >= (rate * (performance.now() - began)) / 1000) await new Promise<void>((r) => setTimeout(r, 1));
+    const ws = socketOf.get(f.asset)!;
+    ws.send(f.text);
+    sent += f.changes;
+    // Back-pressure: wait for the socket to drain rather than buffer the whole feed.
+    while (ws.bufferedAmount > 8 * 2 ** 20) await new Promise<void>((r) => setTimeout(r, 1));
+  }
+  process.send!({ sent: timed.length, sendSeconds: (performance.now() - began) / 1000 });
+}
 wss.on('listening', () => {
   const port = (wss.address() as { port: number }).port;
   process.send!({

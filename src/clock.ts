@@ -6,6 +6,15 @@ export interface Clock {
   /** Resolves after `ms` of clock time. */
   sleep(ms: number): Promise<void>;
   readonly speed: number;
+  /** What rebuilds this clock in another thread (see clockFromParams); absent for hand-driven test clocks. */
+  readonly params?: ClockParams;
+}
+
+export interface ClockParams {
+  origin: number;
+  speed: number;
+  anchor: number;
+  cap: number;
 }
 
 /**
@@ -17,6 +26,7 @@ export function createClock(startMs: number | null = null, speed = 1, anchorMs =
   const origin = startMs ?? realStart;
   return {
     speed,
+    params: { origin, speed, anchor: realStart, cap: capMs },
     now: () => Math.min(capMs, Math.floor(origin + (Date.now() - realStart) * speed)),
     sleep: (ms) => new Promise((resolve) => setTimeout(resolve, Math.max(0, ms / speed))),
   };
@@ -24,4 +34,9 @@ export function createClock(startMs: number | null = null, speed = 1, anchorMs =
 
 export function clockFrom(c: { startMs: number | null; speed: number; anchorMs: number | null }): Clock {
   return createClock(c.startMs, c.speed, c.anchorMs ?? Date.now());
+}
+
+/** The same clock as the one `params` came from: another thread reads the same instants. */
+export function clockFromParams(p: ClockParams): Clock {
+  return createClock(p.origin, p.speed, p.anchor, p.cap);
 }

@@ -51,6 +51,8 @@ export interface Config {
     stream: {
       venues: Venue[];
       maxAssetsPerConnection: number;
+      /** Threads the market channel's markets are shared among; 0 records on capture's own thread. */
+      threads: number;
       pingMs: number;
       /** Clock ms without data after which a connection counts as silently stalled. */
       stallMs: number;
@@ -249,6 +251,7 @@ export function loadConfig(env: Env = process.env): Config {
       stream: {
         venues: env.CAPTURE_STREAM === 'none' ? [] : list(env, 'CAPTURE_STREAM', VENUES, VENUES),
         maxAssetsPerConnection: int(env, 'STREAM_MAX_ASSETS', 500, 1, 500),
+        threads: int(env, 'STREAM_THREADS', 2, 0, 16),
         pingMs: int(env, 'STREAM_PING_MS', 10_000, 100, 60_000),
         stallMs: int(env, 'STREAM_STALL_MS', 5_000, 100, 600_000),
         backoffMinMs: int(env, 'STREAM_BACKOFF_MIN_MS', 250, 10, 60_000),

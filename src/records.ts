@@ -97,6 +97,32 @@ export interface MetricRow {
   recv_ts: number | null;
 }
 
+/** A market's quotes as lake rows at `ts`: one per outcome the market has. */
+export function metricRows(
+  m: Market,
+  ts: number,
+  recvTs: number,
+  quotes: readonly { outcome_index: number; chance: number | null; price: number | null; last_trade: number | null }[],
+): MetricRow[] {
+  const rows: MetricRow[] = [];
+  for (const q of quotes) {
+    const outcome = m.outcomes.find((o) => o.index === q.outcome_index);
+    if (!outcome) continue;
+    rows.push({
+      ts,
+      market_id: m.market_id,
+      token_id: outcome.token_id,
+      outcome_index: q.outcome_index,
+      outcome: outcome.label,
+      chance: q.chance,
+      price: q.price,
+      last_trade: q.last_trade,
+      recv_ts: recvTs,
+    });
+  }
+  return rows;
+}
+
 export interface MarketRow extends Market {
   /** When this version of the record was captured. */
   ts: number;

@@ -1,9 +1,11 @@
 // Spool recovery cuts exactly the half-written tail, even when a line is longer than the
-// window it reads from the end.
+// window it reads from the end; rows encoded in a stream thread spool as appended rows do.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
-import { recoverSpool } from '../src/lake/spool.js';
+import { partitionOf } from '../src/lake/layout.js';
+import { RunEncoder, Spool, recoverSpool } from '../src/lake/spool.js';
+import type { BookRow, MetricRow } from '../src/records.js';
 
 t.test('a half-written tail longer than the read window is cut at the real line end', async (t) => {
   const dir = t.testdir();
@@ -29,4 +31,73 @@ t.test('recovery reports each market’s newest spooled row', async (t) => {
   );
   const r = await recoverSpool(dir, 'live-seg');
   t.same(Object.fromEntries(r.lastTs), { 'metrics:a': 20, 'metrics:b': 30 });
+});
+
+t.test('runs encoded in another thread spool exactly the parts and lines that appending the rows makes', async (t) => {
+  const hour = Date.parse('2026-07-26T13:00:00Z');
+  const book = (market: string, ts: number, outcome_index: number, bid: number): BookRow => ({
+    ts,
+    recv_ts: ts + 3,
+    market_id: market,
+    token_id: `${market}-${outcome_index}`,
+    outcome_index,
+    outcome: outcome_index ? 'Down' : 'Up',
+    exchange_ts: ts - 1,
+    bid_prices: [bid],
+    bid_sizes: [10],
+    ask_prices: [bid + 0.01],
+    ask_sizes: [5.5],
+  });
+  const metric = (market: string, ts: number, outcome_index: number): MetricRow => ({
+    ts,
+    market_id: market,
+    token_id: `${market}-${outcome_index}`,
+    outcome_index,
+    outcome: outcome_index ? 'Down' : 'Up',
+    chance: 0.5,
+    price: 0.51,
+    last_trade: null,
+    recv_ts: ts,
+  });
+  // Two markets interleaved, one going back in time (a new part), one crossing into the next hour.
+  const books = [
+    book('a', hour + 10, 0, 0.4),
+    book('a', hour + 10, 1, 0.6),
+    book('b', hour + 11, 0, 0.3),
+    book('a', hour + 20, 0, 0.41),
+    book('a', hour + 15, 0, 0.42),
+    book('b', hour + 3_600_000 + 5, 0, 0.31),
+  ];
+  const metrics = [metric('a', hour + 10, 0), metric('a', hour + 10, 1), metric('a', hour + 9, 0)];
+  const partition = (dataset: 'books' | 'metrics', ts: number) => partitionOf(dataset, 'polymarket', 'btc', '5m', ts);
+
+  const appended = new Spool(path.join(t.testdir(), 'appended'));
+  for (const r of books) appended.append(partition('books', r.ts), [r]);
+  for (const r of metrics) appended.append(partition('metrics', r.ts), [r]);
+  const encoder = new RunEncoder();
+  for (const r of books) encoder.book(partition('books', r.ts), r);
+  for (const r of metrics) encoder.metric(partition('metrics', r.ts), r);
+  t.equal(encoder.rows, books.length + metrics.length);
+  const runs = encoder.take();
+  t.equal(encoder.rows, 0, 'a take empties the encoder');
+  t.ok(
+    runs.every((r) => r.chunks.length === 1 && r.chunks[0].byteOffset === 0 && r.chunks[0].byteLength === r.chunks[0].buffer.byteLength),
+    'each run travels as one chunk that owns its buffer (transferable)',
+  );
+  const encoded = new Spool(path.join(t.testdir(), 'encoded'));
+  // Structured clone, as a worker's message delivers them.
+  for (const run of structuredClone(runs)) encoded.appendRun(run);
+  t.equal(encoded.bufferedRows, appended.bufferedRows);
+  t.equal(encoded.bufferedBytes, appended.bufferedBytes);
+  await appended.close();
+  await encoded.close();
+
+  const contents = async (spool: Spool) => {
+    const parts = await spool.sealable();
+    const texts = await Promise.all(parts.map(async (p) => `${p.partition.dataset}:${p.market}:${await fs.readFile(p.file, 'utf8')}`));
+    return texts.sort();
+  };
+  const expected = await contents(appended);
+  t.equal(expected.length, 6, 'a part per run: books of a before and after going back, of b in each hour, metrics of a before and after');
+  t.same(await contents(encoded), expected, 'the same parts with the same lines');
 });

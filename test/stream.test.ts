@@ -2,9 +2,11 @@
 // capture recording every change over a real WebSocket, clean and under injected faults. The
 // recorded books are compared with the books the model says the venue held at each instant.
 import t, { type Test } from 'tap';
+import type { Worker } from 'node:worker_threads';
 import WebSocket from 'ws';
 import { Capture } from '../src/capture/capture.js';
-import type { StreamRecorder } from '../src/capture/stream.js';
+import { StreamRecorder } from '../src/capture/stream.js';
+import { ThreadedStream } from '../src/capture/streamthreads.js';
 import type { WalletStreamRecorder } from '../src/capture/walletstream.js';
 import type { Venue } from '../src/config.js';
 import { type Clock, createClock } from '../src/clock.js';
@@ -216,17 +218,18 @@ t.test('a freeze answers heartbeats and sends nothing; a disconnect window refus
   t.equal(status, 503, 'the upgrade is refused during a disconnect window');
 });
 
+interface RunOptions {
+  venue?: Venue;
+  env?: Record<string, string>;
+  start?: number;
+  /** Runs while capture records (after its start), e.g. to inject a fault of capture's own. */
+  during?: (capture: Capture) => Promise<void>;
+}
+
 /** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
-async function streamRun(
-  t: Test,
-  faults: Partial<StreamFaults>,
-  seconds: number,
-  speed: number,
-  venue: Venue = 'polymarket',
-  env: Record<string, string> = {},
-) {
+async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
+  const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during } = options;
   const dir = t.testdir();
-  const start = OPEN + 61 * SECOND;
   const clock = createClock(start, speed);
   const standin = new StandIn({ clock, coins: COINS, streamFaults: faults, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
   const url = await standin.start();
@@ -251,7 +254,9 @@ async function streamRun(
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
   await capture.start();
-  await new Promise((r) => setTimeout(r, seconds * 1000));
+  const began = Date.now();
+  await during?.(capture);
+  await new Promise((r) => setTimeout(r, Math.max(0, seconds * 1000 - (Date.now() - began))));
   // A loaded machine may take its first seconds to discover: run on until books were recorded (at most 20 s more).
   for (let waited = 0; capture.stats.books === 0 && waited < 20_000; waited += 250) await new Promise((r) => setTimeout(r, 250));
   await capture.stop();
@@ -263,16 +268,20 @@ async function streamRun(
 }
 
 t.test('capture records every change of the stream, verified against the venue', async (t) => {
-  const run = await streamRun(t, {}, 6, 20);
+  // One stream thread, so one connection carries both markets. The 5-minute market's tick changes
+  // a simulated minute in: after the thread has started and subscribed, however loaded the machine.
+  const run = await streamRun(t, {}, 6, 20, { env: { STREAM_THREADS: '1' }, start: OPEN + 11 * SECOND });
   const { expected, recorded } = auditStream(t, run);
   t.ok(expected > 1000, `a few simulated minutes of two markets (${expected} change instants)`);
   t.equal(recorded, expected, 'a clean stream loses nothing');
   t.equal(run.standin.stream.undelivered.size, 0);
   t.same(run.gaps, [], 'and records no gap');
-  const rec = (run.capture.streams.get('polymarket') as StreamRecorder).stats;
+  const stream = run.capture.streams.get('polymarket');
+  t.ok(stream instanceof ThreadedStream, 'recorded in a stream thread');
+  const rec = (stream as ThreadedStream).stats;
   t.equal(rec.mismatches, 0);
   t.ok(rec.verified >= expected - 10, 'each change was checked against the venue hash');
-  t.equal((run.capture.streams.get('polymarket') as StreamRecorder).channel.stats.connects, 1, 'one connection carries both markets');
+  t.equal(rec.connects, 1, 'one connection carries both markets');
 
   // The 5-minute market's price passes 0.96 or 0.04 during the run: its tick change is a market version from the stream.
   const fine = run.sim.market('polymarket', 'btc', '5m', OPEN);
@@ -281,7 +290,7 @@ t.test('capture records every change of the stream, verified against the venue',
     `SELECT epoch_ms(ts)::BIGINT AS ts, tick_size FROM ${lakeTable(run.dir, 'markets')} WHERE slug = $slug ORDER BY ts`,
     { slug: run.sim.slug(fine) },
   )) as { ts: bigint; tick_size: number }[];
-  t.ok(tickAt > OPEN + 61 * SECOND && tickAt < run.end - 30 * SECOND, 'the change falls inside the run');
+  t.ok(tickAt > OPEN + 41 * SECOND && tickAt < run.end - 30 * SECOND, 'the change falls inside the run, after the subscription');
   t.ok(
     versions.every((v) => v.tick_size === (Number(v.ts) >= tickAt ? 0.001 : 0.01)),
     'each version has the tick of its time',
@@ -413,14 +422,53 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
   t.ok(reasons.has('disconnected'), 'the disconnect is recorded');
   t.ok(run.standin.stream.stats.duplicated > 0 && run.standin.stream.stats.dropped > 0 && run.standin.stream.stats.reordered > 0);
   t.ok(
-    (run.capture.streams.get('polymarket') as StreamRecorder).channel.stats.connects >= 3,
+    (run.capture.streams.get('polymarket') as ThreadedStream).stats.connects >= 3,
     'capture reconnected after the freeze and the disconnect',
   );
 });
 
+t.test("on capture's own thread (STREAM_THREADS=0) the recording is the same", async (t) => {
+  const run = await streamRun(t, {}, 4, 20, { env: { STREAM_THREADS: '0' } });
+  const { expected, recorded } = auditStream(t, run);
+  t.ok(expected > 500, `${expected} change instants`);
+  t.equal(recorded, expected, 'a clean stream loses nothing');
+  t.same(run.gaps, [], 'and records no gap');
+  const stream = run.capture.streams.get('polymarket') as StreamRecorder;
+  t.ok(stream instanceof StreamRecorder);
+  t.equal(stream.channel.stats.connects, 1);
+  t.equal(stream.stats.mismatches, 0);
+});
+
+t.test('a stream thread that dies is replaced: its markets resubscribe, and what it held is a gap', async (t) => {
+  let victimMarkets: string[] = [];
+  const run = await streamRun(t, {}, 7, 20, {
+    env: { STREAM_THREADS: '2' },
+    during: async (capture) => {
+      await new Promise((r) => setTimeout(r, 2500));
+      // Reached into on purpose: nothing outside the process can kill one thread of it.
+      const { threads } = capture.streams.get('polymarket') as unknown as { threads: { worker: Worker; tracked: Map<string, unknown> }[] };
+      const victim = threads.find((th) => th.tracked.size > 0)!;
+      victimMarkets = [...victim.tracked.keys()];
+      await victim.worker.terminate();
+    },
+  });
+  t.ok(victimMarkets.length > 0, `a thread with ${victimMarkets.length} market(s) was killed`);
+  const { expected, recorded } = auditStream(t, run);
+  t.ok(recorded > expected / 2, `recording went on (${recorded} of ${expected})`);
+  const lost = run.gaps.filter((g) => g.reason === 'disconnected');
+  t.same([...new Set(lost.map((g) => g.market_id))].sort(), victimMarkets.sort(), "each of the dead thread's markets has a gap");
+  for (const g of lost) {
+    t.ok(
+      run.rows.some((r) => r.market_id === g.market_id && r.ts > g.t),
+      `${g.market_id} is recorded again after its gap (${g.t - g.f} ms)`,
+    );
+  }
+  t.ok((run.capture.streams.get('polymarket') as ThreadedStream).stats.connects >= 2, 'the new thread subscribed again');
+});
+
 t.test("the wallet venue's orderbook topics: every book it pushes is recorded, and what it loses is a gap", async (t) => {
   // Without faults, nothing may look stalled however loaded the machine: a stall bound of a second of real time.
-  const clean = await streamRun(t, {}, 5, 20, 'wallet-prediction', { STREAM_STALL_MS: '20000' });
+  const clean = await streamRun(t, {}, 5, 20, { venue: 'wallet-prediction', env: { STREAM_STALL_MS: '20000' } });
   const { expected, recorded } = auditStream(t, clean);
   t.ok(expected > 800, `${expected} book changes of the wallet markets`);
   t.equal(recorded, expected, 'a clean stream loses nothing');
@@ -444,7 +492,7 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
     },
     6,
     20,
-    'wallet-prediction',
+    { venue: 'wallet-prediction' },
   );
   auditStream(t, faulty);
   const reasons = new Set(faulty.gaps.map((g) => g.reason));

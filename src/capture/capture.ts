@@ -11,19 +11,11 @@ import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
-import {
-  type Book,
-  type GapRow,
-  type LatestBook,
-  type Market,
-  type MarketRow,
-  type MetricRow,
-  bookRows,
-  marketLakeRow,
-} from '../records.js';
+import { type Book, type GapRow, type LatestBook, type Market, type MarketRow, bookRows, metricRows, marketLakeRow } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamSink, StreamRecorder } from './stream.js';
+import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import { WalletStreamRecorder } from './walletstream.js';
 
 interface OpenGap {
@@ -150,12 +142,32 @@ export class Capture {
       },
     };
     const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
+    const threads = config.capture.stream.threads;
     for (const venue of streamed) {
-      this.streams.set(
-        venue,
-        venue === 'polymarket' ? new StreamRecorder(config, clock, log, sink) : new WalletStreamRecorder(config, clock, log, sink),
-      );
+      if (venue !== 'polymarket') this.streams.set(venue, new WalletStreamRecorder(config, clock, log, sink));
+      // Threads need a clock they can rebuild; a hand-driven test clock keeps the recorder here.
+      else if (threads > 0 && clock.params) this.streams.set(venue, new ThreadedStream(config, clock, log, this.threadSink(sink), threads));
+      else this.streams.set(venue, new StreamRecorder(config, clock, log, sink));
     }
+  }
+
+  /** Where stream threads' rows go: the same checks and counts as the sink's, with rows already encoded. */
+  private threadSink(sink: StreamSink): ThreadSink {
+    const { books: _books, metrics: _metrics, ...events } = sink;
+    return {
+      ...events,
+      run: (m, run) => {
+        const dataset = run.partition.dataset as 'books' | 'metrics';
+        if (!this.recordable(m, dataset, run.first.ts, run.rows)) return;
+        this.spool.appendRun(run);
+        if (dataset === 'books') this.stats.books += run.rows;
+        else {
+          this.stats.metrics += run.rows;
+          this.succeed(m, 'metrics', run.first.ts);
+        }
+      },
+      latest: (m, ts, books) => this.latest.set(marketKey(m), { ts, books }),
+    };
   }
 
   private get heartbeatFile(): string {
@@ -178,7 +190,7 @@ export class Capture {
     this.running = false;
     for (const t of this.timers) clearInterval(t);
     await Promise.all(this.loops);
-    for (const s of this.streams.values()) s.close();
+    for (const s of this.streams.values()) await s.close();
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
     for (const g of [...this.gaps.values()]) if (g.channel === 'stream') this.closeGap(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
@@ -467,22 +479,7 @@ export class Capture {
     recvTs: number,
     quotes: { outcome_index: number; chance: number | null; price: number | null; last_trade: number | null }[],
   ): void {
-    const rows: MetricRow[] = [];
-    for (const q of quotes) {
-      const outcome = m.outcomes.find((o) => o.index === q.outcome_index);
-      if (!outcome) continue;
-      rows.push({
-        ts,
-        market_id: m.market_id,
-        token_id: outcome.token_id,
-        outcome_index: q.outcome_index,
-        outcome: outcome.label,
-        chance: q.chance,
-        price: q.price,
-        last_trade: q.last_trade,
-        recv_ts: recvTs,
-      });
-    }
+    const rows = metricRows(m, ts, recvTs, quotes);
     this.spool.append(partitionOf('metrics', m.venue, m.coin, m.window, ts), rows);
     this.stats.metrics += rows.length;
     this.succeed(m, 'metrics', ts);

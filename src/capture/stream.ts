@@ -41,7 +41,6 @@ export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late';
 
 /** What capture asks of a venue's book stream. */
 export interface BookStream {
-  readonly channel: MarketChannelClient;
   /** Streams these markets (open or about to open) and forgets ended ones. */
   track(markets: Market[], now: number): void;
   tracks(m: Market): boolean;
@@ -51,7 +50,8 @@ export interface BookStream {
   rest(m: Market, poll: MarketPoll): void;
   /** The poll's quotes of a streamed market. */
   polled(m: Market, quotes: Quote[], recvTs: number): void;
-  close(): void;
+  /** Stops streaming; resolves once everything received was handed to the sink. */
+  close(): void | Promise<void>;
 }
 
 /** What the recorder needs from capture: where rows and gaps go. */
@@ -111,18 +111,20 @@ export interface StreamStats {
 /** Whether the venue's hashes can be recomputed here; decided on the first snapshot. */
 type HashCheck = 'unknown' | 'reproducible' | 'opaque';
 
+export const NO_STREAM_STATS: Readonly<StreamStats> = {
+  snapshots: 0,
+  changes: 0,
+  rows: 0,
+  verified: 0,
+  mismatches: 0,
+  resyncs: 0,
+  refetches: 0,
+  nudged: 0,
+  tickChanges: 0,
+};
+
 export class StreamRecorder implements BookStream {
-  readonly stats: StreamStats = {
-    snapshots: 0,
-    changes: 0,
-    rows: 0,
-    verified: 0,
-    mismatches: 0,
-    resyncs: 0,
-    refetches: 0,
-    nudged: 0,
-    tickChanges: 0,
-  };
+  readonly stats: StreamStats = { ...NO_STREAM_STATS };
   readonly channel: MarketChannelClient;
   private readonly tokens = new Map<string, Token>();
   private readonly lastTs = new Map<string, number>();

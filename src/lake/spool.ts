@@ -9,7 +9,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { type BookRow, type Dataset, type DatasetRows, ladderBytes } from '../records.js';
+import { type BookRow, type Dataset, type DatasetRows, type MetricRow, ladderBytes } from '../records.js';
 import { listFiles } from './fsutil.js';
 import { type Partition, parsePartitionDir, partitionDir } from './layout.js';
 
@@ -131,6 +131,89 @@ function pushBook(entry: Pending, r: BookRow): number {
   return written;
 }
 
+/** Rows of one market in one partition of sorted runs, in order, encoded as spool lines (by a stream thread). */
+export interface EncodedRun {
+  partition: Partition;
+  market: string;
+  rows: number;
+  first: { ts: number; outcome_index: number };
+  last: { ts: number; outcome_index: number };
+  /** Each its own ArrayBuffer, so the run can be transferred to the spool's thread without a copy. */
+  chunks: Uint8Array[];
+}
+
+interface OpenRun extends EncodedRun {
+  entry: Pending;
+}
+
+/**
+ * Encodes book and metric rows into per-market runs, as the spool would, in a thread that is not
+ * the spool's: what the spool's thread does per row is then only bookkeeping per run.
+ */
+export class RunEncoder {
+  /** By dataset, then market: the run rows of that market go to now. */
+  private readonly current = new Map<Dataset, Map<string, OpenRun>>();
+  private done: OpenRun[] = [];
+  bytes = 0;
+  rows = 0;
+
+  book(partition: Partition, row: BookRow): void {
+    const run = this.runFor(partition, row.market_id, row);
+    this.bytes += pushBook(run.entry, row);
+  }
+
+  metric(partition: Partition, row: MetricRow): void {
+    const run = this.runFor(partition, row.market_id, row);
+    this.bytes += push(run.entry, `${JSON.stringify(row)}\n`);
+  }
+
+  private runFor(partition: Partition, market: string, row: { ts: number; outcome_index: number }): OpenRun {
+    let runs = this.current.get(partition.dataset);
+    if (!runs) {
+      runs = new Map();
+      this.current.set(partition.dataset, runs);
+    }
+    let run = runs.get(market);
+    const back = run && (row.ts < run.last.ts || (row.ts === run.last.ts && row.outcome_index < run.last.outcome_index));
+    if (run && (run.partition.hour !== partition.hour || back)) {
+      this.done.push(run);
+      run = undefined;
+    }
+    if (!run) {
+      const entry: Pending = { partition, market, chunks: [], used: 0 };
+      const at = { ts: row.ts, outcome_index: row.outcome_index };
+      run = { partition, market, rows: 0, first: at, last: at, chunks: [], entry };
+      runs.set(market, run);
+    }
+    run.rows++;
+    this.rows++;
+    run.last = { ts: row.ts, outcome_index: row.outcome_index };
+    return run;
+  }
+
+  /** Every run encoded since the last take, a market's in order, each as one exact chunk. */
+  take(): EncodedRun[] {
+    const runs = this.done;
+    for (const byMarket of this.current.values()) runs.push(...byMarket.values());
+    this.current.clear();
+    this.done = [];
+    this.bytes = 0;
+    this.rows = 0;
+    return runs.map(({ entry, ...run }) => {
+      const parts = filled(entry);
+      const length = parts.reduce((n, c) => n + c.length, 0);
+      // One chunk sized to its lines: the growing chunks of a run would travel half empty.
+      const chunk = Buffer.allocUnsafeSlow(length);
+      let at = 0;
+      for (const p of parts) {
+        chunk.set(p, at);
+        at += p.length;
+      }
+      return { ...run, chunks: [chunk] };
+    });
+  }
+}
+
 export class Spool {
   readonly segment = newSegmentId();
   /** Lines as bytes: a second of streamed rows held as strings would be promoted and scanned by every GC. */
@@ -168,8 +251,17 @@ export class Spool {
     this.pendingRows += rows.length;
   }
 
-  /** The buffer key of a market's current run, after moving to a new run if `row` would go back. */
-  private runKey(dir: string, partition: Partition, market: string, row: { ts: number; outcome_index: number }): string {
+  /**
+   * The buffer key of a market's current run, after moving to a new run if `row` would go back;
+   * `last` is the run's last row when several come at once (an encoded run).
+   */
+  private runKey(
+    dir: string,
+    partition: Partition,
+    market: string,
+    row: { ts: number; outcome_index: number },
+    last: { ts: number; outcome_index: number } = row,
+  ): string {
     let runs = this.runs.get(dir);
     if (!runs) {
       runs = { partition, markets: new Map() };
@@ -185,9 +277,25 @@ export class Spool {
       run.generation++;
       run.key = `${run.id}#${run.generation}`;
     }
-    run.lastTs = row.ts;
-    run.lastOutcome = row.outcome_index;
+    run.lastTs = last.ts;
+    run.lastOutcome = last.outcome_index;
     return run.key;
+  }
+
+  /**
+   * Rows another thread encoded (see RunEncoder): they join the market's run as they are, so
+   * this thread copies no line. The next line appended here starts a chunk of its own.
+   */
+  appendRun(run: EncodedRun): void {
+    if (run.rows === 0) return;
+    const dir = partitionDir(run.partition);
+    const key = this.runKey(dir, run.partition, run.market, run.first, run.last);
+    const chunks = run.chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength));
+    const entry = this.buffered.get(key);
+    const joined = entry ? filled(entry).concat(chunks) : chunks;
+    this.buffered.set(key, { partition: run.partition, market: run.market, chunks: joined, used: joined[joined.length - 1].length });
+    this.pendingBytes += chunks.reduce((n, c) => n + c.length, 0);
+    this.pendingRows += run.rows;
   }
 
   /** Rows appended but not yet acknowledged (more than one flush's worth while the disk fails). */

@@ -1,0 +1,242 @@
+// The market channel across threads: one thread cannot take 50,000 changes a second with the
+// parse, apply, hash check and row encoding each needs, so the markets are shared among stream
+// threads (a market's tokens always in one, since its rows hold both outcomes). Capture's thread
+// keeps the spool, gaps and market versions, and takes each thread's rows as encoded runs.
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import pino from 'pino';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config.js';
+import type { EncodedRun } from '../lake/spool.js';
+import type { Logger } from '../log.js';
+import type { Book, Market } from '../records.js';
+import type { MarketPoll, Quote } from '../venues/adapter.js';
+import type { ClobBookSummary } from '../venues/clob.js';
+import { UpstreamError } from '../venues/http.js';
+import { type BookStream, NO_STREAM_STATS, type StreamGapReason, type StreamSink, type StreamStats } from './stream.js';
+import type { ThreadInit } from './streamworker.js';
+
+export type StreamEvent =
+  | { kind: 'lost'; market_id: string; reason: StreamGapReason; from: number; detail: string }
+  | { kind: 'recovered'; market_id: string; at: number }
+  | { kind: 'tick'; market_id: string; tickSize: number; recvTs: number };
+
+export type ThreadStats = StreamStats & { connects: number };
+
+export type ToThread =
+  | { type: 'track'; markets: Market[]; now: number }
+  | { type: 'rest'; market_id: string; summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }
+  | { type: 'polled'; market_id: string; quotes: Quote[]; recvTs: number }
+  | { type: 'fetched'; id: number; summaries?: (ClobBookSummary & { hash?: string })[]; recvTs?: number; error?: string }
+  | { type: 'close' };
+
+export type FromThread =
+  | {
+      type: 'batch';
+      runs: EncodedRun[];
+      latest: { market_id: string; ts: number; books: Book[] }[];
+      events: StreamEvent[];
+      /** Markets whose every token is synced on a healthy connection, as of this batch. */
+      live: string[];
+      stats: ThreadStats;
+    }
+  | { type: 'fetch'; id: number; tokenIds: string[] }
+  /** A pino line of the thread's recorder. */
+  | { type: 'log'; line: string }
+  | { type: 'closed' };
+
+/** What capture's thread does with the stream threads' output. */
+export interface ThreadSink extends Omit<StreamSink, 'books' | 'metrics'> {
+  /** Book or metric rows of one market, encoded as spool lines. */
+  run(market: Market, run: EncodedRun): void;
+  /** The market's newest recorded books. */
+  latest(market: Market, ts: number, books: Book[]): void;
+}
+
+interface Thread {
+  worker: Worker;
+  /** Markets given to this thread and not yet ended. */
+  tracked: Map<string, Market>;
+  live: Set<string>;
+  stats: ThreadStats;
+  /** The newest row time received of each market: where a lost thread's gap starts. */
+  newest: Map<string, number>;
+  /** Resolves after the thread's last batch (it comes before its `closed`) or its exit. */
+  done: Promise<void>;
+}
+
+const EMPTY_STATS: ThreadStats = { ...NO_STREAM_STATS, connects: 0 };
+
+/** The worker's own source: `.ts` when run through tsx, `.js` when compiled. */
+const WORKER = new URL(`./streamworker${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url);
+
+/** A thread running the worker; TypeScript source needs tsx registered in it, since Node 20's threads do not inherit `--import`. */
+function startWorker(init: ThreadInit): Worker {
+  if (!WORKER.pathname.endsWith('.ts')) return new Worker(WORKER, { workerData: init });
+  const boot = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER.href)}); });`;
+  return new Worker(boot, { eval: true, workerData: init });
+}
+
+/** FNV-1a: the same market always goes to the same thread. */
+function threadOf(marketId: string, count: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < marketId.length; i++) h = Math.imul(h ^ marketId.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % count;
+}
+
+export class ThreadedStream implements BookStream {
+  private readonly threads: Thread[] = [];
+  /** Markets by id, kept an hour past their end, for rows and events still on their way. */
+  private readonly markets = new Map<string, Market>();
+  private closing = false;
+  /** Stats of threads that exited, so the sums never go back. */
+  private readonly past: ThreadStats = { ...EMPTY_STATS };
+
+  constructor(
+    private readonly config: Config,
+    private readonly clock: Clock,
+    private readonly log: Logger,
+    private readonly sink: ThreadSink,
+    count: number,
+  ) {
+    if (!clock.params) throw new Error('stream threads need a clock they can rebuild (createClock)');
+    for (let i = 0; i < count; i++) this.threads.push(this.spawn(i));
+  }
+
+  private spawn(index: number): Thread {
+    const init: ThreadInit = { config: this.config, clock: this.clock.params!, logLevel: this.log.level, fetch: !!this.sink.fetchBooks };
+    const worker = startWorker(init);
+    let done = () => undefined as void;
+    const thread: Thread = {
+      worker,
+      tracked: this.threads[index]?.tracked ?? new Map(),
+      live: new Set(),
+      stats: { ...EMPTY_STATS },
+      newest: this.threads[index]?.newest ?? new Map(),
+      done: new Promise<void>((resolve) => (done = resolve)),
+    };
+    worker.on('message', (msg: FromThread) => {
+      if (msg.type === 'closed') done();
+      else if (msg.type === 'log') this.relay(msg.line, index);
+      else this.receive(thread, msg);
+    });
+    worker.on('error', (err) => this.log.error({ err, thread: index }, 'stream thread failed'));
+    worker.once('exit', (code) => {
+      done();
+      if (!this.closing) this.replace(index, code);
+    });
+    return thread;
+  }
+
+  /**
+   * A thread that died took its connections and unsent rows with it: its markets are not vouched
+   * for from their newest received row until a new thread has their snapshots again.
+   */
+  private replace(index: number, code: number): void {
+    const old = this.threads[index];
+    this.log.error({ thread: index, code, markets: old.tracked.size }, 'stream thread exited; its markets are resubscribed by a new one');
+    for (const k of Object.keys(this.past) as (keyof ThreadStats)[]) this.past[k] += old.stats[k];
+    const now = this.clock.now();
+    for (const m of old.tracked.values()) {
+      this.sink.lost(m, 'disconnected', old.newest.get(m.market_id) ?? now, `stream thread exited with code ${code}`);
+    }
+    const thread = this.spawn(index);
+    this.threads[index] = thread;
+    this.post(thread, { type: 'track', markets: [...thread.tracked.values()], now });
+  }
+
+  private relay(line: string, thread: number): void {
+    const { level, msg, time: _time, pid: _pid, hostname: _hostname, ...fields } = JSON.parse(line) as Record<string, unknown>;
+    const label = pino.levels.labels[level as number] as pino.Level | undefined;
+    if (label) this.log[label]({ ...fields, thread }, msg as string);
+  }
+
+  private post(thread: Thread, msg: ToThread): void {
+    thread.worker.postMessage(msg);
+  }
+
+  private receive(thread: Thread, msg: FromThread): void {
+    if (msg.type === 'fetch') {
+      this.sink.fetchBooks!(msg.tokenIds).then(
+        ({ summaries, recvTs }) => this.post(thread, { type: 'fetched', id: msg.id, summaries, recvTs }),
+        (err: Error) => this.post(thread, { type: 'fetched', id: msg.id, error: err.message }),
+      );
+      return;
+    }
+    if (msg.type !== 'batch') return;
+    for (const run of msg.runs) {
+      const m = this.markets.get(run.market);
+      if (!m) continue;
+      if (run.partition.dataset === 'books')
+        thread.newest.set(m.market_id, Math.max(thread.newest.get(m.market_id) ?? -Infinity, run.last.ts));
+      this.sink.run(m, run);
+    }
+    for (const l of msg.latest) {
+      const m = this.markets.get(l.market_id);
+      if (m) this.sink.latest(m, l.ts, l.books);
+    }
+    for (const e of msg.events) {
+      const m = this.markets.get(e.market_id);
+      if (!m) continue;
+      if (e.kind === 'lost') this.sink.lost(m, e.reason, e.from, e.detail);
+      else if (e.kind === 'recovered') this.sink.recovered(m, e.at);
+      else this.sink.tickSize(m, e.tickSize, e.recvTs);
+    }
+    thread.live = new Set(msg.live);
+    thread.stats = msg.stats;
+  }
+
+  private threadFor(m: Market): Thread {
+    return this.threads[threadOf(m.market_id, this.threads.length)];
+  }
+
+  track(markets: Market[], now: number): void {
+    const shares = this.threads.map(() => [] as Market[]);
+    for (const m of markets) {
+      shares[threadOf(m.market_id, this.threads.length)].push(m);
+      this.markets.set(m.market_id, m);
+    }
+    this.threads.forEach((thread, i) => {
+      for (const m of shares[i]) thread.tracked.set(m.market_id, m);
+      for (const [id, m] of thread.tracked) {
+        if (m.end_time > now) continue;
+        thread.tracked.delete(id);
+        thread.newest.delete(id);
+      }
+      this.post(thread, { type: 'track', markets: shares[i], now });
+    });
+    for (const [id, m] of this.markets) if (m.end_time < now - 3_600_000) this.markets.delete(id);
+  }
+
+  tracks(m: Market): boolean {
+    return this.threadFor(m).tracked.has(m.market_id);
+  }
+
+  live(m: Market): boolean {
+    return this.threadFor(m).live.has(m.market_id);
+  }
+
+  rest(m: Market, poll: MarketPoll): void {
+    if (poll.books instanceof UpstreamError) return;
+    this.post(this.threadFor(m), { type: 'rest', market_id: m.market_id, summaries: poll.summaries ?? [], recvTs: poll.recvTs });
+  }
+
+  polled(m: Market, quotes: Quote[], recvTs: number): void {
+    this.post(this.threadFor(m), { type: 'polled', market_id: m.market_id, quotes, recvTs });
+  }
+
+  /** The recorders' counts summed over the threads, those that exited included. */
+  get stats(): ThreadStats {
+    const sum = { ...this.past };
+    for (const t of this.threads) for (const k of Object.keys(sum) as (keyof ThreadStats)[]) sum[k] += t.stats[k];
+    return sum;
+  }
+
+  /** Resolves once every thread has sent its last rows. */
+  async close(): Promise<void> {
+    this.closing = true;
+    for (const t of this.threads) this.post(t, { type: 'close' });
+    await Promise.all(this.threads.map((t) => t.done));
+  }
+}

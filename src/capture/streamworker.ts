@@ -1,0 +1,130 @@
+// A stream thread: one share of the streamed markets, with its own WebSocket connections and
+// recorder (parse, apply, hash check, rows), and its rows encoded as spool lines here. What
+// reaches capture's thread is a batch every BATCH_MS: encoded runs, the newest books, gap events.
+import { parentPort, workerData } from 'node:worker_threads';
+import { type ClockParams, clockFromParams } from '../clock.js';
+import type { Config } from '../config.js';
+import { partitionOf } from '../lake/layout.js';
+import { RunEncoder } from '../lake/spool.js';
+import pino from 'pino';
+import { type Book, type Market, bookRows, metricRows } from '../records.js';
+import type { ClobBookSummary } from '../venues/clob.js';
+import type { Quote } from '../venues/adapter.js';
+import { StreamRecorder } from './stream.js';
+import type { FromThread, StreamEvent, ToThread } from './streamthreads.js';
+
+export interface ThreadInit {
+  config: Config;
+  clock: ClockParams;
+  logLevel: string;
+  /** Whether capture can fetch full books over REST for a resync (see StreamSink.fetchBooks). */
+  fetch: boolean;
+}
+
+/** How often rows go to capture's thread: well inside a flush, so acknowledgement waits at most this much longer. */
+const BATCH_MS = 20;
+/** A batch goes early past this many encoded bytes, so a burst is not held whole. */
+const BATCH_BYTES = 4 * 2 ** 20;
+
+const port = parentPort!;
+const init = workerData as ThreadInit;
+const clock = clockFromParams(init.clock);
+// Lines go to capture's logger, so one process writes one format (pretty in a terminal) to one stream.
+const log = pino({ level: init.logLevel }, { write: (line: string) => post({ type: 'log', line }) });
+const encoder = new RunEncoder();
+const latest = new Map<string, { ts: number; books: Book[] }>();
+let events: StreamEvent[] = [];
+const markets = new Map<string, Market>();
+const fetches = new Map<number, { resolve: (r: { summaries: ClobBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
+let nextFetch = 1;
+let lastLive = '';
+
+const recorder = new StreamRecorder(init.config, clock, log, {
+  books: (m, ts, recvTs, books) => {
+    const partition = partitionOf('books', m.venue, m.coin, m.window, ts);
+    for (const row of bookRows(ts, recvTs, books)) encoder.book(partition, row);
+    latest.set(m.market_id, { ts, books });
+    if (encoder.bytes >= BATCH_BYTES) send();
+  },
+  metrics: (m, ts, recvTs, quotes) => {
+    const partition = partitionOf('metrics', m.venue, m.coin, m.window, ts);
+    for (const row of metricRows(m, ts, recvTs, quotes)) encoder.metric(partition, row);
+  },
+  lost: (m, reason, from, detail) => events.push({ kind: 'lost', market_id: m.market_id, reason, from, detail }),
+  recovered: (m, at) => events.push({ kind: 'recovered', market_id: m.market_id, at }),
+  tickSize: (m, tickSize, recvTs) => events.push({ kind: 'tick', market_id: m.market_id, tickSize, recvTs }),
+  ...(init.fetch
+    ? {
+        fetchBooks: (tokenIds: string[]) =>
+          new Promise<{ summaries: ClobBookSummary[]; recvTs: number }>((resolve, reject) => {
+            const id = nextFetch++;
+            fetches.set(id, { resolve, reject });
+            post({ type: 'fetch', id, tokenIds });
+          }),
+      }
+    : {}),
+});
+
+function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
+  port.postMessage(message, transfer);
+}
+
+/** Sends what was recorded since the last batch; nothing when nothing changed. */
+function send(): void {
+  const live = [...markets.values()].filter((m) => recorder.live(m)).map((m) => m.market_id);
+  const liveText = live.join(',');
+  if (encoder.rows === 0 && events.length === 0 && latest.size === 0 && liveText === lastLive) return;
+  lastLive = liveText;
+  const runs = encoder.take();
+  post(
+    {
+      type: 'batch',
+      runs,
+      latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
+      events,
+      live,
+      stats: { ...recorder.stats, connects: recorder.channel.stats.connects },
+    },
+    runs.flatMap((r) => r.chunks.map((c) => c.buffer as ArrayBuffer)),
+  );
+  latest.clear();
+  events = [];
+}
+
+const timer = setInterval(send, BATCH_MS);
+
+port.on('message', (msg: ToThread) => {
+  switch (msg.type) {
+    case 'track':
+      for (const m of msg.markets) markets.set(m.market_id, m);
+      recorder.track(msg.markets, msg.now);
+      for (const [id, m] of markets) if (m.end_time <= msg.now) markets.delete(id);
+      break;
+    case 'rest': {
+      const m = markets.get(msg.market_id);
+      // A poll's summaries and their time are all `rest` reads; an error was answered in capture's thread.
+      if (m) recorder.rest(m, { books: [], summaries: msg.summaries, recvTs: msg.recvTs, quotes: [] });
+      break;
+    }
+    case 'polled': {
+      const m = markets.get(msg.market_id);
+      if (m) recorder.polled(m, msg.quotes as Quote[], msg.recvTs);
+      break;
+    }
+    case 'fetched': {
+      const waiting = fetches.get(msg.id);
+      fetches.delete(msg.id);
+      if (msg.error !== undefined) waiting?.reject(new Error(msg.error));
+      else waiting?.resolve({ summaries: msg.summaries!, recvTs: msg.recvTs! });
+      break;
+    }
+    case 'close':
+      recorder.close();
+      clearInterval(timer);
+      send();
+      for (const f of fetches.values()) f.reject(new Error('stream closed'));
+      post({ type: 'closed' });
+      port.close();
+      break;
+  }
+});
