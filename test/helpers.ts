@@ -103,13 +103,22 @@ export function captureEnv(
 }
 
 /** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
+/**
+ * Flags that run a TypeScript entry point in a child process: the test runner's own under tap, so
+ * a child's coverage maps onto the same compiled lines as the tests' (tsx alone compiles them to
+ * other lines, and merging the two miscounts whole files).
+ */
+export const TS_NODE_ARGS: readonly string[] = process.execArgv.some((a) => a.includes('@tapjs/typescript'))
+  ? process.execArgv.filter((a) => !a.startsWith('--test-name-pattern'))
+  : ['--import', 'tsx'];
+
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {
   const children = new Set<ChildProcess>();
   t.teardown(() => {
     for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
   });
   return () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
+    const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/capture.ts')], {
       env,
       stdio: ['ignore', 'ignore', 'inherit'],
     });
@@ -153,7 +162,7 @@ export interface ApiProcess {
 
 /** `jobs/api.ts` (as `make api` runs it) over `dataDir` on a free port, once it says it listens. */
 export async function startApiProcess(dataDir: string, env: Record<string, string>): Promise<ApiProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/api.ts')], {
+  const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/api.ts')], {
     env: { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -13,7 +13,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { StandIn } from '../src/standin/server.js';
-import { captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { TS_NODE_ARGS, captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'storage-test-'));
@@ -38,7 +38,7 @@ const api = await startApi(config, duck, clock, quiet, { port: 0 });
 const key = (await api.keys.issue('paid', 'storage test')).key;
 
 const lines: Record<string, unknown>[] = [];
-const capture: ChildProcess = spawn(process.execPath, ['--import', 'tsx', path.resolve('jobs/capture.ts')], {
+const capture: ChildProcess = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/capture.ts')], {
   env: captureEnv(dir, url, { start: START, speed: SPEED, anchor }, { LOG_LEVEL: 'info', SPOOL_MAX_BUFFER_MB: '1' }),
   stdio: ['ignore', 'pipe', 'inherit'],
 });

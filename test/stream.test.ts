@@ -399,6 +399,22 @@ t.test('capture records every change of the stream, verified against the venue',
   }
 });
 
+t.test('an hour of simulated time: every change of every market, in count and content', async (t) => {
+  // 360x: a simulated hour in 10 s (11 s, for capture's start). Stall bounds and polls are in simulated time, so they are set
+  // wide enough that a real 100 ms pause (36 simulated seconds) is not taken for a silent stream.
+  const run = await streamRun(t, {}, 11, 360, {
+    env: { POLL_MS: '20000', STREAM_STALL_MS: '600000', STREAM_PING_MS: '60000' },
+  });
+  const { expected, recorded } = auditStream(t, run);
+  const markets = new Set(run.rows.map((r) => r.market_id));
+  const span = (run.rows.reduce((max, r) => Math.max(max, r.ts), -Infinity) - run.rows[0].ts) / 3_600_000;
+  t.ok(span >= 1, `the recording spans ${span.toFixed(2)} simulated hours`);
+  t.ok(markets.size >= 14, `${markets.size} markets, one after another`);
+  t.ok(expected > 50_000, `${expected} change instants`);
+  t.equal(recorded, expected, 'every one recorded');
+  t.same(run.gaps, [], 'and no gap');
+});
+
 t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is invented and gaps cover the rest', async (t) => {
   const start = OPEN + 61 * SECOND;
   const run = await streamRun(

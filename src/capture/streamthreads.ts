@@ -71,11 +71,14 @@ const EMPTY_STATS: ThreadStats = { ...NO_STREAM_STATS, connects: 0 };
 /** The worker's own source: `.ts` when run through tsx, `.js` when compiled. */
 const WORKER = new URL(`./streamworker${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url);
 
-/** A thread running the worker; TypeScript source needs tsx registered in it, since Node 20's threads do not inherit `--import`. */
+/**
+ * A thread running the worker. TypeScript source needs tsx registered in the thread (Node 20's
+ * threads do not take the process's `--import` hooks), and nothing else of the process's flags.
+ */
 function startWorker(init: ThreadInit): Worker {
   if (!WORKER.pathname.endsWith('.ts')) return new Worker(WORKER, { workerData: init });
   const boot = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER.href)}); });`;
-  return new Worker(boot, { eval: true, workerData: init });
+  return new Worker(boot, { eval: true, workerData: init, execArgv: [] });
 }
 
 /** FNV-1a: the same market always goes to the same thread. */
