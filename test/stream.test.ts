@@ -3,7 +3,7 @@
 // recorded books are compared with the books the model says the venue held at each instant.
 import t, { type Test } from 'tap';
 import type { Worker } from 'node:worker_threads';
-import WebSocket from 'ws';
+import WebSocket, { WebSocketServer } from 'ws';
 import { Capture } from '../src/capture/capture.js';
 import { StreamRecorder } from '../src/capture/stream.js';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
@@ -21,6 +21,7 @@ import { LocalBook, clobBookHash } from '../src/venues/clob.js';
 import { createAdapters } from '../src/venues/index.js';
 import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
 import { displayedPrice } from '../src/venues/polymarket.js';
+import { bareMarket } from '../src/records.js';
 import { auditStream, readStreamLake } from './streamaudit.js';
 
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
@@ -216,6 +217,65 @@ t.test('a freeze answers heartbeats and sends nothing; a disconnect window refus
     refused.once('unexpected-response', (_req, res) => r(res.statusCode)).once('error', () => r('error')),
   );
   t.equal(status, 503, 'the upgrade is refused during a disconnect window');
+});
+
+t.test('a change that leaves the copy as it was means an earlier one never arrived: a gap up to it, and a row at it', async (t) => {
+  // A scripted venue: the snapshot, then (the change adding a level at 2000 lost on the way) the
+  // change at 3000 that removes that level, signed with the venue's hash of its book.
+  const market = '0xcondition';
+  const [up, down] = ['up-token', 'down-token'];
+  const snapshot = (asset: string) => ({
+    market,
+    asset_id: asset,
+    timestamp: '1000',
+    bids: [{ price: '0.4', size: '10' }],
+    asks: [{ price: '0.6', size: '5' }],
+  });
+  const venue = new LocalBook(market, up);
+  venue.reset(snapshot(up), 1000);
+  venue.apply({ price: '0.41', size: '7', side: 'BUY' }, 2000);
+  venue.apply({ price: '0.41', size: '0', side: 'BUY' }, 3000);
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  wss.on('connection', (ws) => {
+    ws.once('message', () => {
+      ws.send(JSON.stringify([up, down].map((a) => ({ event_type: 'book', ...snapshot(a), hash: clobBookHash(snapshot(a)) }))));
+      const change = { asset_id: up, price: '0.41', size: '0', side: 'BUY', hash: venue.hash('3000') };
+      ws.send(JSON.stringify({ event_type: 'price_change', market, timestamp: '3000', price_changes: [change] }));
+    });
+  });
+  const config = testConfig(t.testdir(), { POLYMARKET_WS_URL: `ws://127.0.0.1:${(wss.address() as { port: number }).port}` });
+  const rows: { ts: number; exchange: number[] }[] = [];
+  const gaps: string[] = [];
+  const recorder = new StreamRecorder(config, createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, exchange: books.map((b) => b.exchange_ts ?? -1) }),
+    metrics: () => undefined,
+    lost: (_m, reason, from, detail) => gaps.push(`lost ${reason} from ${from}: ${detail}`),
+    recovered: (_m, at) => gaps.push(`recovered at ${at}`),
+    tickSize: () => undefined,
+  });
+  t.teardown(() => recorder.close());
+  const m = bareMarket({
+    market_id: '1',
+    venue: 'polymarket',
+    coin: 'btc',
+    window: '5m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    condition_id: market,
+    outcomes: [
+      { index: 0, label: 'Up', token_id: up },
+      { index: 1, label: 'Down', token_id: down },
+    ],
+  });
+  recorder.track([m], Date.now());
+  for (let waited = 0; !rows.some((r) => r.ts === 3000) && waited < 10_000; waited += 20) await new Promise((r) => setTimeout(r, 20));
+  t.equal(rows.length, 3, 'a row per snapshot, and one more');
+  t.same(rows[2], { ts: 3000, exchange: [3000, 1000] }, 'the book at 3000, which the venue signed, beside the other outcome’s');
+  t.equal(recorder.stats.verified, 1);
+  t.match(gaps, [/^recovered at/, /^lost stream_resync from 1000: a change at 3000 left the streamed copy as it was/, 'recovered at 3000']);
 });
 
 interface RunOptions {

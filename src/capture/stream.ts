@@ -399,7 +399,10 @@ export class StreamRecorder implements BookStream {
   ): 'vouched' | 'unchanged' | 'desynced' {
     let changed = false;
     for (const c of changes) changed = t.book.apply(c, ts) || changed;
-    if (!changed) return 'unchanged';
+    if (!changed) {
+      if (ts <= t.book.ts) return 'unchanged';
+      return this.missedBefore(t, timestamp, ts, hash);
+    }
     if (hash !== undefined && this.hashes === 'reproducible') {
       if (t.book.hash(timestamp) !== hash) {
         this.stats.mismatches++;
@@ -409,6 +412,26 @@ export class StreamRecorder implements BookStream {
       this.stats.verified++;
       t.verifiedTs = ts;
     }
+    return 'vouched';
+  }
+
+  /**
+   * A newer message that changes nothing in the copy (it removes a level the copy lacks, or sets a
+   * size the copy already holds): the change that made it necessary never arrived. When the venue's
+   * hash still vouches for the copy, the span since the last verified book is a gap and this
+   * instant a row; without a hash to say so, the copy is resynced.
+   */
+  private missedBefore(t: Token, timestamp: string, ts: number, hash: string | undefined): 'vouched' | 'desynced' {
+    const detail = `a change at ${timestamp} left the streamed copy as it was: a change before it never arrived`;
+    t.book.ts = ts;
+    if (hash === undefined || this.hashes !== 'reproducible' || t.book.hash(timestamp) !== hash) {
+      this.desync(t, 'stream_resync', detail);
+      return 'desynced';
+    }
+    this.stats.verified++;
+    this.sink.lost(t.market, 'stream_resync', t.verifiedTs, detail);
+    t.verifiedTs = ts;
+    if (this.live(t.market)) this.sink.recovered(t.market, ts);
     return 'vouched';
   }
 
