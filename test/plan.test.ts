@@ -10,6 +10,7 @@ import {
   exportSql,
   scansInOrder,
   planPartitions,
+  bookCountsSql,
   marketBooksSql,
   snapshotBooksSql,
   snapshotPageSql,
@@ -100,6 +101,8 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
     page: snapshotPageSql('SELECT 1', page({ after: 7, outcomeIndex: 1 }), 202),
     pageDesc: snapshotPageSql('SELECT 1', page({ order: 'desc' }), 101),
     market: { sql: marketBooksSql('SELECT 1', hostile, 1, 2).sql, params: marketBooksSql('SELECT 1', hostile, 1, 2).params },
+    // Where the changes route's sequence numbers go on from.
+    counts: bookCountsSql('SELECT 1', hostile, 10, 20),
   };
   for (const [name, { sql, params }] of Object.entries(cases)) {
     t.notOk(sql.includes(hostile) || sql.includes('DROP'), `${name}: the market id is not in the SQL`);
@@ -118,6 +121,8 @@ t.test('SQL builders bind every value; user text never reaches the statement', a
   t.match(cases.page.params, { after: 7, outcome_index: 1, rows: 202 }, 'the page: keyset, outcome and row budget bound');
   t.match(cases.page.sql, /ts > epoch_ms\(\$after::BIGINT\)[\s\S]*ORDER BY ts ASC, outcome_index LIMIT \$rows::BIGINT/);
   t.match(cases.pageDesc.sql, /ORDER BY ts DESC, outcome_index/);
+  t.match(cases.counts.params, { from: 10, to: 20 }, 'the counted span is bound');
+  t.match(cases.counts.sql, /ts >= epoch_ms\(\$from::BIGINT\) AND ts < epoch_ms\(\$to::BIGINT\) GROUP BY outcome_index/);
   t.same(
     [cases.books.params.lo, cases.books.params.hi, cases.books.params.times],
     [1, 3, '3,1,2'],

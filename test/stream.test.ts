@@ -456,6 +456,16 @@ t.test('capture records every change of the stream, verified against the venue',
     }
     t.ok(changes.length > 500, `${changes.length} changes of ${marketId}`);
     t.same(rebuilt, served, `applying the changes in order rebuilds every served book of ${marketId}`);
+
+    // Each change's seq is its outcome's recorded books counted from the open: the same from any start.
+    const times = new Map<number, string[]>();
+    for (const s of snapshots) for (const b of s.books) times.set(b.outcome_index, [...(times.get(b.outcome_index) ?? []), s.timestamp]);
+    const counted = (c: { seq: number; outcome_index: number; timestamp: string }) =>
+      c.seq === times.get(c.outcome_index)!.indexOf(c.timestamp) + 1;
+    t.ok(changes.every(counted), 'seq counts the outcome’s recorded books up to the change');
+    const middle = changes[Math.floor(changes.length / 2)].timestamp;
+    const later = await walk(`${base}/orderbook/changes?start_time=${encodeURIComponent(middle)}`, 50);
+    t.ok(later.length > 0 && later.every(counted), 'and so in a range that starts later, deep pages included');
   }
 });
 

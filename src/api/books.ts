@@ -9,6 +9,7 @@ import { parseTime } from '../time.js';
 import { exportFile } from './bulk.js';
 import {
   CAPTURE_LAG_MS,
+  bookCountsSql,
   type PageQuery,
   latestSql,
   marketBooksSql,
@@ -218,6 +219,15 @@ export function bookHandlers(kit: RouteKit) {
           if (!before.has(b.outcome_index)) before.set(b.outcome_index, b);
         }
       }
+      // Sequence numbers count each outcome's books from the market's open, so they do not depend on the page.
+      const seq = new Map<number, number>();
+      const counted = planPartitions('books', m, m.start_time, pq.after === null ? pq.from : pq.after + 1);
+      const narrow = relation('books', await lake.files(counted.partitions), ['market_id', 'ts', 'outcome_index']);
+      if (narrow && counted.from < counted.to) {
+        for (const r of await db.rows(...sql(bookCountsSql(narrow, m.market_id, counted.from, counted.to)))) {
+          seq.set(Number(r.outcome_index), Number(r.books));
+        }
+      }
       const items: BookChange[] = [];
       let last: number | null = null;
       let more = false;
@@ -229,13 +239,18 @@ export function bookHandlers(kit: RouteKit) {
         const complete = rows.length < (pq.limit + 1) * outcomes;
         if (!complete && groups.length > 1) groups.pop();
         for (const [ts, books] of groups) {
-          const made = books.map((b) => changeOf(ts, b, before.get(b.outcome_index))).filter((c) => c !== null);
+          const made = books
+            .map((b) => changeOf(ts, b, before.get(b.outcome_index), (seq.get(b.outcome_index) ?? 0) + 1))
+            .filter((c) => c !== null);
           if (items.length && items.length + made.length > pq.limit) {
             more = true;
             break;
           }
           items.push(...made);
-          for (const b of books) before.set(b.outcome_index, b);
+          for (const b of books) {
+            before.set(b.outcome_index, b);
+            seq.set(b.outcome_index, (seq.get(b.outcome_index) ?? 0) + 1);
+          }
           last = ts;
         }
         if (complete || more) break;
@@ -253,6 +268,8 @@ export function bookHandlers(kit: RouteKit) {
 }
 
 export interface BookChange {
+  /** The outcome's recorded books counted from the market's open, this one included: with `token_id`, a change's key. */
+  seq: number;
   timestamp: string;
   outcome_index: number;
   outcome: string;
@@ -287,8 +304,9 @@ function levelDiff(wasPrices: number[], wasSizes: number[], prices: number[], si
 }
 
 /** One outcome's book as a change from its previous book; null when nothing changed. */
-export function changeOf(ts: number, b: BookLike, prev: BookLike | undefined): BookChange | null {
+export function changeOf(ts: number, b: BookLike, prev: BookLike | undefined, seq: number): BookChange | null {
   const head = {
+    seq,
     timestamp: iso(ts)!,
     outcome_index: b.outcome_index,
     outcome: b.outcome,

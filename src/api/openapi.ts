@@ -170,6 +170,11 @@ export const SCHEMAS: Record<string, unknown> = {
   Gap: gap,
   BookChange: {
     ...obj({
+      seq: {
+        type: 'integer',
+        description:
+          "This outcome's recorded books counted from the market's open, this one included: with `token_id`, the change's key, the same on every page and in every range. It skips the numbers of books in which only the other outcome changed.",
+      },
       timestamp: time,
       outcome_index: { type: 'integer' },
       outcome: str,

@@ -101,6 +101,18 @@ export function snapshotPageSql(wide: string, q: PageQuery, rows: number): { sql
   return { sql, params };
 }
 
+/** How many books each outcome of a market recorded in [from, to): where a page's sequence numbers go on from. */
+export function bookCountsSql(
+  narrow: string,
+  marketId: string,
+  from: number,
+  to: number,
+): { sql: string; params: Record<string, string | number> } {
+  const sql = `SELECT outcome_index, count(*)::BIGINT AS books
+    FROM (${narrow}) WHERE market_id = $market_id AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT) GROUP BY outcome_index`;
+  return { sql, params: { market_id: marketId, from, to } };
+}
+
 /** Every book of one market in its span, in (time, outcome) order: what the book cache decodes once. */
 export function marketBooksSql(
   wide: string,

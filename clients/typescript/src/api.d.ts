@@ -1022,6 +1022,8 @@ export interface components {
         };
         /** @description One outcome at one recorded time. `snapshot`: its whole book, best level first, as in Book. `delta`: only the levels whose size changed since its previous recorded book, best first, with the new size (0 removes the level). */
         BookChange: {
+            /** @description This outcome's recorded books counted from the market's open, this one included: with `token_id`, the change's key, the same on every page and in every range. It skips the numbers of books in which only the other outcome changed. */
+            seq: number;
             /** Format: date-time */
             timestamp: string;
             outcome_index: number;
