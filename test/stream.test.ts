@@ -527,18 +527,27 @@ t.test("on capture's own thread (STREAM_THREADS=0) the recording is the same", a
 
 t.test('a stream thread that dies is replaced: its markets resubscribe, and what it held is a gap', async (t) => {
   let victimMarkets: string[] = [];
-  const run = await streamRun(t, {}, 7, 20, {
+  let failures = 0;
+  const run = await streamRun(t, {}, 8, 20, {
     env: { STREAM_THREADS: '2' },
     during: async (capture) => {
-      await new Promise((r) => setTimeout(r, 2500));
       // Reached into on purpose: nothing outside the process can kill one thread of it.
-      const { threads } = capture.streams.get('polymarket') as unknown as { threads: { worker: Worker; tracked: Map<string, unknown> }[] };
-      const victim = threads.find((th) => th.tracked.size > 0)!;
-      victimMarkets = [...victim.tracked.keys()];
-      await victim.worker.terminate();
+      type Internals = { threads: { worker: Worker; tracked: Map<string, unknown>; failures: number }[] };
+      const { threads } = capture.streams.get('polymarket') as unknown as Internals;
+      await new Promise((r) => setTimeout(r, 2000));
+      const index = threads.findIndex((th) => th.tracked.size > 0);
+      victimMarkets = [...threads[index].tracked.keys()];
+      await threads[index].worker.terminate();
+      // Killed again as soon as it is back: the third thread comes after a backoff.
+      for (let waited = 0; threads[index].failures < 1 && waited < 5000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 500));
+      await threads[index].worker.terminate();
+      for (let waited = 0; threads[index].failures < 2 && waited < 5000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+      failures = threads[index].failures;
     },
   });
-  t.ok(victimMarkets.length > 0, `a thread with ${victimMarkets.length} market(s) was killed`);
+  t.ok(victimMarkets.length > 0, `a thread with ${victimMarkets.length} market(s) was killed, twice`);
+  t.equal(failures, 2, 'the second replacement counts two young deaths in a row (so it came after a backoff)');
   const { expected, recorded } = auditStream(t, run);
   t.ok(recorded > expected / 2, `recording went on (${recorded} of ${expected})`);
   const lost = run.gaps.filter((g) => g.reason === 'disconnected');

@@ -64,7 +64,14 @@ interface Thread {
   newest: Map<string, number>;
   /** Resolves after the thread's last batch (it comes before its `closed`) or its exit. */
   done: Promise<void>;
+  /** Wall time it started, and how many threads in a row died young before it: the respawn backoff. */
+  started: number;
+  failures: number;
 }
+
+/** A thread that dies within this of its start counts toward the respawn backoff. */
+const YOUNG_MS = 60_000;
+const RESPAWN_MAX_MS = 30_000;
 
 const EMPTY_STATS: ThreadStats = { ...NO_STREAM_STATS, connects: 0 };
 
@@ -93,6 +100,7 @@ export class ThreadedStream implements BookStream {
   /** Markets by id, kept an hour past their end, for rows and events still on their way. */
   private readonly markets = new Map<string, Market>();
   private closing = false;
+  private readonly respawns = new Set<NodeJS.Timeout>();
   /** Stats of threads that exited, so the sums never go back. */
   private readonly past: ThreadStats = { ...EMPTY_STATS };
 
@@ -107,7 +115,7 @@ export class ThreadedStream implements BookStream {
     for (let i = 0; i < count; i++) this.threads.push(this.spawn(i));
   }
 
-  private spawn(index: number): Thread {
+  private spawn(index: number, failures = 0): Thread {
     const init: ThreadInit = { config: this.config, clock: this.clock.params!, logLevel: this.log.level, fetch: !!this.sink.fetchBooks };
     const worker = startWorker(init);
     let done = () => undefined as void;
@@ -118,6 +126,8 @@ export class ThreadedStream implements BookStream {
       stats: { ...EMPTY_STATS },
       newest: this.threads[index]?.newest ?? new Map(),
       done: new Promise<void>((resolve) => (done = resolve)),
+      started: Date.now(),
+      failures,
     };
     worker.on('message', (msg: FromThread) => {
       if (msg.type === 'closed') done();
@@ -138,15 +148,34 @@ export class ThreadedStream implements BookStream {
    */
   private replace(index: number, code: number): void {
     const old = this.threads[index];
-    this.log.error({ thread: index, code, markets: old.tracked.size }, 'stream thread exited; its markets are resubscribed by a new one');
+    // A thread that keeps dying at start (a broken install, say) is retried with backoff, not in a loop.
+    const failures = Date.now() - old.started < YOUNG_MS ? old.failures + 1 : 1;
+    const delay = failures <= 1 ? 0 : Math.min(RESPAWN_MAX_MS, 250 * 2 ** (failures - 2));
+    this.log.error(
+      { thread: index, code, markets: old.tracked.size, respawn_in_ms: delay },
+      'stream thread exited; its markets are resubscribed by a new one',
+    );
     for (const k of Object.keys(this.past) as (keyof ThreadStats)[]) this.past[k] += old.stats[k];
+    old.stats = { ...EMPTY_STATS };
+    old.live.clear();
     const now = this.clock.now();
     for (const m of old.tracked.values()) {
       this.sink.lost(m, 'disconnected', old.newest.get(m.market_id) ?? now, `stream thread exited with code ${code}`);
     }
-    const thread = this.spawn(index);
-    this.threads[index] = thread;
-    this.post(thread, { type: 'track', markets: [...thread.tracked.values()], now });
+    const respawn = () => {
+      if (this.closing) return;
+      const thread = this.spawn(index, failures);
+      this.threads[index] = thread;
+      this.post(thread, { type: 'track', markets: [...thread.tracked.values()], now: this.clock.now() });
+    };
+    if (delay === 0) respawn();
+    else {
+      const timer = setTimeout(() => {
+        this.respawns.delete(timer);
+        respawn();
+      }, delay);
+      this.respawns.add(timer);
+    }
   }
 
   private relay(line: string, thread: number): void {
@@ -239,6 +268,7 @@ export class ThreadedStream implements BookStream {
   /** Resolves once every thread has sent its last rows. */
   async close(): Promise<void> {
     this.closing = true;
+    for (const timer of this.respawns) clearTimeout(timer);
     for (const t of this.threads) this.post(t, { type: 'close' });
     await Promise.all(this.threads.map((t) => t.done));
   }
