@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
-import { TS_NODE_ARGS, lakeServer } from './helpers.js';
+import { CHILD_ENV, TS_NODE_ARGS, lakeServer } from './helpers.js';
 
 const run = promisify(execFile);
 const START = Date.parse('2026-07-27T23:40:00Z');
@@ -175,7 +175,7 @@ t.test('a TypeScript client generated from the live document typechecks and work
   );
   t.equal(tsc, '', 'the generated types and a script using them typecheck under strict');
   const out = await run(process.execPath, [...TS_NODE_ARGS, path.join(work, 'script.ts')], {
-    env: { ...process.env, BASE_URL: api.url, KEY: key, MARKET_ID: ended.market_id },
+    env: { ...CHILD_ENV, BASE_URL: api.url, KEY: key, MARKET_ID: ended.market_id },
   });
   const result = JSON.parse(out.stdout);
   t.same(result.coins, ['btc', 'eth'], 'markets of two coins, the list sent as generators send it');

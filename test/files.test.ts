@@ -9,7 +9,7 @@ import t from 'tap';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
-import { TS_NODE_ARGS, lakeTable, lakeServer } from './helpers.js';
+import { CHILD_ENV, TS_NODE_ARGS, lakeTable, lakeServer } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
 const END = START + 45 * 60_000;
@@ -299,7 +299,7 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
     process.execPath,
     [...TS_NODE_ARGS, path.resolve('jobs/download.ts'), '--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url],
     {
-      env: { ...process.env, PMH_API_KEY: paid },
+      env: { ...CHILD_ENV, PMH_API_KEY: paid },
       stdio: ['ignore', 'pipe', 'pipe'],
     },
   );

@@ -83,7 +83,7 @@ export function captureEnv(
   extra: Record<string, string> = {},
 ) {
   return {
-    ...process.env,
+    ...CHILD_ENV,
     DATA_DIR: dir,
     LOG_FORMAT: 'json',
     CLOCK_START: String(clock.start),
@@ -104,13 +104,13 @@ export function captureEnv(
 
 /** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 /**
- * Flags that run a TypeScript entry point in a child process: the test runner's own under tap, so
- * a child's coverage maps onto the same compiled lines as the tests' (tsx alone compiles them to
- * other lines, and merging the two miscounts whole files).
+ * How tests start a TypeScript entry point in a child process: as `make` does (tsx), with the test
+ * runner's coverage off there. A child compiles the sources with tsx and the tests with the runner's
+ * loader; coverage of the two, merged by script URL, miscounted whole files (89-97% run to run), and
+ * the runner's loader starts a child a second slower, which clock-driven tests cannot spare.
  */
-export const TS_NODE_ARGS: readonly string[] = process.execArgv.some((a) => a.includes('@tapjs/typescript'))
-  ? process.execArgv.filter((a) => !a.startsWith('--test-name-pattern'))
-  : ['--import', 'tsx'];
+export const TS_NODE_ARGS: readonly string[] = ['--import', 'tsx'];
+export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' };
 
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {
   const children = new Set<ChildProcess>();
@@ -163,7 +163,7 @@ export interface ApiProcess {
 /** `jobs/api.ts` (as `make api` runs it) over `dataDir` on a free port, once it says it listens. */
 export async function startApiProcess(dataDir: string, env: Record<string, string>): Promise<ApiProcess> {
   const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/api.ts')], {
-    env: { ...process.env, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
+    env: { ...CHILD_ENV, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: Record<string, unknown>[] = [];
