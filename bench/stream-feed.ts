@@ -1,5 +1,7 @@
-// The feed side of the streamed-capture benchmark, a child process so it has a core of its own: the stand-in's book changes for many tokens, grouped and hashed as the market channel
-// sends them, prepared before the clock starts, then sent as fast as the sockets drain (or at a paced rate).
+// The feed side of the streamed-capture benchmark, a child process (the venue's side, sharing this
+// machine's two cores with the recorder's threads): the stand-in's book changes for many tokens,
+// grouped and hashed as the market channel sends them, prepared before the clock starts, then sent
+// as fast as the sockets drain (or at a paced rate).
 import { type WebSocket, WebSocketServer } from 'ws';
 import { Sim } from '../src/standin/sim.js';
 import { conditionId } from '../src/standin/stream.js';
