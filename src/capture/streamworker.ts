@@ -37,7 +37,7 @@ let events: StreamEvent[] = [];
 const markets = new Map<string, Market>();
 const fetches = new Map<number, { resolve: (r: { summaries: ClobBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
 let nextFetch = 1;
-let lastLive = '';
+let lastState = '';
 
 const recorder = new StreamRecorder(init.config, clock, log, {
   books: (m, ts, recvTs, books) => {
@@ -72,9 +72,11 @@ function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
 /** Sends what was recorded since the last batch; nothing when nothing changed. */
 function send(): void {
   const live = [...markets.values()].filter((m) => recorder.live(m)).map((m) => m.market_id);
-  const liveText = live.join(',');
-  if (encoder.rows === 0 && events.length === 0 && latest.size === 0 && liveText === lastLive) return;
-  lastLive = liveText;
+  const stats = { ...recorder.stats, connects: recorder.channel.stats.connects };
+  // Liveness and counts change without rows too (a reconnect, a resync): sent when they do.
+  const state = `${live.join(',')}|${Object.values(stats).join(',')}`;
+  if (encoder.rows === 0 && events.length === 0 && latest.size === 0 && state === lastState) return;
+  lastState = state;
   const runs = encoder.take();
   post(
     {
@@ -83,7 +85,7 @@ function send(): void {
       latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
       events,
       live,
-      stats: { ...recorder.stats, connects: recorder.channel.stats.connects },
+      stats,
     },
     runs.flatMap((r) => r.chunks.map((c) => c.buffer as ArrayBuffer)),
   );
