@@ -222,8 +222,11 @@ export function bookHandlers(kit: RouteKit) {
       // Sequence numbers count each outcome's books from the market's open, so they do not depend on the page.
       const seq = new Map<number, number>();
       const counted = planPartitions('books', m, m.start_time, pq.after === null ? pq.from : pq.after + 1);
-      const narrow = relation('books', await lake.files(counted.partitions), ['market_id', 'ts', 'outcome_index']);
-      if (narrow && counted.from < counted.to) {
+      // A first page from the open has nothing before it: no listing, no query.
+      const narrow = counted.partitions.length
+        ? relation('books', await lake.files(counted.partitions), ['market_id', 'ts', 'outcome_index'])
+        : null;
+      if (narrow) {
         for (const r of await db.rows(...sql(bookCountsSql(narrow, m.market_id, counted.from, counted.to)))) {
           seq.set(Number(r.outcome_index), Number(r.books));
         }

@@ -42,8 +42,19 @@ interface Run {
   generation: number;
   /** The buffer key of the current generation. */
   key: string;
-  lastTs: number;
-  lastOutcome: number;
+  /** The run's last row, which the next must not go back from. */
+  last: RowOrder;
+}
+
+/** Where a row sits in the sealed files' order within one market. */
+interface RowOrder {
+  ts: number;
+  outcome_index: number;
+}
+
+/** Whether `row` comes before `last` in the sealed files' order: it cannot join last's run. */
+function goesBack(last: RowOrder, row: RowOrder): boolean {
+  return row.ts < last.ts || (row.ts === last.ts && row.outcome_index < last.outcome_index);
 }
 
 /**
@@ -136,8 +147,8 @@ export interface EncodedRun {
   partition: Partition;
   market: string;
   rows: number;
-  first: { ts: number; outcome_index: number };
-  last: { ts: number; outcome_index: number };
+  first: RowOrder;
+  last: RowOrder;
   /** Each its own ArrayBuffer, so the run can be transferred to the spool's thread without a copy. */
   chunks: Uint8Array[];
 }
@@ -167,27 +178,28 @@ export class RunEncoder {
     this.bytes += push(run.entry, `${JSON.stringify(row)}\n`);
   }
 
-  private runFor(partition: Partition, market: string, row: { ts: number; outcome_index: number }): OpenRun {
+  private runFor(partition: Partition, market: string, row: RowOrder): OpenRun {
     let runs = this.current.get(partition.dataset);
     if (!runs) {
       runs = new Map();
       this.current.set(partition.dataset, runs);
     }
     let run = runs.get(market);
-    const back = run && (row.ts < run.last.ts || (row.ts === run.last.ts && row.outcome_index < run.last.outcome_index));
+    const back = run && goesBack(run.last, row);
     if (run && (run.partition.hour !== partition.hour || back)) {
       this.done.push(run);
       run = undefined;
     }
     if (!run) {
       const entry: Pending = { partition, market, chunks: [], used: 0 };
-      const at = { ts: row.ts, outcome_index: row.outcome_index };
-      run = { partition, market, rows: 0, first: at, last: at, chunks: [], entry };
+      const first = { ts: row.ts, outcome_index: row.outcome_index };
+      run = { partition, market, rows: 0, first, last: { ...first }, chunks: [], entry };
       runs.set(market, run);
     }
     run.rows++;
     this.rows++;
-    run.last = { ts: row.ts, outcome_index: row.outcome_index };
+    run.last.ts = row.ts;
+    run.last.outcome_index = row.outcome_index;
     return run;
   }
 
@@ -240,7 +252,7 @@ export class Spool {
     const byMarket = RUN_DATASETS.has(partition.dataset);
     for (const row of rows) {
       const market = byMarket ? (row as { market_id: string }).market_id : null;
-      const key = byMarket ? this.runKey(dir, partition, market!, row as { ts: number; outcome_index: number }) : dir;
+      const key = byMarket ? this.runKey(dir, partition, market!, row as RowOrder) : dir;
       let entry = this.buffered.get(key);
       if (!entry) {
         entry = { partition, market, chunks: [], used: 0 };
@@ -255,13 +267,7 @@ export class Spool {
    * The buffer key of a market's current run, after moving to a new run if `row` would go back;
    * `last` is the run's last row when several come at once (an encoded run).
    */
-  private runKey(
-    dir: string,
-    partition: Partition,
-    market: string,
-    row: { ts: number; outcome_index: number },
-    last: { ts: number; outcome_index: number } = row,
-  ): string {
+  private runKey(dir: string, partition: Partition, market: string, row: RowOrder, last: RowOrder = row): string {
     let runs = this.runs.get(dir);
     if (!runs) {
       runs = { partition, markets: new Map() };
@@ -270,15 +276,16 @@ export class Spool {
     let run = runs.markets.get(market);
     if (!run) {
       const id = `${dir}/${market}`;
-      run = { id, generation: 0, key: `${id}#0`, lastTs: -Infinity, lastOutcome: -Infinity };
+      run = { id, generation: 0, key: `${id}#0`, last: { ts: -Infinity, outcome_index: -Infinity } };
       runs.markets.set(market, run);
-    } else if (row.ts < run.lastTs || (row.ts === run.lastTs && row.outcome_index < run.lastOutcome)) {
+    } else if (goesBack(run.last, row)) {
       this.retired.add(run.key);
       run.generation++;
       run.key = `${run.id}#${run.generation}`;
     }
-    run.lastTs = last.ts;
-    run.lastOutcome = last.outcome_index;
+    // Set in place: this runs for every spooled row.
+    run.last.ts = last.ts;
+    run.last.outcome_index = last.outcome_index;
     return run.key;
   }
 
