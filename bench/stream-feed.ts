@@ -37,8 +37,12 @@ for (const m of markets) {
       timestamp: String(state.ts),
       bids: bids.map(level).reverse(),
       asks: asks.map(level).reverse(),
+      // The hashed fields the channel's first book carries; the minimum size and neg-risk come from REST, which the bench has not.
+      tick_size: '0.01',
+      last_trade_price: '0.500',
     };
     book.reset(summary, state.ts);
+    book.note(summary);
     snapshots.push(JSON.stringify({ event_type: 'book', ...summary, hash: book.hash(summary.timestamp) }));
     for (const c of sim.bookChanges(m, index as 0 | 1, from, from + seconds * 1000)) {
       const list = perInstant.get(c.t) ?? [];
@@ -54,9 +58,14 @@ for (const m of markets) {
       books[c.index].apply(c, t);
       entries.push({ asset_id: c.asset, price: c.price, size: c.size, side: c.side });
     }
+    // Each token's entries carry its hash and best levels after the instant, as the venue's do.
     for (const index of new Set(list.map((c) => c.index))) {
-      const last = [...entries].reverse().find((e) => e.asset_id === m.tokenIds[index]);
-      if (last) last.hash = books[index].hash(String(t));
+      const { bid, ask } = books[index].best();
+      const hash = books[index].hash(String(t));
+      for (const e of entries) {
+        if (e.asset_id !== m.tokenIds[index]) continue;
+        Object.assign(e, { hash, best_bid: bid === null ? '0' : String(bid), best_ask: ask === null ? '1' : String(ask) });
+      }
     }
     changes += list.length;
     frames.push(JSON.stringify({ event_type: 'price_change', market: conditionId(m), timestamp: String(t), price_changes: entries }));

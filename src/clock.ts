@@ -40,3 +40,22 @@ export function clockFrom(c: { startMs: number | null; speed: number; anchorMs: 
 export function clockFromParams(p: ClockParams): Clock {
   return createClock(p.origin, p.speed, p.anchor, p.cap);
 }
+
+/**
+ * A clock at `speed` that never runs more than `leadMs` past `reached()` (how far its consumer has
+ * got). A fill replays hours through real capture: at a fixed speed, a busy machine would let
+ * the venue's time run past polls that had not happened, and what was recorded would depend on
+ * the load. Paced, the lake a fill writes depends on the work, not on the machine.
+ */
+export function pacedClock(startMs: number, speed: number, anchorMs: number, capMs: number, leadMs: number, reached: () => number): Clock {
+  const free = createClock(startMs, speed, anchorMs, capMs);
+  let last = startMs;
+  return {
+    speed,
+    now: () => {
+      last = Math.max(last, Math.min(free.now(), reached() + leadMs));
+      return last;
+    },
+    sleep: free.sleep,
+  };
+}

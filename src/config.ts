@@ -260,7 +260,8 @@ export function loadConfig(env: Env = process.env): Config {
     },
     wallet: {
       baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
-      wsUrl: url(env, 'WALLET_WS_URL', `${new URL(env.WALLET_BASE_URL || standin).origin.replace(/^http/, 'ws')}/ws/web3`),
+      // Binance's SApi socket sits on the REST host (wss://api.binance.com/sapi/wss), as the stand-in's does.
+      wsUrl: url(env, 'WALLET_WS_URL', `${new URL(env.WALLET_BASE_URL || standin).origin.replace(/^http/, 'ws')}/sapi/wss`),
       apiKey: env.WALLET_API_KEY ?? 'standin-key',
       apiSecret: env.WALLET_API_SECRET ?? 'standin-secret',
       timeoutMs: int(env, 'WALLET_TIMEOUT_MS', 5000, 50, 120_000),
@@ -272,7 +273,7 @@ export function loadConfig(env: Env = process.env): Config {
     polymarket: {
       gammaUrl: url(env, 'POLYMARKET_GAMMA_URL', standin),
       clobUrl: url(env, 'POLYMARKET_CLOB_URL', standin),
-      wsUrl: url(env, 'POLYMARKET_WS_URL', `${(env.POLYMARKET_CLOB_URL || standin).replace(/^http/, 'ws').replace(/\/$/, '')}/ws/market`),
+      wsUrl: url(env, 'POLYMARKET_WS_URL', polymarketWsUrl(env.POLYMARKET_CLOB_URL || standin)),
       timeoutMs: int(env, 'POLYMARKET_TIMEOUT_MS', 5000, 50, 120_000),
       maxRetries: int(env, 'POLYMARKET_MAX_RETRIES', 3, 0, 20),
       concurrency: int(env, 'POLYMARKET_CONCURRENCY', 8, 1, 256),
@@ -298,4 +299,13 @@ export function loadConfig(env: Env = process.env): Config {
     },
   };
   return deepFreeze(config);
+}
+
+/**
+ * The market channel's URL for a CLOB host: the real venue serves it from its own host (not
+ * derived from the REST one, UPSTREAMS.md C1); a stand-in serves it beside its REST faces.
+ */
+export function polymarketWsUrl(clobUrl: string): string {
+  if (new URL(clobUrl).hostname === 'clob.polymarket.com') return 'wss://ws-subscriptions-clob.polymarket.com/ws/market';
+  return `${clobUrl.replace(/^http/, 'ws').replace(/\/$/, '')}/ws/market`;
 }

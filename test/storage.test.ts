@@ -14,6 +14,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { StandIn } from '../src/standin/server.js';
 import { TS_NODE_ARGS, captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { auditStream, readStreamLake } from './streamaudit.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'storage-test-'));
@@ -39,7 +40,13 @@ const key = (await api.keys.issue('paid', 'storage test')).key;
 
 const lines: Record<string, unknown>[] = [];
 const capture: ChildProcess = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/capture.ts')], {
-  env: captureEnv(dir, url, { start: START, speed: SPEED, anchor }, { LOG_LEVEL: 'info', SPOOL_MAX_BUFFER_MB: '1' }),
+  // Both venues streamed: the full disk is audited change by change against the stand-in's books.
+  env: captureEnv(
+    dir,
+    url,
+    { start: START, speed: SPEED, anchor },
+    { LOG_LEVEL: 'info', SPOOL_MAX_BUFFER_MB: '1', CAPTURE_STREAM: 'polymarket,wallet-prediction', POLYMARKET_COINS: 'btc,eth' },
+  ),
   stdio: ['ignore', 'pipe', 'inherit'],
 });
 let partial = '';
@@ -202,6 +209,38 @@ t.test(
         { id: String(g.market_id), lo: Number(g.lo), hi: Number(g.hi) },
       );
       t.equal(Number(inside.n), 0, `nothing is recorded inside the storage gap of ${g.market_id}`);
+    }
+    // One gap per market and span of drops, not fragments: each ends where the market's next row was
+    // kept (or where the market or the recording ended), and none overlaps another of its market.
+    const ends = await duck.rows(
+      `SELECT market_id, epoch_ms(ts)::BIGINT AS ts FROM ${lakeTable(dir, 'books')} UNION ALL
+       SELECT market_id, epoch_ms(end_time)::BIGINT FROM ${lakeTable(dir, 'markets')}`,
+    );
+    const endings = new Set(ends.map((r) => `${r.market_id}@${r.ts}`));
+    const books = gaps.filter((g) => g.dataset === 'books').sort((a, b) => Number(a.lo) - Number(b.lo));
+    const stoppedAt = Math.max(...books.map((g) => Number(g.hi)));
+    t.same(
+      books
+        .filter((g) => !endings.has(`${g.market_id}@${g.hi}`) && Number(g.hi) !== stoppedAt)
+        .map((g) => `${g.market_id}@${g.lo}-${g.hi}`),
+      [],
+      `each of the ${books.length} storage gaps of books ends at the market's first kept row`,
+    );
+    const overlapping = books.filter((g, i) => books.slice(0, i).some((h) => h.market_id === g.market_id && Number(h.hi) > Number(g.lo)));
+    t.same(overlapping, [], 'and none overlaps another of its market');
+    // Every change the venues sent that is not in the lake lies inside a gap: the dropped ones in the storage gaps.
+    const lake = await readStreamLake(duck, dir);
+    for (const venue of ['polymarket', 'wallet-prediction'] as const) {
+      const ofVenue = (id: string) => Number(id) >= 50_000_000 === (venue === 'wallet-prediction');
+      const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
+      const { expected, recorded } = auditStream(t, {
+        rows: lake.rows.filter((r) => ofVenue(r.market_id)),
+        gaps: lake.gaps.filter((g) => ofVenue(g.market_id)),
+        sim: standin.sim,
+        undelivered,
+        venue,
+      });
+      t.ok(recorded < expected, `${venue}: ${expected - recorded} of ${expected} changes were not kept, each inside a gap`);
     }
   },
 );

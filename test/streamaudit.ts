@@ -25,6 +25,8 @@ export interface Gap {
   f: number;
   t: number;
   reason: string;
+  /** What capture said of it (not compared: tests match on the rest). */
+  detail?: string;
 }
 
 /** The books and book gaps of a sealed lake, times as epoch milliseconds. */
@@ -36,7 +38,7 @@ export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: R
   const gapFiles = await fs.readdir(path.join(dir, 'lake', 'gaps')).catch(() => []);
   const gaps = gapFiles.length
     ? ((await duck.rows(
-        `SELECT market_id, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t, reason FROM ${lakeTable(dir, 'gaps')} WHERE dataset = 'books'`,
+        `SELECT market_id, epoch_ms(from_ts)::BIGINT AS f, epoch_ms(to_ts)::BIGINT AS t, reason, detail FROM ${lakeTable(dir, 'gaps')} WHERE dataset = 'books'`,
       )) as unknown as Gap[])
     : [];
   for (const r of rows) Object.assign(r, { ts: Number(r.ts), ex: Number(r.ex), outcome_index: Number(r.outcome_index) });
@@ -67,7 +69,16 @@ export function auditStream(t: Test, run: { rows: Recorded[]; gaps: Gap[]; sim: 
       ]) !== JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])
     );
   });
-  t.equal(wrong.length, 0, `every recorded book (${rows.length}) equals the venue's book at its exchange time`);
+  // A book recorded after a change went astray, before a check found it, lies in the gap that check opened.
+  // A storage gap spans its dropped rows, [first dropped, first kept again).
+  const covered = (marketId: string, at: number) =>
+    gaps.some((g) => g.market_id === marketId && (g.reason === 'storage' ? g.f <= at && at < g.t : g.f < at && at <= g.t));
+  const astray = wrong.filter((r) => !covered(r.market_id, r.ex));
+  t.same(
+    astray.slice(0, 3).map((r) => `${r.market_id}:${r.outcome_index}@${r.ex}`),
+    [],
+    `every recorded book (${rows.length}) outside gaps equals the venue's book at its exchange time (${wrong.length - astray.length} inside gaps do not)`,
+  );
   const byToken = new Map<string, Recorded[]>();
   for (const r of rows) {
     const key = `${r.market_id}:${r.outcome_index}`;
@@ -87,7 +98,7 @@ export function auditStream(t: Test, run: { rows: Recorded[]; gaps: Gap[]; sim: 
     expected += instants.size;
     for (const at of instants) {
       if (seen.has(at)) recorded++;
-      else if (gaps.some((g) => g.market_id === marketId && g.f < at && at <= g.t)) continue;
+      else if (covered(marketId, at)) continue;
       else if (run.undelivered.has(`${m.tokenIds[Number(index)]}@${at}`)) unknowable++;
       else uncovered.push(`${key}@${at}`);
     }
@@ -101,5 +112,5 @@ export function auditStream(t: Test, run: { rows: Recorded[]; gaps: Gap[]; sim: 
     last.set(r.market_id, r.ts);
   }
   t.equal(backwards, 0, "a market's snapshot times only move forward");
-  return { expected, recorded, unknowable };
+  return { expected, recorded, unknowable, wrong: wrong.length };
 }

@@ -176,6 +176,24 @@ t.test('displayed price: midpoint, or last trade when the spread is wider than 0
   t.equal(displayedPrice({ bid_prices: [], ask_prices: [0.5] }, 0.47), 0.47);
 });
 
+t.test("the market channel defaults to the venue's own host when the CLOB is the real one", async (t) => {
+  t.equal(
+    loadConfig({ POLYMARKET_CLOB_URL: 'https://clob.polymarket.com' }).polymarket.wsUrl,
+    'wss://ws-subscriptions-clob.polymarket.com/ws/market',
+  );
+  t.equal(
+    loadConfig({ POLYMARKET_CLOB_URL: 'http://127.0.0.1:8090' }).polymarket.wsUrl,
+    'ws://127.0.0.1:8090/ws/market',
+    'a stand-in serves it beside REST',
+  );
+  t.equal(
+    loadConfig({ POLYMARKET_CLOB_URL: 'https://clob.polymarket.com', POLYMARKET_WS_URL: 'wss://elsewhere.example/ws/market' }).polymarket
+      .wsUrl,
+    'wss://elsewhere.example/ws/market',
+    'and the setting wins',
+  );
+});
+
 t.test('config is validated and frozen', async (t) => {
   t.throws(() => loadConfig({ PORT: 'abc' }), ConfigError);
   t.throws(() => loadConfig({ CAPTURE_WINDOWS: '7m' }), /expected some of: 5m, 15m/);

@@ -101,7 +101,7 @@ export function createApp(options: AppOptions): App {
     const started = performance.now();
     const controller = new AbortController();
     ctx.state.signal = controller.signal;
-    ctx.res.once('close', () => {
+    const finished = () => {
       const aborted = !ctx.res.writableFinished;
       if (aborted) controller.abort();
       if ((!ctx.state.keyId && COUNTED.has(ctx.status)) || ctx.state.refused) {
@@ -118,8 +118,20 @@ export function createApp(options: AppOptions): App {
         key_id: ctx.state.keyId ?? null,
         ...(aborted ? { aborted } : {}),
       });
-    });
-    await next();
+    };
+    // A client gone before this ran (its socket closed as the request was parsed) gets no 'close'
+    // event: its work is stopped at once and its line written when the handlers return.
+    const gone = ctx.res.closed || ctx.req.socket.destroyed;
+    if (!gone) {
+      ctx.res.once('close', finished);
+      return next();
+    }
+    controller.abort();
+    try {
+      await next();
+    } finally {
+      finished();
+    }
   });
 
   // Compression when the client asks: pages shrink about eightfold. Brotli at quality 1 and

@@ -30,8 +30,11 @@ interface OpenGap {
   reason: string;
   detail: string;
   failures: number;
-  /** Set on the gaps of a WebSocket feed, which open and close apart from REST's. */
-  channel?: 'stream';
+  /**
+   * Set on the gaps of a WebSocket feed, which open and close apart from REST's, and on rows the
+   * spool could not keep ('storage'), which end only at the market's next kept row.
+   */
+  channel?: 'stream' | 'storage';
 }
 
 interface Heartbeat {
@@ -93,6 +96,10 @@ export class Capture {
   /** Set while the spool cannot be written; rows stay buffered up to `spoolMaxBufferBytes`. */
   private storage: { since: number; attempts: number; retryAt: number; error: string } | null = null;
   private dropped = 0;
+  private readonly cycledTo = new Map<Venue, number>();
+  private startedClockAt = -Infinity;
+  /** Gap keys of the markets whose rows the spool has been dropping (storage gaps still open). */
+  private readonly dropping = new Set<string>();
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -181,6 +188,7 @@ export class Capture {
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
     this.running = true;
     this.startedAt = Date.now();
+    this.startedClockAt = this.clock.now();
     this.loops = this.adapters.map((a) => this.venueLoop(a));
     this.timers.push(setInterval(() => void this.flushDue(), this.config.capture.flushMs));
     this.timers.push(setInterval(() => void this.seal(), 2000));
@@ -221,6 +229,7 @@ export class Capture {
       }
       if (last(g.dataset, g.market_id) > g.from_ts) continue;
       this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
+      if (g.channel === 'storage') this.dropping.add(gapKey(g));
     }
     for (const m of beat.open) {
       for (const dataset of ['books', 'metrics'] as const) {
@@ -316,11 +325,22 @@ export class Capture {
    * Whether rows may still be buffered: past the bound (storage failing for long), new rows are
    * dropped and a `storage` gap covers them until there is room again; nothing is invented.
    */
-  private recordable(m: Market, dataset: 'books' | 'metrics', now: number, rows: number): boolean {
-    // Called on every streamed change: the gap's scope is made only when rows cannot be kept.
-    if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) return true;
+  private recordable(m: Market, dataset: 'books' | 'metrics', ts: number, rows: number): boolean {
+    // Called on every streamed change: a gap's key is made only while rows are being dropped.
+    if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) {
+      if (this.dropping.size > 0) {
+        const key = gapKey({ ...scopeOf(m), dataset, channel: 'storage' });
+        const open = this.gaps.get(key);
+        // One gap per market and span of drops, from its first dropped row up to its first kept one
+        // (proofs and REST successes, which end other gaps, do not end this one).
+        if (open) this.closeGap(open, Math.max(ts, open.from_ts + 1));
+      }
+      return true;
+    }
     this.dropped += rows;
-    this.fail({ ...scopeOf(m), dataset }, now, {
+    const scope = { ...scopeOf(m), dataset, channel: 'storage' as const };
+    this.dropping.add(gapKey(scope));
+    this.fail(scope, ts, {
       kind: 'storage',
       message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept`,
     });
@@ -363,6 +383,12 @@ export class Capture {
     return this.sealing;
   }
 
+  /** The clock time every venue's poll loop has reached (the end of its latest cycle): how a fill paces its clock. */
+  progress(): number {
+    if (this.cycledTo.size < this.adapters.length) return this.startedClockAt;
+    return Math.min(...this.cycledTo.values());
+  }
+
   private async venueLoop(adapter: VenueAdapter): Promise<void> {
     let previous = -Infinity;
     while (this.running) {
@@ -379,6 +405,7 @@ export class Capture {
       }
       // Rows are stamped when their answers arrive, all by now: the next cycle starts later.
       previous = this.clock.now();
+      this.cycledTo.set(adapter.venue, previous);
       const next = started + this.config.capture.pollMs;
       const wait = next - this.clock.now();
       if (wait > 0 && this.running) await this.clock.sleep(wait);
@@ -405,6 +432,10 @@ export class Capture {
       now,
     );
     if (open.length === 0) return;
+    // A failed REST answer is a gap in a streamed market's books only while the stream is not
+    // live, from the poll's time: not when the stream was live as the poll went out, nor when the
+    // answer comes back after its market ended (the stream's own gaps say what it missed).
+    const liveAtPoll = new Set(open.filter((m) => recorder?.live(m)).map((m) => m.market_id));
     const polled = await adapter.poll(open, now);
     for (const m of open) {
       const r = polled.get(m.market_id);
@@ -413,7 +444,8 @@ export class Capture {
       if (recorder?.tracks(m)) {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
         if (!(r.books instanceof UpstreamError)) recorder.rest(m, r);
-        else if (!recorder.live(m)) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+        else if (!recorder.live(m) && !liveAtPoll.has(m.market_id) && this.clock.now() < m.end_time)
+          this.fail({ ...scope, dataset: 'books' }, now, r.books);
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.
@@ -506,6 +538,7 @@ export class Capture {
 
   private closeGap(g: OpenGap, to: number): void {
     this.gaps.delete(gapKey(g));
+    this.dropping.delete(gapKey(g));
     if (to <= g.from_ts) return;
     const row: GapRow = {
       market_id: g.market_id,
@@ -544,7 +577,14 @@ function scopeOf(m: Market): Pick<Market, 'venue' | 'coin' | 'window' | 'market_
   return { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
 }
 
-function gapKey(g: { venue: Venue; coin: string; window: string; market_id: string | null; dataset: string; channel?: 'stream' }): string {
+function gapKey(g: {
+  venue: Venue;
+  coin: string;
+  window: string;
+  market_id: string | null;
+  dataset: string;
+  channel?: OpenGap['channel'];
+}): string {
   return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}${g.channel ? `:${g.channel}` : ''}`;
 }
 

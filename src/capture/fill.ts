@@ -2,7 +2,7 @@
 // stand-in whose clock starts `hours` ago and runs `speed` times faster, until it has caught
 // up with the wall clock. Used by `make run` on an empty lake, by tests and by benchmarks.
 import { Capture } from './capture.js';
-import { createClock } from '../clock.js';
+import { pacedClock } from '../clock.js';
 import type { Config } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
@@ -53,7 +53,11 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   const start = options.start ?? realStart - options.hours * HOUR;
   // Without `until`, the fill ends when its clock reaches the wall clock: (R * speed - S) / (speed - 1).
   const until = options.until ?? Math.floor((realStart * options.speed - start) / (options.speed - 1));
-  const clock = createClock(start, options.speed, realStart, until);
+  // Paced by capture: the venue's time runs at most ten poll intervals ahead of capture's last
+  // poll, so polls are at most twenty apart however busy the machine (idle, a fill keeps its speed).
+  let reached = () => start;
+  const pollMs = options.pollMs ?? config.capture.pollMs;
+  const clock = pacedClock(start, options.speed, realStart, until, 10 * pollMs, () => reached());
   const standin = new StandIn({
     clock,
     seed: options.seed ?? 1,
@@ -67,6 +71,7 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   // A fill replays hours in minutes by polling; streaming every change at that speed is live capture's job.
   const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] } } };
   const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
+  reached = () => capture.progress();
   await capture.start();
   while (clock.now() < until) await new Promise((r) => setTimeout(r, 50));
   await capture.stop();

@@ -1,31 +1,47 @@
-// The wallet venue's books from its orderbook topics. Each message is a whole book of one token
-// with its `updateTimestampMs`, delivered at most once, possibly out of order, and nothing is
-// replayed after a reconnect. So a message is a row on its own (no hash to check, nothing to
-// rebuild), a late one is a known miss (a gap over the instant it would have filled), and after
-// a loss each token counts again from its next book (from the stream, or REST if that is sooner).
-// A REST book newer than the stream's, still unmatched a stall bound later, means the stream
-// dropped it: a gap, and the REST book is recorded.
+// The wallet venue's books from its signed order-book stream (UPSTREAMS.md C2). Each push is one
+// whole book per market, priced in Yes, with its `updateTimestampMs`: the Up outcome's book as
+// sent, the Down outcome's the same book seen from the other side (sides swapped, prices
+// complemented at the market's precision), a mapping checked against REST's own No book before it
+// is trusted. Pushes come at most once, possibly out of order, and nothing is replayed after a
+// reconnect; the stream pauses, sending nothing, while the venue's upstream is down. So a push is a
+// row on its own (no hash to check, nothing to rebuild), a late one is a known miss (a gap over the
+// instant it would have filled), a market counts as live only once the stream delivered it since
+// the last loss, and a REST book newer than the stream's, still unmatched a stall bound later,
+// means the stream dropped it or paused while the market traded: a gap, and the REST book is recorded.
 import type { Clock } from '../clock.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { Book, Market } from '../records.js';
 import { type MarketPoll, type Quote, ladders } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
-import { type LostReason, MarketChannelClient, WALLET_TOPICS } from '../venues/marketchannel.js';
+import { type LostReason, MarketChannelClient, walletTopics } from '../venues/marketchannel.js';
 import { type BookStream, type StreamSink, advance } from './stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
-interface Token {
+/** The Yes book's ladders seen from the No side: a Yes bid at p is a No ask at 1 - p (at `decimals`). */
+export function mirrorLadders(yes: Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'>, decimals: number) {
+  const scale = 10 ** decimals;
+  // Integers, so 1 - 0.51 is 0.49 and not 0.48999999999999999.
+  const complement = (p: number) => (scale - Math.round(p * scale)) / scale;
+  return {
+    bid_prices: yes.ask_prices.map(complement),
+    bid_sizes: yes.ask_sizes,
+    ask_prices: yes.bid_prices.map(complement),
+    ask_sizes: yes.bid_sizes,
+  };
+}
+
+interface Held {
   market: Market;
-  index: number;
-  book: Book | null;
-  /** `updateTimestampMs` of the book held. */
+  books: Book[] | null;
+  /** `updateTimestampMs` of the books held. */
   ts: number;
-  /** Whether the book held is vouched for since the last loss. */
+  /** Whether the stream delivered the market since the last loss: only then is it live. */
   synced: boolean;
-  lostAt: number;
   restAhead: { ts: number; at: number } | null;
+  /** Whether REST's No book was seen to be the Yes book mirrored ('broken': the stream's No books are not trusted). */
+  mirror: 'unchecked' | 'holds' | 'broken';
 }
 
 export interface WalletStreamStats {
@@ -35,12 +51,14 @@ export interface WalletStreamStats {
   late: number;
   restRows: number;
   nudged: number;
+  malformed: number;
+  mirrorChecks: number;
 }
 
 export class WalletStreamRecorder implements BookStream {
-  readonly stats: WalletStreamStats = { books: 0, rows: 0, duplicates: 0, late: 0, restRows: 0, nudged: 0 };
+  readonly stats: WalletStreamStats = { books: 0, rows: 0, duplicates: 0, late: 0, restRows: 0, nudged: 0, malformed: 0, mirrorChecks: 0 };
   readonly channel: MarketChannelClient;
-  private readonly tokens = new Map<string, Token>();
+  private readonly markets = new Map<string, Held>();
   private readonly lastTs = new Map<string, number>();
   private readonly written = new Map<string, string>();
   private readonly stallMs: number;
@@ -49,38 +67,37 @@ export class WalletStreamRecorder implements BookStream {
   constructor(
     config: Config,
     clock: Clock,
-    log: Logger,
+    private readonly log: Logger,
     private readonly sink: StreamSink,
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
-    this.channel = new MarketChannelClient({ url: config.wallet.wsUrl, protocol: WALLET_TOPICS, ...s }, clock, log, {
-      message: (msg, recvTs) => this.message(msg as { stream: string; data: Record<string, unknown> }, recvTs),
-      lost: (topics, reason, since, detail) => this.lose(topics, reason, since, detail),
-    });
+    this.channel = new MarketChannelClient(
+      // One aggregate topic carries every market: one connection, whatever the per-connection bound.
+      {
+        ...s,
+        url: config.wallet.wsUrl,
+        protocol: walletTopics(config.wallet.apiKey, config.wallet.apiSecret),
+        maxAssetsPerConnection: Number.MAX_SAFE_INTEGER,
+      },
+      clock,
+      log,
+      {
+        message: (msg, recvTs) => this.message(msg as Record<string, unknown>, recvTs),
+        lost: (topics, reason, since, detail) => this.lose(topics, reason, since, detail),
+      },
+    );
   }
 
   track(markets: Market[], now: number): void {
-    const topics: string[] = [];
     for (const m of markets) {
-      for (const o of m.outcomes) {
-        if (!this.tokens.has(o.token_id))
-          this.tokens.set(o.token_id, {
-            market: m,
-            index: o.index,
-            book: null,
-            ts: -Infinity,
-            synced: false,
-            lostAt: -Infinity,
-            restAhead: null,
-          });
-      }
-      topics.push(TOPIC_PREFIX + m.market_id);
+      if (!this.markets.has(m.market_id))
+        this.markets.set(m.market_id, { market: m, books: null, ts: -Infinity, synced: false, restAhead: null, mirror: 'unchecked' });
     }
-    this.channel.track(topics);
-    const ended = [...new Set([...this.tokens.values()].filter((t) => t.market.end_time <= now).map((t) => t.market))];
+    this.channel.track(markets.map((m) => TOPIC_PREFIX + m.market_id));
+    const ended = [...this.markets.values()].filter((h) => h.market.end_time <= now).map((h) => h.market);
     for (const m of ended) {
-      for (const o of m.outcomes) this.tokens.delete(o.token_id);
+      this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);
       this.written.delete(m.market_id);
     }
@@ -88,38 +105,80 @@ export class WalletStreamRecorder implements BookStream {
   }
 
   tracks(m: Market): boolean {
-    return m.outcomes.some((o) => this.tokens.has(o.token_id));
+    return this.markets.has(m.market_id);
   }
 
   live(m: Market): boolean {
-    return this.channel.healthy(TOPIC_PREFIX + m.market_id) && m.outcomes.every((o) => this.tokens.get(o.token_id)?.synced);
+    const h = this.markets.get(m.market_id);
+    return !!h && h.synced && h.mirror !== 'broken' && this.channel.healthy(TOPIC_PREFIX + m.market_id);
   }
 
   /** REST books: the fallback (and first) rows while the stream is not live, else a check that it missed nothing. */
   rest(m: Market, poll: MarketPoll): void {
-    if (this.closed || poll.books instanceof UpstreamError) return;
-    const healthy = this.channel.healthy(TOPIC_PREFIX + m.market_id);
-    for (const b of poll.books) {
-      const t = this.tokens.get(b.token_id);
-      if (!t || b.exchange_ts === null) continue;
-      if (!healthy) {
-        // The stream is down: REST is the fallback row (its gap stays open until the stream is back).
-        if (b.exchange_ts > t.ts) this.take(t, b, b.exchange_ts, poll.recvTs, true);
-        continue;
-      }
-      // The stream is the source. A REST book newer than the stream's is normal for a moment (the
-      // book is on its way); still undelivered a stall bound later, the stream dropped it.
-      if (t.restAhead && t.ts >= t.restAhead.ts) t.restAhead = null;
-      if (b.exchange_ts > t.ts && !t.restAhead) t.restAhead = { ts: b.exchange_ts, at: poll.recvTs };
-      if (t.restAhead && poll.recvTs - t.restAhead.at > this.stallMs) {
-        // A token never heard on the stream (quiet since it was subscribed) starts from REST without a gap.
-        if (t.ts > -Infinity)
-          this.sink.lost(t.market, 'stream_resync', t.ts, `the stream never delivered the book REST showed at ${t.restAhead.ts}`);
-        t.restAhead = null;
-        this.take(t, b, b.exchange_ts, poll.recvTs, true);
-      } else if (!t.synced && b.exchange_ts === t.ts && poll.recvTs > t.lostAt) t.synced = true;
+    const h = this.markets.get(m.market_id);
+    if (this.closed || !h || poll.books instanceof UpstreamError) return;
+    const books = m.outcomes.map((o) => (poll.books as Book[]).find((b) => b.token_id === o.token_id));
+    const [yes, no] = books;
+    if (!yes || !no || yes.exchange_ts === null) return;
+    this.checkMirror(h, yes, no);
+    const ts = yes.exchange_ts;
+    if (!this.channel.healthy(TOPIC_PREFIX + m.market_id) || h.mirror === 'broken') {
+      // The stream is down, or its No books are not trusted: REST is the fallback row (a gap is open).
+      if (ts > h.ts) this.take(h, books as Book[], ts, poll.recvTs, true);
+      return;
     }
-    if (this.live(m)) this.sink.recovered(m, poll.recvTs);
+    if (h.books === null) {
+      // Nothing held yet. REST is not taken while the subscription is being made (it would race
+      // the stream's first push and leave the span between unheard); a market the stream has
+      // been quiet on for a stall bound since starts from REST's book, with nothing missed.
+      const sent = this.channel.subscribedAt(TOPIC_PREFIX + m.market_id);
+      if (sent !== undefined && poll.recvTs - sent > this.stallMs) this.take(h, books as Book[], ts, poll.recvTs, true);
+      return;
+    }
+    // The stream is the source. A REST book newer than the stream's is normal for a moment (the
+    // push is on its way); still undelivered a stall bound later, the stream dropped it or paused
+    // while the market traded.
+    if (h.restAhead && h.ts >= h.restAhead.ts) h.restAhead = null;
+    if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs };
+    if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
+      this.sink.lost(m, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
+      h.restAhead = null;
+      // Live again at the stream's next push; REST's book stands meanwhile.
+      h.synced = false;
+      this.take(h, books as Book[], ts, poll.recvTs, true);
+    }
+  }
+
+  /**
+   * REST's Yes and No books of one instant must be mirrors for the stream's derived No books to be
+   * the venue's. Checked whenever REST shows both at one time; a market whose are not is recorded
+   * from REST alone (with a gap over the stream's books), and said once.
+   */
+  private checkMirror(h: Held, yes: Book, no: Book): void {
+    if (h.mirror === 'broken' || yes.exchange_ts !== no.exchange_ts) return;
+    this.stats.mirrorChecks++;
+    const mirrored = mirrorLadders(yes, this.decimals(h.market));
+    const same = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+    if (
+      same(mirrored.bid_prices, no.bid_prices) &&
+      same(mirrored.bid_sizes, no.bid_sizes) &&
+      same(mirrored.ask_prices, no.ask_prices) &&
+      same(mirrored.ask_sizes, no.ask_sizes)
+    ) {
+      h.mirror = 'holds';
+      return;
+    }
+    h.mirror = 'broken';
+    this.log.warn(
+      { market_id: h.market.market_id },
+      "REST's No book is not the Yes book mirrored: the market's stream books are not trusted",
+    );
+    this.sink.lost(h.market, 'stream_resync', h.ts, `REST's No book at ${no.exchange_ts} is not the Yes book mirrored`);
+  }
+
+  /** Prices' decimal places: the market's `decimalPrecision` (as its tick), two where unknown. */
+  private decimals(m: Market): number {
+    return m.tick_size ? Math.max(0, Math.round(-Math.log10(m.tick_size))) : 2;
   }
 
   /** The venue's displayed chance and price come with the poll; a row when any changed. */
@@ -135,63 +194,73 @@ export class WalletStreamRecorder implements BookStream {
     this.channel.close();
   }
 
-  private message(msg: { stream: string; data: Record<string, unknown> }, recvTs: number): void {
-    const d = msg.data;
-    const t = this.tokens.get(String(d.tokenId));
+  private message(d: Record<string, unknown>, recvTs: number): void {
+    const h = this.markets.get(String(d.marketId));
     const ts = Number(d.updateTimestampMs);
-    if (!t || !Number.isFinite(ts)) return;
+    if (!h || !Number.isFinite(ts)) return;
     this.stats.books++;
-    if (ts === t.ts) {
+    if (ts === h.ts) {
       this.stats.duplicates++;
+      if (!h.synced) this.resume(h, recvTs);
       return;
     }
-    if (ts < t.ts) {
+    if (ts < h.ts) {
       // Sent before the book already recorded: the instant it held is missed, and known to be.
       this.stats.late++;
-      this.sink.lost(t.market, 'stream_late', ts - 1, `a book of ${ts} arrived after one of ${t.ts}`);
-      if (this.live(t.market)) this.sink.recovered(t.market, t.ts);
+      this.sink.lost(h.market, 'stream_late', ts - 1, `a book of ${ts} arrived after one of ${h.ts}`);
+      if (this.live(h.market)) this.sink.recovered(h.market, h.ts);
       return;
     }
-    let book: Book;
+    let yes: ReturnType<typeof ladders>;
     try {
-      book = {
-        market_id: t.market.market_id,
-        token_id: String(d.tokenId),
-        outcome_index: t.index,
-        outcome: t.market.outcomes.find((o) => o.index === t.index)?.label ?? String(d.outcome),
-        exchange_ts: ts,
-        ...ladders(d.bids, d.asks, `topic ${msg.stream}`),
-      };
-    } catch {
+      // [price, size] pairs, as strings (the wallet) or numbers (predict.fun's own feed).
+      const pairs = (side: unknown) => (Array.isArray(side) ? side.map((l) => ({ price: l?.[0], size: l?.[1] })) : side);
+      yes = ladders(pairs(d.bids), pairs(d.asks), `orderbook push of market ${h.market.market_id}`);
+    } catch (err) {
+      this.stats.malformed++;
+      this.log.debug({ err: (err as Error).message }, 'malformed orderbook push skipped');
       return;
     }
-    this.take(t, book, ts, recvTs, false);
-    if (this.live(t.market)) this.sink.recovered(t.market, recvTs);
+    const [up, down] = [...h.market.outcomes].sort((a, b) => a.index - b.index);
+    const book = (o: typeof up, l: ReturnType<typeof ladders>): Book => ({
+      market_id: h.market.market_id,
+      token_id: o.token_id,
+      outcome_index: o.index,
+      outcome: o.label,
+      exchange_ts: ts,
+      ...l,
+    });
+    const books = [book(up, yes)];
+    if (down && h.mirror !== 'broken') books.push(book(down, mirrorLadders(yes, this.decimals(h.market))));
+    this.take(h, books, ts, recvTs, false);
+    this.resume(h, recvTs);
   }
 
-  private take(t: Token, book: Book, ts: number, recvTs: number, fromRest: boolean): void {
-    t.book = book;
-    t.ts = ts;
-    t.synced = true;
+  /** The stream delivered the market since its last loss: live again, and its gap closes. */
+  private resume(h: Held, recvTs: number): void {
+    h.synced = true;
+    if (this.live(h.market)) this.sink.recovered(h.market, recvTs);
+  }
+
+  private take(h: Held, books: Book[], ts: number, recvTs: number, fromRest: boolean): void {
+    // A market whose No books are not trusted keeps REST's No book beside the stream's Yes book.
+    if (!fromRest && books.length < h.market.outcomes.length && h.books) {
+      for (const b of h.books) if (!books.some((x) => x.token_id === b.token_id)) books.push(b);
+    }
+    h.books = books;
+    h.ts = ts;
     if (fromRest) this.stats.restRows++;
-    const m = t.market;
-    const books = m.outcomes.map((o) => this.tokens.get(o.token_id)?.book).filter((b): b is Book => !!b);
     this.stats.rows += books.length;
-    this.sink.books(m, advance(this.lastTs, m.market_id, ts, this.stats), recvTs, books);
+    this.sink.books(h.market, advance(this.lastTs, h.market.market_id, ts, this.stats), recvTs, books);
   }
 
   private lose(topics: string[], reason: LostReason, since: number, detail: string): void {
     const lost = new Set(topics);
-    const markets = new Set<Market>();
-    for (const t of this.tokens.values()) {
-      if (!lost.has(TOPIC_PREFIX + t.market.market_id) || !t.synced) continue;
-      t.synced = false;
-      t.lostAt = since;
-      markets.add(t.market);
-    }
-    for (const m of markets) {
-      const from = Math.min(since, ...m.outcomes.map((o) => this.tokens.get(o.token_id)?.ts ?? since));
-      this.sink.lost(m, reason, from, detail);
+    for (const h of this.markets.values()) {
+      if (!lost.has(TOPIC_PREFIX + h.market.market_id) || !h.synced) continue;
+      h.synced = false;
+      h.restAhead = null;
+      this.sink.lost(h.market, reason, Math.min(since, h.ts), detail);
     }
   }
 }

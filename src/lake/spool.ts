@@ -242,6 +242,9 @@ export class Spool {
   private chain: Promise<unknown> = Promise.resolve();
   private pendingRows = 0;
   private pendingBytes = 0;
+  /** The batch a flush is writing: still unacknowledged, so still counted against the buffer's bound. */
+  private flushingRows = 0;
+  private flushingBytes = 0;
   acknowledged = 0;
 
   constructor(private readonly dir: string) {}
@@ -307,11 +310,11 @@ export class Spool {
 
   /** Rows appended but not yet acknowledged (more than one flush's worth while the disk fails). */
   get bufferedRows(): number {
-    return this.pendingRows;
+    return this.pendingRows + this.flushingRows;
   }
 
   get bufferedBytes(): number {
-    return this.pendingBytes;
+    return this.pendingBytes + this.flushingBytes;
   }
 
   /** Writes and fsyncs everything appended so far; resolves with the number of rows acknowledged. */
@@ -343,6 +346,8 @@ export class Spool {
     this.buffered.clear();
     this.pendingRows = 0;
     this.pendingBytes = 0;
+    this.flushingRows = rows;
+    this.flushingBytes = bytes;
     const touched: { key: string; part: OpenPart; written: number }[] = [];
     try {
       for (const [key, pending] of batch) {
@@ -353,7 +358,13 @@ export class Spool {
         const t = { key, part, written: 0 };
         touched.push(t);
         t.written = (await part.handle.writev(chunks)).bytesWritten;
-        if (t.written !== length) throw Object.assign(new Error('short write to the spool'), { code: 'EIO' });
+        // A short write is how a filling disk first shows: writing the rest makes it say why (ENOSPC, EDQUOT...).
+        while (t.written < length) {
+          const rest = Buffer.concat(chunks).subarray(t.written);
+          const n = (await part.handle.write(rest)).bytesWritten;
+          if (n === 0) throw Object.assign(new Error('the spool accepted no bytes'), { code: 'EIO' });
+          t.written += n;
+        }
       }
       await Promise.all(touched.map((t) => t.part.handle.datasync()));
     } catch (err) {
@@ -369,8 +380,12 @@ export class Spool {
       }
       this.pendingRows += rows;
       this.pendingBytes += bytes;
+      this.flushingRows = 0;
+      this.flushingBytes = 0;
       throw err;
     }
+    this.flushingRows = 0;
+    this.flushingBytes = 0;
     for (const t of touched) {
       t.part.size += t.written;
       if (RUN_DATASETS.has(t.part.partition.dataset)) this.sinceRoll.set(t.part.dir, (this.sinceRoll.get(t.part.dir) ?? 0) + t.written);

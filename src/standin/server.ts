@@ -1,16 +1,16 @@
 // A local stand-in for both upstream venues, speaking their documented shapes
 // (UPSTREAMS.md), so capture, tests, the demo and benchmarks run the real adapters over HTTP.
 // Faults are injected here, never in the code under test.
-import { createHmac, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Clock } from '../clock.js';
 import type { Venue, Window } from '../config.js';
 import { SECOND } from '../time.js';
-import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD } from './sim.js';
+import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD, hash32 } from './sim.js';
 import { mulberry32 } from './orderbook.js';
-import { MarketChannel, clobSummary, conditionId } from './stream.js';
+import { type ChannelQuirks, MarketChannel, clobSummary, conditionId } from './stream.js';
 import type { StreamFaults } from './streamserver.js';
+import { signatureRefusal } from './signed.js';
 import { WalletTopics } from './walletstream.js';
 
 export const WALLET_PREFIX = '/sapi/v1/w3w/wallet/prediction';
@@ -59,6 +59,8 @@ export interface StandInOptions {
   faults?: Partial<Faults>;
   /** Faults of the WebSocket market channel. */
   streamFaults?: Partial<StreamFaults>;
+  /** What Polymarket's market channel does that a recorder must cope with (hash layout and skew, books after trades...). */
+  channelQuirks?: Partial<ChannelQuirks>;
   coins?: Record<Venue, readonly string[]>;
 }
 
@@ -101,8 +103,21 @@ export class StandIn {
     );
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
-    this.stream = new MarketChannel(this.sim, options.clock, mulberry32((options.seed ?? 1) + 1), options.streamFaults);
-    this.walletStream = new WalletTopics(this.sim, options.clock, mulberry32((options.seed ?? 1) + 2), options.streamFaults);
+    // Fault draws seeded through a hash: mulberry32 on small consecutive seeds starts with too few small values.
+    this.stream = new MarketChannel(
+      this.sim,
+      options.clock,
+      mulberry32(hash32(`${options.seed ?? 1}:market-channel`)),
+      options.streamFaults,
+      options.channelQuirks,
+    );
+    this.walletStream = new WalletTopics(
+      this.sim,
+      options.clock,
+      mulberry32(hash32(`${options.seed ?? 1}:wallet-topics`)),
+      options.streamFaults ?? {},
+      { apiKey: options.apiKey ?? 'standin-key', apiSecret: options.apiSecret ?? 'standin-secret' },
+    );
   }
 
   get url(): string {
@@ -193,9 +208,10 @@ export class StandIn {
     if (p === '/_sim/stats')
       return { status: 200, body: { ...this.stats, stream: this.stream.stats, walletStream: this.walletStream.stats } };
     if (p === '/_sim/faults' && method === 'POST') {
-      const { stream, ...http } = JSON.parse(body || '{}');
+      const { stream, channel, ...http } = JSON.parse(body || '{}');
       Object.assign(this.faults, http);
       Object.assign(this.stream.faults, stream ?? {});
+      Object.assign(this.stream.quirks, channel ?? {});
       Object.assign(this.walletStream.faults, stream ?? {});
       return { status: 200, body: { ...this.faults, stream: this.stream.faults } };
     }
@@ -221,22 +237,8 @@ export class StandIn {
   // --- wallet venue -------------------------------------------------------------------
 
   private checkSigned(url: URL, headers: http.IncomingHttpHeaders): void {
-    const apiKey = this.options.apiKey ?? 'standin-key';
-    const secret = this.options.apiSecret ?? 'standin-secret';
-    if (headers['x-mbx-apikey'] !== apiKey) throw walletError(401, -2015, 'Invalid API-key, IP, or permissions for action.');
-    const raw = url.search.slice(1);
-    const at = raw.lastIndexOf('&signature=');
-    const signature = url.searchParams.get('signature');
-    const timestamp = Number(url.searchParams.get('timestamp'));
-    if (at < 0 || !signature || !timestamp) throw walletError(400, -1102, "Mandatory parameter 'signature' or 'timestamp' was not sent.");
-    const recvWindow = Number(url.searchParams.get('recvWindow') ?? 5000);
-    if (Math.abs(Date.now() - timestamp) > recvWindow)
-      throw walletError(400, -1021, 'Timestamp for this request is outside of the recvWindow.');
-    const expected = createHmac('sha256', secret).update(raw.slice(0, at)).digest();
-    const given = Buffer.from(signature, 'hex');
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
-      throw walletError(400, -1022, 'Signature for this request is not valid.');
-    }
+    const refusal = signatureRefusal(url, headers, this.options.apiKey ?? 'standin-key', this.options.apiSecret ?? 'standin-secret');
+    if (refusal) throw new HttpReply({ status: refusal.status, body: refusal.body });
     const minute = Math.floor(Date.now() / 60_000);
     if (this.weightWindow.minute !== minute) this.weightWindow = { minute, used: 0 };
     this.weightWindow.used += 200;
@@ -461,13 +463,7 @@ export class StandIn {
     this.stats.books.polymarket++;
     return {
       status: 200,
-      body: {
-        ...clobSummary(this.sim, market, index, Math.min(now, market.end)),
-        min_order_size: '5',
-        tick_size: String(this.sim.tickSize(market, now)),
-        neg_risk: false,
-        last_trade_price: (this.sim.lastTrade(market, index, now) ?? 0.5).toFixed(3),
-      },
+      body: clobSummary(this.sim, market, index, Math.min(now, market.end), this.stream.quirks),
     };
   }
 

@@ -3,7 +3,7 @@
 // test can recompute what the stand-in served.
 import type { Venue, Window } from '../config.js';
 import { MINUTE, SECOND, WINDOW_MS } from '../time.js';
-import { type BookState, BookModel, type Change, type TokenPath, ladders } from './orderbook.js';
+import { type BookState, BookModel, type Change, TICKS, type TokenPath, ladders } from './orderbook.js';
 
 export const GENESIS = Date.parse('2026-05-01T00:00:00Z');
 export const WALLET_LIST_LEAD = 60 * MINUTE;
@@ -206,13 +206,19 @@ export class Sim {
     };
   }
 
-  /** The book of one outcome token as the venue holds it at `t`: every change up to `t` applied. */
+  /**
+   * The book of one outcome token as the venue holds it at `t`: every change up to `t` applied.
+   * The wallet venue keeps one book per market, priced in Yes (UPSTREAMS.md C2): its No book is
+   * the Yes book seen from the other side, sides swapped and prices complemented.
+   */
   bookState(m: SimMarket, index: 0 | 1, t: number): BookState {
+    if (index === 1 && m.venue === 'wallet-prediction') return mirrorState(this.books.at(this.tokenPath(m, 0), t));
     return this.books.at(this.tokenPath(m, index), t);
   }
 
   /** The changes to one token's book in (from, to], in time order. */
   bookChanges(m: SimMarket, index: 0 | 1, from: number, to: number): Change[] {
+    if (index === 1 && m.venue === 'wallet-prediction') return this.books.changes(this.tokenPath(m, 0), from, to).map(mirrorChange);
     return this.books.changes(this.tokenPath(m, index), from, to);
   }
 
@@ -226,7 +232,9 @@ export class Sim {
   lastTrade(m: SimMarket, index: 0 | 1, t: number): number | null {
     const until = Math.min(t, m.end);
     for (let s = Math.floor(until / SECOND); s * SECOND >= m.start && s > Math.floor(until / SECOND) - 120; s--) {
-      if (this.rand(m.venue, m.code, 'trade', s) < 0.25) return this.tradeAt(m, index, s);
+      // A second whose trade found its side empty had no trade: the last one is earlier.
+      const price = this.rand(m.venue, m.code, 'trade', s) < 0.25 ? this.tradeAt(m, index, s) : null;
+      if (price !== null) return price;
     }
     return null;
   }
@@ -270,4 +278,18 @@ export function normalCdf(z: number): number {
   const d = 0.3989423 * Math.exp((-z * z) / 2);
   const p = d * t * (0.3193815 + t * (-0.3565638 + t * (1.781478 + t * (-1.821256 + t * 1.330274))));
   return z > 0 ? 1 - p : p;
+}
+
+/** A Yes bid at tick k is a No ask at TICKS - k, and the other way round. */
+function mirrorState(yes: BookState): BookState {
+  const sizes = new Float64Array(2 * TICKS);
+  for (let k = 1; k < TICKS; k++) {
+    sizes[TICKS - k] = yes.sizes[TICKS + k];
+    sizes[TICKS + (TICKS - k)] = yes.sizes[k];
+  }
+  return { ts: yes.ts, seq: yes.seq, sizes };
+}
+
+function mirrorChange(c: Change): Change {
+  return { ...c, side: c.side === 'BUY' ? 'SELL' : 'BUY', tick: TICKS - c.tick };
 }

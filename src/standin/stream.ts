@@ -1,12 +1,14 @@
-// The stand-in's Polymarket market channel (UPSTREAMS.md B): subscribe by `assets_ids`, a `book`
-// snapshot per asset, then `price_change` (new aggregate size per level, 0 removes it, a book
-// hash per asset), `last_trade_price`, `tick_size_change` (when a price passes 0.96 or 0.04) and
-// PING/PONG text heartbeats. No sequence numbers, as
-// the venue sends none. Faults are the failures users report of the real feed: drops, reorders,
-// duplicates, silent freezes, disconnects and stale snapshots on resubscribe.
+// The stand-in's Polymarket market channel (UPSTREAMS.md C1): subscribe by `assets_ids` (a `book`
+// snapshot per asset only when the frame asks for `initial_dump`), then `price_change` (new
+// aggregate size per level, 0 removes it, the book hash and best levels per entry, one message per
+// market and instant), `last_trade_price`, `tick_size_change` (when a price passes 0.96 or 0.04) and
+// PING/PONG text heartbeats. Hashes are the venue's 10-field SHA-1. No sequence numbers, as the
+// venue sends none. Faults are the failures users report of the real feed: drops, reorders,
+// duplicates, silent freezes, disconnects and stale snapshots on resubscribe; and what the venue
+// does that a recorder must cope with (`ChannelQuirks`).
 import type { WebSocket } from 'ws';
 import { SECOND } from '../time.js';
-import { type ClobLevel, clobBookHash } from '../venues/clob.js';
+import { type ClobBookExtras, type ClobLevel, type HashLayout, clobBookHash } from '../venues/clob.js';
 import { TICKS, bestAsk, bestBid, ladders } from './orderbook.js';
 import type { Clock } from '../clock.js';
 import { FINE_TICK, type Sim, type SimMarket, TICK } from './sim.js';
@@ -21,10 +23,52 @@ interface Subscription {
   cursor: number;
   /** The book as this connection's changes have left it, for the hashes and best levels. */
   sizes: Float64Array;
+  /** The venue's last trade text as its hashes see it, and the second it was read for. */
+  trade: { second: number; text: string } | null;
+}
+
+/** What the real venue does that a recorder must cope with (UPSTREAMS.md C1); none by default. */
+export interface ChannelQuirks {
+  /** Where the venue's hashed JSON puts `"hash":""`. */
+  hashLayout: HashLayout;
+  /** The hashed timestamp is up to this many ms off the message's (public recorders see a few). */
+  hashSkewMs: number;
+  /** Hashes include a trade this many ms before its `last_trade_price` is sent. */
+  tradeLeadMs: number;
+  /** A `book` of the token after every trade, as the venue sends. */
+  bookAfterTrade: boolean;
+  /** Share of `price_change` entries sent without `size` (the venue's Rust client treats it as optional). */
+  incompleteRate: number;
+  /** Share of snapshots never sent although `initial_dump` asked for them. */
+  snapshotLossRate: number;
+}
+
+export const NO_QUIRKS: ChannelQuirks = {
+  hashLayout: 'hash-fourth',
+  hashSkewMs: 0,
+  tradeLeadMs: 0,
+  bookAfterTrade: false,
+  incompleteRate: 0,
+  snapshotLossRate: 0,
+};
+
+/** A trade price as the venue writes it, on REST and the market channel alike (no trade yet: the venue's 0.5). */
+export const tradeText = (price: number | null): string => (price ?? 0.5).toFixed(3);
+
+/** The venue's hashed fields beside the levels, for a token at `t`. */
+export function venueExtras(sim: Sim, m: SimMarket, index: 0 | 1, t: number, quirks: ChannelQuirks = NO_QUIRKS): Required<ClobBookExtras> {
+  return {
+    min_order_size: '5',
+    tick_size: String(sim.tickSize(m, t)),
+    neg_risk: false,
+    last_trade_price: tradeText(sim.lastTrade(m, index, t + quirks.tradeLeadMs)),
+  };
 }
 
 interface Client extends StreamClient {
   assets: Map<string, Subscription>;
+  /** Tokens this connection was sent a book of: the first of each carries `last_trade_price`. */
+  booked: Set<string>;
 }
 
 export function conditionId(m: SimMarket): string {
@@ -33,13 +77,22 @@ export function conditionId(m: SimMarket): string {
 
 const level = (price: number, size: number): ClobLevel => ({ price: String(price), size: size.toFixed(2) });
 
-/** A token's book as the CLOB summarizes it (bids ascending, asks descending: best levels last), with its hash. */
-export function clobSummary(sim: Sim, m: SimMarket, index: 0 | 1, t: number) {
+/** A token's book as the CLOB's REST `/book` answers it (bids ascending, asks descending: best levels last), hashed. */
+export function clobSummary(sim: Sim, m: SimMarket, index: 0 | 1, t: number, quirks: ChannelQuirks = NO_QUIRKS) {
   const state = sim.bookState(m, index, t);
-  return summaryOf(m, index, Math.min(state.ts, t), state.sizes);
+  return summaryOf(m, index, Math.min(state.ts, t), state.sizes, venueExtras(sim, m, index, t, quirks), quirks);
 }
 
-function summaryOf(m: SimMarket, index: 0 | 1, timestamp: number, sizes: Float64Array) {
+/** The summary in REST's field order, its hash over the venue's layout at the (possibly skewed) hashed time. */
+function summaryOf(
+  m: SimMarket,
+  index: 0 | 1,
+  timestamp: number,
+  sizes: Float64Array,
+  extras: Required<ClobBookExtras>,
+  quirks: ChannelQuirks,
+  hashedAt = timestamp,
+) {
   const { bids, asks } = ladders({ ts: timestamp, seq: 0, sizes });
   const body = {
     market: conditionId(m),
@@ -47,40 +100,47 @@ function summaryOf(m: SimMarket, index: 0 | 1, timestamp: number, sizes: Float64
     timestamp: String(timestamp),
     bids: bids.map(([p, s]) => level(p, s)).reverse(),
     asks: asks.map(([p, s]) => level(p, s)).reverse(),
+    ...extras,
   };
-  return { ...body, hash: clobBookHash(body) };
+  const hash = clobBookHash({ ...body, timestamp: String(hashedAt) }, quirks.hashLayout);
+  return { market: body.market, asset_id: body.asset_id, timestamp: body.timestamp, hash, bids: body.bids, asks: body.asks, ...extras };
 }
 
 export class MarketChannel extends StreamServer<Client> {
   subscriptions = 0;
+  /** Snapshots not sent: asked without `initial_dump`, or lost to `snapshotLossRate`. */
+  withheldSnapshots = 0;
+  readonly quirks: ChannelQuirks;
 
-  constructor(sim: Sim, clock: Clock, random: () => number, faults: Partial<StreamFaults> = {}) {
+  constructor(sim: Sim, clock: Clock, random: () => number, faults: Partial<StreamFaults> = {}, quirks: Partial<ChannelQuirks> = {}) {
     super(sim, clock, random, faults, MARKET_CHANNEL_PATH);
+    this.quirks = { ...NO_QUIRKS, ...quirks };
   }
 
   protected accept(socket: WebSocket): Client {
-    const client: Client = { socket, assets: new Map(), held: null };
+    const client: Client = { socket, assets: new Map(), held: null, booked: new Set() };
     socket.on('message', (data, isBinary) => {
       const text = isBinary ? '' : data.toString();
       // Heartbeats are answered even while data is frozen: that is what makes a freeze silent.
       if (text === 'PING') return socket.send('PONG');
-      let request: { assets_ids?: unknown; type?: unknown; operation?: unknown };
+      let request: { assets_ids?: unknown; type?: unknown; operation?: unknown; initial_dump?: unknown };
       try {
         request = JSON.parse(text);
       } catch {
-        return socket.send(JSON.stringify({ error: 'invalid json' }));
+        return socket.send('INVALID OPERATION');
       }
-      if (!Array.isArray(request.assets_ids)) return socket.send(JSON.stringify({ error: 'assets_ids required' }));
+      if (!request || !Array.isArray(request.assets_ids)) return socket.send('INVALID OPERATION');
       if (request.operation === 'unsubscribe') {
         for (const id of request.assets_ids) client.assets.delete(String(id));
         return;
       }
-      this.subscribe(client, request.assets_ids.map(String));
+      // Without `initial_dump` the venue often sends no snapshot, for later tokens above all: here, never.
+      this.subscribe(client, request.assets_ids.map(String), request.initial_dump === true);
     });
     return client;
   }
 
-  private subscribe(client: Client, ids: string[]): void {
+  private subscribe(client: Client, ids: string[], dump: boolean): void {
     const now = this.clock.now();
     const snapshotAt = now - this.faults.staleSnapshotMs;
     const books = [];
@@ -92,19 +152,51 @@ export class MarketChannel extends StreamServer<Client> {
       const state = this.sim.bookState(market, index, at);
       // The hashes that follow are of the venue's true book, whatever snapshot this connection was sent.
       const current = this.sim.bookState(market, index, Math.min(now, market.end - 1));
-      client.assets.set(id, { market, index, cursor: Math.max(now, at), sizes: current.sizes.slice() });
+      client.assets.set(id, { market, index, cursor: Math.max(now, at), sizes: current.sizes.slice(), trade: null });
       this.subscriptions++;
-      books.push({ event_type: 'book', ...summaryOf(market, index, Math.min(state.ts, at), state.sizes) });
+      if (!dump || this.random() < this.quirks.snapshotLossRate) {
+        this.withheldSnapshots++;
+        continue;
+      }
+      const summary = summaryOf(
+        market,
+        index,
+        Math.min(state.ts, at),
+        state.sizes,
+        venueExtras(this.sim, market, index, at, this.quirks),
+        this.quirks,
+      );
+      books.push(this.bookMessage(client, summary));
     }
     // The venue answers a subscription with one array of snapshots.
     if (books.length) client.socket.send(JSON.stringify(books));
   }
 
+  /**
+   * A `book` as the channel sends it (as public recorders observe it): the REST summary's levels,
+   * hash and tick, `last_trade_price` only on a token's first on the connection.
+   */
+  private bookMessage(client: Client, s: ReturnType<typeof summaryOf>) {
+    const { min_order_size: _m, neg_risk: _n, last_trade_price, ...book } = s;
+    const first = !client.booked.has(s.asset_id);
+    client.booked.add(s.asset_id);
+    return { event_type: 'book', ...book, ...(first ? { last_trade_price } : {}) };
+  }
+
+  /** The venue's hashed fields for a subscription at `t`: the last trade read once a second as the pump moves on. */
+  private extras(sub: Subscription, t: number): Required<ClobBookExtras> {
+    const second = Math.floor((t + this.quirks.tradeLeadMs) / SECOND);
+    if (sub.trade?.second !== second) sub.trade = { second, text: tradeText(this.sim.lastTrade(sub.market, sub.index, second * SECOND)) };
+    return { min_order_size: '5', tick_size: String(this.sim.tickSize(sub.market, t)), neg_risk: false, last_trade_price: sub.trade.text };
+  }
+
   /** Every change since each subscription's cursor, grouped as the venue groups them: one message per market and instant. */
   protected pending(client: Client, now: number): Outgoing[] {
+    const q = this.quirks;
     const messages = new Map<string, { t: number; body: Record<string, unknown>; changes: Record<string, string>[] }>();
-    // Trades and tick changes: messages of one asset that carry no book change.
-    const assetEvents: { t: number; body: Record<string, unknown> }[] = [];
+    // Trades, tick changes and books after trades: messages of one asset that carry no change entries.
+    // At one instant a trade or tick comes before the changes it hashes into, a book after them.
+    const assetEvents: { t: number; rank: number; body: Record<string, unknown> }[] = [];
     for (const [id, sub] of client.assets) {
       const { market, index } = sub;
       if (sub.cursor >= market.end) continue;
@@ -122,9 +214,11 @@ export class MarketChannel extends StreamServer<Client> {
           messages.set(key, m);
         }
         const entry: Record<string, string> = { asset_id: id, price: String(c.tick / 100), size: c.size.toFixed(2), side: c.side };
+        if (q.incompleteRate > 0 && this.random() < q.incompleteRate) delete entry.size;
         m.changes.push(entry);
         if (last) {
-          const summary = summaryOf(market, index, c.t, sub.sizes);
+          const skew = q.hashSkewMs ? Math.round((this.sim.rand(market.code, 'skew', c.t) * 2 - 1) * q.hashSkewMs) : 0;
+          const summary = summaryOf(market, index, c.t, sub.sizes, this.extras(sub, c.t), q, c.t + skew);
           const bid = bestBid(sub.sizes);
           const ask = bestAsk(sub.sizes);
           for (const e of m.changes) {
@@ -140,22 +234,37 @@ export class MarketChannel extends StreamServer<Client> {
         if (price === null) continue;
         assetEvents.push({
           t: s * SECOND,
+          rank: 0,
           body: {
             event_type: 'last_trade_price',
             asset_id: id,
             market: conditionId(market),
-            price: price.toFixed(2),
+            price: tradeText(price),
             side: this.sim.rand(market.code, 'trade-side', s) < 0.5 ? 'BUY' : 'SELL',
             size: (5 + Math.floor(this.sim.rand(market.code, 'trade-size', index, s) * 500)).toFixed(2),
             fee_rate_bps: '0',
             timestamp: String(s * SECOND),
+            transaction_hash: `0x${this.sim.rand(market.code, 'tx', index, s).toString(16).slice(2).padEnd(64, '0')}`,
           },
         });
+        if (q.bookAfterTrade) {
+          const state = this.sim.bookState(market, index, s * SECOND);
+          const summary = summaryOf(
+            market,
+            index,
+            Math.min(state.ts, s * SECOND),
+            state.sizes,
+            venueExtras(this.sim, market, index, s * SECOND, q),
+            q,
+          );
+          assetEvents.push({ t: s * SECOND, rank: 2, body: this.bookMessage(client, summary) });
+        }
       }
       const tickAt = this.sim.tickChangeAt(market);
       if (tickAt !== null && tickAt > sub.cursor && tickAt <= to) {
         assetEvents.push({
           t: tickAt,
+          rank: 0,
           body: {
             event_type: 'tick_size_change',
             asset_id: id,
@@ -168,10 +277,10 @@ export class MarketChannel extends StreamServer<Client> {
       }
       sub.cursor = to;
     }
-    const out: { t: number; body: Record<string, unknown>; changes: Record<string, string>[] }[] = [
-      ...[...messages.values()].map((m) => ({ t: m.t, body: { ...m.body, price_changes: m.changes }, changes: m.changes })),
+    const out: { t: number; rank: number; body: Record<string, unknown>; changes: Record<string, string>[] }[] = [
+      ...[...messages.values()].map((m) => ({ t: m.t, rank: 1, body: { ...m.body, price_changes: m.changes }, changes: m.changes })),
       ...assetEvents.map((x) => ({ ...x, changes: [] })),
-    ].sort((a, b) => a.t - b.t);
+    ].sort((a, b) => a.t - b.t || a.rank - b.rank);
     return out.map(({ t, body, changes }) => ({
       text: JSON.stringify(body),
       changes: changes.length,

@@ -85,7 +85,7 @@ export abstract class StreamServer<C extends StreamClient> {
   constructor(
     protected readonly sim: Sim,
     protected readonly clock: Clock,
-    private readonly random: () => number,
+    protected readonly random: () => number,
     faults: Partial<StreamFaults>,
     private readonly path: string,
   ) {
@@ -100,9 +100,18 @@ export abstract class StreamServer<C extends StreamClient> {
       socket.end('HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
       return true;
     }
+    const refusal = this.admit(req);
+    if (refusal) {
+      this.stats.refused++;
+      const body = JSON.stringify(refusal.body);
+      socket.end(
+        `HTTP/1.1 ${refusal.status} Refused\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      return true;
+    }
     this.wss.handleUpgrade(req, socket, head, (ws) => {
       this.stats.connections++;
-      const client = this.accept(ws);
+      const client = this.accept(ws, req);
       this.clients.add(client);
       ws.on('close', () => this.clients.delete(client));
       ws.on('error', () => ws.terminate());
@@ -117,8 +126,13 @@ export abstract class StreamServer<C extends StreamClient> {
     this.wss.close();
   }
 
+  /** Why an upgrade is refused (the venue's status and error body), or null to accept it. */
+  protected admit(_req: http.IncomingMessage): { status: number; body: unknown } | null {
+    return null;
+  }
+
   /** A new connection's client state, with its message handling attached. */
-  protected abstract accept(socket: WebSocket): C;
+  protected abstract accept(socket: WebSocket, req: http.IncomingMessage): C;
 
   /** The data messages for `client` of the changes in (its cursor, now], in time order. */
   protected abstract pending(client: C, now: number): Outgoing[];

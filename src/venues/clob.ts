@@ -8,7 +8,19 @@ export interface ClobLevel {
   size: string;
 }
 
-export interface ClobBookSummary {
+/**
+ * The fields the venue hashes beside the levels, as it sent them: REST `/book` carries all four,
+ * the first `book` after connecting `last_trade_price`, `tick_size_change` the tick, and
+ * `last_trade_price` messages the trade; `price_change` none of them.
+ */
+export interface ClobBookExtras {
+  min_order_size?: string;
+  tick_size?: string;
+  neg_risk?: boolean;
+  last_trade_price?: string;
+}
+
+export interface ClobBookSummary extends ClobBookExtras {
   market: string;
   asset_id: string;
   timestamp: string;
@@ -17,13 +29,49 @@ export interface ClobBookSummary {
 }
 
 /**
- * SHA-1 over the summary's identity, time and levels in the venue's order (bids ascending, asks
- * descending), as the levels' strings were sent. The stand-in signs its books this way; a venue
- * whose hashes a recorder cannot reproduce is checked by REST comparisons alone (see capture/stream).
+ * Where the hashed JSON puts `"hash":""`. UPSTREAMS.md C1 gives REST's field order (`hash` fourth,
+ * as a client hashing the parsed REST answer sees it); the venue's client libraries' own test
+ * vectors put it last (their type's declaration order). Both are tried, the last one that matched first.
  */
-export function clobBookHash(b: ClobBookSummary): string {
-  const canonical = JSON.stringify({ market: b.market, asset_id: b.asset_id, timestamp: b.timestamp, bids: b.bids, asks: b.asks });
-  return digest('sha1', canonical, 'hex');
+export type HashLayout = 'hash-fourth' | 'hash-last';
+export const HASH_LAYOUTS: readonly HashLayout[] = ['hash-fourth', 'hash-last'];
+const EARLIER_EXTRAS = 3;
+
+/** The extras' JSON tail as the hash writes it (absent fields are left out, as `JSON.stringify` leaves out undefined). */
+export function extrasJson(e: ClobBookExtras): string {
+  let text = '';
+  if (e.min_order_size !== undefined) text += `,"min_order_size":${JSON.stringify(e.min_order_size)}`;
+  if (e.tick_size !== undefined) text += `,"tick_size":${JSON.stringify(e.tick_size)}`;
+  if (e.neg_risk !== undefined) text += `,"neg_risk":${JSON.stringify(e.neg_risk)}`;
+  if (e.last_trade_price !== undefined) text += `,"last_trade_price":${JSON.stringify(e.last_trade_price)}`;
+  return text;
+}
+
+/** The hashed text from its parts: identity opening (`{"market":..,"asset_id":..,"timestamp":`), sides' JSON, extras' JSON. */
+function hashText(opening: string, timestamp: string, bids: string, asks: string, extras: string, layout: HashLayout): string {
+  return layout === 'hash-fourth'
+    ? `${opening}${JSON.stringify(timestamp)},"hash":"",${bids},${asks}${extras}}`
+    : `${opening}${JSON.stringify(timestamp)},${bids},${asks}${extras},"hash":""}`;
+}
+
+function opening(market: string, assetId: string): string {
+  return `{"market":${JSON.stringify(market)},"asset_id":${JSON.stringify(assetId)},"timestamp":`;
+}
+
+const sideJson = (name: 'bids' | 'asks', levels: ClobLevel[]) =>
+  `"${name}":[${levels.map((l) => `{"price":${JSON.stringify(l.price)},"size":${JSON.stringify(l.size)}}`).join(',')}]`;
+
+/**
+ * The venue's book hash (UPSTREAMS.md C1): SHA-1 (hex) of the compact JSON of the summary with
+ * `hash` set to "", values as the venue sent them, levels in the venue's order (bids ascending,
+ * asks descending).
+ */
+export function clobBookHash(b: ClobBookSummary, layout: HashLayout = 'hash-fourth'): string {
+  return digest(
+    'sha1',
+    hashText(opening(b.market, b.asset_id), b.timestamp, sideJson('bids', b.bids), sideJson('asks', b.asks), extrasJson(b), layout),
+    'hex',
+  );
 }
 
 export interface ClobBookMessage extends ClobBookSummary {
@@ -31,10 +79,11 @@ export interface ClobBookMessage extends ClobBookSummary {
   hash: string;
 }
 
+/** One entry of a `price_change`; the venue's own Rust client treats all but the identity as optional. */
 export interface ClobPriceChange {
   asset_id: string;
   price: string;
-  size: string;
+  size?: string;
   side: 'BUY' | 'SELL';
   hash?: string;
   best_bid?: string;
@@ -53,6 +102,10 @@ export interface ClobLastTradeMessage {
   asset_id: string;
   market: string;
   price: string;
+  size?: string;
+  side?: string;
+  fee_rate_bps?: string;
+  transaction_hash?: string;
   timestamp: string;
 }
 
@@ -65,8 +118,35 @@ export interface ClobTickSizeMessage {
   timestamp: string;
 }
 
+export interface ClobMarketResolvedMessage {
+  event_type: 'market_resolved';
+  market: string;
+  winning_asset_id?: string;
+  winning_outcome?: string;
+  timestamp: string;
+}
+
 export type ClobMarketMessage =
-  ClobBookMessage | ClobPriceChangeMessage | ClobLastTradeMessage | ClobTickSizeMessage | { event_type: string };
+  | ClobBookMessage
+  | ClobPriceChangeMessage
+  | ClobLastTradeMessage
+  | ClobTickSizeMessage
+  | ClobMarketResolvedMessage
+  | { event_type: string };
+
+/** Whether a change entry carries what applying it needs: a price and side, and a size that is a number. */
+export function wholeChange(c: ClobPriceChange): c is ClobPriceChange & { size: string } {
+  return (
+    typeof c.price === 'string' &&
+    Number.isFinite(Number(c.price)) &&
+    c.price.trim() !== '' &&
+    (c.side === 'BUY' || c.side === 'SELL') &&
+    typeof c.size === 'string' &&
+    c.size.trim() !== '' &&
+    Number.isFinite(Number(c.size)) &&
+    Number(c.size) >= 0
+  );
+}
 
 /**
  * A recorder's copy of one token's book, kept as the venue's level strings in the venue's order
@@ -81,6 +161,14 @@ export class LocalBook {
   private cached: { bids: number; asks: number; ladders: Ladders } | null = null;
   /** The hash text's opening, which changes only with the market. */
   private identity: { market: string; text: string } | null = null;
+  private extras: ClobBookExtras = {};
+  private extrasText = '';
+  /**
+   * The fields' texts before their latest change, newest first: a source ahead of the stream
+   * (REST answering later than the stream has reached) may have moved them before the venue's
+   * hashes of earlier instants did.
+   */
+  private earlier: string[] = [];
 
   constructor(
     public market: string,
@@ -94,8 +182,41 @@ export class LocalBook {
     this.ts = ts;
   }
 
+  /**
+   * Takes the hashed fields the source carries (only those not known yet, unless `replace`); the
+   * others keep what an earlier source said. True when any changed.
+   */
+  note(e: ClobBookExtras, replace = true): boolean {
+    const pick = <T>(given: T | undefined, known: T | undefined) => (replace ? (given ?? known) : (known ?? given));
+    const next = {
+      min_order_size: pick(e.min_order_size, this.extras.min_order_size),
+      tick_size: pick(e.tick_size, this.extras.tick_size),
+      neg_risk: pick(e.neg_risk, this.extras.neg_risk),
+      last_trade_price: pick(e.last_trade_price, this.extras.last_trade_price),
+    };
+    const text = extrasJson(next);
+    if (text === this.extrasText) return false;
+    if (this.extrasText) {
+      this.earlier.unshift(this.extrasText);
+      this.earlier.length = Math.min(this.earlier.length, EARLIER_EXTRAS);
+    }
+    this.extras = next;
+    this.extrasText = text;
+    return true;
+  }
+
+  /** Whether every hashed field beside the levels is known. */
+  knowsAllFields(): boolean {
+    const e = this.extras;
+    return e.min_order_size !== undefined && e.neg_risk !== undefined && e.tick_size !== undefined && e.last_trade_price !== undefined;
+  }
+
+  extra<K extends keyof ClobBookExtras>(key: K): ClobBookExtras[K] {
+    return this.extras[key];
+  }
+
   /** Applies a level's new aggregate size; false when the book already held it (a repeated message). */
-  apply(c: Pick<ClobPriceChange, 'price' | 'size' | 'side'>, ts: number): boolean {
+  apply(c: Pick<ClobPriceChange, 'price' | 'side'> & { size: string }, ts: number): boolean {
     const buy = c.side === 'BUY';
     const book = buy ? this.bids : this.asks;
     const side = book.levels;
@@ -121,21 +242,60 @@ export class LocalBook {
     return true;
   }
 
+  /** The best bid and ask as numbers (null for an empty side): the venue's `best_bid`/`best_ask` check. */
+  best(): { bid: number | null; ask: number | null } {
+    const b = this.bids.levels;
+    const a = this.asks.levels;
+    return { bid: b.length ? b[b.length - 1].p : null, ask: a.length ? a[a.length - 1].p : null };
+  }
+
   /** The venue's summary of this book at `timestamp` (bids ascending, asks descending). */
   summary(timestamp: string): ClobBookSummary {
     const plain = (l: Level) => ({ price: l.price, size: l.size });
-    return { market: this.market, asset_id: this.assetId, timestamp, bids: this.bids.levels.map(plain), asks: this.asks.levels.map(plain) };
+    return {
+      market: this.market,
+      asset_id: this.assetId,
+      timestamp,
+      bids: this.bids.levels.map(plain),
+      asks: this.asks.levels.map(plain),
+      ...this.extras,
+    };
   }
 
-  /** `clobBookHash(this.summary(timestamp))`, from each side's canonical JSON kept until it changes. */
-  hash(timestamp: string): string {
-    if (this.identity?.market !== this.market)
-      this.identity = {
-        market: this.market,
-        text: `{"market":${JSON.stringify(this.market)},"asset_id":${JSON.stringify(this.assetId)},"timestamp":`,
-      };
-    const text = `${this.identity.text}${JSON.stringify(timestamp)},${this.bids.hashJson()},${this.asks.hashJson()}}`;
-    return digest('sha1', text, 'hex');
+  /** The book's state as the hash sees it, kept for a later check (the texts are the sides' own, not copies). */
+  state(): BookState {
+    return { ts: this.ts, bids: this.bids.hashJson(), asks: this.asks.hashJson(), ladders: this.ladders() };
+  }
+
+  /**
+   * `clobBookHash(this.summary(timestamp), layout)`, from each side's canonical JSON kept until it
+   * changes; `earlier` hashes with the fields as they were that many changes ago instead.
+   */
+  hash(timestamp: string, layout: HashLayout = 'hash-fourth', state?: BookState, earlier = 0): string {
+    if (this.identity?.market !== this.market) this.identity = { market: this.market, text: opening(this.market, this.assetId) };
+    const bids = state ? state.bids : this.bids.hashJson();
+    const asks = state ? state.asks : this.asks.hashJson();
+    const extras = earlier ? (this.earlier[earlier - 1] ?? this.extrasText) : this.extrasText;
+    return digest('sha1', hashText(this.identity.text, timestamp, bids, asks, extras, layout), 'hex');
+  }
+
+  /** The hashed fields as known now (a copy, kept beside a book in doubt). */
+  fields(): ClobBookExtras {
+    return { ...this.extras };
+  }
+
+  /** The hash of a kept state with the given fields, where those the state was checked with were incomplete. */
+  hashWith(timestamp: string, layout: HashLayout, state: BookState, fields: ClobBookExtras): string {
+    return digest(
+      'sha1',
+      hashText(opening(this.market, this.assetId), timestamp, state.bids, state.asks, extrasJson(fields), layout),
+      'hex',
+    );
+  }
+
+  /** How many earlier texts of the hashed fields are kept to try. */
+  get earlierFields(): number {
+    return this.earlier.length;
   }
 
   /** Ladders best first, as the lake stores them; the same arrays until the book changes. */
@@ -153,6 +313,30 @@ export class LocalBook {
     this.cached = { bids: this.bids.version, asks: this.asks.version, ladders };
     return ladders;
   }
+}
+
+/** A copy's book at one instant, as a later check needs it. */
+export interface BookState {
+  ts: number;
+  bids: string;
+  asks: string;
+  ladders: Ladders;
+}
+
+/** Whether a venue summary holds the same levels as ladders (best first), by numeric price and size. */
+export function sameLevels(s: Pick<ClobBookSummary, 'bids' | 'asks'>, l: Ladders): boolean {
+  const side = (levels: ClobLevel[], prices: number[], sizes: number[]) => {
+    if (levels.length !== prices.length) return false;
+    // The venue's order is best last; ladders are best first.
+    for (let i = 0, n = levels.length; i < n; i++) {
+      const x = levels[n - 1 - i];
+      if (Number(x.price) !== prices[i] || Number(x.size) !== sizes[i]) return false;
+    }
+    return true;
+  };
+  const bids = [...s.bids].sort((a, b) => Number(a.price) - Number(b.price));
+  const asks = [...s.asks].sort((a, b) => Number(b.price) - Number(a.price));
+  return side(bids, l.bid_prices, l.bid_sizes) && side(asks, l.ask_prices, l.ask_sizes);
 }
 
 /** One side's levels in the venue's order, with its texts and best-first ladder made once per version. */
@@ -225,7 +409,7 @@ interface SideLadder {
   sizesJson: string;
 }
 
-interface Ladders {
+export interface Ladders {
   bid_prices: number[];
   bid_sizes: number[];
   ask_prices: number[];

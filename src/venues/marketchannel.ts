@@ -8,12 +8,20 @@
 import WebSocket from 'ws';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
+import { signedSocketUrl } from './signing.js';
 
 export type LostReason = 'disconnected' | 'stream_stalled';
 
 /** How a venue's stream subscribes, beats and frames its data. */
 export interface StreamProtocol {
-  subscribe(assets: string[], initial: boolean): string;
+  /** The frame that subscribes `assets` (on connecting: `initial`), or null where the URL carries them. */
+  subscribe(assets: string[], initial: boolean): string | null;
+  /** The URL of a new connection (signed when made), where not the configured one as it is. */
+  url?(base: string): string;
+  /** Headers of the upgrade request (the venue's key). */
+  headers?: Record<string, string>;
+  /** Whether the venue may send nothing for long on a sound connection (its documented pauses): silence is then no stall. */
+  quiet?: boolean;
   /** Text heartbeat the client sends, and the server's answer (null: WebSocket ping frames). */
   ping: string | null;
   pong: string | null;
@@ -21,10 +29,19 @@ export interface StreamProtocol {
   unwrap(parsed: unknown): object[];
 }
 
-/** Polymarket's market channel: `assets_ids`, PING/PONG text, an array or one object per frame. */
+/**
+ * Polymarket's market channel (UPSTREAMS.md C1): `assets_ids`, PING/PONG text, an array or one
+ * object per frame. Every subscribe asks for `initial_dump`: without it the venue often sends no
+ * snapshot for tokens added later. The first frame also asks for the custom feature events
+ * (`best_bid_ask`, `new_market`, `market_resolved`).
+ */
 export const MARKET_CHANNEL: StreamProtocol = {
   subscribe: (assets, initial) =>
-    JSON.stringify(initial ? { assets_ids: assets, type: 'market' } : { assets_ids: assets, operation: 'subscribe' }),
+    JSON.stringify(
+      initial
+        ? { assets_ids: assets, type: 'market', initial_dump: true, custom_feature_enabled: true }
+        : { assets_ids: assets, operation: 'subscribe', type: 'market', initial_dump: true },
+    ),
   ping: 'PING',
   pong: 'PONG',
   unwrap: (parsed) =>
@@ -33,16 +50,41 @@ export const MARKET_CHANNEL: StreamProtocol = {
     ),
 };
 
-/** The wallet venue's topics: Binance-style SUBSCRIBE by topic name, `{stream, data}` frames. */
-export const WALLET_TOPICS: StreamProtocol = {
-  subscribe: (topics) => JSON.stringify({ method: 'SUBSCRIBE', params: topics, id: Date.now() }),
-  ping: null,
-  pong: null,
-  unwrap: (parsed) => {
-    const m = parsed as { stream?: unknown; data?: unknown } | null;
-    return m && typeof m.stream === 'string' && m.data && typeof m.data === 'object' ? [m] : [];
-  },
-};
+/** Every wallet market's books on one topic: one signed URL for good, whatever markets come and go. */
+export const WALLET_AGGREGATE_TOPIC = 'web3_prediction_orderbook_data';
+
+/**
+ * The wallet venue's order-book stream (UPSTREAMS.md C2): Binance's signed SApi socket, topics in
+ * the signed URL (the aggregate topic, filtered by market here, so adding markets never re-signs),
+ * the key in `X-MBX-APIKEY`, WebSocket ping frames. A frame's `data` is a JSON string to parse
+ * again (predict.fun's own feed sends it as an object: taken too); acknowledgements say
+ * `"SUCCESS"` and are not data. The stream pauses while the venue's upstream is down: silence is
+ * not a broken socket.
+ */
+export function walletTopics(apiKey: string, apiSecret: string): StreamProtocol {
+  return {
+    subscribe: () => null,
+    url: (base) => signedSocketUrl(base, apiSecret, [WALLET_AGGREGATE_TOPIC]),
+    headers: { 'X-MBX-APIKEY': apiKey },
+    quiet: true,
+    ping: null,
+    pong: null,
+    unwrap: (parsed) => {
+      const frame = parsed as { data?: unknown } | null;
+      if (!frame || typeof frame !== 'object') return [];
+      let data = frame.data;
+      if (typeof data === 'string') {
+        if (data === 'SUCCESS') return [];
+        try {
+          data = JSON.parse(data);
+        } catch {
+          return [];
+        }
+      }
+      return data && typeof data === 'object' && 'marketId' in data && 'updateTimestampMs' in data ? [data] : [];
+    },
+  };
+}
 
 export interface ChannelEvents {
   message(msg: object, recvTs: number): void;
@@ -90,6 +132,8 @@ export class MarketChannelClient {
   private nextId = 1;
   private timers: NodeJS.Timeout[] = [];
   private closed = false;
+  /** When each asset's subscribe frame was sent: a snapshot is owed from then. */
+  private readonly sentAt = new Map<string, number>();
 
   constructor(
     private readonly options: ChannelOptions,
@@ -111,12 +155,18 @@ export class MarketChannelClient {
       }
       const batch = fresh.splice(0, this.options.maxAssetsPerConnection - conn.assets.size);
       for (const a of batch) conn.assets.add(a);
-      if (conn.socket?.readyState === WebSocket.OPEN) conn.socket.send(this.options.protocol.subscribe(batch, false));
+      const frame = this.options.protocol.subscribe(batch, false);
+      if (conn.socket?.readyState === WebSocket.OPEN) {
+        if (frame) conn.socket.send(frame);
+        const now = this.clock.now();
+        for (const a of batch) this.sentAt.set(a, now);
+      }
     }
   }
 
   /** Forgets assets whose markets ended; a connection left with none is closed. */
   untrack(assets: string[]): void {
+    for (const a of assets) this.sentAt.delete(a);
     for (const conn of [...this.connections]) {
       for (const a of assets) conn.assets.delete(a);
       if (conn.assets.size === 0) this.drop(conn);
@@ -133,6 +183,11 @@ export class MarketChannelClient {
   flowing(asset: string): boolean {
     const conn = this.connections.find((c) => c.assets.has(asset));
     return !!conn && this.healthy(asset) && conn.flowing;
+  }
+
+  /** Clock time the subscribe frame naming `asset` went out on its current connection (undefined: not yet). */
+  subscribedAt(asset: string): number | undefined {
+    return this.sentAt.get(asset);
   }
 
   /** Whether `asset`'s first connection is still being made or answered: its snapshot is on its way. */
@@ -165,14 +220,20 @@ export class MarketChannelClient {
 
   private connect(conn: Connection): void {
     conn.reconnect = null;
-    const socket = new WebSocket(this.options.url, { handshakeTimeout: 10_000 });
+    const { protocol } = this.options;
+    const socket = new WebSocket(protocol.url ? protocol.url(this.options.url) : this.options.url, {
+      handshakeTimeout: 10_000,
+      headers: protocol.headers,
+    });
     conn.socket = socket;
     socket.on('open', () => {
       this.stats.connects++;
       conn.lastData = this.clock.now();
       conn.lostReported = false;
       conn.flowing = false;
-      socket.send(this.options.protocol.subscribe([...conn.assets], true));
+      const frame = protocol.subscribe([...conn.assets], true);
+      if (frame) socket.send(frame);
+      for (const a of conn.assets) this.sentAt.set(a, conn.lastData);
     });
     socket.on('message', (data, isBinary) => {
       if (isBinary) return;
@@ -235,7 +296,7 @@ export class MarketChannelClient {
   private watch(): void {
     const now = this.clock.now();
     for (const conn of this.connections) {
-      if (conn.socket?.readyState !== WebSocket.OPEN || conn.lostReported) continue;
+      if (conn.socket?.readyState !== WebSocket.OPEN || conn.lostReported || this.options.protocol.quiet) continue;
       if (now - conn.lastData <= this.options.stallMs) continue;
       this.stats.stalls++;
       this.log.warn(

@@ -39,7 +39,10 @@ interface ClobBook {
   timestamp?: string;
   bids: unknown;
   asks: unknown;
-  last_trade_price?: string;
+  min_order_size?: unknown;
+  tick_size?: unknown;
+  neg_risk?: unknown;
+  last_trade_price?: unknown;
 }
 
 const SLUG_RE = /^([a-z0-9]+)-updown-(5m|15m)-(\d+)$/;
@@ -266,6 +269,11 @@ function summaryOf(b: ClobBook): ClobBookSummary & { hash?: string } {
     bids: b.bids as ClobLevel[],
     asks: b.asks as ClobLevel[],
     ...(typeof b.hash === 'string' ? { hash: b.hash } : {}),
+    // The hashed fields beside the levels, kept exactly as sent (a recorder hashes them as they are).
+    ...(typeof b.min_order_size === 'string' ? { min_order_size: b.min_order_size } : {}),
+    ...(typeof b.tick_size === 'string' ? { tick_size: b.tick_size } : {}),
+    ...(typeof b.neg_risk === 'boolean' ? { neg_risk: b.neg_risk } : {}),
+    ...(typeof b.last_trade_price === 'string' ? { last_trade_price: b.last_trade_price } : {}),
   };
 }
 

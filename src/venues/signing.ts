@@ -1,4 +1,4 @@
-import { createHmac } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 
 /** HMAC-SHA256 of the exact query string, hex: how the wallet API authenticates a call. */
 export function signQuery(secret: string, query: string): string {
@@ -13,4 +13,22 @@ export function signedQuery(secret: string, params: Record<string, string | numb
 
 function stringify(params: Record<string, string | number>): Record<string, string> {
   return Object.fromEntries(Object.entries(params).map(([k, v]) => [k, String(v)]));
+}
+
+/**
+ * The signed SApi WebSocket URL (Binance's CMS general info): `random`, `topic` (topics joined by
+ * `|`), `recvWindow` and `timestamp`, sorted by name, signed over that query string.
+ */
+export function signedSocketUrl(base: string, secret: string, topics: string[], now = Date.now(), recvWindow = 30_000): string {
+  const params: Record<string, string> = {
+    random: randomBytes(16).toString('hex'),
+    recvWindow: String(recvWindow),
+    timestamp: String(now),
+    topic: topics.join('|'),
+  };
+  const query = Object.keys(params)
+    .sort()
+    .map((k) => `${k}=${encodeURIComponent(params[k])}`)
+    .join('&');
+  return `${base}?${query}&signature=${signQuery(secret, query)}`;
 }

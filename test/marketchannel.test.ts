@@ -1,0 +1,164 @@
+// The venue's own documented messages and its client libraries' hash vectors, fed through the
+// real parsers: the hash function, the local book, and the recorder over a real WebSocket.
+import fs from 'node:fs';
+import t, { type Test } from 'tap';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { StreamRecorder } from '../src/capture/stream.js';
+import { createClock } from '../src/clock.js';
+import { bareMarket, type Book } from '../src/records.js';
+import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/clob.js';
+import { quiet, testConfig } from './helpers.js';
+
+const fixture = (name: string) => JSON.parse(fs.readFileSync(new URL(`./fixtures/polymarket/${name}.json`, import.meta.url), 'utf8'));
+
+t.test("the client libraries' hash vectors reproduce, by the function and by a kept book", async (t) => {
+  const { vectors } = fixture('hash_vectors') as { vectors: { summary: ClobBookSummary; layout: HashLayout; hash: string }[] };
+  for (const v of vectors) {
+    t.equal(clobBookHash(v.summary, v.layout), v.hash, `${v.hash} from the summary`);
+    t.not(clobBookHash(v.summary, v.layout === 'hash-last' ? 'hash-fourth' : 'hash-last'), v.hash, 'and not with hash placed elsewhere');
+    // A kept book holds levels in the venue's order (asks descending); a vector written otherwise is not one it could hold.
+    const asks = v.summary.asks.map((l) => Number(l.price));
+    if (asks.some((p, i) => i > 0 && p > asks[i - 1])) continue;
+    const book = new LocalBook(v.summary.market, v.summary.asset_id);
+    book.reset(v.summary, 0);
+    book.note(v.summary);
+    t.equal(book.hash(v.summary.timestamp, v.layout), v.hash, 'from a local copy of the book');
+  }
+});
+
+/** A scripted venue: records the frames it is sent and sends what the test scripts on each. */
+async function venue(t: Test, script: (frame: Record<string, unknown>, ws: WebSocket) => void) {
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  const frames: Record<string, unknown>[] = [];
+  wss.on('connection', (ws) =>
+    ws.on('message', (d) => {
+      const text = d.toString();
+      if (text === 'PING') return ws.send('PONG');
+      const frame = JSON.parse(text) as Record<string, unknown>;
+      frames.push(frame);
+      script(frame, ws);
+    }),
+  );
+  return { url: `ws://127.0.0.1:${(wss.address() as { port: number }).port}`, frames };
+}
+
+function market(id: string, condition: string, tokens: [string, string]) {
+  return bareMarket({
+    market_id: id,
+    venue: 'polymarket',
+    coin: 'btc',
+    window: '5m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    condition_id: condition,
+    outcomes: [
+      { index: 0, label: 'Up', token_id: tokens[0] },
+      { index: 1, label: 'Down', token_id: tokens[1] },
+    ],
+  });
+}
+
+function recorder(t: Test, url: string) {
+  const rows: { market: string; ts: number; books: Book[] }[] = [];
+  const gaps: string[] = [];
+  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
+    books: (m, ts, _recvTs, books) => rows.push({ market: m.market_id, ts, books }),
+    metrics: () => undefined,
+    lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  return { rec, rows, gaps };
+}
+
+const until = async (done: () => boolean) => {
+  for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+};
+
+t.test('the documented messages, through the recorder: subscribe frames, a book, a two-token price_change', async (t) => {
+  const book = fixture('book').message;
+  const change = fixture('price_change').message;
+  const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
+  const empty = (asset: string) => ({
+    event_type: 'book',
+    asset_id: asset,
+    market: change.market,
+    timestamp: '1757908892000',
+    hash: '',
+    bids: [],
+    asks: [],
+  });
+  const { url, frames } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    ws.send(JSON.stringify([book, empty(yes), empty(no)]));
+    ws.send(JSON.stringify(fixture('tick_size_change').message));
+    ws.send(JSON.stringify(change));
+    ws.send(JSON.stringify(fixture('last_trade_price').message));
+    ws.send('INVALID OPERATION');
+  });
+  const { rec, rows, gaps } = recorder(t, url);
+  const a = market('a', book.market, [book.asset_id, 'a-down']);
+  const b = market('b', change.market, [yes, no]);
+  rec.track([a, b], Date.now());
+  await until(() => rows.some((r) => r.ts === Number(change.timestamp)));
+
+  t.same(
+    frames[0],
+    { assets_ids: [book.asset_id, 'a-down', yes, no], type: 'market', initial_dump: true, custom_feature_enabled: true },
+    'the first frame asks for snapshots and the custom feature events',
+  );
+  const first = rows.find((r) => r.market === 'a')!;
+  t.same(
+    first.books.map((x) => [x.exchange_ts, x.bid_prices, x.bid_sizes, x.ask_prices, x.ask_sizes]),
+    [[123456789000, [0.5, 0.49, 0.48], [15, 20, 30], [0.52, 0.53, 0.54], [25, 60, 10]]],
+    'the book, best first, prices written without the leading zero read as numbers',
+  );
+  const after = rows.find((r) => r.ts === Number(change.timestamp))!;
+  t.same(
+    after.books.map((x) => [x.outcome_index, x.bid_prices, x.bid_sizes, x.ask_prices, x.ask_sizes]),
+    [
+      [0, [0.5], [200], [], []],
+      [1, [], [], [0.5], [200]],
+    ],
+    'one message, both tokens: one row of the market at its time',
+  );
+  t.equal(rec.stats.bestChecked, 2, "each entry's best bid and ask agree with the copy ('0' and '1' for an empty side)");
+  t.equal(rec.stats.mismatches, 0);
+  t.same(gaps, [], 'nothing disproved');
+
+  // A market added later goes on the open connection, asking for its snapshot again.
+  const c = market('c', '0xc', ['c-up', 'c-down']);
+  rec.track([a, b, c], Date.now());
+  await until(() => frames.length > 1);
+  t.same(frames[1], { assets_ids: ['c-up', 'c-down'], operation: 'subscribe', type: 'market', initial_dump: true });
+});
+
+t.test('an entry without a size is never applied as if whole: the token resyncs and no row comes of it', async (t) => {
+  const change = fixture('price_change').message;
+  const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
+  const empty = (asset: string) => ({
+    event_type: 'book',
+    asset_id: asset,
+    market: change.market,
+    timestamp: '1757908892000',
+    hash: '',
+    bids: [],
+    asks: [],
+  });
+  const { size: _dropped, ...partial } = change.price_changes[0];
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    ws.send(JSON.stringify([empty(yes), empty(no)]));
+    ws.send(JSON.stringify({ ...change, price_changes: [partial] }));
+  });
+  const { rec, rows, gaps } = recorder(t, url);
+  rec.track([market('b', change.market, [yes, no])], Date.now());
+  await until(() => rec.stats.incomplete > 0);
+  t.equal(rec.stats.incomplete, 1);
+  t.equal(rows.filter((r) => r.ts === Number(change.timestamp)).length, 0, 'no row at its time');
+  t.match(gaps, [/b stream_resync: a price_change entry at 1757908892351 lacks a usable price, side or size/]);
+});

@@ -1,0 +1,132 @@
+// The wallet venue's signed order-book stream (UPSTREAMS.md C2), from both ends: capture's
+// recorder against a venue that checks the upgrade the way Binance's SApi does and sends the
+// documented payload as a JSON string, and the stand-in refusing what the venue refuses.
+import fs from 'node:fs';
+import type http from 'node:http';
+import t from 'tap';
+import WebSocket, { WebSocketServer } from 'ws';
+import { WalletStreamRecorder } from '../src/capture/walletstream.js';
+import { createClock } from '../src/clock.js';
+import { bareMarket, type Book } from '../src/records.js';
+import { StandIn } from '../src/standin/server.js';
+import { signatureRefusal } from '../src/standin/signed.js';
+import { WALLET_AGGREGATE_TOPIC, WALLET_STREAM_PATH } from '../src/standin/walletstream.js';
+import { signedSocketUrl } from '../src/venues/signing.js';
+import { quiet, testConfig } from './helpers.js';
+
+const { payload } = JSON.parse(fs.readFileSync(new URL('./fixtures/wallet/orderbook.json', import.meta.url), 'utf8'));
+const KEY = 'documented-key';
+const SECRET = 'documented-secret';
+
+const until = async (done: () => boolean) => {
+  for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+};
+
+t.test('the documented push, as a string in a signed connection: both outcome books, the No book mirrored', async (t) => {
+  const upgrades: http.IncomingMessage[] = [];
+  const wss = new WebSocketServer({
+    port: 0,
+    host: '127.0.0.1',
+    // As the venue does: the upgrade itself is authenticated, there is no subscribe frame.
+    verifyClient: (info, done) => {
+      upgrades.push(info.req);
+      const refusal = signatureRefusal(new URL(info.req.url!, 'http://venue'), info.req.headers, KEY, SECRET);
+      done(refusal === null, refusal?.status);
+    },
+  });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  const sent: string[] = [];
+  wss.on('connection', (ws) => {
+    ws.on('message', (d) => sent.push(d.toString()));
+    ws.send(JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' }));
+    ws.send(JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: JSON.stringify(payload) }));
+    // A repeat of the same instant changes nothing; garbage is skipped.
+    ws.send(JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: JSON.stringify(payload) }));
+    ws.send(JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: '{"msgType":' }));
+    const garbled = { ...payload, updateTimestampMs: payload.updateTimestampMs + 1, bids: [['half', '1']] };
+    ws.send(JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: JSON.stringify(garbled) }));
+  });
+  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
+  const rows: { ts: number; books: Book[] }[] = [];
+  const gaps: string[] = [];
+  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
+    metrics: () => undefined,
+    lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  const market = bareMarket({
+    market_id: String(payload.marketId),
+    venue: 'wallet-prediction',
+    coin: 'btc',
+    window: '15m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    tick_size: 0.01,
+    outcomes: [
+      { index: 0, label: 'Up', token_id: 'yes-token' },
+      { index: 1, label: 'Down', token_id: 'no-token' },
+    ],
+  });
+  rec.track([market], Date.now());
+  await until(() => rows.length > 0 && rec.stats.duplicates > 0 && rec.stats.malformed > 0);
+
+  const url0 = new URL(upgrades[0].url!, 'http://venue');
+  t.equal(upgrades[0].headers['x-mbx-apikey'], KEY, 'the key goes in X-MBX-APIKEY, never in the URL');
+  t.equal(url0.searchParams.get('topic'), WALLET_AGGREGATE_TOPIC, 'the topic is in the signed URL');
+  t.same([...url0.searchParams.keys()], ['random', 'recvWindow', 'timestamp', 'topic', 'signature'], 'keys sorted, the signature last');
+  t.same(sent, [], 'nothing to subscribe by frame');
+  t.equal(rows.length, 1, 'one row for the push; the repeat is dropped');
+  t.equal(rows[0].ts, payload.updateTimestampMs, "stamped with the venue's updateTimestampMs");
+  t.same(
+    rows[0].books.map((b) => [b.token_id, b.exchange_ts, b.bid_prices, b.bid_sizes, b.ask_prices, b.ask_sizes]),
+    [
+      ['yes-token', payload.updateTimestampMs, [0.51], [5000], [0.52], [3000]],
+      ['no-token', payload.updateTimestampMs, [0.48], [3000], [0.49], [5000]],
+    ],
+    'the Yes book as sent; the No book its mirror (sides swapped, prices complemented)',
+  );
+  t.equal(rec.stats.malformed, 1, 'a push with a level that is not a number is counted and skipped (a string that is not JSON, skipped)');
+  t.same(gaps, []);
+});
+
+t.test('the stand-in refuses what the venue refuses, with its error shape', async (t) => {
+  const standin = new StandIn({ clock: createClock(), apiKey: KEY, apiSecret: SECRET });
+  const base = (await standin.start(0)).replace(/^http/, 'ws') + WALLET_STREAM_PATH;
+  t.teardown(() => standin.stop());
+  const attempt = (url: string, key: string) =>
+    new Promise<{ status: number; body: unknown }>((resolve) => {
+      const ws = new WebSocket(url, { headers: { 'X-MBX-APIKEY': key } });
+      ws.once('open', () => {
+        ws.once('message', (d) => {
+          resolve({ status: 101, body: JSON.parse(d.toString()) });
+          ws.close();
+        });
+      });
+      ws.once('unexpected-response', (_req, res) => {
+        let text = '';
+        res.on('data', (d) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(text) }));
+      });
+      ws.once('error', () => undefined);
+    });
+  const good = signedSocketUrl(base, SECRET, [WALLET_AGGREGATE_TOPIC]);
+  t.match(await attempt(good, KEY), { status: 101, body: { data: 'SUCCESS' } }, 'a signed upgrade is acknowledged');
+  t.same(
+    await attempt(signedSocketUrl(base, 'another-secret', [WALLET_AGGREGATE_TOPIC]), KEY),
+    { status: 400, body: { code: -1022, msg: 'Signature for this request is not valid.' } },
+    'a bad signature',
+  );
+  t.same(
+    await attempt(good, 'another-key'),
+    { status: 401, body: { code: -2015, msg: 'Invalid API-key, IP, or permissions for action.' } },
+    'a bad key',
+  );
+  const stale = signedSocketUrl(base, SECRET, [WALLET_AGGREGATE_TOPIC], Date.now() - 60_000);
+  t.match(await attempt(stale, KEY), { status: 400, body: { code: -1021 } }, 'a timestamp outside recvWindow');
+});
