@@ -5,6 +5,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { writeSection } from './report.js';
 import { fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
 import { sealDue, sealingDuck } from '../src/lake/seal.js';
@@ -93,7 +94,13 @@ const parquetBytes = manifest.files[0].bytes;
 const fillDir = path.join(dir, 'fill');
 const config = loadConfig({ DATA_DIR: fillDir, SPOOL_FLUSH_MS: '1000' });
 const t2 = performance.now();
-const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 300, start: HOUR0, until: HOUR0 + HOUR, pollMs: 1000 });
+const run = await fill(
+  config,
+  duck,
+  pino({ level: 'silent' }),
+  { hours: 0, speed: 300, start: HOUR0, until: HOUR0 + HOUR, pollMs: 1000 },
+  new StandInUpstream(),
+);
 const fillSeconds = (performance.now() - t2) / 1000;
 
 const rss = process.resourceUsage().maxRSS / 1024;

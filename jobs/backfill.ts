@@ -1,7 +1,7 @@
 // make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12 [UPSTREAM=live]
 import { parseArgs } from 'node:util';
 import { CoverageError, backfill } from '../src/capture/backfill.js';
-import { standinConfig } from '../src/capture/fill.js';
+import { standinConfig } from '../src/standin/upstream.js';
 import { clockFrom } from '../src/clock.js';
 import { VENUES, VENUE_COINS, type Venue, WINDOWS, type Window, loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';

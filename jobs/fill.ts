@@ -1,5 +1,6 @@
 // Fills an empty lake from the stand-in (see src/capture/fill.ts). A lake with data is left alone.
 import { fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { sealingDuck } from '../src/lake/seal.js';
@@ -19,7 +20,7 @@ const release = await acquireLock(config.dataDir, 'capture');
 const { hours, speed, pollMs } = config.fill;
 log.info({ hours, speed, seconds: Math.round((hours * 3600) / (speed - 1)) }, 'filling the lake from the stand-in');
 const duck = await Duck.open(1, sealingDuck(config));
-const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs });
+const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs }, new StandInUpstream());
 log.info({ ...capture.stats, sealed }, 'fill done');
 duck.close();
 await release();

@@ -3,7 +3,6 @@
 // (The fill of an empty lake runs before this, as its own job.)
 import { startApi } from '../src/api/server.js';
 import { Capture } from '../src/capture/capture.js';
-import { standinConfig } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -11,6 +10,7 @@ import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 import { runKey } from '../src/api/keys.js';
 import { StandIn } from '../src/standin/server.js';
+import { standinConfig } from '../src/standin/upstream.js';
 import { createAdapters } from '../src/venues/index.js';
 
 const config = loadConfig();

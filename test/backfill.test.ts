@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { CoverageError, backfill } from '../src/capture/backfill.js';
-import { standinConfig } from '../src/capture/fill.js';
+import { standinConfig } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';

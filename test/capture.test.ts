@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { compact } from '../src/lake/compact.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';
@@ -19,7 +20,11 @@ const config = testConfig(dir);
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());
 
-const run = await fill(config, duck, quiet, { hours: 0, speed: 500, start: START, until: START + 1.5 * HOUR, pollMs: 2000 });
+const upstream = new StandInUpstream();
+const run = {
+  ...(await fill(config, duck, quiet, { hours: 0, speed: 500, start: START, until: START + 1.5 * HOUR, pollMs: 2000 }, upstream)),
+  standin: upstream.standin,
+};
 
 t.test('the open hour is readable from the spool before it is sealed', async (t) => {
   const parts = (await listSpool(lakePaths(dir).spool)).filter((p) => p.partition.dataset === 'books');

@@ -2,6 +2,7 @@
 // recorded (or invented) inside a gap.
 import t from 'tap';
 import { fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
 import { MINUTE } from '../src/time.js';
@@ -20,12 +21,7 @@ const config = testConfig(dir, {
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());
 
-const run = await fill(config, duck, quiet, {
-  hours: 0,
-  speed: 120,
-  start: START,
-  until: START + 25 * MINUTE,
-  pollMs: 2000,
+const upstream = new StandInUpstream({
   faults: {
     errorRate: 0.03,
     rateLimitRate: 0.03,
@@ -40,6 +36,10 @@ const run = await fill(config, duck, quiet, {
     ],
   },
 });
+const run = {
+  ...(await fill(config, duck, quiet, { hours: 0, speed: 120, start: START, until: START + 25 * MINUTE, pollMs: 2000 }, upstream)),
+  standin: upstream.standin,
+};
 await sealAll(duck, dir);
 const books = lakeTable(dir, 'books');
 const gaps = lakeTable(dir, 'gaps');

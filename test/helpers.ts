@@ -9,6 +9,7 @@ import pino from 'pino';
 import type { Test } from 'tap';
 import { startApi } from '../src/api/server.js';
 import { type FillOptions, fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
 
 export const quiet = pino({ level: process.env.TEST_LOG ?? 'silent' });
@@ -43,7 +44,7 @@ export interface LakeServerOptions {
   end: number;
   /** Environment for the config (rates, CORS, ...), on top of testConfig's. */
   env?: Record<string, string>;
-  fill?: Partial<Omit<FillOptions, 'hours' | 'start' | 'until'>>;
+  fill?: Partial<Omit<FillOptions, 'hours' | 'start' | 'until'>> & ConstructorParameters<typeof StandInUpstream>[0];
   /** Share capture's latest books and health with the API, as `make run` does. */
   shareCapture?: boolean;
 }
@@ -57,14 +58,14 @@ export async function lakeServer(t: Test, options: LakeServerOptions) {
   const dir = t.testdir();
   const config = testConfig(dir, options.env);
   const duck = await Duck.open(2);
-  const run = await fill(config, duck, quiet, {
-    hours: 0,
-    speed: 400,
-    pollMs: 3000,
-    ...options.fill,
-    start: options.start,
-    until: options.end,
-  });
+  const { seed, faults, ...pace } = options.fill ?? {};
+  const run = await fill(
+    config,
+    duck,
+    quiet,
+    { hours: 0, speed: 400, pollMs: 3000, ...pace, start: options.start, until: options.end },
+    new StandInUpstream({ seed, faults }),
+  );
   await sealAll(duck, dir);
   const shared = options.shareCapture ? { latest: run.capture.latest, capture: run.capture } : {};
   const api = await startApi(config, duck, createClock(options.end, 1), quiet, { ...shared, port: 0 });

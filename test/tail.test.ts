@@ -4,6 +4,7 @@ import pino from 'pino';
 import t from 'tap';
 import { startApi } from '../src/api/server.js';
 import { fill } from '../src/capture/fill.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
@@ -16,7 +17,13 @@ const dir = t.testdir();
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 // The hour is still open when the fill ends, so every book is in the spool, none sealed.
-const run = await fill(config, duck, pino({ level: 'silent' }), { hours: 0, speed: 100, start: START, until: END, pollMs: 3000 });
+const run = await fill(
+  config,
+  duck,
+  pino({ level: 'silent' }),
+  { hours: 0, speed: 100, start: START, until: END, pollMs: 3000 },
+  new StandInUpstream(),
+);
 const lines: Record<string, unknown>[] = [];
 const api = await startApi(
   config,
