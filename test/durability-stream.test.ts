@@ -6,7 +6,7 @@ import t from 'tap';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { captureEnv, captureProcesses, processRig, exited, runFor, sleep, sealAll } from './helpers.js';
-import { auditStream, readStreamLake } from './streamaudit.js';
+import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 const START = Date.parse('2026-07-26T12:01:01Z');
 const SPEED = 20;
@@ -77,5 +77,13 @@ t.test('kill -9 mid-stream loses at most the last flush and leaves a gap for the
     lake.gaps.some((g) => g.reason === 'process_down'),
     'the downtime is a gap',
   );
-  auditStream(t, { ...lake, sim: standin.sim, undelivered: standin.stream.undelivered });
+  // Capture's default stall bound (5 s); a second of real time in flight at the stop.
+  auditStream(t, {
+    ...lake,
+    sim: standin.sim,
+    undelivered: standin.stream.undelivered,
+    subscribedAt: subscriptions(standin, 'polymarket'),
+    stallMs: 5000,
+    slackMs: 1000 * SPEED,
+  });
 });

@@ -14,7 +14,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { StandIn } from '../src/standin/server.js';
 import { TS_NODE_ARGS, captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
-import { auditStream, readStreamLake } from './streamaudit.js';
+import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'storage-test-'));
@@ -236,9 +236,14 @@ t.test(
       const { expected, recorded } = auditStream(t, {
         rows: lake.rows.filter((r) => ofVenue(r.market_id)),
         gaps: lake.gaps.filter((g) => ofVenue(g.market_id)),
+        markets: lake.markets,
         sim: standin.sim,
         undelivered,
+        subscribedAt: subscriptions(standin, venue),
         venue,
+        // Capture's default stall bound (5 s); a second of real time in flight at the stop.
+        stallMs: 5000,
+        slackMs: 1000 * SPEED,
       });
       t.ok(recorded < expected, `${venue}: ${expected - recorded} of ${expected} changes were not kept, each inside a gap`);
     }

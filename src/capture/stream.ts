@@ -137,6 +137,8 @@ export interface StreamStats {
   verified: number;
   /** Changes proved later: by a hash once a trade or field it covered arrived. */
   lateProofs: number;
+  /** Books whose hash did not reproduce while no hash had for long (the formula taken as changed): not held in doubt. */
+  undoubted: number;
   /** Changes whose hash did not reproduce but whose best bid and ask agreed with the venue's. */
   bestChecked: number;
   /** Changes with neither a reproduced hash nor the venue's best levels. */
@@ -164,6 +166,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   rows: 0,
   verified: 0,
   lateProofs: 0,
+  undoubted: 0,
   bestChecked: 0,
   unverified: 0,
   restProofs: 0,
@@ -250,7 +253,10 @@ export class StreamRecorder implements BookStream {
       }
     }
     this.channel.track(wanted);
-    const ended = [...this.tokens].filter(([, t]) => t.market.end_time <= now).map(([id]) => id);
+    // Kept half a stall bound past the end: the changes of its last instants may still be on their
+    // way (a poll can see the end before the stream has delivered what came before it), and a
+    // connection left quiet by the end is let go before its silence would count as a stall.
+    const ended = [...this.tokens].filter(([, t]) => t.market.end_time + this.stallMs / 2 <= now).map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
     for (const id of ended) {
       this.lastTs.delete(this.tokens.get(id)!.market.market_id);
@@ -358,19 +364,28 @@ export class StreamRecorder implements BookStream {
     this.prove(t, at);
   }
 
-  /** The stream has passed a pending REST book's instant: the copy then must have held its levels. */
-  private settleRestAhead(t: Token): void {
+  /**
+   * The stream has passed a pending REST book's instant: the copy then must have held its levels.
+   * What disproved it, if anything (the caller decides whether the copy is proved again since).
+   */
+  private settleRestAhead(t: Token): string | null {
     const ahead = t.restAhead;
-    if (!ahead) return;
-    if (sameLevels(ahead.summary, t.book.ladders())) return this.proveByRest(t, t.book.ts);
-    if (t.book.ts <= ahead.ts) return;
+    if (!ahead) return null;
+    if (sameLevels(ahead.summary, t.book.ladders())) {
+      this.proveByRest(t, t.book.ts);
+      return null;
+    }
+    if (t.book.ts <= ahead.ts) return null;
     const then = this.stateAt(t, ahead.ts);
     t.restAhead = null;
     // Passed so far that the book of that instant is no longer kept: nothing to compare with.
-    if (!then) return;
-    if (sameLevels(ahead.summary, then.ladders)) return this.proveByRest(t, ahead.ts);
+    if (!then) return null;
+    if (sameLevels(ahead.summary, then.ladders)) {
+      this.proveByRest(t, ahead.ts);
+      return null;
+    }
     this.stats.mismatches++;
-    this.desync(t, 'stream_resync', `the streamed copy never held the book REST showed at ${ahead.ts}`);
+    return `the streamed copy never held the book REST showed at ${ahead.ts}`;
   }
 
   /** The copy's book in force at `ts`, or null when it is older than the books kept. */
@@ -410,6 +425,8 @@ export class StreamRecorder implements BookStream {
         HASH_LAYOUTS.some((layout) => t.book.hashWith(u.timestamp, layout, u.state, then) === u.hash) ||
         this.hashMatches(t, u.timestamp, u.ts, u.hash, u.state, true);
       if (!proved) return true;
+      // The formula reproduces, if late.
+      this.hashMisses = 0;
       this.stats.lateProofs++;
       this.prove(t, u.ts);
       return false;
@@ -447,14 +464,16 @@ export class StreamRecorder implements BookStream {
   /**
    * Whether the venue's hash reproduces: the last layout that matched at the message's time first,
    * then both layouts within the hashed timestamp's skew. While none has matched for long (the
-   * venue changed its formula), only the first is tried, and all now and then.
+   * venue changed its formula), only the first is tried, and all now and then. A token that does
+   * not know every hashed field yet cannot reproduce any hash: its misses say nothing of the formula.
    */
   private hashMatches(t: Token, timestamp: string, ts: number, hash: string, state?: BookState, probe = false): boolean {
     if (t.book.hash(timestamp, this.layout, state) === hash) {
       this.hashMisses = 0;
       return true;
     }
-    if (!probe && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return false;
+    const counts = !probe && t.book.knowsAllFields();
+    if (counts && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return false;
     for (const layout of this.layout === HASH_LAYOUTS[0] ? HASH_LAYOUTS : [...HASH_LAYOUTS].reverse()) {
       for (let d = 0; d <= HASH_SKEW_MS; d++) {
         for (const at of d === 0 ? [ts] : [ts - d, ts + d]) {
@@ -472,7 +491,7 @@ export class StreamRecorder implements BookStream {
       this.hashMisses = 0;
       return true;
     }
-    if (!probe) this.hashMisses++;
+    if (counts) this.hashMisses++;
     return false;
   }
 
@@ -675,17 +694,24 @@ export class StreamRecorder implements BookStream {
       return this.missedBefore(t, timestamp, ts, hash);
     }
     this.remember(t);
+    // Settled before this instant's proof: an earlier instant REST disproved is a gap up to this one
+    // when the hash proves it, and a resync when nothing does.
+    const disproof = this.settleRestAhead(t);
     if (hash !== undefined && this.hashMatches(t, timestamp, ts, hash)) {
       this.stats.verified++;
-      this.proveByHash(t, ts);
+      if (disproof) this.lostBefore(t, ts, disproof);
+      else this.proveByHash(t, ts);
+    } else if (disproof) {
+      this.desync(t, 'stream_resync', disproof);
+      return 'desynced';
     } else {
       if (hash !== undefined) {
         // While the venue's hashes reproduce at all, a book whose hash does not is in doubt until proved.
-        if (this.hashMisses < HASH_GIVE_WAY) {
+        if (this.hashMisses < HASH_GIVE_WAY || !t.book.knowsAllFields()) {
           const book = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields() };
           if (!t.doubt) t.doubt = { from: t.verifiedTs, books: [book] };
           else if (t.doubt.books.push(book) > HISTORY) t.doubt.books.shift();
-        }
+        } else this.stats.undoubted++;
         // A mismatch asks for REST's word at once (a copy gone wrong is then found within a round trip), not per message.
         if (ts - t.checkAskedTs > this.stallMs) {
           t.checkAskedTs = ts;
@@ -695,8 +721,7 @@ export class StreamRecorder implements BookStream {
       if (best) this.stats.bestChecked++;
       else this.stats.unverified++;
     }
-    this.settleRestAhead(t);
-    return t.synced ? 'vouched' : 'desynced';
+    return 'vouched';
   }
 
   /** Whether an entry's best bid and ask (where given) are the copy's: "0" bid and "1" ask stand for an empty side. */
@@ -721,12 +746,17 @@ export class StreamRecorder implements BookStream {
       return 'desynced';
     }
     this.stats.verified++;
+    this.remember(t);
+    this.lostBefore(t, ts, detail);
+    return 'vouched';
+  }
+
+  /** The hash proves the copy at `ts` although something was lost before it: a gap since the last proof, up to this instant. */
+  private lostBefore(t: Token, ts: number, detail: string): void {
     this.sink.lost(t.market, 'stream_resync', this.lastProof(t), detail);
     t.doubt = null;
-    this.remember(t);
     this.prove(t, ts);
     if (this.live(t.market)) this.sink.recovered(t.market, ts);
-    return 'vouched';
   }
 
   /** The token's copy is no longer the venue's: stop recording it until a full book arrives. */

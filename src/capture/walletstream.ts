@@ -95,7 +95,8 @@ export class WalletStreamRecorder implements BookStream {
         this.markets.set(m.market_id, { market: m, books: null, ts: -Infinity, synced: false, restAhead: null, mirror: 'unchecked' });
     }
     this.channel.track(markets.map((m) => TOPIC_PREFIX + m.market_id));
-    const ended = [...this.markets.values()].filter((h) => h.market.end_time <= now).map((h) => h.market);
+    // Kept half a stall bound past the end: pushes of its last instants may still be on their way.
+    const ended = [...this.markets.values()].filter((h) => h.market.end_time + this.stallMs / 2 <= now).map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);

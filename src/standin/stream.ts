@@ -110,6 +110,8 @@ export class MarketChannel extends StreamServer<Client> {
   subscriptions = 0;
   /** Snapshots not sent: asked without `initial_dump`, or lost to `snapshotLossRate`. */
   withheldSnapshots = 0;
+  /** Clock time each token was first subscribed: a recorder owes its book from a stall bound after. */
+  readonly subscribedAt = new Map<string, number>();
   readonly quirks: ChannelQuirks;
 
   constructor(sim: Sim, clock: Clock, random: () => number, faults: Partial<StreamFaults> = {}, quirks: Partial<ChannelQuirks> = {}) {
@@ -154,6 +156,7 @@ export class MarketChannel extends StreamServer<Client> {
       const current = this.sim.bookState(market, index, Math.min(now, market.end - 1));
       client.assets.set(id, { market, index, cursor: Math.max(now, at), sizes: current.sizes.slice(), trade: null });
       this.subscriptions++;
+      if (!this.subscribedAt.has(id)) this.subscribedAt.set(id, now);
       if (!dump || this.random() < this.quirks.snapshotLossRate) {
         this.withheldSnapshots++;
         continue;

@@ -44,6 +44,9 @@ interface Client extends StreamClient {
 }
 
 export class WalletTopics extends StreamServer<Client> {
+  /** Clock time each market's pushes first started (by its wallet market id): a recorder owes its book from a stall bound after. */
+  readonly subscribedAt = new Map<number, number>();
+
   constructor(
     sim: Sim,
     clock: Clock,
@@ -99,6 +102,7 @@ export class WalletTopics extends StreamServer<Client> {
       const id = this.sim.walletMarketId(market);
       if (client.markets.has(id) || from >= market.end) continue;
       client.markets.set(id, { market, topic, cursor: from, sizes: this.sim.bookState(market, 0, from).sizes.slice() });
+      if (!this.subscribedAt.has(id)) this.subscribedAt.set(id, from);
     }
   }
 
