@@ -353,7 +353,8 @@ export function openApiDocument(routes: Route[]): Record<string, unknown> {
     info: {
       title: 'Prediction-market history',
       version: '3.0.0',
-      description: 'Recorded full-L2 order books, market records and price series. Envelopes, errors and parameters as in CONTRACT.md.',
+      description:
+        'Recorded full-L2 order books, market records and price series. Every answer is an envelope: `data` and `meta` (lists add `pagination` with an opaque `next_cursor`); every error is the `Error` schema, `{ error: { code, message, details }, meta }`, with the statuses listed per route.',
     },
     servers: [{ url: '/' }],
     security: [{ bearer: [] }],
