@@ -84,8 +84,6 @@ export function auditStream(
     slackMs: number;
     /** Set where wrong books outside gaps are a known open defect (the reason): reported, not failed. */
     wrongTodo?: string;
-    /** End each market's audit at its own newest row (a run so fast that one stream thread may lag the other by most of the run's end). */
-    toOwnRows?: boolean;
   },
 ) {
   const { rows, gaps, sim } = run;
@@ -153,10 +151,7 @@ export function auditStream(
       const subscribed = run.subscribedAt(known.market_id, index);
       // Never subscribed while capture knew the market: owed from when it learnt of it.
       const from = Math.min(Math.max(subscribed ?? known.known, known.known) + run.stallMs, list.length ? list[0].ex : Infinity);
-      const own = run.toOwnRows
-        ? rows.filter((r) => r.market_id === known.market_id).reduce((max, r) => Math.max(max, r.ex), -Infinity)
-        : Infinity;
-      const to = Math.min(known.end, newest, own);
+      const to = Math.min(known.end, newest);
       if (to <= from) continue;
       audited++;
       const instants = new Set(sim.bookChanges(m, index, from, to).map((c) => c.t));

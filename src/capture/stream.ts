@@ -41,6 +41,29 @@ const HASH_GIVE_WAY = 200;
 const PROBE_EVERY = 50;
 
 /**
+ * How far a stream has delivered, so that a market is let go only once its last instants are in:
+ * a message stamped at its end or later has come, or the stream has been quiet for half a stall
+ * bound (a connection left with ended markets only, let go before its silence would count as a
+ * stall). The clock alone would let go a market whose last changes still wait behind a busy thread.
+ */
+export class StreamProgress {
+  private newest = -Infinity;
+  private heardAt = -Infinity;
+
+  constructor(private readonly quietMs: number) {}
+
+  saw(exchangeTs: number, recvTs: number): void {
+    if (exchangeTs > this.newest) this.newest = exchangeTs;
+    this.heardAt = recvTs;
+  }
+
+  /** Whether a market ending at `end` has nothing more to come by `now`. */
+  passed(end: number, now: number): boolean {
+    return end <= now && (this.newest >= end || now - this.heardAt >= this.quietMs);
+  }
+}
+
+/**
  * A market's next row time: `ts` (the venue's), or 1 ms past the market's previous row (and past
  * `after`) when it would not advance it (counted in `nudged`), so a market's rows stay strictly ordered.
  */
@@ -194,6 +217,7 @@ export class StreamRecorder implements BookStream {
   private readonly refetch = new Set<string>();
   private refetching = false;
   private readonly stallMs: number;
+  private readonly progress: StreamProgress;
 
   constructor(
     config: Config,
@@ -203,6 +227,7 @@ export class StreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
+    this.progress = new StreamProgress(s.stallMs / 2);
     this.channel = new MarketChannelClient(
       {
         url: config.polymarket.wsUrl,
@@ -216,7 +241,10 @@ export class StreamRecorder implements BookStream {
       clock,
       log,
       {
-        message: (msg, recvTs) => this.message(msg as ClobMarketMessage, recvTs),
+        message: (msg, recvTs) => {
+          this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp), recvTs);
+          this.message(msg as ClobMarketMessage, recvTs);
+        },
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
       },
     );
@@ -253,10 +281,8 @@ export class StreamRecorder implements BookStream {
       }
     }
     this.channel.track(wanted);
-    // Kept half a stall bound past the end: the changes of its last instants may still be on their
-    // way (a poll can see the end before the stream has delivered what came before it), and a
-    // connection left quiet by the end is let go before its silence would count as a stall.
-    const ended = [...this.tokens].filter(([, t]) => t.market.end_time + this.stallMs / 2 <= now).map(([id]) => id);
+    // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
+    const ended = [...this.tokens].filter(([, t]) => this.progress.passed(t.market.end_time, now)).map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
     for (const id of ended) {
       this.lastTs.delete(this.tokens.get(id)!.market.market_id);

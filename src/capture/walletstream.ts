@@ -15,7 +15,7 @@ import type { Book, Market } from '../records.js';
 import { type MarketPoll, type Quote, ladders } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type LostReason, MarketChannelClient, walletTopics } from '../venues/marketchannel.js';
-import { type BookStream, type StreamSink, advance } from './stream.js';
+import { type BookStream, type StreamSink, StreamProgress, advance } from './stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -62,6 +62,7 @@ export class WalletStreamRecorder implements BookStream {
   private readonly lastTs = new Map<string, number>();
   private readonly written = new Map<string, string>();
   private readonly stallMs: number;
+  private readonly progress: StreamProgress;
   private closed = false;
 
   constructor(
@@ -72,6 +73,7 @@ export class WalletStreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
+    this.progress = new StreamProgress(s.stallMs / 2);
     this.channel = new MarketChannelClient(
       // One aggregate topic carries every market: one connection, whatever the per-connection bound.
       {
@@ -83,7 +85,10 @@ export class WalletStreamRecorder implements BookStream {
       clock,
       log,
       {
-        message: (msg, recvTs) => this.message(msg as Record<string, unknown>, recvTs),
+        message: (msg, recvTs) => {
+          this.progress.saw(Number((msg as { updateTimestampMs?: unknown }).updateTimestampMs), recvTs);
+          this.message(msg as Record<string, unknown>, recvTs);
+        },
         lost: (topics, reason, since, detail) => this.lose(topics, reason, since, detail),
       },
     );
@@ -95,8 +100,8 @@ export class WalletStreamRecorder implements BookStream {
         this.markets.set(m.market_id, { market: m, books: null, ts: -Infinity, synced: false, restAhead: null, mirror: 'unchecked' });
     }
     this.channel.track(markets.map((m) => TOPIC_PREFIX + m.market_id));
-    // Kept half a stall bound past the end: pushes of its last instants may still be on their way.
-    const ended = [...this.markets.values()].filter((h) => h.market.end_time + this.stallMs / 2 <= now).map((h) => h.market);
+    // Not at the clock's end: pushes of its last instants may still be on their way.
+    const ended = [...this.markets.values()].filter((h) => this.progress.passed(h.market.end_time, now)).map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);
