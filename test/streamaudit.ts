@@ -82,8 +82,6 @@ export function auditStream(
     venue?: Venue;
     stallMs: number;
     slackMs: number;
-    /** Set where wrong books outside gaps are a known open defect (the reason): reported, not failed. */
-    wrongTodo?: string;
   },
 ) {
   const { rows, gaps, sim } = run;
@@ -123,7 +121,6 @@ export function auditStream(
             .filter((u) => u.startsWith(astray[0].token_id + '@'))
             .map((u) => Number(u.split('@')[1]))
             .filter((at) => Math.abs(at - astray[0].ex) < 10_000),
-          ...(run.wrongTodo ? { todo: run.wrongTodo } : {}),
         }
       : {},
   );

@@ -526,6 +526,9 @@ export class Capture {
     const open = this.gaps.get(key);
     if (open) {
       open.failures++;
+      // A loss reported while the gap is open may have begun before it: one token of a market
+      // resyncs from its last proof while the other's resync opened the gap later.
+      open.from_ts = Math.min(open.from_ts, now);
       return;
     }
     this.gaps.set(key, { ...scope, from_ts: now, reason: err.kind, detail: err.message.slice(0, 300), failures: 1 });
