@@ -6,6 +6,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { sealDue } from '../src/lake/seal.js';
 import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import pino from 'pino';
+import { bareMarket } from '../src/records.js';
 import type { Test } from 'tap';
 import { startApi } from '../src/api/server.js';
 import { type FillOptions, fill } from '../src/capture/fill.js';
@@ -189,4 +190,22 @@ export async function startApiProcess(dataDir: string, env: Record<string, strin
     });
   });
   return { child, url, lines, stderr };
+}
+
+/** A Polymarket market open for good, with its condition and two outcome tokens: what scripted-venue tests track. */
+export function openMarket(id: string, condition: string, tokens: [string, string]) {
+  return bareMarket({
+    market_id: id,
+    venue: 'polymarket',
+    coin: 'btc',
+    window: '5m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    condition_id: condition,
+    outcomes: [
+      { index: 0, label: 'Up', token_id: tokens[0] },
+      { index: 1, label: 'Down', token_id: tokens[1] },
+    ],
+  });
 }

@@ -5,9 +5,9 @@ import t, { type Test } from 'tap';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { StreamRecorder } from '../src/capture/stream.js';
 import { createClock } from '../src/clock.js';
-import { bareMarket, type Book } from '../src/records.js';
+import type { Book } from '../src/records.js';
 import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/clob.js';
-import { quiet, testConfig } from './helpers.js';
+import { openMarket, quiet, testConfig } from './helpers.js';
 
 const fixture = (name: string) => JSON.parse(fs.readFileSync(new URL(`./fixtures/polymarket/${name}.json`, import.meta.url), 'utf8'));
 
@@ -44,21 +44,9 @@ async function venue(t: Test, script: (frame: Record<string, unknown>, ws: WebSo
   return { url: `ws://127.0.0.1:${(wss.address() as { port: number }).port}`, frames };
 }
 
-function market(id: string, condition: string, tokens: [string, string]) {
-  return bareMarket({
-    market_id: id,
-    venue: 'polymarket',
-    coin: 'btc',
-    window: '5m',
-    start_time: 0,
-    end_time: Number.MAX_SAFE_INTEGER,
-    status: 'open',
-    condition_id: condition,
-    outcomes: [
-      { index: 0, label: 'Up', token_id: tokens[0] },
-      { index: 1, label: 'Down', token_id: tokens[1] },
-    ],
-  });
+/** An empty `book` snapshot of one token, as the channel sends on subscribe. */
+function emptyBook(market: string, asset: string) {
+  return { event_type: 'book', asset_id: asset, market, timestamp: '1757908892000', hash: '', bids: [], asks: [] };
 }
 
 function recorder(t: Test, url: string) {
@@ -83,26 +71,17 @@ t.test('the documented messages, through the recorder: subscribe frames, a book,
   const book = fixture('book').message;
   const change = fixture('price_change').message;
   const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
-  const empty = (asset: string) => ({
-    event_type: 'book',
-    asset_id: asset,
-    market: change.market,
-    timestamp: '1757908892000',
-    hash: '',
-    bids: [],
-    asks: [],
-  });
   const { url, frames } = await venue(t, (frame, ws) => {
     if (frame.operation) return;
-    ws.send(JSON.stringify([book, empty(yes), empty(no)]));
+    ws.send(JSON.stringify([book, emptyBook(change.market, yes), emptyBook(change.market, no)]));
     ws.send(JSON.stringify(fixture('tick_size_change').message));
     ws.send(JSON.stringify(change));
     ws.send(JSON.stringify(fixture('last_trade_price').message));
     ws.send('INVALID OPERATION');
   });
   const { rec, rows, gaps } = recorder(t, url);
-  const a = market('a', book.market, [book.asset_id, 'a-down']);
-  const b = market('b', change.market, [yes, no]);
+  const a = openMarket('a', book.market, [book.asset_id, 'a-down']);
+  const b = openMarket('b', change.market, [yes, no]);
   rec.track([a, b], Date.now());
   await until(() => rows.some((r) => r.ts === Number(change.timestamp)));
 
@@ -131,7 +110,7 @@ t.test('the documented messages, through the recorder: subscribe frames, a book,
   t.same(gaps, [], 'nothing disproved');
 
   // A market added later goes on the open connection, asking for its snapshot again.
-  const c = market('c', '0xc', ['c-up', 'c-down']);
+  const c = openMarket('c', '0xc', ['c-up', 'c-down']);
   rec.track([a, b, c], Date.now());
   await until(() => frames.length > 1);
   t.same(frames[1], { assets_ids: ['c-up', 'c-down'], operation: 'subscribe', type: 'market', initial_dump: true });
@@ -140,23 +119,14 @@ t.test('the documented messages, through the recorder: subscribe frames, a book,
 t.test('an entry without a size is never applied as if whole: the token resyncs and no row comes of it', async (t) => {
   const change = fixture('price_change').message;
   const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
-  const empty = (asset: string) => ({
-    event_type: 'book',
-    asset_id: asset,
-    market: change.market,
-    timestamp: '1757908892000',
-    hash: '',
-    bids: [],
-    asks: [],
-  });
   const { size: _dropped, ...partial } = change.price_changes[0];
   const { url } = await venue(t, (frame, ws) => {
     if (frame.operation) return;
-    ws.send(JSON.stringify([empty(yes), empty(no)]));
+    ws.send(JSON.stringify([emptyBook(change.market, yes), emptyBook(change.market, no)]));
     ws.send(JSON.stringify({ ...change, price_changes: [partial] }));
   });
   const { rec, rows, gaps } = recorder(t, url);
-  rec.track([market('b', change.market, [yes, no])], Date.now());
+  rec.track([openMarket('b', change.market, [yes, no])], Date.now());
   await until(() => rec.stats.incomplete > 0);
   t.equal(rec.stats.incomplete, 1);
   t.equal(rows.filter((r) => r.ts === Number(change.timestamp)).length, 0, 'no row at its time');

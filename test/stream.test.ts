@@ -20,9 +20,9 @@ import type { ChannelQuirks } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/clob.js';
 import { createAdapters } from '../src/venues/index.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, openMarket, quiet, sealAll, testConfig } from './helpers.js';
 import { displayedPrice } from '../src/venues/polymarket.js';
-import { type Market, bareMarket } from '../src/records.js';
+import type { Market } from '../src/records.js';
 import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
@@ -280,20 +280,7 @@ t.test('a change that leaves the copy as it was means an earlier one never arriv
     tickSize: () => undefined,
   });
   t.teardown(() => recorder.close());
-  const m = bareMarket({
-    market_id: '1',
-    venue: 'polymarket',
-    coin: 'btc',
-    window: '5m',
-    start_time: 0,
-    end_time: Number.MAX_SAFE_INTEGER,
-    status: 'open',
-    condition_id: market,
-    outcomes: [
-      { index: 0, label: 'Up', token_id: up },
-      { index: 1, label: 'Down', token_id: down },
-    ],
-  });
+  const m = openMarket('1', market, [up, down]);
   recorder.track([m], Date.now());
   for (let waited = 0; !rows.some((r) => r.ts === 3000) && waited < 10_000; waited += 20) await new Promise((r) => setTimeout(r, 20));
   t.equal(rows.length, 3, 'a row per snapshot, and one more');

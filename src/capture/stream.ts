@@ -466,25 +466,8 @@ export class StreamRecorder implements BookStream {
    */
   private proveByHash(t: Token, ts: number): void {
     const d = t.doubt;
-    if (d) {
-      t.doubt = null;
-      this.log.debug(
-        {
-          token: t.book.assetId,
-          books: d.books.length,
-          first: d.books[0].ts,
-          proved: ts,
-          fields: t.book.summary('').last_trade_price,
-          tick: t.book.extra('tick_size'),
-        },
-        'books whose hash did not reproduce before a proof: a gap',
-      );
-      this.sink.lost(t.market, 'stream_resync', d.from, `${d.books.length} book(s) whose hash did not reproduce before ${ts}`);
-      this.prove(t, ts);
-      if (this.live(t.market)) this.sink.recovered(t.market, ts);
-      return;
-    }
-    this.prove(t, ts);
+    if (d) this.lostBefore(t, ts, `${d.books.length} book(s) whose hash did not reproduce before ${ts}`);
+    else this.prove(t, ts);
   }
 
   /**

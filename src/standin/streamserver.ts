@@ -1,7 +1,7 @@
 // What the stand-in's two WebSocket faces share: one path on the stand-in's HTTP server, a pump
 // that sends what the clock has passed, and the faults users report of real feeds (drops,
 // reorders, duplicates, silent freezes, disconnect windows), applied to every data message.
-import type http from 'node:http';
+import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import { type WebSocket, WebSocketServer } from 'ws';
 import type { Clock } from '../clock.js';
@@ -105,7 +105,7 @@ export abstract class StreamServer<C extends StreamClient> {
       this.stats.refused++;
       const body = JSON.stringify(refusal.body);
       socket.end(
-        `HTTP/1.1 ${refusal.status} Refused\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        `HTTP/1.1 ${refusal.status} ${http.STATUS_CODES[refusal.status] ?? 'Refused'}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
       );
       return true;
     }

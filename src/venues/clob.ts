@@ -211,10 +211,6 @@ export class LocalBook {
     return e.min_order_size !== undefined && e.neg_risk !== undefined && e.tick_size !== undefined && e.last_trade_price !== undefined;
   }
 
-  extra<K extends keyof ClobBookExtras>(key: K): ClobBookExtras[K] {
-    return this.extras[key];
-  }
-
   /** Applies a level's new aggregate size; false when the book already held it (a repeated message). */
   apply(c: Pick<ClobPriceChange, 'price' | 'side'> & { size: string }, ts: number): boolean {
     const buy = c.side === 'BUY';
