@@ -589,7 +589,7 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   const served = run.standin.stream;
   t.ok(
     served.withheldSnapshots > 0,
-    `${served.withheldSnapshots} snapshots withheld (${stats.snapshotTimeouts} taken from REST, the rest from books after trades)`,
+    `${served.withheldSnapshots} snapshots withheld (${stats.snapshotTimeouts} came later than the bound, from REST or a book after a trade, each with a gap for the wait)`,
   );
   t.ok(stats.incomplete > 0, `${stats.incomplete} entries without a size desynced their token (no row from them)`);
   t.ok(stats.lateProofs > 0, `${stats.lateProofs} hashes proved once the trade they covered was announced`);

@@ -42,24 +42,22 @@ const PROBE_EVERY = 50;
 
 /**
  * How far a stream has delivered, so that a market is let go only once its last instants are in:
- * a message stamped at its end or later has come, or the stream has been quiet for half a stall
- * bound (a connection left with ended markets only, let go before its silence would count as a
- * stall). The clock alone would let go a market whose last changes still wait behind a busy thread.
+ * a message stamped at its end or later has come, or a stall bound has passed since the end. The
+ * clock alone would let go a market whose last changes still wait behind a busy thread; the
+ * silence of a connection left with ended markets only is not a stall (`MarketChannelClient.finish`).
  */
 export class StreamProgress {
   private newest = -Infinity;
-  private heardAt = -Infinity;
 
-  constructor(private readonly quietMs: number) {}
+  constructor(private readonly boundMs: number) {}
 
-  saw(exchangeTs: number, recvTs: number): void {
+  saw(exchangeTs: number): void {
     if (exchangeTs > this.newest) this.newest = exchangeTs;
-    this.heardAt = recvTs;
   }
 
   /** Whether a market ending at `end` has nothing more to come by `now`. */
   passed(end: number, now: number): boolean {
-    return end <= now && (this.newest >= end || now - this.heardAt >= this.quietMs);
+    return end <= now && (this.newest >= end || now >= end + this.boundMs);
   }
 }
 
@@ -175,7 +173,7 @@ export interface StreamStats {
   resyncs: number;
   /** REST fetches made at once for desynced tokens. */
   refetches: number;
-  /** Tokens whose snapshot did not come within the stall bound of their subscription (taken from REST). */
+  /** Tokens whose snapshot did not come within the stall bound of their subscription (taken from REST or a later book, with a gap). */
   snapshotTimeouts: number;
   /** Rows whose exchange time did not advance past the market's previous row. */
   nudged: number;
@@ -227,7 +225,7 @@ export class StreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
-    this.progress = new StreamProgress(s.stallMs / 2);
+    this.progress = new StreamProgress(s.stallMs);
     this.channel = new MarketChannelClient(
       {
         url: config.polymarket.wsUrl,
@@ -242,7 +240,7 @@ export class StreamRecorder implements BookStream {
       log,
       {
         message: (msg, recvTs) => {
-          this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp), recvTs);
+          this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
           this.message(msg as ClobMarketMessage, recvTs);
         },
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
@@ -281,6 +279,7 @@ export class StreamRecorder implements BookStream {
       }
     }
     this.channel.track(wanted);
+    this.channel.finish([...this.tokens].filter(([, t]) => t.market.end_time <= now).map(([id]) => id));
     // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
     const ended = [...this.tokens].filter(([, t]) => this.progress.passed(t.market.end_time, now)).map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
@@ -332,7 +331,7 @@ export class StreamRecorder implements BookStream {
    * frame went out. REST is not taken before then (it would only race the snapshot); after, it
    * is, and the span since capture asked for the token is a gap.
    */
-  private snapshotOverdue(t: Token, now: number): boolean {
+  private snapshotOverdue(t: Token, now: number, from: 'REST' | 'a later book' = 'REST'): boolean {
     const sent = this.channel.subscribedAt(t.book.assetId);
     if (sent === undefined || now - sent <= this.stallMs) return false;
     if (!t.synced) {
@@ -341,7 +340,7 @@ export class StreamRecorder implements BookStream {
         t.market,
         'stream_resync',
         t.trackedAt,
-        `no snapshot of ${t.label} within ${this.stallMs} ms of its subscription; its book is taken from REST`,
+        `no snapshot of ${t.label} within ${this.stallMs} ms of its subscription; its book is taken from ${from}`,
       );
     }
     // From here on the token is served like one the stream has lost: REST is its fallback.
@@ -569,6 +568,9 @@ export class StreamRecorder implements BookStream {
       const b = msg as ClobBookMessage;
       const t = this.tokens.get(b.asset_id);
       if (t && Array.isArray(b.bids) && Array.isArray(b.asks)) {
+        // A first book later than the bound (its subscription's snapshot withheld, this one sent after a trade):
+        // the changes since the subscription never came, and the wait is a gap as if REST had been taken.
+        if (!t.streamed) this.snapshotOverdue(t, recvTs, 'a later book');
         t.streamed = true;
         this.snapshot(t, b, Number(b.timestamp), recvTs, 'stream');
       }

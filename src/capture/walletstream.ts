@@ -73,7 +73,7 @@ export class WalletStreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
-    this.progress = new StreamProgress(s.stallMs / 2);
+    this.progress = new StreamProgress(s.stallMs);
     this.channel = new MarketChannelClient(
       // One aggregate topic carries every market: one connection, whatever the per-connection bound.
       {
@@ -86,7 +86,7 @@ export class WalletStreamRecorder implements BookStream {
       log,
       {
         message: (msg, recvTs) => {
-          this.progress.saw(Number((msg as { updateTimestampMs?: unknown }).updateTimestampMs), recvTs);
+          this.progress.saw(Number((msg as { updateTimestampMs?: unknown }).updateTimestampMs));
           this.message(msg as Record<string, unknown>, recvTs);
         },
         lost: (topics, reason, since, detail) => this.lose(topics, reason, since, detail),
