@@ -160,6 +160,8 @@ export interface StreamStats {
   lateProofs: number;
   /** Books whose hash did not reproduce while no hash had for long (the formula taken as changed): not held in doubt. */
   undoubted: number;
+  /** Changes of a token that did not know every hashed field yet (REST's minimum size and neg-risk): checked by best levels alone. */
+  fieldless: number;
   /** Changes whose hash did not reproduce but whose best bid and ask agreed with the venue's. */
   bestChecked: number;
   /** Changes with neither a reproduced hash nor the venue's best levels. */
@@ -188,6 +190,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   verified: 0,
   lateProofs: 0,
   undoubted: 0,
+  fieldless: 0,
   bestChecked: 0,
   unverified: 0,
   restProofs: 0,
@@ -240,7 +243,10 @@ export class StreamRecorder implements BookStream {
       log,
       {
         message: (msg, recvTs) => {
-          this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
+          // Snapshots answer subscriptions out of the stream's order (a new market's, stamped past an
+          // ending one's changes still on their way): only the stream's own events say how far it has come.
+          if ((msg as { event_type?: unknown }).event_type !== 'book')
+            this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
           this.message(msg as ClobMarketMessage, recvTs);
         },
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
@@ -472,16 +478,16 @@ export class StreamRecorder implements BookStream {
   /**
    * Whether the venue's hash reproduces: the last layout that matched at the message's time first,
    * then both layouts within the hashed timestamp's skew. While none has matched for long (the
-   * venue changed its formula), only the first is tried, and all now and then. A token that does
-   * not know every hashed field yet cannot reproduce any hash: its misses say nothing of the formula.
+   * venue changed its formula), only the first is tried, and all now and then.
    */
   private hashMatches(t: Token, timestamp: string, ts: number, hash: string, state?: BookState, probe = false): boolean {
     if (t.book.hash(timestamp, this.layout, state) === hash) {
       this.hashMisses = 0;
       return true;
     }
-    const counts = !probe && t.book.knowsAllFields();
-    if (counts && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return false;
+    // Without every hashed field no search can reproduce the venue's hash, and its misses say nothing of the formula.
+    if (!t.book.knowsAllFields()) return false;
+    if (!probe && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return false;
     for (const layout of this.layout === HASH_LAYOUTS[0] ? HASH_LAYOUTS : [...HASH_LAYOUTS].reverse()) {
       for (let d = 0; d <= HASH_SKEW_MS; d++) {
         for (const at of d === 0 ? [ts] : [ts - d, ts + d]) {
@@ -499,7 +505,7 @@ export class StreamRecorder implements BookStream {
       this.hashMisses = 0;
       return true;
     }
-    if (counts) this.hashMisses++;
+    if (!probe) this.hashMisses++;
     return false;
   }
 
@@ -717,8 +723,11 @@ export class StreamRecorder implements BookStream {
       return 'desynced';
     } else {
       if (hash !== undefined) {
-        // While the venue's hashes reproduce at all, a book whose hash does not is in doubt until proved.
-        if (this.hashMisses < HASH_GIVE_WAY || !t.book.knowsAllFields()) {
+        // While the venue's hashes reproduce at all, a book whose hash does not is in doubt until
+        // proved. A token still missing hashed fields (REST has not answered) cannot be doubted by
+        // its hash: its best levels check it meanwhile.
+        if (!t.book.knowsAllFields()) this.stats.fieldless++;
+        else if (this.hashMisses < HASH_GIVE_WAY) {
           const book = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields() };
           if (!t.doubt) t.doubt = { from: t.verifiedTs, books: [book] };
           else if (t.doubt.books.push(book) > HISTORY) t.doubt.books.shift();
