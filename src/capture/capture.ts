@@ -100,6 +100,8 @@ export class Capture {
   private startedClockAt = -Infinity;
   /** Gap keys of the markets whose rows the spool has been dropping (storage gaps still open). */
   private readonly dropping = new Set<string>();
+  /** Where each gap key's last recorded gap ended: a later one starts no earlier. */
+  private readonly closedTo = new Map<string, { to: number; until: number | null }>();
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -483,6 +485,7 @@ export class Capture {
     for (const [key, { market }] of this.known) {
       if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
     }
+    for (const [key, { until }] of this.closedTo) if (until !== null && until < now - 6 * 3_600_000) this.closedTo.delete(key);
   }
 
   /** Spools the market as a new version when it differs from the one last recorded. */
@@ -523,15 +526,19 @@ export class Capture {
     err: { kind: string; message: string },
   ): void {
     const key = gapKey(scope);
+    // A loss reported late (rows of a thread's batch dropped after the market's end closed its
+    // gap, a token's resync from its last proof) starts no earlier than the last gap of its kind ended:
+    // gaps of one market and kind never overlap.
+    const from = Math.max(now, this.closedTo.get(key)?.to ?? -Infinity);
     const open = this.gaps.get(key);
     if (open) {
       open.failures++;
-      // A loss reported while the gap is open may have begun before it: one token of a market
-      // resyncs from its last proof while the other's resync opened the gap later.
-      open.from_ts = Math.min(open.from_ts, now);
+      // It may have begun before the open gap: one token of a market resyncs from its last proof
+      // while the other's resync opened the gap later.
+      open.from_ts = Math.min(open.from_ts, from);
       return;
     }
-    this.gaps.set(key, { ...scope, from_ts: now, reason: err.kind, detail: err.message.slice(0, 300), failures: 1 });
+    this.gaps.set(key, { ...scope, from_ts: from, reason: err.kind, detail: err.message.slice(0, 300), failures: 1 });
   }
 
   private succeed(m: Market, dataset: 'books' | 'metrics', now: number): void {
@@ -540,9 +547,11 @@ export class Capture {
   }
 
   private closeGap(g: OpenGap, to: number): void {
-    this.gaps.delete(gapKey(g));
-    this.dropping.delete(gapKey(g));
+    const key = gapKey(g);
+    this.gaps.delete(key);
+    this.dropping.delete(key);
     if (to <= g.from_ts) return;
+    this.closedTo.set(key, { to, until: g.until });
     const row: GapRow = {
       market_id: g.market_id,
       dataset: g.dataset,
