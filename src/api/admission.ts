@@ -33,6 +33,9 @@ export class Admission {
 
   /** Resolves with the release function once admitted; throws UNAVAILABLE when shed or aborted. */
   async enter(signal?: AbortSignal): Promise<() => void> {
+    // A client already gone (it left before its request got here) takes no place in the queue: its
+    // abort event has fired and would never wake the waiter.
+    signal?.throwIfAborted();
     if (this.running < this.options.limit) {
       this.running++;
       return this.releaser();

@@ -103,8 +103,8 @@ export function createApp(options: AppOptions): App {
     ctx.state.signal = controller.signal;
     const finished = () => {
       const aborted = !ctx.res.writableFinished;
-      if (aborted) controller.abort();
-      if ((!ctx.state.keyId && COUNTED.has(ctx.status)) || ctx.state.refused) {
+      // Refusals are counted, not logged one by one; a keyed client that left gets its own line, whatever ended it.
+      if ((!ctx.state.keyId && COUNTED.has(ctx.status)) || (ctx.state.refused && !aborted)) {
         requestLog.counted(ctx.status, ctx.ip, ctx.path);
         return;
       }
@@ -119,18 +119,24 @@ export function createApp(options: AppOptions): App {
         ...(aborted ? { aborted } : {}),
       });
     };
+    // The line is written once the response has closed and the handlers have returned, whichever
+    // is last: a client that leaves while its key is being checked is still logged under its key.
     // A client gone before this ran (its socket closed as the request was parsed) gets no 'close'
-    // event: its work is stopped at once and its line written when the handlers return.
-    const gone = ctx.res.closed || ctx.req.socket.destroyed;
-    if (!gone) {
-      ctx.res.once('close', finished);
-      return next();
-    }
-    controller.abort();
+    // event: its work is stopped at once.
+    let closed = ctx.res.closed || ctx.req.socket.destroyed;
+    let handled = false;
+    if (closed) controller.abort();
+    else
+      ctx.res.once('close', () => {
+        closed = true;
+        if (!ctx.res.writableFinished) controller.abort();
+        if (handled) finished();
+      });
     try {
       await next();
     } finally {
-      finished();
+      handled = true;
+      if (closed) finished();
     }
   });
 
