@@ -100,8 +100,8 @@ export class Capture {
   private startedClockAt = -Infinity;
   /** Gap keys of the markets whose rows the spool has been dropping (storage gaps still open). */
   private readonly dropping = new Set<string>();
-  /** Where each gap key's last recorded gap ended: a later one starts no earlier. */
-  private readonly closedTo = new Map<string, { to: number; until: number | null }>();
+  /** Each gap key's last recorded gap: a later loss that began inside it starts where it ended. */
+  private readonly closedTo = new Map<string, { from: number; to: number; until: number | null }>();
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -526,10 +526,11 @@ export class Capture {
     err: { kind: string; message: string },
   ): void {
     const key = gapKey(scope);
-    // A loss reported late (rows of a thread's batch dropped after the market's end closed its
-    // gap, a token's resync from its last proof) starts no earlier than the last gap of its kind ended:
-    // gaps of one market and kind never overlap.
-    const from = Math.max(now, this.closedTo.get(key)?.to ?? -Infinity);
+    // A loss reported late that began inside the last gap of its kind (rows of a thread's batch
+    // dropped after the market's end closed its storage gap) starts where that gap ended: the two
+    // never overlap. One that began before it (a token's resync from an older proof) keeps its start.
+    const last = this.closedTo.get(key);
+    const from = last && now >= last.from && now < last.to ? last.to : now;
     const open = this.gaps.get(key);
     if (open) {
       open.failures++;
@@ -551,7 +552,7 @@ export class Capture {
     this.gaps.delete(key);
     this.dropping.delete(key);
     if (to <= g.from_ts) return;
-    this.closedTo.set(key, { to, until: g.until });
+    this.closedTo.set(key, { from: g.from_ts, to, until: g.until });
     const row: GapRow = {
       market_id: g.market_id,
       dataset: g.dataset,

@@ -160,7 +160,7 @@ export interface StreamStats {
   lateProofs: number;
   /** Books whose hash did not reproduce while no hash had for long (the formula taken as changed): not held in doubt. */
   undoubted: number;
-  /** Changes of a token that did not know every hashed field yet (REST's minimum size and neg-risk): checked by best levels alone. */
+  /** Changes of a token that did not know every hashed field yet (REST's minimum size and neg-risk): in doubt until they come. */
   fieldless: number;
   /** Changes whose hash did not reproduce but whose best bid and ask agreed with the venue's. */
   bestChecked: number;
@@ -287,7 +287,10 @@ export class StreamRecorder implements BookStream {
     this.channel.track(wanted);
     this.channel.finish([...this.tokens].filter(([, t]) => t.market.end_time <= now).map(([id]) => id));
     // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
-    const ended = [...this.tokens].filter(([, t]) => this.progress.passed(t.market.end_time, now)).map(([id]) => id);
+    // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
+    const ended = [...this.tokens]
+      .filter(([, t]) => this.progress.passed(t.market.end_time, now) && (!t.doubt || now >= t.market.end_time + this.stallMs))
+      .map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
     for (const id of ended) {
       this.lastTs.delete(this.tokens.get(id)!.market.market_id);
@@ -724,10 +727,10 @@ export class StreamRecorder implements BookStream {
     } else {
       if (hash !== undefined) {
         // While the venue's hashes reproduce at all, a book whose hash does not is in doubt until
-        // proved. A token still missing hashed fields (REST has not answered) cannot be doubted by
-        // its hash: its best levels check it meanwhile.
+        // proved; so is every book of a token still missing hashed fields (REST has not answered
+        // yet), re-tried when they come.
         if (!t.book.knowsAllFields()) this.stats.fieldless++;
-        else if (this.hashMisses < HASH_GIVE_WAY) {
+        if (!t.book.knowsAllFields() || this.hashMisses < HASH_GIVE_WAY) {
           const book = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields() };
           if (!t.doubt) t.doubt = { from: t.verifiedTs, books: [book] };
           else if (t.doubt.books.push(book) > HISTORY) t.doubt.books.shift();
