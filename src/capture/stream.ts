@@ -537,6 +537,9 @@ export class StreamRecorder implements BookStream {
     const d = t.doubt;
     if (!d || !t.synced) return;
     t.doubt = null;
+    // Without every hashed field (REST never answered) a hash says nothing either way: the books
+    // stand on their best levels, as any book the hash cannot check.
+    if (!t.book.knowsAllFields()) return;
     this.sink.lost(t.market, 'stream_resync', d.from, `${d.books.length} book(s) whose hash did not reproduce, unproved when ${why}`);
   }
 
