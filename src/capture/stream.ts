@@ -44,7 +44,7 @@ const PROBE_EVERY = 50;
  * How far a stream has delivered, so that a market is let go only once its last instants are in:
  * a message stamped at its end or later has come, or a stall bound has passed since the end. The
  * clock alone would let go a market whose last changes still wait behind a busy thread; the
- * silence of a connection left with ended markets only is not a stall (`MarketChannelClient.finish`).
+ * silence of a connection left with markets not open or ended only is not a stall (`MarketChannelClient.owesNothing`).
  */
 export class StreamProgress {
   private newest = -Infinity;
@@ -285,7 +285,10 @@ export class StreamRecorder implements BookStream {
       }
     }
     this.channel.track(wanted);
-    this.channel.finish([...this.tokens].filter(([, t]) => t.market.end_time <= now).map(([id]) => id));
+    // A market before its window or past it may rightly be silent (a connection of a future market and an ended one, say).
+    this.channel.owesNothing(
+      new Set([...this.tokens].filter(([, t]) => now < t.market.start_time || t.market.end_time <= now).map(([id]) => id)),
+    );
     // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
     // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
     const ended = [...this.tokens]

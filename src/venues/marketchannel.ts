@@ -134,8 +134,8 @@ export class MarketChannelClient {
   private closed = false;
   /** When each asset's subscribe frame was sent: a snapshot is owed from then. */
   private readonly sentAt = new Map<string, number>();
-  /** Assets whose markets have ended: kept until their last changes are in, their silence owed nothing. */
-  private readonly finished = new Set<string>();
+  /** Assets that owe no data now (their markets not open yet, or ended): a connection of only these is not stalled by silence. */
+  private owingNothing = new Set<string>();
 
   constructor(
     private readonly options: ChannelOptions,
@@ -166,17 +166,14 @@ export class MarketChannelClient {
     }
   }
 
-  /** Marks assets whose markets ended: a connection carrying only such assets is not stalled by its silence. */
-  finish(assets: string[]): void {
-    for (const a of assets) this.finished.add(a);
+  /** Which assets owe no data now, replacing the last word on it. */
+  owesNothing(assets: Set<string>): void {
+    this.owingNothing = assets;
   }
 
   /** Forgets assets whose markets ended; a connection left with none is closed. */
   untrack(assets: string[]): void {
-    for (const a of assets) {
-      this.sentAt.delete(a);
-      this.finished.delete(a);
-    }
+    for (const a of assets) this.sentAt.delete(a);
     for (const conn of [...this.connections]) {
       for (const a of assets) conn.assets.delete(a);
       if (conn.assets.size === 0) this.drop(conn);
@@ -308,7 +305,7 @@ export class MarketChannelClient {
     for (const conn of this.connections) {
       if (conn.socket?.readyState !== WebSocket.OPEN || conn.lostReported || this.options.protocol.quiet) continue;
       if (now - conn.lastData <= this.options.stallMs) continue;
-      if ([...conn.assets].every((a) => this.finished.has(a))) continue;
+      if ([...conn.assets].every((a) => this.owingNothing.has(a))) continue;
       this.stats.stalls++;
       this.log.warn(
         { connection: conn.id, silent_ms: now - conn.lastData, assets: conn.assets.size },
