@@ -27,6 +27,7 @@ import {
   type HashLayout,
   LocalBook,
   sameLevels,
+  stateLadders,
   wholeChange,
 } from '../venues/clob.js';
 import { type LostReason, MARKET_CHANNEL, MarketChannelClient } from '../venues/marketchannel.js';
@@ -71,6 +72,11 @@ export function advance(last: Map<string, number>, marketId: string, ts: number,
   if (at !== ts && stats) stats.nudged++;
   last.set(marketId, at);
   return at;
+}
+
+/** Whether the venue's best level (absent, or `empty` for an empty side) is the copy's `mine`. */
+function venueBest(given: string | undefined, empty: number, mine: number | null): boolean {
+  return given === undefined || given === '' || Number(given) === (mine ?? empty) || (mine === null && Number(given) === empty);
 }
 
 export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late';
@@ -378,7 +384,7 @@ export class StreamRecorder implements BookStream {
       const then = this.stateAt(t, ts);
       // Older than the books kept: nothing to compare with.
       if (!then) return;
-      if (sameLevels(s, then.ladders)) return this.proveByRest(t, ts);
+      if (sameLevels(s, stateLadders(then))) return this.proveByRest(t, ts);
       this.stats.mismatches++;
       this.desync(t, 'stream_resync', `REST book at ${ts} differs from the streamed copy of that instant`);
       this.snapshot(t, s, ts, recvTs, 'rest');
@@ -417,7 +423,7 @@ export class StreamRecorder implements BookStream {
     t.restAhead = null;
     // Passed so far that the book of that instant is no longer kept: nothing to compare with.
     if (!then) return null;
-    if (sameLevels(ahead.summary, then.ladders)) {
+    if (sameLevels(ahead.summary, stateLadders(then))) {
       this.proveByRest(t, ahead.ts);
       return null;
     }
@@ -433,7 +439,8 @@ export class StreamRecorder implements BookStream {
   }
 
   private remember(t: Token): void {
-    if (t.history.push(t.book.state()) > HISTORY) t.history.shift();
+    // Trimmed in halves, not shifted per change: a shift moves every kept book, on the hottest path.
+    if (t.history.push(t.book.state()) > 2 * HISTORY) t.history.splice(0, HISTORY);
   }
 
   private prove(t: Token, ts: number): void {
@@ -623,7 +630,7 @@ export class StreamRecorder implements BookStream {
     if (t.synced && ts <= t.book.ts) {
       // Not newer than the copy (a book after a trade, a stale resubscribe): a check of that instant.
       const then = this.stateAt(t, ts);
-      if (then && sameLevels(s, then.ladders)) this.prove(t, ts);
+      if (then && sameLevels(s, stateLadders(then))) this.prove(t, ts);
       else if (then) {
         this.stats.mismatches++;
         this.desync(t, 'stream_resync', `a full book at ${ts} differs from the streamed copy of that instant`);
@@ -756,9 +763,7 @@ export class StreamRecorder implements BookStream {
   /** Whether an entry's best bid and ask (where given) are the copy's: "0" bid and "1" ask stand for an empty side. */
   private bestAgrees(t: Token, c: ClobPriceChange): boolean {
     const { bid, ask } = t.book.best();
-    const given = (x: string | undefined, empty: number, mine: number | null) =>
-      x === undefined || x === '' || Number(x) === (mine ?? empty) || (mine === null && Number(x) === empty);
-    return given(c.best_bid, 0, bid) && given(c.best_ask, 1, ask);
+    return venueBest(c.best_bid, 0, bid) && venueBest(c.best_ask, 1, ask);
   }
 
   /**

@@ -260,7 +260,7 @@ export class LocalBook {
 
   /** The book's state as the hash sees it, kept for a later check (the texts are the sides' own, not copies). */
   state(): BookState {
-    return { ts: this.ts, bids: this.bids.hashJson(), asks: this.asks.hashJson(), ladders: this.ladders() };
+    return { ts: this.ts, bids: this.bids.hashJson(), asks: this.asks.hashJson() };
   }
 
   /**
@@ -316,7 +316,21 @@ export interface BookState {
   ts: number;
   bids: string;
   asks: string;
-  ladders: Ladders;
+}
+
+/**
+ * A kept book's ladders, parsed from its hash texts: needed only when a late check compares it,
+ * so a kept book holds no arrays of its own (128 books a token would keep every row's alive).
+ */
+export function stateLadders(state: BookState): Ladders {
+  const { bids, asks } = JSON.parse(`{${state.bids},${state.asks}}`) as { bids: ClobLevel[]; asks: ClobLevel[] };
+  const bestFirst = (levels: ClobLevel[], key: 'price' | 'size') => levels.map((l) => Number(l[key])).reverse();
+  return {
+    bid_prices: bestFirst(bids, 'price'),
+    bid_sizes: bestFirst(bids, 'size'),
+    ask_prices: bestFirst(asks, 'price'),
+    ask_sizes: bestFirst(asks, 'size'),
+  };
 }
 
 /** Whether a venue summary holds the same levels as ladders (best first), by numeric price and size. */
@@ -373,7 +387,7 @@ class Side {
   /** `"bids":[...]` as the hash's canonical JSON writes it. */
   hashJson(): string {
     if (this.json?.version !== this.version)
-      this.json = { version: this.version, text: `"${this.name}":[${this.levels.map((l) => l.json).join(',')}]` };
+      this.json = { version: this.version, text: `"${this.name}":[${this.texts.join(',')}]` };
     return this.json.text;
   }
 
