@@ -5,7 +5,7 @@
 import { type WebSocket, WebSocketServer } from 'ws';
 import { Sim } from '../src/standin/sim.js';
 import { conditionId } from '../src/standin/stream.js';
-import { LocalBook } from '../src/venues/clob.js';
+import { LocalBook } from '../src/venues/polymarket/book.js';
 
 const {
   markets: count,

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fork } from 'node:child_process';
 import pino from 'pino';
-import { StreamRecorder } from '../src/capture/stream.js';
+import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';

@@ -3,10 +3,10 @@
 import fs from 'node:fs';
 import t, { type Test } from 'tap';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { StreamRecorder } from '../src/capture/stream.js';
+import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { createClock } from '../src/clock.js';
 import type { Book } from '../src/records.js';
-import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/clob.js';
+import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
 import { openMarket, quiet, testConfig } from './helpers.js';
 
 const fixture = (name: string) => JSON.parse(fs.readFileSync(new URL(`./fixtures/polymarket/${name}.json`, import.meta.url), 'utf8'));

@@ -4,7 +4,7 @@ import t from 'tap';
 import { createClock } from '../src/clock.js';
 import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import { HttpClient, UpstreamError } from '../src/venues/http.js';
-import { signedQuery } from '../src/venues/signing.js';
+import { signedQuery } from '../src/venues/wallet/signing.js';
 
 const clock = createClock(Date.parse('2026-07-26T13:40:00Z'));
 const standin = new StandIn({ clock, apiKey: 'k', apiSecret: 's', walletWeightPerMinute: 200 * 3 });

@@ -1,11 +1,14 @@
+import { readFile, readdir } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { createClock } from '../src/clock.js';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { decimal, ladders } from '../src/venues/adapter.js';
 import { UpstreamError } from '../src/venues/http.js';
-import { PolymarketAdapter, displayedPrice } from '../src/venues/polymarket.js';
-import { signQuery, signedQuery } from '../src/venues/signing.js';
-import { WalletAdapter } from '../src/venues/wallet.js';
+import { PolymarketAdapter, displayedPrice } from '../src/venues/polymarket/rest.js';
+import { signQuery, signedQuery } from '../src/venues/wallet/signing.js';
+import { WalletAdapter } from '../src/venues/wallet/rest.js';
 import { parseTime } from '../src/time.js';
 
 const config = loadConfig({ DATA_DIR: '/tmp/unused' });
@@ -236,4 +239,30 @@ t.test('times parse as UTC when no zone is given', async (t) => {
   t.equal(parseTime('2026-05-05T10:00:00+02:00'), Date.parse('2026-05-05T08:00:00Z'));
   t.equal(parseTime('1785072600000'), 1785072600000);
   t.equal(parseTime('yesterday'), null);
+});
+
+t.test('production code depends on neither the stand-in nor, in capture, on one venue beyond choosing its recorder', async (t) => {
+  const root = fileURLToPath(new URL('../src/', import.meta.url));
+  const imports = async (dir: string) => {
+    const found: { file: string; from: string }[] = [];
+    for (const entry of await readdir(path.join(root, dir), { recursive: true })) {
+      if (!entry.endsWith('.ts')) continue;
+      const text = await readFile(path.join(root, dir, entry), 'utf8');
+      for (const m of text.matchAll(/from '([^']+)'/g))
+        found.push({ file: path.join(dir, entry), from: path.join(dir, path.dirname(entry), m[1]) });
+    }
+    return found;
+  };
+  for (const dir of ['capture', 'venues', 'api', 'lake']) {
+    const onStandin = (await imports(dir)).filter((i) => i.from.startsWith('standin/'));
+    t.same(onStandin, [], `nothing under src/${dir}/ imports the stand-in`);
+  }
+  const venueSpecific = (await imports('capture')).filter(
+    (i) => /^venues\/(polymarket|wallet)\//.test(i.from) && !i.from.endsWith('/book.js'),
+  );
+  t.same(
+    [...new Set(venueSpecific.map((i) => i.file))].sort(),
+    ['capture/capture.ts', 'capture/streamthreads.ts', 'capture/streamworker.ts'],
+    'capture/ reaches into a venue room only where it picks and runs that venue recorder',
+  );
 });

@@ -5,13 +5,13 @@ import fs from 'node:fs';
 import type http from 'node:http';
 import t from 'tap';
 import WebSocket, { WebSocketServer } from 'ws';
-import { WalletStreamRecorder } from '../src/capture/walletstream.js';
+import { WalletStreamRecorder } from '../src/venues/wallet/recorder.js';
 import { createClock } from '../src/clock.js';
 import { bareMarket, type Book } from '../src/records.js';
 import { StandIn } from '../src/standin/server.js';
 import { signatureRefusal } from '../src/standin/signed.js';
 import { WALLET_AGGREGATE_TOPIC, WALLET_STREAM_PATH } from '../src/standin/walletstream.js';
-import { signedSocketUrl } from '../src/venues/signing.js';
+import { signedSocketUrl } from '../src/venues/wallet/signing.js';
 import { quiet, testConfig } from './helpers.js';
 
 const { payload } = JSON.parse(fs.readFileSync(new URL('./fixtures/wallet/orderbook.json', import.meta.url), 'utf8'));

@@ -14,9 +14,10 @@ import type { Logger } from '../log.js';
 import { type Book, type GapRow, type LatestBook, type Market, type MarketRow, bookRows, metricRows, marketLakeRow } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
-import { type BookStream, type StreamSink, StreamRecorder } from './stream.js';
+import { type BookStream, type StreamSink } from './stream.js';
+import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
-import { WalletStreamRecorder } from './walletstream.js';
+import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
 
 interface OpenGap {
   venue: Venue;

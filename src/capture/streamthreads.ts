@@ -12,9 +12,10 @@ import type { EncodedRun } from '../lake/spool.js';
 import type { Logger } from '../log.js';
 import type { Book, Market } from '../records.js';
 import type { MarketPoll, Quote } from '../venues/adapter.js';
-import type { ClobBookSummary } from '../venues/clob.js';
+import type { ClobBookSummary } from '../venues/polymarket/book.js';
 import { UpstreamError } from '../venues/http.js';
-import { type BookStream, NO_STREAM_STATS, type StreamGapReason, type StreamSink, type StreamStats } from './stream.js';
+import { type BookStream, type StreamGapReason, type StreamSink } from './stream.js';
+import { NO_STREAM_STATS, type StreamStats } from '../venues/polymarket/recorder.js';
 import type { ThreadInit } from './streamworker.js';
 
 export type StreamEvent =

@@ -8,9 +8,9 @@ import { partitionOf } from '../lake/layout.js';
 import { RunEncoder } from '../lake/spool.js';
 import pino from 'pino';
 import { type Book, type Market, bookRows, metricRows } from '../records.js';
-import type { ClobBookSummary } from '../venues/clob.js';
+import type { ClobBookSummary } from '../venues/polymarket/book.js';
 import type { Quote } from '../venues/adapter.js';
-import { StreamRecorder } from './stream.js';
+import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import type { FromThread, StreamEvent, ToThread } from './streamthreads.js';
 
 export interface ThreadInit {

@@ -8,7 +8,7 @@
 // does that a recorder must cope with (`ChannelQuirks`).
 import type { WebSocket } from 'ws';
 import { SECOND } from '../time.js';
-import { type ClobBookExtras, type ClobLevel, type HashLayout, clobBookHash } from '../venues/clob.js';
+import { type ClobBookExtras, type ClobLevel, type HashLayout, clobBookHash } from '../venues/polymarket/book.js';
 import { TICKS, bestAsk, bestBid, ladders } from './orderbook.js';
 import type { Clock } from '../clock.js';
 import { FINE_TICK, type Sim, type SimMarket, TICK } from './sim.js';

@@ -1,7 +1,7 @@
 // What capture and backfill need from a venue. Everything returned is already normalized.
 import type { Venue, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
-import type { ClobBookSummary } from './clob.js';
+import type { ClobBookSummary } from './polymarket/book.js';
 import { UpstreamError } from './http.js';
 
 export interface Quote {

@@ -1,8 +1,8 @@
 // The wallet application's prediction API (UPSTREAMS.md section A): signed GETs, offset
 // pagination, per-token books, one last-trade price per market.
-import type { Clock } from '../clock.js';
-import type { Config, Window } from '../config.js';
-import type { Book, Market } from '../records.js';
+import type { Clock } from '../../clock.js';
+import type { Config, Window } from '../../config.js';
+import type { Book, Market } from '../../records.js';
 import {
   type MarketPoll,
   type Quote,
@@ -13,8 +13,8 @@ import {
   ladders,
   statusByTime,
   windowOf,
-} from './adapter.js';
-import { HttpClient, UpstreamError } from './http.js';
+} from '../adapter.js';
+import { HttpClient, UpstreamError } from '../http.js';
 import { signedQuery } from './signing.js';
 
 interface WalletOutcome {

@@ -1,7 +1,7 @@
 // The CLOB's book shapes shared by its REST and WebSocket answers, and the book hash a recorder
 // recomputes to prove its copy of a book equals the venue's.
 import { hash as digest } from 'node:crypto';
-import { primeLadderJson } from '../records.js';
+import { primeLadderJson } from '../../records.js';
 
 export interface ClobLevel {
   price: string;
@@ -386,8 +386,7 @@ class Side {
 
   /** `"bids":[...]` as the hash's canonical JSON writes it. */
   hashJson(): string {
-    if (this.json?.version !== this.version)
-      this.json = { version: this.version, text: `"${this.name}":[${this.texts.join(',')}]` };
+    if (this.json?.version !== this.version) this.json = { version: this.version, text: `"${this.name}":[${this.texts.join(',')}]` };
     return this.json.text;
   }
 

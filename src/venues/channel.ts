@@ -1,6 +1,6 @@
 // A client of the venues' book streams with the maintained `ws` library: Polymarket's market
-// channel and the wallet venue's orderbook topics, which differ only in how they subscribe,
-// beat and frame (a `StreamProtocol`). It owns connections only: bounded subscriptions per connection, PING heartbeats, and reconnects with
+// channel and the wallet venue's orderbook topics differ only in how they subscribe, beat and
+// frame (a `StreamProtocol`, in each venue's room). It owns connections only: bounded subscriptions per connection, PING heartbeats, and reconnects with
 // backoff and jitter. It notices a connection that stops delivering data while its heartbeat
 // still answers (the venue's known silent stall), and reports every span in which its assets
 // were not being heard, so the recorder can say so and re-fetch. What messages mean is the
@@ -8,7 +8,6 @@
 import WebSocket from 'ws';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
-import { signedSocketUrl } from './signing.js';
 
 export type LostReason = 'disconnected' | 'stream_stalled';
 
@@ -27,63 +26,6 @@ export interface StreamProtocol {
   pong: string | null;
   /** The data messages in one parsed frame (acknowledgements and the like are not data). */
   unwrap(parsed: unknown): object[];
-}
-
-/**
- * Polymarket's market channel (UPSTREAMS.md C1): `assets_ids`, PING/PONG text, an array or one
- * object per frame. Every subscribe asks for `initial_dump`: without it the venue often sends no
- * snapshot for tokens added later. The first frame also asks for the custom feature events
- * (`best_bid_ask`, `new_market`, `market_resolved`).
- */
-export const MARKET_CHANNEL: StreamProtocol = {
-  subscribe: (assets, initial) =>
-    JSON.stringify(
-      initial
-        ? { assets_ids: assets, type: 'market', initial_dump: true, custom_feature_enabled: true }
-        : { assets_ids: assets, operation: 'subscribe', type: 'market', initial_dump: true },
-    ),
-  ping: 'PING',
-  pong: 'PONG',
-  unwrap: (parsed) =>
-    (Array.isArray(parsed) ? parsed : [parsed]).filter(
-      (m) => !!m && typeof m === 'object' && typeof (m as { event_type?: unknown }).event_type === 'string',
-    ),
-};
-
-/** Every wallet market's books on one topic: one signed URL for good, whatever markets come and go. */
-export const WALLET_AGGREGATE_TOPIC = 'web3_prediction_orderbook_data';
-
-/**
- * The wallet venue's order-book stream (UPSTREAMS.md C2): Binance's signed SApi socket, topics in
- * the signed URL (the aggregate topic, filtered by market here, so adding markets never re-signs),
- * the key in `X-MBX-APIKEY`, WebSocket ping frames. A frame's `data` is a JSON string to parse
- * again (predict.fun's own feed sends it as an object: taken too); acknowledgements say
- * `"SUCCESS"` and are not data. The stream pauses while the venue's upstream is down: silence is
- * not a broken socket.
- */
-export function walletTopics(apiKey: string, apiSecret: string): StreamProtocol {
-  return {
-    subscribe: () => null,
-    url: (base) => signedSocketUrl(base, apiSecret, [WALLET_AGGREGATE_TOPIC]),
-    headers: { 'X-MBX-APIKEY': apiKey },
-    quiet: true,
-    ping: null,
-    pong: null,
-    unwrap: (parsed) => {
-      const frame = parsed as { data?: unknown } | null;
-      if (!frame || typeof frame !== 'object') return [];
-      let data = frame.data;
-      if (typeof data === 'string') {
-        if (data === 'SUCCESS') return [];
-        try {
-          data = JSON.parse(data);
-        } catch {
-          return [];
-        }
-      }
-      return data && typeof data === 'object' && 'marketId' in data && 'updateTimestampMs' in data ? [data] : [];
-    },
-  };
 }
 
 export interface ChannelEvents {

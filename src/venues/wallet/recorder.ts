@@ -8,14 +8,15 @@
 // instant it would have filled), a market counts as live only once the stream delivered it since
 // the last loss, and a REST book newer than the stream's, still unmatched a stall bound later,
 // means the stream dropped it or paused while the market traded: a gap, and the REST book is recorded.
-import type { Clock } from '../clock.js';
-import type { Config } from '../config.js';
-import type { Logger } from '../log.js';
-import type { Book, Market } from '../records.js';
-import { type MarketPoll, type Quote, ladders } from '../venues/adapter.js';
-import { UpstreamError } from '../venues/http.js';
-import { type LostReason, MarketChannelClient, walletTopics } from '../venues/marketchannel.js';
-import { type BookStream, type StreamSink, StreamProgress, advance } from './stream.js';
+import type { Clock } from '../../clock.js';
+import type { Config } from '../../config.js';
+import type { Logger } from '../../log.js';
+import type { Book, Market } from '../../records.js';
+import { type MarketPoll, type Quote, ladders } from '../adapter.js';
+import { UpstreamError } from '../http.js';
+import { type LostReason, MarketChannelClient } from '../channel.js';
+import { walletTopics } from './channel.js';
+import { type BookStream, type StreamSink, StreamProgress, advance } from '../../capture/stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 

@@ -1,12 +1,12 @@
 // Polymarket (UPSTREAMS.md section B): Gamma for the catalogue (deterministic slugs, JSON
 // strings inside JSON), the CLOB for books (best levels last) and price history.
-import type { Clock } from '../clock.js';
-import type { Config, Window } from '../config.js';
-import type { Book, Market } from '../records.js';
-import { WINDOW_MS, floorTo } from '../time.js';
-import { type MarketPoll, type Quote, type VenueAdapter, asError, decimal, decimalOrNull, ladders, statusByTime } from './adapter.js';
-import type { ClobBookSummary, ClobLevel } from './clob.js';
-import { HttpClient, UpstreamError } from './http.js';
+import type { Clock } from '../../clock.js';
+import type { Config, Window } from '../../config.js';
+import type { Book, Market } from '../../records.js';
+import { WINDOW_MS, floorTo } from '../../time.js';
+import { type MarketPoll, type Quote, type VenueAdapter, asError, decimal, decimalOrNull, ladders, statusByTime } from '../adapter.js';
+import type { ClobBookSummary, ClobLevel } from './book.js';
+import { HttpClient, UpstreamError } from '../http.js';
 
 interface GammaMarket {
   id: string;
