@@ -56,6 +56,8 @@ export interface Config {
       pingMs: number;
       /** Clock ms without data after which a connection counts as silently stalled. */
       stallMs: number;
+      /** Clock ms past its end an ended market stays subscribed for the venue's `market_resolved` (its resolution time). */
+      resolveWaitMs: number;
       backoffMinMs: number;
       backoffMaxMs: number;
     };
@@ -254,6 +256,7 @@ export function loadConfig(env: Env = process.env): Config {
         threads: int(env, 'STREAM_THREADS', 2, 0, 16),
         pingMs: int(env, 'STREAM_PING_MS', 10_000, 100, 60_000),
         stallMs: int(env, 'STREAM_STALL_MS', 5_000, 100, 600_000),
+        resolveWaitMs: int(env, 'STREAM_RESOLVE_WAIT_MS', 900_000, 0, 86_400_000),
         backoffMinMs: int(env, 'STREAM_BACKOFF_MIN_MS', 250, 10, 60_000),
         backoffMaxMs: int(env, 'STREAM_BACKOFF_MAX_MS', 15_000, 10, 600_000),
       },

@@ -148,7 +148,22 @@ export interface DatasetRows {
   gaps: GapRow;
 }
 
-/** A market version as the lake stores it: outcomes as two parallel list columns. */
+/** The market as resolved by its venue at `ts` (the venue's own time), the outcome at `winner` winning. */
+export function resolvedAt(m: Market, winner: number, ts: number): Market {
+  return { ...m, resolved_time: ts, status: 'resolved', resolution: 'resolved', winning_outcome_index: winner };
+}
+
+/**
+ * A catalogue version, keeping the resolution a stream announced (`known`) until the catalogue
+ * carries a time of its own: its winner stands where it says the market resolved, the stream's where not yet.
+ */
+export function withStreamFacts(fresh: Market, known: Market | undefined): Market {
+  if (!known || known.resolved_time === null || fresh.resolved_time !== null) return fresh;
+  if (fresh.resolution === 'resolved') return { ...fresh, resolved_time: known.resolved_time };
+  const { resolved_time, status, resolution, winning_outcome_index } = known;
+  return { ...fresh, resolved_time, status, resolution, winning_outcome_index };
+}
+
 /** A market record from what is known of it; every other field null (synthetic lakes, benchmarks). */
 export function bareMarket(
   known: Pick<Market, 'market_id' | 'venue' | 'coin' | 'window' | 'start_time' | 'end_time' | 'status' | 'outcomes'> & Partial<Market>,

@@ -5,7 +5,7 @@ import t, { type Test } from 'tap';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { createClock } from '../src/clock.js';
-import type { Book } from '../src/records.js';
+import { type Book, resolvedAt, withStreamFacts } from '../src/records.js';
 import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
 import { openMarket, quiet, testConfig } from './helpers.js';
 
@@ -52,15 +52,17 @@ function emptyBook(market: string, asset: string) {
 function recorder(t: Test, url: string) {
   const rows: { market: string; ts: number; books: Book[] }[] = [];
   const gaps: string[] = [];
+  const resolutions: { market: string; winner: number; ts: number }[] = [];
   const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
     books: (m, ts, _recvTs, books) => rows.push({ market: m.market_id, ts, books }),
     metrics: () => undefined,
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
     recovered: () => undefined,
     tickSize: () => undefined,
+    resolved: (m, winner, ts) => resolutions.push({ market: m.market_id, winner, ts }),
   });
   t.teardown(() => rec.close());
-  return { rec, rows, gaps };
+  return { rec, rows, gaps, resolutions };
 }
 
 const until = async (done: () => boolean) => {
@@ -131,4 +133,44 @@ t.test('an entry without a size is never applied as if whole: the token resyncs 
   t.equal(rec.stats.incomplete, 1);
   t.equal(rows.filter((r) => r.ts === Number(change.timestamp)).length, 0, 'no row at its time');
   t.match(gaps, [/b stream_resync: a price_change entry at 1757908892351 lacks a usable price, side or size/]);
+});
+
+t.test("an ended market stays subscribed until the venue's market_resolved gives its resolution time, then is let go", async (t) => {
+  const resolved = fixture('market_resolved').message;
+  const [up, down] = resolved.assets_ids as [string, string];
+  const { url, frames } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    // Another market's resolution first: a winner that is none of a market's tokens is not taken.
+    ws.send(JSON.stringify({ ...resolved, market: '0xother', assets_ids: ['x-up', 'x-down'], winning_asset_id: 'x-down' }));
+    ws.send(JSON.stringify(resolved));
+  });
+  const { rec, resolutions } = recorder(t, url);
+  const ended = { ...openMarket('r', resolved.market, [up, down]), start_time: Date.now() - 400_000, end_time: Date.now() - 100_000 };
+  // An open market keeps the connection: the ended one's tokens are let go by an unsubscribe frame.
+  rec.track([ended, openMarket('o', '0xo', ['o-up', 'o-down'])], Date.now());
+  t.notOk(rec.tracks(ended), 'its books are no longer taken');
+  await until(() => frames.some((f) => f.operation === 'unsubscribe'));
+  t.same(frames[0].assets_ids, [up, down, 'o-up', 'o-down'], 'but its tokens were subscribed, for the resolution');
+  t.same(resolutions, [{ market: 'r', winner: 1, ts: 1757908892351 }], "the venue's time and its winning token's outcome");
+  t.equal(rec.stats.resolutions, 1);
+  t.same(frames.at(-1), { assets_ids: [up, down], operation: 'unsubscribe', type: 'market' }, 'then the tokens are let go');
+});
+
+t.test('a resolution the stream announced stays with the market until the catalogue knows one', async (t) => {
+  const base = openMarket('r', '0xr', ['u', 'd']);
+  const announced = resolvedAt(base, 1, 1_000);
+  t.match(announced, { resolved_time: 1_000, status: 'resolved', resolution: 'resolved', winning_outcome_index: 1 });
+  t.equal(withStreamFacts(base, undefined), base, 'nothing known: the catalogue as it is');
+  t.match(withStreamFacts({ ...base, status: 'closed' }, announced), {
+    resolved_time: 1_000,
+    status: 'resolved',
+    winning_outcome_index: 1,
+  });
+  const settled = { ...base, status: 'resolved' as const, resolution: 'resolved' as const, winning_outcome_index: 1 };
+  t.match(
+    withStreamFacts(settled, announced),
+    { resolved_time: 1_000, status: 'resolved' },
+    "the catalogue's resolution keeps the venue's time",
+  );
+  t.match(withStreamFacts({ ...settled, resolved_time: 2_000 }, announced), { resolved_time: 2_000 }, "a time of the catalogue's own wins");
 });

@@ -531,12 +531,30 @@ t.test('an hour of simulated time: every change of every market, in count and co
   });
   const { expected, recorded } = auditStream(t, run);
   const markets = new Set(run.rows.map((r) => r.market_id));
-  const span = (run.rows.reduce((max, r) => Math.max(max, r.ts), -Infinity) - run.rows[0].ts) / 3_600_000;
+  const newest = run.rows.reduce((max, r) => Math.max(max, r.ts), -Infinity);
+  const span = (newest - run.rows[0].ts) / 3_600_000;
   t.ok(span >= 1, `the recording spans ${span.toFixed(2)} simulated hours`);
   t.ok(markets.size >= 14, `${markets.size} markets, one after another`);
   t.ok(expected > 50_000, `${expected} change instants`);
   t.equal(recorded, expected, 'every one recorded');
   t.same(run.gaps, [], 'and no gap');
+
+  // Each market recorded and resolved before the stop (the newest row, less what may have been in flight) carries the venue's resolution time and winner, from its market_resolved.
+  const versions = (await run.duck.rows(
+    `SELECT market_id, any_value(outcome_token_ids[1]) AS token, max(epoch_ms(resolved_time))::BIGINT AS resolved,
+       arg_max(winning_outcome_index, ts) AS winner FROM ${lakeTable(run.dir, 'markets')} GROUP BY market_id`,
+  )) as { market_id: string; token: string; resolved: bigint | null; winner: number | null }[];
+  const due = versions
+    .map((v) => ({ ...v, sim: run.sim.byToken('polymarket', v.token)!.market }))
+    .filter((v) => markets.has(v.market_id) && v.sim.resolvedAt <= newest - run.slackMs);
+  t.ok(due.length >= 10, `${due.length} recorded markets resolved during the run`);
+  t.same(
+    due
+      .filter((v) => v.resolved === null || Number(v.resolved) !== v.sim.resolvedAt || v.winner !== run.sim.winner(v.sim))
+      .map((v) => v.market_id),
+    [],
+    'each with the resolution time and winner the venue announced',
+  );
 });
 
 t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is invented and gaps cover the rest', async (t) => {

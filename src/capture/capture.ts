@@ -11,7 +11,18 @@ import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
-import { type Book, type GapRow, type LatestBook, type Market, type MarketRow, bookRows, metricRows, marketLakeRow } from '../records.js';
+import {
+  type Book,
+  type GapRow,
+  type LatestBook,
+  type Market,
+  type MarketRow,
+  bookRows,
+  metricRows,
+  marketLakeRow,
+  resolvedAt,
+  withStreamFacts,
+} from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamSink } from './stream.js';
@@ -142,6 +153,11 @@ export class Capture {
       tickSize: (m, tickSize, recvTs) => {
         const known = this.known.get(marketKey(m))?.market ?? m;
         if (known.tick_size !== tickSize) this.recordVersion({ ...known, tick_size: tickSize }, recvTs);
+      },
+      // The venue's own resolution time: a new version at once (discovery's catalogue has no such time).
+      resolved: (m, winner, ts, recvTs) => {
+        const known = this.known.get(marketKey(m))?.market ?? m;
+        if (known.resolved_time === null) this.recordVersion(resolvedAt(known, winner, ts), recvTs);
       },
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
@@ -481,7 +497,8 @@ export class Capture {
     for (const g of [...this.gaps.values()]) {
       if (g.venue === adapter.venue && g.dataset === 'markets') this.closeGap(g, now);
     }
-    for (const market of markets) this.recordVersion(market, now);
+    // What the stream learnt of a market (its resolution time) stands until the catalogue says it too.
+    for (const market of markets) this.recordVersion(withStreamFacts(market, this.known.get(marketKey(market))?.market), now);
     // Forget markets long past, so memory stays flat over weeks of capture.
     for (const [key, { market }] of this.known) {
       if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);

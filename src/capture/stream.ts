@@ -66,6 +66,8 @@ export interface StreamSink {
   recovered(market: Market, at: number): void;
   /** Quotes of the market's outcomes at `ts`, written when any of chance, price or last trade changed. */
   metrics(market: Market, ts: number, recvTs: number, quotes: Quote[]): void;
+  /** The venue resolved the market at `ts` (its time), the outcome at `winner` winning. */
+  resolved?(market: Market, winner: number, ts: number, recvTs: number): void;
   /** The venue changed the market's tick size (`tick_size_change`, sent for each of its tokens). */
   tickSize(market: Market, tickSize: number, recvTs: number): void;
   /** Full books over REST, to resync without waiting for the next poll. */

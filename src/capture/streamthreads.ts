@@ -21,7 +21,8 @@ import type { ThreadInit } from './streamworker.js';
 export type StreamEvent =
   | { kind: 'lost'; market_id: string; reason: StreamGapReason; from: number; detail: string }
   | { kind: 'recovered'; market_id: string; at: number }
-  | { kind: 'tick'; market_id: string; tickSize: number; recvTs: number };
+  | { kind: 'tick'; market_id: string; tickSize: number; recvTs: number }
+  | { kind: 'resolved'; market_id: string; winner: number; ts: number; recvTs: number };
 
 export type ThreadStats = StreamStats & { connects: number };
 
@@ -214,6 +215,7 @@ export class ThreadedStream implements BookStream {
       if (!m) continue;
       if (e.kind === 'lost') this.sink.lost(m, e.reason, e.from, e.detail);
       else if (e.kind === 'recovered') this.sink.recovered(m, e.at);
+      else if (e.kind === 'resolved') this.sink.resolved?.(m, e.winner, e.ts, e.recvTs);
       else this.sink.tickSize(m, e.tickSize, e.recvTs);
     }
     thread.live = new Set(msg.live);

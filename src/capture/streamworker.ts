@@ -53,6 +53,7 @@ const recorder = new StreamRecorder(init.config, clock, log, {
   lost: (m, reason, from, detail) => events.push({ kind: 'lost', market_id: m.market_id, reason, from, detail }),
   recovered: (m, at) => events.push({ kind: 'recovered', market_id: m.market_id, at }),
   tickSize: (m, tickSize, recvTs) => events.push({ kind: 'tick', market_id: m.market_id, tickSize, recvTs }),
+  resolved: (m, winner, ts, recvTs) => events.push({ kind: 'resolved', market_id: m.market_id, winner, ts, recvTs }),
   ...(init.fetch
     ? {
         fetchBooks: (tokenIds: string[]) =>

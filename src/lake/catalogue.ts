@@ -108,8 +108,16 @@ export class Catalogue {
   upsert(m: StoredMarket): void {
     const key = `${m.venue}:${m.market_id}`;
     const current = this.markets.get(key);
-    if (current && current.ts >= m.ts) return;
-    this.markets.set(key, m);
+    // A resolution time a stream recorded stays with the market, whichever version is newer (a
+    // catalogue version written after a restart does not know it); versions come in any order.
+    if (current && current.ts >= m.ts) {
+      if (current.resolved_time === null && m.resolved_time !== null) {
+        this.markets.set(key, { ...current, resolved_time: m.resolved_time });
+        this.sorted = null;
+      }
+      return;
+    }
+    this.markets.set(key, current?.resolved_time != null && m.resolved_time === null ? { ...m, resolved_time: current.resolved_time } : m);
     this.sorted = null;
   }
 

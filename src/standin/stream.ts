@@ -5,7 +5,8 @@
 // PING/PONG text heartbeats. Hashes are the venue's 10-field SHA-1. No sequence numbers, as the
 // venue sends none. Faults are the failures users report of the real feed: drops, reorders,
 // duplicates, silent freezes, disconnects and stale snapshots on resubscribe; and what the venue
-// does that a recorder must cope with (`ChannelQuirks`).
+// does that a recorder must cope with (`ChannelQuirks`). A connection that asked for the custom
+// feature events is sent each subscribed market's `market_resolved` when it resolves.
 import type { WebSocket } from 'ws';
 import { SECOND } from '../time.js';
 import { type ClobBookExtras, type ClobLevel, type HashLayout, clobBookHash } from '../venues/polymarket/book.js';
@@ -69,6 +70,10 @@ interface Client extends StreamClient {
   assets: Map<string, Subscription>;
   /** Tokens this connection was sent a book of: the first of each carries `last_trade_price`. */
   booked: Set<string>;
+  /** Whether a frame asked for the custom feature events (`custom_feature_enabled`). */
+  custom: boolean;
+  /** Markets (by code) whose `market_resolved` this connection was sent. */
+  resolved: Set<number>;
 }
 
 export function conditionId(m: SimMarket): string {
@@ -120,18 +125,19 @@ export class MarketChannel extends StreamServer<Client> {
   }
 
   protected accept(socket: WebSocket): Client {
-    const client: Client = { socket, assets: new Map(), held: null, booked: new Set() };
+    const client: Client = { socket, assets: new Map(), held: null, booked: new Set(), custom: false, resolved: new Set() };
     socket.on('message', (data, isBinary) => {
       const text = isBinary ? '' : data.toString();
       // Heartbeats are answered even while data is frozen: that is what makes a freeze silent.
       if (text === 'PING') return socket.send('PONG');
-      let request: { assets_ids?: unknown; type?: unknown; operation?: unknown; initial_dump?: unknown };
+      let request: { assets_ids?: unknown; type?: unknown; operation?: unknown; initial_dump?: unknown; custom_feature_enabled?: unknown };
       try {
         request = JSON.parse(text);
       } catch {
         return socket.send('INVALID OPERATION');
       }
       if (!request || !Array.isArray(request.assets_ids)) return socket.send('INVALID OPERATION');
+      if (request.custom_feature_enabled === true) client.custom = true;
       if (request.operation === 'unsubscribe') {
         for (const id of request.assets_ids) client.assets.delete(String(id));
         return;
@@ -202,6 +208,24 @@ export class MarketChannel extends StreamServer<Client> {
     const assetEvents: { t: number; rank: number; body: Record<string, unknown> }[] = [];
     for (const [id, sub] of client.assets) {
       const { market, index } = sub;
+      if (client.custom && now >= market.resolvedAt && !client.resolved.has(market.code)) {
+        client.resolved.add(market.code);
+        const winner = this.sim.winner(market);
+        assetEvents.push({
+          t: market.resolvedAt,
+          rank: 3,
+          body: {
+            event_type: 'market_resolved',
+            id: this.sim.polymarketId(market),
+            market: conditionId(market),
+            assets_ids: market.tokenIds,
+            winning_asset_id: market.tokenIds[winner],
+            winning_outcome: winner === 0 ? 'Up' : 'Down',
+            timestamp: String(market.resolvedAt),
+            tags: ['crypto'],
+          },
+        });
+      }
       if (sub.cursor >= market.end) continue;
       const to = Math.min(now, market.end - 1);
       const changes = this.sim.bookChanges(market, index, sub.cursor, to);

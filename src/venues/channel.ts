@@ -15,6 +15,8 @@ export type LostReason = 'disconnected' | 'stream_stalled';
 export interface StreamProtocol {
   /** The frame that subscribes `assets` (on connecting: `initial`), or null where the URL carries them. */
   subscribe(assets: string[], initial: boolean): string | null;
+  /** The frame that ends `assets`' subscription on an open connection that keeps others, where the venue has one. */
+  unsubscribe?(assets: string[]): string;
   /** The URL of a new connection (signed when made), where not the configured one as it is. */
   url?(base: string): string;
   /** Headers of the upgrade request (the venue's key). */
@@ -117,8 +119,11 @@ export class MarketChannelClient {
   untrack(assets: string[]): void {
     for (const a of assets) this.sentAt.delete(a);
     for (const conn of [...this.connections]) {
-      for (const a of assets) conn.assets.delete(a);
+      const gone = assets.filter((a) => conn.assets.delete(a));
       if (conn.assets.size === 0) this.drop(conn);
+      // Otherwise the venue would go on sending what nobody reads.
+      else if (gone.length && this.options.protocol.unsubscribe && conn.socket?.readyState === WebSocket.OPEN)
+        conn.socket.send(this.options.protocol.unsubscribe(gone));
     }
   }
 

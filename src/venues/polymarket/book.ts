@@ -118,12 +118,16 @@ export interface ClobTickSizeMessage {
   timestamp: string;
 }
 
+/** A custom feature event (`custom_feature_enabled`): the market's resolution, at the venue's time. */
 export interface ClobMarketResolvedMessage {
   event_type: 'market_resolved';
+  id?: string;
   market: string;
+  assets_ids?: string[];
   winning_asset_id?: string;
   winning_outcome?: string;
   timestamp: string;
+  tags?: string[];
 }
 
 export type ClobMarketMessage =

@@ -13,6 +13,7 @@ export const MARKET_CHANNEL: StreamProtocol = {
         ? { assets_ids: assets, type: 'market', initial_dump: true, custom_feature_enabled: true }
         : { assets_ids: assets, operation: 'subscribe', type: 'market', initial_dump: true },
     ),
+  unsubscribe: (assets) => JSON.stringify({ assets_ids: assets, operation: 'unsubscribe', type: 'market' }),
   ping: 'PING',
   pong: 'PONG',
   unwrap: (parsed) =>

@@ -20,6 +20,7 @@ import {
   type ClobBookSummary,
   type ClobLastTradeMessage,
   type ClobMarketMessage,
+  type ClobMarketResolvedMessage,
   type ClobPriceChange,
   type ClobPriceChangeMessage,
   type ClobTickSizeMessage,
@@ -123,6 +124,8 @@ export interface StreamStats {
   nudged: number;
   /** `tick_size_change` messages taken (one per token). */
   tickChanges: number;
+  /** Markets whose `market_resolved` was taken. */
+  resolutions: number;
 }
 
 export const NO_STREAM_STATS: Readonly<StreamStats> = {
@@ -143,6 +146,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   snapshotTimeouts: 0,
   nudged: 0,
   tickChanges: 0,
+  resolutions: 0,
 };
 
 export class StreamRecorder implements BookStream {
@@ -161,6 +165,14 @@ export class StreamRecorder implements BookStream {
   private refetching = false;
   private readonly stallMs: number;
   private readonly progress: StreamProgress;
+  /**
+   * Tokens of ended markets kept subscribed, books no longer taken, until the venue's
+   * `market_resolved` says when the market resolved, or until `resolveWaitMs` past the end.
+   */
+  private readonly resolving = new Map<string, { market: Market; until: number }>();
+  /** Markets whose resolution came while their tokens were still tracked: not kept waiting once ended. */
+  private readonly announced = new Set<string>();
+  private readonly resolveWaitMs: number;
 
   constructor(
     config: Config,
@@ -170,6 +182,7 @@ export class StreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
+    this.resolveWaitMs = s.resolveWaitMs;
     this.progress = new StreamProgress(s.stallMs);
     this.channel = new MarketChannelClient(
       {
@@ -229,7 +242,10 @@ export class StreamRecorder implements BookStream {
     this.channel.track(wanted);
     // A market before its window or past it may rightly be silent (a connection of a future market and an ended one, say).
     this.channel.owesNothing(
-      new Set([...this.tokens].filter(([, t]) => now < t.market.start_time || t.market.end_time <= now).map(([id]) => id)),
+      new Set([
+        ...[...this.tokens].filter(([, t]) => now < t.market.start_time || t.market.end_time <= now).map(([id]) => id),
+        ...this.resolving.keys(),
+      ]),
     );
     // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
     // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
@@ -237,12 +253,25 @@ export class StreamRecorder implements BookStream {
       .filter(([, t]) => this.progress.passed(t.market.end_time, now) && (!t.doubt || now >= t.market.end_time + this.stallMs))
       .map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
+    const release: string[] = [];
+    const letGo = new Set<Market>();
     for (const id of ended) {
-      this.lastTs.delete(this.tokens.get(id)!.market.market_id);
-      this.lastMetricTs.delete(this.tokens.get(id)!.market.market_id);
+      const m = this.tokens.get(id)!.market;
+      letGo.add(m);
+      this.lastTs.delete(m.market_id);
+      this.lastMetricTs.delete(m.market_id);
       this.tokens.delete(id);
+      const until = m.end_time + this.resolveWaitMs;
+      if (m.resolved_time === null && !this.announced.has(m.market_id) && now < until) this.resolving.set(id, { market: m, until });
+      else release.push(id);
     }
-    if (ended.length) this.channel.untrack(ended);
+    for (const m of letGo) if (!this.tracks(m)) this.announced.delete(m.market_id);
+    for (const [id, r] of this.resolving) {
+      if (now < r.until) continue;
+      this.resolving.delete(id);
+      release.push(id);
+    }
+    if (release.length) this.channel.untrack(release);
   }
 
   /** Whether every token of the market is synced on a healthy connection: REST books are then checks, not rows. */
@@ -542,6 +571,8 @@ export class StreamRecorder implements BookStream {
       t.lastTrade = price;
       if (t.book.note({ last_trade_price: trade.price })) this.recheck(t);
       this.quote(t.market, Number(trade.timestamp), recvTs);
+    } else if (msg.event_type === 'market_resolved') {
+      this.resolved(msg as ClobMarketResolvedMessage, recvTs);
     } else if (msg.event_type === 'tick_size_change') {
       const change = msg as ClobTickSizeMessage;
       const t = this.tokens.get(change.asset_id);
@@ -551,6 +582,26 @@ export class StreamRecorder implements BookStream {
       if (t.book.note({ tick_size: change.new_tick_size })) this.recheck(t);
       this.sink.tickSize(t.market, tick, recvTs);
     }
+  }
+
+  /**
+   * The venue's resolution of a market it streams (or kept subscribed past its end for this): its
+   * time and winning token. A winner that is not one of the market's tokens is not taken.
+   */
+  private resolved(msg: ClobMarketResolvedMessage, recvTs: number): void {
+    const ts = Number(msg.timestamp);
+    const winner = msg.winning_asset_id;
+    if (typeof winner !== 'string' || !Number.isFinite(ts)) return;
+    const market = [winner, ...(Array.isArray(msg.assets_ids) ? msg.assets_ids : [])]
+      .map((id) => this.tokens.get(id)?.market ?? this.resolving.get(id)?.market)
+      .find((m) => m !== undefined);
+    const index = market?.outcomes.find((o) => o.token_id === winner)?.index;
+    if (!market || index === undefined) return;
+    this.stats.resolutions++;
+    this.sink.resolved?.(market, index, ts, recvTs);
+    const release = market.outcomes.map((o) => o.token_id).filter((id) => this.resolving.delete(id));
+    if (release.length) this.channel.untrack(release);
+    else if (this.tracks(market)) this.announced.add(market.market_id);
   }
 
   /**
