@@ -763,3 +763,56 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
   for (const reason of ['stream_late', 'stream_resync', 'disconnected']) t.ok(reasons.has(reason), `a ${reason} gap`);
   t.notOk(reasons.has('stream_stalled'), 'a pause is not taken for a stalled socket');
 });
+
+t.test('a restart records no book twice: the unchanged books its snapshots bring again are already spooled', async (t) => {
+  // Before the 12:00 markets open: their books are subscribed (a minute ahead) and do not change until then.
+  const dir = t.testdir();
+  const clock = createClock(OPEN - 50 * SECOND, 20);
+  const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
+  const url = await standin.start();
+  t.teardown(() => standin.stop());
+  const config = testConfig(dir, {
+    CAPTURE_STREAM: 'polymarket,wallet-prediction',
+    CAPTURE_VENUES: 'polymarket,wallet-prediction',
+    POLYMARKET_COINS: 'btc',
+    POLYMARKET_GAMMA_URL: url,
+    POLYMARKET_CLOB_URL: url,
+    POLYMARKET_RPS: '100000',
+    WALLET_COINS: 'btc',
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+  });
+  const duck = await Duck.open(2);
+  t.teardown(() => duck.close());
+  const counts: number[] = [];
+  for (let run = 0; run < 2; run++) {
+    const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+    await capture.start();
+    // Until both venues' pre-open books are in (however loaded the machine), then a little more.
+    for (let waited = 0; capture.stats.books < 4 && waited < 30_000; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 500));
+    await capture.stop();
+    counts.push(capture.stats.books);
+  }
+  t.ok(clock.now() < OPEN, 'both processes ran before the markets opened');
+  await sealAll(duck, dir);
+  const books = lakeTable(dir, 'books');
+  const twice = await duck.rows(`SELECT market_id, token_id, epoch_ms(ts)::BIGINT AS ts FROM ${books} GROUP BY ALL HAVING count(*) > 1`);
+  t.same(twice, [], 'no (market, token, time) twice');
+  // A market's row whose every book is the previous row's, exchange time and levels alike, is the same book again.
+  const again = await duck.rows(
+    `WITH r AS (
+       SELECT market_id, ts, exchange_ts, bid_prices, bid_sizes, ask_prices, ask_sizes,
+         lag(exchange_ts) OVER w AS p_ex, lag(bid_prices) OVER w AS p_bp, lag(bid_sizes) OVER w AS p_bs,
+         lag(ask_prices) OVER w AS p_ap, lag(ask_sizes) OVER w AS p_as
+       FROM ${books} WINDOW w AS (PARTITION BY market_id, token_id ORDER BY ts))
+     SELECT market_id, epoch_ms(ts)::BIGINT AS ts FROM r GROUP BY market_id, ts
+     HAVING bool_and(p_ex IS NOT NULL AND exchange_ts = p_ex AND bid_prices = p_bp AND bid_sizes = p_bs AND ask_prices = p_ap AND ask_sizes = p_as)`,
+  );
+  const recorded = (await duck.rows(`SELECT count(DISTINCT market_id)::INTEGER AS markets FROM ${books}`)) as { markets: number }[];
+  t.ok(
+    recorded[0].markets >= 2,
+    `pre-open books of ${recorded[0].markets} markets of both venues, over ${counts.join(' then ')} rows spooled`,
+  );
+  t.same(again, [], 'no row repeats the books of the one before it');
+});

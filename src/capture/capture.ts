@@ -204,6 +204,8 @@ export class Capture {
   async start(): Promise<void> {
     const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
     await this.resumeFromHeartbeat(lastTs);
+    const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
+    for (const s of this.streams.values()) s.resumeAfter(books);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
     this.running = true;
     this.startedAt = Date.now();

@@ -45,6 +45,11 @@ export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late';
 export interface BookStream {
   /** Streams these markets (open or about to open) and forgets ended ones. */
   track(markets: Market[], now: number): void;
+  /**
+   * Book rows of these markets up to these times are already spooled (a previous process's): a
+   * book at or before them (the unchanged book a restart's snapshot brings again) is not recorded twice.
+   */
+  resumeAfter(newest: ReadonlyMap<string, number>): void;
   tracks(m: Market): boolean;
   /** Whether every outcome is vouched for on a healthy connection: REST books are then checks, not rows. */
   live(m: Market): boolean;

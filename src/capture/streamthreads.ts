@@ -28,6 +28,7 @@ export type ThreadStats = StreamStats & { connects: number };
 
 export type ToThread =
   | { type: 'track'; markets: Market[]; now: number }
+  | { type: 'resume'; newest: [string, number][] }
   | { type: 'rest'; market_id: string; summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }
   | { type: 'polled'; market_id: string; quotes: Quote[]; recvTs: number }
   | { type: 'fetched'; id: number; summaries?: (ClobBookSummary & { hash?: string })[]; recvTs?: number; error?: string }
@@ -102,6 +103,8 @@ export class ThreadedStream implements BookStream {
   /** Markets by id, kept an hour past their end, for rows and events still on their way. */
   private readonly markets = new Map<string, Market>();
   private closing = false;
+  /** Each market's newest book row a previous process spooled. */
+  private resumed: [string, number][] = [];
   private readonly respawns = new Set<NodeJS.Timeout>();
   /** Stats of threads that exited, so the sums never go back. */
   private readonly past: ThreadStats = { ...EMPTY_STATS };
@@ -168,6 +171,8 @@ export class ThreadedStream implements BookStream {
       if (this.closing) return;
       const thread = this.spawn(index, failures);
       this.threads[index] = thread;
+      // Its markets' newest rows are spooled: the new thread's snapshots of unchanged books are not rows again.
+      this.post(thread, { type: 'resume', newest: [...this.resumed, ...thread.newest] });
       this.post(thread, { type: 'track', markets: [...thread.tracked.values()], now: this.clock.now() });
     };
     if (delay === 0) respawn();
@@ -242,6 +247,11 @@ export class ThreadedStream implements BookStream {
       this.post(thread, { type: 'track', markets: shares[i], now });
     });
     for (const [id, m] of this.markets) if (m.end_time < now - 3_600_000) this.markets.delete(id);
+  }
+
+  resumeAfter(newest: ReadonlyMap<string, number>): void {
+    this.resumed = [...newest];
+    for (const thread of this.threads) this.post(thread, { type: 'resume', newest: this.resumed });
   }
 
   tracks(m: Market): boolean {

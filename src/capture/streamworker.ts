@@ -98,6 +98,9 @@ const timer = setInterval(send, BATCH_MS);
 
 port.on('message', (msg: ToThread) => {
   switch (msg.type) {
+    case 'resume':
+      recorder.resumeAfter(new Map(msg.newest));
+      break;
     case 'track':
       for (const m of msg.markets) markets.set(m.market_id, m);
       recorder.track(msg.markets, msg.now);

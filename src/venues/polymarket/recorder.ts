@@ -173,6 +173,8 @@ export class StreamRecorder implements BookStream {
   /** Markets whose resolution came while their tokens were still tracked: not kept waiting once ended. */
   private readonly announced = new Set<string>();
   private readonly resolveWaitMs: number;
+  /** Each market's newest book row a previous process spooled. */
+  private spooled: ReadonlyMap<string, number> = new Map();
 
   constructor(
     config: Config,
@@ -222,7 +224,7 @@ export class StreamRecorder implements BookStream {
             book: new LocalBook(m.condition_id ?? '', o.token_id),
             synced: false,
             verifiedTs: -Infinity,
-            recordedTs: -Infinity,
+            recordedTs: this.spooled.get(m.market_id) ?? -Infinity,
             trackedAt: now,
             restAhead: null,
             history: [],
@@ -272,6 +274,12 @@ export class StreamRecorder implements BookStream {
       release.push(id);
     }
     if (release.length) this.channel.untrack(release);
+  }
+
+  resumeAfter(newest: ReadonlyMap<string, number>): void {
+    this.spooled = newest;
+    // Rows stay strictly after the previous process's, as within one process.
+    for (const [id, ts] of newest) if (!this.lastTs.has(id)) this.lastTs.set(id, ts);
   }
 
   /** Whether every token of the market is synced on a healthy connection: REST books are then checks, not rows. */

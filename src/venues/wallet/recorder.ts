@@ -62,6 +62,8 @@ export class WalletStreamRecorder implements BookStream {
   private readonly markets = new Map<string, Held>();
   private readonly lastTs = new Map<string, number>();
   private readonly written = new Map<string, string>();
+  /** Each market's newest book row a previous process spooled. */
+  private spooled: ReadonlyMap<string, number> = new Map();
   private readonly stallMs: number;
   private readonly progress: StreamProgress;
   private closed = false;
@@ -109,6 +111,11 @@ export class WalletStreamRecorder implements BookStream {
       this.written.delete(m.market_id);
     }
     if (ended.length) this.channel.untrack(ended.map((m) => TOPIC_PREFIX + m.market_id));
+  }
+
+  resumeAfter(newest: ReadonlyMap<string, number>): void {
+    this.spooled = newest;
+    for (const [id, ts] of newest) if (!this.lastTs.has(id)) this.lastTs.set(id, ts);
   }
 
   tracks(m: Market): boolean {
@@ -256,6 +263,8 @@ export class WalletStreamRecorder implements BookStream {
     }
     h.books = books;
     h.ts = ts;
+    // The book a previous process recorded at this instant or later: already in the spool.
+    if (ts <= (this.spooled.get(h.market.market_id) ?? -Infinity)) return;
     if (fromRest) this.stats.restRows++;
     this.stats.rows += books.length;
     this.sink.books(h.market, advance(this.lastTs, h.market.market_id, ts, this.stats), recvTs, books);
