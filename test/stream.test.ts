@@ -816,3 +816,80 @@ t.test('a restart records no book twice: the unchanged books its snapshots bring
   );
   t.same(again, [], 'no row repeats the books of the one before it');
 });
+
+t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost pushes, nothing wrong outside gaps', async (t) => {
+  // The feed's documented pauses (nothing sent while its upstream is down) and refused reconnects,
+  // in simulated time; lost, repeated and reordered pushes throughout. Bounds are in simulated time,
+  // wide enough for a busy machine at 60x. A push is a whole book without a sequence number: one
+  // lost and overwritten by the next before any REST poll saw its book is invisible to any
+  // recorder, so the pushes lost at random are few (0.05%) and those are what may go unseen.
+  const start = OPEN + 61 * SECOND;
+  const windows = (at: number[], ms: number) => at.map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + ms }));
+  const freezes = windows([3, 9, 15], 40_000);
+  const disconnects = windows([6, 12], 30_000);
+  const run = await streamRun(t, { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02, freezes, disconnects }, 20, 60, {
+    venue: 'wallet-prediction',
+    spanMs: 20 * 60_000,
+    env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
+  });
+  const { expected, recorded, unknowable } = auditStream(t, run);
+  t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
+  t.ok(
+    unknowable <= expected * 0.001 + 2,
+    `changes missing without a gap (${unknowable} of ${expected}) are only ones withheld and overwritten`,
+  );
+  t.ok(recorded > expected * 0.8, `${recorded} of ${expected} change instants recorded`);
+  const reasons = new Set(run.gaps.map((g) => g.reason));
+  t.notOk(reasons.has('stream_stalled'), 'a pause is not taken for a stalled socket');
+
+  // Every market the venue traded during the run has rows of both outcomes.
+  const first = run.rows[0].ts;
+  const markets = await run.duck.rows(
+    `SELECT DISTINCT market_id, epoch_ms(start_time)::BIGINT AS s, epoch_ms(end_time)::BIGINT AS e FROM ${lakeTable(run.dir, 'markets')}`,
+  );
+  const closed = (markets as { market_id: string; s: bigint; e: bigint }[]).filter((m) => Number(m.s) >= first && Number(m.e) <= run.end);
+  t.ok(closed.length >= 3, `${closed.length} markets opened and closed during the run`);
+  t.same(
+    closed
+      .filter((m) => ![0, 1].every((i) => run.rows.some((r) => r.market_id === m.market_id && r.outcome_index === i)))
+      .map((m) => m.market_id),
+    [],
+    'each has books of both outcomes',
+  );
+
+  // Time inside gaps against the injected fault time, per market over its life (gaps of different kinds merged).
+  const faults = [...freezes, ...disconnects];
+  const union = (spans: [number, number][]) => {
+    const merged: [number, number][] = [];
+    for (const [f, to] of [...spans].sort((a, b) => a[0] - b[0])) {
+      const last = merged.at(-1);
+      if (last && f <= last[1]) last[1] = Math.max(last[1], to);
+      else merged.push([f, to]);
+    }
+    return merged;
+  };
+  const length = (spans: [number, number][]) => spans.reduce((sum, [f, to]) => sum + Math.max(0, to - f), 0);
+  let injected = 0;
+  let gapped = 0;
+  let inside = 0;
+  for (const m of closed) {
+    const clip = ([f, to]: [number, number]): [number, number] => [Math.max(f, Number(m.s)), Math.min(to, Number(m.e))];
+    const windows = union(faults.map((w) => clip([w.from, w.to])));
+    const gaps = union(run.gaps.filter((g) => g.market_id === m.market_id).map((g) => clip([g.f, g.t])));
+    injected += length(windows);
+    gapped += length(gaps);
+    inside += length(gaps.flatMap(([f, to]) => windows.map(([wf, wt]): [number, number] => [Math.max(f, wf), Math.min(to, wt)])));
+  }
+  t.ok(
+    inside >= 0.99 * injected,
+    `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected pauses and disconnects over ${closed.length} markets' lives lie in gaps`,
+  );
+  // Past the windows a gap reaches back to the last push before a pause (silence before it looks like a quiet book) and on
+  // to the first push after it: 10-15% measured idle. The bound is looser, since the end of each is real time scaled 60x.
+  t.ok(
+    gapped - inside <= 0.5 * injected,
+    `${(gapped / 1000).toFixed(1)} s in gaps in all, ${((100 * (gapped - injected)) / injected).toFixed(1)}% over the injected time (${((gapped - inside) / 1000).toFixed(1)} s outside the windows)`,
+  );
+  const wallet = run.capture.streams.get('wallet-prediction') as WalletStreamRecorder;
+  t.ok(wallet.stats.missed > 0, `${wallet.stats.missed} REST books the stream passed without holding them, each a gap`);
+});

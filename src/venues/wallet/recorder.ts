@@ -40,9 +40,24 @@ interface Held {
   ts: number;
   /** Whether the stream delivered the market since the last loss: only then is it live. */
   synced: boolean;
-  restAhead: { ts: number; at: number } | null;
+  /** A REST book newer than the stream's, when it was seen, and its Yes levels: the stream must hold them at that instant. */
+  restAhead: { ts: number; at: number; yes: Levels } | null;
+  /** The Yes books held lately (stream or REST), oldest first: what the copy held at an instant REST showed. */
+  history: { ts: number; yes: Levels }[];
   /** Whether REST's No book was seen to be the Yes book mirrored ('broken': the stream's No books are not trusted). */
   mirror: 'unchecked' | 'holds' | 'broken';
+}
+
+type Levels = Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'>;
+
+/** Yes books kept per market for REST's late word (a poll's round trip at most; pushes come on changes only). */
+const HISTORY = 64;
+
+function sameLevels(a: Levels, b: Levels): boolean {
+  const same = (x: number[], y: number[]) => x.length === y.length && x.every((v, i) => v === y[i]);
+  return (
+    same(a.bid_prices, b.bid_prices) && same(a.bid_sizes, b.bid_sizes) && same(a.ask_prices, b.ask_prices) && same(a.ask_sizes, b.ask_sizes)
+  );
 }
 
 export interface WalletStreamStats {
@@ -54,10 +69,22 @@ export interface WalletStreamStats {
   nudged: number;
   malformed: number;
   mirrorChecks: number;
+  /** REST books the stream passed without ever holding them: pushes lost, each a gap. */
+  missed: number;
 }
 
 export class WalletStreamRecorder implements BookStream {
-  readonly stats: WalletStreamStats = { books: 0, rows: 0, duplicates: 0, late: 0, restRows: 0, nudged: 0, malformed: 0, mirrorChecks: 0 };
+  readonly stats: WalletStreamStats = {
+    books: 0,
+    rows: 0,
+    duplicates: 0,
+    late: 0,
+    restRows: 0,
+    nudged: 0,
+    malformed: 0,
+    mirrorChecks: 0,
+    missed: 0,
+  };
   readonly channel: MarketChannelClient;
   private readonly markets = new Map<string, Held>();
   private readonly lastTs = new Map<string, number>();
@@ -100,7 +127,15 @@ export class WalletStreamRecorder implements BookStream {
   track(markets: Market[], now: number): void {
     for (const m of markets) {
       if (!this.markets.has(m.market_id))
-        this.markets.set(m.market_id, { market: m, books: null, ts: -Infinity, synced: false, restAhead: null, mirror: 'unchecked' });
+        this.markets.set(m.market_id, {
+          market: m,
+          books: null,
+          ts: -Infinity,
+          synced: false,
+          restAhead: null,
+          history: [],
+          mirror: 'unchecked',
+        });
     }
     this.channel.track(markets.map((m) => TOPIC_PREFIX + m.market_id));
     // Not at the clock's end: pushes of its last instants may still be on their way.
@@ -152,8 +187,7 @@ export class WalletStreamRecorder implements BookStream {
     // The stream is the source. A REST book newer than the stream's is normal for a moment (the
     // push is on its way); still undelivered a stall bound later, the stream dropped it or paused
     // while the market traded.
-    if (h.restAhead && h.ts >= h.restAhead.ts) h.restAhead = null;
-    if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs };
+    if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
     if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
       this.sink.lost(m, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
       h.restAhead = null;
@@ -247,7 +281,25 @@ export class WalletStreamRecorder implements BookStream {
     const books = [book(up, yes)];
     if (down && h.mirror !== 'broken') books.push(book(down, mirrorLadders(yes, this.decimals(h.market))));
     this.take(h, books, ts, recvTs, false);
+    this.settleRestAhead(h);
     this.resume(h, recvTs);
+  }
+
+  /**
+   * The stream has passed the instant of a REST book it had not delivered: the copy must have held
+   * REST's levels then. If not, the stream lost the push of that book (a pause while the market
+   * traded, or a drop that the next push overwrote): a gap from the book the copy held then up to now.
+   */
+  private settleRestAhead(h: Held): void {
+    const ahead = h.restAhead;
+    if (!ahead || h.ts < ahead.ts) return;
+    h.restAhead = null;
+    let then: { ts: number; yes: Levels } | undefined;
+    for (let i = h.history.length - 1; i >= 0 && !then; i--) if (h.history[i].ts <= ahead.ts) then = h.history[i];
+    // Older than the books kept: nothing to compare with.
+    if (!then || sameLevels(then.yes, ahead.yes)) return;
+    this.stats.missed++;
+    this.sink.lost(h.market, 'stream_resync', then.ts, `the stream never delivered the book REST showed at ${ahead.ts}`);
   }
 
   /** The stream delivered the market since its last loss: live again, and its gap closes. */
@@ -263,6 +315,8 @@ export class WalletStreamRecorder implements BookStream {
     }
     h.books = books;
     h.ts = ts;
+    const yes = books.find((b) => b.outcome_index === 0);
+    if (yes && h.history.push({ ts, yes }) > 2 * HISTORY) h.history.splice(0, HISTORY);
     // The book a previous process recorded at this instant or later: already in the spool.
     if (ts <= (this.spooled.get(h.market.market_id) ?? -Infinity)) return;
     if (fromRest) this.stats.restRows++;
