@@ -598,7 +598,11 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     incompleteRate: 0.002,
     snapshotLossRate: 0.3,
   } as const;
-  const run = await streamRun(t, { dropRate: 0.002 }, 20, 60, {
+  // And, in simulated time, silent freezes and refused reconnects: fault time whose gaps are measured against it.
+  const start = OPEN + 61 * SECOND;
+  const freezes = [5, 13].map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + 40_000 }));
+  const disconnects = [{ from: start + 9 * 60_000, to: start + 9 * 60_000 + 30_000 }];
+  const run = await streamRun(t, { dropRate: 0.002, freezes, disconnects }, 20, 60, {
     quirks,
     spanMs: 20 * 60_000,
     env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
@@ -633,8 +637,14 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   t.ok(traded.length >= 3, `${traded.length} markets opened and closed during the run`);
   const withRows = traded.filter((m) => [0, 1].every((i) => run.rows.some((r) => r.market_id === m.market_id && r.outcome_index === i)));
   t.equal(withRows.length, traded.length, 'each has books of both outcomes');
-  const gapSeconds = run.gaps.reduce((sum, g) => sum + (g.t - g.f), 0) / 1000;
-  t.pass(`${run.gaps.length} gaps, ${gapSeconds.toFixed(1)} s in all over ${((run.end - first) / 60_000).toFixed(1)} simulated minutes`);
+  const { injected, gapped, inside } = faultTime(run, [...freezes, ...disconnects], traded);
+  t.ok(
+    inside >= 0.99 * injected,
+    `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected freezes and disconnects over ${traded.length} markets' lives lie in gaps`,
+  );
+  t.pass(
+    `${run.gaps.length} gaps, ${(gapped / 1000).toFixed(1)} s over those markets' lives: ${((100 * (gapped - injected)) / injected).toFixed(1)}% over the injected time (${((gapped - inside) / 1000).toFixed(1)} s outside the windows, lost changes found by hash and REST among it)`,
+  );
 });
 
 t.test('a snapshot that never comes: the book is taken from REST after the bound, and the wait is a gap', async (t) => {
@@ -857,29 +867,8 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
     'each has books of both outcomes',
   );
 
-  // Time inside gaps against the injected fault time, per market over its life (gaps of different kinds merged).
   const faults = [...freezes, ...disconnects];
-  const union = (spans: [number, number][]) => {
-    const merged: [number, number][] = [];
-    for (const [f, to] of [...spans].sort((a, b) => a[0] - b[0])) {
-      const last = merged.at(-1);
-      if (last && f <= last[1]) last[1] = Math.max(last[1], to);
-      else merged.push([f, to]);
-    }
-    return merged;
-  };
-  const length = (spans: [number, number][]) => spans.reduce((sum, [f, to]) => sum + Math.max(0, to - f), 0);
-  let injected = 0;
-  let gapped = 0;
-  let inside = 0;
-  for (const m of closed) {
-    const clip = ([f, to]: [number, number]): [number, number] => [Math.max(f, Number(m.s)), Math.min(to, Number(m.e))];
-    const windows = union(faults.map((w) => clip([w.from, w.to])));
-    const gaps = union(run.gaps.filter((g) => g.market_id === m.market_id).map((g) => clip([g.f, g.t])));
-    injected += length(windows);
-    gapped += length(gaps);
-    inside += length(gaps.flatMap(([f, to]) => windows.map(([wf, wt]): [number, number] => [Math.max(f, wf), Math.min(to, wt)])));
-  }
+  const { injected, gapped, inside } = faultTime(run, faults, closed);
   t.ok(
     inside >= 0.99 * injected,
     `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected pauses and disconnects over ${closed.length} markets' lives lie in gaps`,
@@ -893,3 +882,36 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
   const wallet = run.capture.streams.get('wallet-prediction') as WalletStreamRecorder;
   t.ok(wallet.stats.missed > 0, `${wallet.stats.missed} REST books the stream passed without holding them, each a gap`);
 });
+
+/**
+ * Time inside gaps against the injected fault windows, summed over markets (by their lives, from
+ * `s` to `e`), gaps of different kinds merged: how much of the fault time is covered, and how much more.
+ */
+function faultTime(
+  run: { gaps: { market_id: string; f: number; t: number }[] },
+  faults: { from: number; to: number }[],
+  markets: { market_id: string; s: bigint; e: bigint }[],
+) {
+  const union = (spans: [number, number][]) => {
+    const merged: [number, number][] = [];
+    for (const [f, to] of [...spans].sort((a, b) => a[0] - b[0])) {
+      const last = merged.at(-1);
+      if (last && f <= last[1]) last[1] = Math.max(last[1], to);
+      else merged.push([f, to]);
+    }
+    return merged;
+  };
+  const length = (spans: [number, number][]) => spans.reduce((sum, [f, to]) => sum + Math.max(0, to - f), 0);
+  let injected = 0;
+  let gapped = 0;
+  let inside = 0;
+  for (const m of markets) {
+    const clip = ([f, to]: [number, number]): [number, number] => [Math.max(f, Number(m.s)), Math.min(to, Number(m.e))];
+    const windows = union(faults.map((w) => clip([w.from, w.to])));
+    const gaps = union(run.gaps.filter((g) => g.market_id === m.market_id).map((g) => clip([g.f, g.t])));
+    injected += length(windows);
+    gapped += length(gaps);
+    inside += length(gaps.flatMap(([f, to]) => windows.map(([wf, wt]): [number, number] => [Math.max(f, wf), Math.min(to, wt)])));
+  }
+  return { injected, gapped, inside };
+}
