@@ -464,7 +464,7 @@ export class Capture {
       const scope = scopeOf(m);
       if (recorder?.tracks(m)) {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
-        if (!(r.books instanceof UpstreamError)) recorder.rest(m, r);
+        if (!(r.books instanceof UpstreamError)) recorder.rest(m, { ...r, sentTs: now });
         else if (!recorder.live(m) && !liveAtPoll.has(m.market_id) && this.clock.now() < m.end_time)
           this.fail({ ...scope, dataset: 'books' }, now, r.books);
       } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);

@@ -17,6 +17,8 @@ export interface MarketPoll {
   summaries?: (ClobBookSummary & { hash?: string })[];
   quotes: Quote[] | UpstreamError;
   recvTs: number;
+  /** Clock time the poll's requests went out (capture's cycle), where known. */
+  sentTs?: number;
 }
 
 export interface VenueAdapter {

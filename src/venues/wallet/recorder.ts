@@ -177,11 +177,14 @@ export class WalletStreamRecorder implements BookStream {
       return;
     }
     if (h.books === null) {
-      // Nothing held yet. REST is not taken while the subscription is being made (it would race
-      // the stream's first push and leave the span between unheard); a market the stream has
-      // been quiet on for a stall bound since starts from REST's book, with nothing missed.
+      // Nothing held yet. A book unchanged since the topic's connection opened, asked for after it
+      // opened, misses nothing (every change since is pushed): it is the first book, so a quiet
+      // market (before its open, after a restart) is not left without one until it changes. A book
+      // that changed since may race pushes still on their way: it waits for a stall bound of the
+      // stream's silence. Live, either way, only once the stream delivers.
       const sent = this.channel.subscribedAt(TOPIC_PREFIX + m.market_id);
-      if (sent !== undefined && poll.recvTs - sent > this.stallMs) this.take(h, books as Book[], ts, poll.recvTs, true);
+      const unchangedSince = sent !== undefined && (poll.sentTs ?? -Infinity) > sent && ts <= sent;
+      if (sent !== undefined && (unchangedSince || poll.recvTs - sent > this.stallMs)) this.take(h, books as Book[], ts, poll.recvTs, true);
       return;
     }
     // The stream is the source. A REST book newer than the stream's is normal for a moment (the
