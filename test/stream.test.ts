@@ -588,7 +588,7 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
 t.test("the venue's own ways, over 20 simulated minutes: every market recorded, nothing wrong outside gaps", async (t) => {
   // What the real channel does (UPSTREAMS.md C1): hashes over the other layout, a few ms off the
   // message's time, covering trades announced later; books after trades; entries without a size;
-  // snapshots that never come; and drops. Markets open one after another, so later tokens are
+  // snapshots that never come; the custom feature events beside the books; and drops. Markets open one after another, so later tokens are
   // added to open connections. Bounds are in simulated time, wide enough for a busy machine.
   const quirks = {
     hashLayout: 'hash-last',
@@ -597,6 +597,7 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     bookAfterTrade: true,
     incompleteRate: 0.002,
     snapshotLossRate: 0.3,
+    bestBidAsk: true,
   } as const;
   // And, in simulated time, silent freezes and refused reconnects: fault time whose gaps are measured against it.
   const start = OPEN + 61 * SECOND;
@@ -615,6 +616,7 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     `${served.withheldSnapshots} snapshots withheld (${stats.snapshotTimeouts} came later than the bound, from REST or a book after a trade, each with a gap for the wait)`,
   );
   t.ok(stats.incomplete > 0, `${stats.incomplete} entries without a size desynced their token (no row from them)`);
+  t.ok(served.bestBidAsks > 0, `${served.bestBidAsks} best_bid_ask custom feature events came beside the books, and changed nothing`);
   t.ok(stats.lateProofs > 0, `${stats.lateProofs} hashes proved once the trade they covered was announced`);
   t.equal(stats.undoubted, 0, 'the formula reproduces, so every book whose hash did not is held in doubt until proved');
   const checked = stats.verified + stats.lateProofs + stats.bestChecked;

@@ -26,6 +26,8 @@ interface Subscription {
   sizes: Float64Array;
   /** The venue's last trade text as its hashes see it, and the second it was read for. */
   trade: { second: number; text: string } | null;
+  /** The best bid and ask last announced by `best_bid_ask`. */
+  best: string;
 }
 
 /** What the real venue does that a recorder must cope with (UPSTREAMS.md C1); none by default. */
@@ -42,6 +44,8 @@ export interface ChannelQuirks {
   incompleteRate: number;
   /** Share of snapshots never sent although `initial_dump` asked for them. */
   snapshotLossRate: number;
+  /** A `best_bid_ask` whenever a token's best levels change, to connections that asked for the custom feature events. */
+  bestBidAsk: boolean;
 }
 
 export const NO_QUIRKS: ChannelQuirks = {
@@ -51,6 +55,7 @@ export const NO_QUIRKS: ChannelQuirks = {
   bookAfterTrade: false,
   incompleteRate: 0,
   snapshotLossRate: 0,
+  bestBidAsk: false,
 };
 
 /** A trade price as the venue writes it, on REST and the market channel alike (no trade yet: the venue's 0.5). */
@@ -115,6 +120,8 @@ export class MarketChannel extends StreamServer<Client> {
   subscriptions = 0;
   /** Snapshots not sent: asked without `initial_dump`, or lost to `snapshotLossRate`. */
   withheldSnapshots = 0;
+  /** `best_bid_ask` custom feature events made. */
+  bestBidAsks = 0;
   /** Clock time each token was first subscribed: a recorder owes its book from a stall bound after. */
   readonly subscribedAt = new Map<string, number>();
   readonly quirks: ChannelQuirks;
@@ -160,7 +167,7 @@ export class MarketChannel extends StreamServer<Client> {
       const state = this.sim.bookState(market, index, at);
       // The hashes that follow are of the venue's true book, whatever snapshot this connection was sent.
       const current = this.sim.bookState(market, index, Math.min(now, market.end - 1));
-      client.assets.set(id, { market, index, cursor: Math.max(now, at), sizes: current.sizes.slice(), trade: null });
+      client.assets.set(id, { market, index, cursor: Math.max(now, at), sizes: current.sizes.slice(), trade: null, best: '' });
       this.subscriptions++;
       if (!this.subscribedAt.has(id)) this.subscribedAt.set(id, now);
       if (!dump || this.random() < this.quirks.snapshotLossRate) {
@@ -248,11 +255,31 @@ export class MarketChannel extends StreamServer<Client> {
           const summary = summaryOf(market, index, c.t, sub.sizes, this.extras(sub, c.t), q, c.t + skew);
           const bid = bestBid(sub.sizes);
           const ask = bestAsk(sub.sizes);
+          const best_bid = bid === null ? '0' : String(bid / 100);
+          const best_ask = ask === null ? '1' : String(ask / 100);
           for (const e of m.changes) {
             if (e.asset_id !== id || e.hash) continue;
             e.hash = summary.hash;
-            e.best_bid = bid === null ? '0' : String(bid / 100);
-            e.best_ask = ask === null ? '1' : String(ask / 100);
+            e.best_bid = best_bid;
+            e.best_ask = best_ask;
+          }
+          if (q.bestBidAsk && client.custom && sub.best !== `${best_bid}/${best_ask}`) {
+            sub.best = `${best_bid}/${best_ask}`;
+            this.bestBidAsks++;
+            const spread = ((ask ?? 100) - (bid ?? 0)) / 100;
+            assetEvents.push({
+              t: c.t,
+              rank: 1,
+              body: {
+                event_type: 'best_bid_ask',
+                market: conditionId(market),
+                asset_id: id,
+                best_bid,
+                best_ask,
+                spread: spread.toFixed(2),
+                timestamp: String(c.t),
+              },
+            });
           }
         }
       }
