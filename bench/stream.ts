@@ -266,5 +266,12 @@ backlog 0.08-0.63 s): the target was met in some runs and missed by up to 12% in
 (2026-11-23, a later session), 50,000/s offered gave 49,033, 49,187, 49,394, 49,490, 49,630, 49,746 and 49,950/s in
 seven runs before the table's (backlog after the first second at most 0.24 s), 60,000/s offered 58,461 and 58,866/s (at most 0.34 s), and
 unpaced 62,700-73,800/s. Unpaced, one thread gave 49,300/s and three 68,300/s.
+With the venue's checks (2026-11-25, 2 x AMD EPYC, a machine whose speed varies by a third from one minute to the
+next): each change entry now carries the venue's best bid and ask (338 B of JSON a change, from 302) and is checked
+against them, the hash covers 10 fields, and each token keeps its last 128 books for late REST checks. Taking turns
+with the build before them (b06dd75) on two threads unpaced: 55,129 and 61,081/s (32.2 and 29.7 us a change) against
+61,293 and 69,811/s (28.6 and 26.4 us), about 12% more CPU a change; before the kept books were trimmed in halves and
+held as hash texts only (not every row's ladders), it was 44% more. At 50,000/s offered the new build gave
+49,738-49,747/s in quiet minutes and 40,392-49,118/s in slow ones, when the old one also fell to 43,768/s.
 `;
 }
