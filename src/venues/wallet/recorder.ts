@@ -40,6 +40,11 @@ interface Held {
   ts: number;
   /** Whether the stream delivered the market since the last loss: only then is it live. */
   synced: boolean;
+  /**
+   * A loss is reported and the stream has not delivered since: a later loss adds nothing. Not the
+   * same as `!synced`: a market whose first book came from REST has had no loss, and its first one is reported.
+   */
+  lossOpen: boolean;
   /** A REST book newer than the stream's, when it was seen, and its Yes levels: the stream must hold them at that instant. */
   restAhead: { ts: number; at: number; yes: Levels } | null;
   /** The Yes books held lately (stream or REST), oldest first: what the copy held at an instant REST showed. */
@@ -132,6 +137,7 @@ export class WalletStreamRecorder implements BookStream {
           books: null,
           ts: -Infinity,
           synced: false,
+          lossOpen: false,
           restAhead: null,
           history: [],
           mirror: 'unchecked',
@@ -173,7 +179,16 @@ export class WalletStreamRecorder implements BookStream {
     const ts = yes.exchange_ts;
     if (!this.channel.healthy(TOPIC_PREFIX + m.market_id) || h.mirror === 'broken') {
       // The stream is down, or its No books are not trusted: REST is the fallback row (a gap is open).
-      if (ts > h.ts) this.take(h, books as Book[], ts, poll.recvTs, true);
+      if (ts <= h.ts) return;
+      // A connection seen down before its loss is reported (the close event still to come): the
+      // loss starts at the copy's newest book, which REST's is about to replace, not at REST's.
+      if (h.books !== null && !h.lossOpen && h.mirror !== 'broken') {
+        h.synced = false;
+        h.lossOpen = true;
+        h.restAhead = null;
+        this.sink.lost(m, 'disconnected', h.ts, 'the stream connection is down');
+      }
+      this.take(h, books as Book[], ts, poll.recvTs, true);
       return;
     }
     if (h.books === null) {
@@ -193,6 +208,7 @@ export class WalletStreamRecorder implements BookStream {
     if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
     if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
       this.sink.lost(m, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
+      h.lossOpen = true;
       h.restAhead = null;
       // Live again at the stream's next push; REST's book stands meanwhile.
       h.synced = false;
@@ -220,6 +236,7 @@ export class WalletStreamRecorder implements BookStream {
       return;
     }
     h.mirror = 'broken';
+    h.lossOpen = true;
     this.log.warn(
       { market_id: h.market.market_id },
       "REST's No book is not the Yes book mirrored: the market's stream books are not trusted",
@@ -308,6 +325,7 @@ export class WalletStreamRecorder implements BookStream {
   /** The stream delivered the market since its last loss: live again, and its gap closes. */
   private resume(h: Held, recvTs: number): void {
     h.synced = true;
+    h.lossOpen = false;
     if (this.live(h.market)) this.sink.recovered(h.market, recvTs);
   }
 
@@ -330,8 +348,9 @@ export class WalletStreamRecorder implements BookStream {
   private lose(topics: string[], reason: LostReason, since: number, detail: string): void {
     const lost = new Set(topics);
     for (const h of this.markets.values()) {
-      if (!lost.has(TOPIC_PREFIX + h.market.market_id) || !h.synced) continue;
+      if (!lost.has(TOPIC_PREFIX + h.market.market_id) || h.books === null || h.lossOpen) continue;
       h.synced = false;
+      h.lossOpen = true;
       h.restAhead = null;
       this.sink.lost(h.market, reason, Math.min(since, h.ts), detail);
     }
