@@ -130,3 +130,66 @@ t.test('the stand-in refuses what the venue refuses, with its error shape', asyn
   const stale = signedSocketUrl(base, SECRET, [WALLET_AGGREGATE_TOPIC], Date.now() - 60_000);
   t.match(await attempt(stale, KEY), { status: 400, body: { code: -1021 } }, 'a timestamp outside recvWindow');
 });
+
+t.test('before its connection ever opens, a market takes REST after a stall bound, under a gap until the stream delivers', async (t) => {
+  // A port nothing listens on: the connection is refused and retried, never open.
+  const closed = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  await new Promise((r) => closed.once('listening', r));
+  const port = (closed.address() as { port: number }).port;
+  await new Promise((r) => closed.close(r));
+  const rows: { ts: number; books: Book[] }[] = [];
+  const gaps: { from: number; reason: string }[] = [];
+  const config = testConfig(t.testdir(), { WALLET_WS_URL: `ws://127.0.0.1:${port}/sapi/wss`, STREAM_STALL_MS: '5000' });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
+    metrics: () => undefined,
+    lost: (_m, reason, from) => gaps.push({ from, reason }),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  const market = bareMarket({
+    market_id: '5567895',
+    venue: 'wallet-prediction',
+    coin: 'btc',
+    window: '15m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    outcomes: [
+      { index: 0, label: 'Up', token_id: 'yes-token' },
+      { index: 1, label: 'Down', token_id: 'no-token' },
+    ],
+  });
+  const tracked = 1_000_000;
+  rec.track([market], tracked);
+  // The No book the Yes book mirrored, as the venue keeps them.
+  const book = (token_id: string, outcome_index: number, at: number): Book => ({
+    market_id: market.market_id,
+    token_id,
+    outcome_index,
+    outcome: outcome_index ? 'Down' : 'Up',
+    exchange_ts: at,
+    bid_prices: [outcome_index ? 0.49 : 0.5],
+    bid_sizes: [outcome_index ? 20 : 10],
+    ask_prices: [outcome_index ? 0.5 : 0.51],
+    ask_sizes: [outcome_index ? 10 : 20],
+  });
+  const poll = (recvTs: number, at: number) => ({
+    books: [book('yes-token', 0, at), book('no-token', 1, at)],
+    quotes: [],
+    recvTs,
+    sentTs: recvTs - 10,
+  });
+  rec.rest(market, poll(tracked + 1000, tracked - 500));
+  t.same(rows, [], 'within the stall bound REST waits for the connection');
+  rec.rest(market, poll(tracked + 6000, tracked + 5500));
+  t.same(
+    rows.map((r) => r.ts),
+    [tracked + 5500],
+    "past it, REST's book is the first",
+  );
+  t.same(gaps, [{ from: tracked + 5500, reason: 'disconnected' }], 'and a gap runs from it until the stream delivers');
+  rec.rest(market, poll(tracked + 7000, tracked + 6500));
+  t.equal(gaps.length, 1, 'one loss, whatever REST brings next');
+});

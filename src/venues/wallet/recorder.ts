@@ -45,6 +45,8 @@ interface Held {
    * same as `!synced`: a market whose first book came from REST has had no loss, and its first one is reported.
    */
   lossOpen: boolean;
+  /** Clock time capture asked for the market. */
+  trackedAt: number;
   /** A REST book newer than the stream's, when it was seen, and its Yes levels: the stream must hold them at that instant. */
   restAhead: { ts: number; at: number; yes: Levels } | null;
   /** The Yes books held lately (stream or REST), oldest first: what the copy held at an instant REST showed. */
@@ -138,6 +140,7 @@ export class WalletStreamRecorder implements BookStream {
           ts: -Infinity,
           synced: false,
           lossOpen: false,
+          trackedAt: now,
           restAhead: null,
           history: [],
           mirror: 'unchecked',
@@ -177,7 +180,18 @@ export class WalletStreamRecorder implements BookStream {
     if (!yes || !no || yes.exchange_ts === null) return;
     this.checkMirror(h, yes, no);
     const ts = yes.exchange_ts;
-    if (!this.channel.healthy(TOPIC_PREFIX + m.market_id) || h.mirror === 'broken') {
+    const healthy = this.channel.healthy(TOPIC_PREFIX + m.market_id);
+    if (!healthy && h.books === null) {
+      // No book yet and the topic's connection not open: REST's book would leave unheard whatever
+      // changes before the subscription is in force. It waits a stall bound for the connection;
+      // after that it is the fallback, under a gap until the stream delivers.
+      if (poll.recvTs - h.trackedAt <= this.stallMs) return;
+      this.take(h, books as Book[], ts, poll.recvTs, true);
+      h.lossOpen = true;
+      this.sink.lost(m, 'disconnected', ts, 'the stream connection is not open: REST books stand in');
+      return;
+    }
+    if (!healthy || h.mirror === 'broken') {
       // The stream is down, or its No books are not trusted: REST is the fallback row (a gap is open).
       if (ts <= h.ts) return;
       // A connection seen down before its loss is reported (the close event still to come): the
@@ -241,7 +255,13 @@ export class WalletStreamRecorder implements BookStream {
       { market_id: h.market.market_id },
       "REST's No book is not the Yes book mirrored: the market's stream books are not trusted",
     );
-    this.sink.lost(h.market, 'stream_resync', h.ts, `REST's No book at ${no.exchange_ts} is not the Yes book mirrored`);
+    // From the copy's newest book, or this instant when there is none yet.
+    this.sink.lost(
+      h.market,
+      'stream_resync',
+      h.books === null ? (yes.exchange_ts ?? h.ts) : h.ts,
+      `REST's No book at ${no.exchange_ts} is not the Yes book mirrored`,
+    );
   }
 
   /** Prices' decimal places: the market's `decimalPrecision` (as its tick), two where unknown. */
