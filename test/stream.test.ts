@@ -303,6 +303,19 @@ interface RunOptions {
 }
 
 /** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
+/** Both venues' BTC markets at the stand-in's `url`, with budgets no test reaches. */
+function venuesAt(url: string) {
+  return {
+    POLYMARKET_COINS: 'btc',
+    POLYMARKET_GAMMA_URL: url,
+    POLYMARKET_CLOB_URL: url,
+    POLYMARKET_RPS: '100000',
+    WALLET_COINS: 'btc',
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+  };
+}
+
 async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
   const dir = t.testdir();
@@ -318,13 +331,7 @@ async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number
   const config = testConfig(dir, {
     CAPTURE_STREAM: venue,
     CAPTURE_VENUES: venue,
-    POLYMARKET_COINS: 'btc',
-    POLYMARKET_GAMMA_URL: url,
-    POLYMARKET_CLOB_URL: url,
-    POLYMARKET_RPS: '100000',
-    WALLET_COINS: 'btc',
-    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
-    WALLET_RPS: '100000',
+    ...venuesAt(url),
     WALLET_CONCURRENCY: '16',
     STREAM_STALL_MS: '3000',
     STREAM_BACKOFF_MIN_MS: '20',
@@ -787,13 +794,7 @@ t.test('a restart records no book twice: the unchanged books its snapshots bring
   const config = testConfig(dir, {
     CAPTURE_STREAM: 'polymarket,wallet-prediction',
     CAPTURE_VENUES: 'polymarket,wallet-prediction',
-    POLYMARKET_COINS: 'btc',
-    POLYMARKET_GAMMA_URL: url,
-    POLYMARKET_CLOB_URL: url,
-    POLYMARKET_RPS: '100000',
-    WALLET_COINS: 'btc',
-    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
-    WALLET_RPS: '100000',
+    ...venuesAt(url),
   });
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());

@@ -18,6 +18,23 @@ const { payload } = JSON.parse(fs.readFileSync(new URL('./fixtures/wallet/orderb
 const KEY = 'documented-key';
 const SECRET = 'documented-secret';
 
+/** The documented push's market, open, its outcomes' tokens named for their side. */
+const openWalletMarket = () =>
+  bareMarket({
+    market_id: String(payload.marketId),
+    venue: 'wallet-prediction',
+    coin: 'btc',
+    window: '15m',
+    start_time: 0,
+    end_time: Number.MAX_SAFE_INTEGER,
+    status: 'open',
+    tick_size: 0.01,
+    outcomes: [
+      { index: 0, label: 'Up', token_id: 'yes-token' },
+      { index: 1, label: 'Down', token_id: 'no-token' },
+    ],
+  });
+
 const until = async (done: () => boolean) => {
   for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
 };
@@ -59,20 +76,7 @@ t.test('the documented push, as a string in a signed connection: both outcome bo
     tickSize: () => undefined,
   });
   t.teardown(() => rec.close());
-  const market = bareMarket({
-    market_id: String(payload.marketId),
-    venue: 'wallet-prediction',
-    coin: 'btc',
-    window: '15m',
-    start_time: 0,
-    end_time: Number.MAX_SAFE_INTEGER,
-    status: 'open',
-    tick_size: 0.01,
-    outcomes: [
-      { index: 0, label: 'Up', token_id: 'yes-token' },
-      { index: 1, label: 'Down', token_id: 'no-token' },
-    ],
-  });
+  const market = openWalletMarket();
   rec.track([market], Date.now());
   await until(() => rows.length > 0 && rec.stats.duplicates > 0 && rec.stats.malformed > 0);
 
@@ -148,19 +152,7 @@ t.test('before its connection ever opens, a market takes REST after a stall boun
     tickSize: () => undefined,
   });
   t.teardown(() => rec.close());
-  const market = bareMarket({
-    market_id: '5567895',
-    venue: 'wallet-prediction',
-    coin: 'btc',
-    window: '15m',
-    start_time: 0,
-    end_time: Number.MAX_SAFE_INTEGER,
-    status: 'open',
-    outcomes: [
-      { index: 0, label: 'Up', token_id: 'yes-token' },
-      { index: 1, label: 'Down', token_id: 'no-token' },
-    ],
-  });
+  const market = openWalletMarket();
   const tracked = 1_000_000;
   rec.track([market], tracked);
   // The No book the Yes book mirrored, as the venue keeps them.

@@ -255,16 +255,16 @@ export class MarketChannel extends StreamServer<Client> {
           const summary = summaryOf(market, index, c.t, sub.sizes, this.extras(sub, c.t), q, c.t + skew);
           const bid = bestBid(sub.sizes);
           const ask = bestAsk(sub.sizes);
-          const best_bid = bid === null ? '0' : String(bid / 100);
-          const best_ask = ask === null ? '1' : String(ask / 100);
+          const bidText = bid === null ? '0' : String(bid / 100);
+          const askText = ask === null ? '1' : String(ask / 100);
           for (const e of m.changes) {
             if (e.asset_id !== id || e.hash) continue;
             e.hash = summary.hash;
-            e.best_bid = best_bid;
-            e.best_ask = best_ask;
+            e.best_bid = bidText;
+            e.best_ask = askText;
           }
-          if (q.bestBidAsk && client.custom && sub.best !== `${best_bid}/${best_ask}`) {
-            sub.best = `${best_bid}/${best_ask}`;
+          if (q.bestBidAsk && client.custom && sub.best !== `${bidText}/${askText}`) {
+            sub.best = `${bidText}/${askText}`;
             this.bestBidAsks++;
             const spread = ((ask ?? 100) - (bid ?? 0)) / 100;
             assetEvents.push({
@@ -274,8 +274,8 @@ export class MarketChannel extends StreamServer<Client> {
                 event_type: 'best_bid_ask',
                 market: conditionId(market),
                 asset_id: id,
-                best_bid,
-                best_ask,
+                best_bid: bidText,
+                best_ask: askText,
                 spread: spread.toFixed(2),
                 timestamp: String(c.t),
               },

@@ -1,7 +1,7 @@
 // A client of the venues' book streams with the maintained `ws` library: Polymarket's market
 // channel and the wallet venue's orderbook topics differ only in how they subscribe, beat and
-// frame (a `StreamProtocol`, in each venue's room). It owns connections only: bounded subscriptions per connection, PING heartbeats, and reconnects with
-// backoff and jitter. It notices a connection that stops delivering data while its heartbeat
+// frame (a `StreamProtocol`, in each venue's room). It owns connections only: bounded
+// subscriptions per connection, PING heartbeats, and reconnects with backoff and jitter. It notices a connection that stops delivering data while its heartbeat
 // still answers (the venue's known silent stall), and reports every span in which its assets
 // were not being heard, so the recorder can say so and re-fetch. What messages mean is the
 // recorder's business.
@@ -58,8 +58,6 @@ interface Connection {
   reconnect: NodeJS.Timeout | null;
   /** Set once a loss is reported, so a stall followed by the close reports one span. */
   lostReported: boolean;
-  /** Data has arrived since the connection opened. */
-  flowing: boolean;
 }
 
 export interface ChannelStats {
@@ -133,21 +131,9 @@ export class MarketChannelClient {
     return !!conn && conn.socket?.readyState === WebSocket.OPEN && !conn.lostReported;
   }
 
-  /** Whether `asset`'s connection is open and has delivered data since it opened (its subscription is in force). */
-  flowing(asset: string): boolean {
-    const conn = this.connections.find((c) => c.assets.has(asset));
-    return !!conn && this.healthy(asset) && conn.flowing;
-  }
-
   /** Clock time the subscribe frame naming `asset` went out on its current connection (undefined: not yet). */
   subscribedAt(asset: string): number | undefined {
     return this.sentAt.get(asset);
-  }
-
-  /** Whether `asset`'s first connection is still being made or answered: its snapshot is on its way. */
-  coming(asset: string): boolean {
-    const conn = this.connections.find((c) => c.assets.has(asset));
-    return !!conn && !conn.lostReported && conn.failures === 0 && conn.socket !== null && conn.socket.readyState <= WebSocket.OPEN;
   }
 
   close(): void {
@@ -165,7 +151,6 @@ export class MarketChannelClient {
       failures: 0,
       reconnect: null,
       lostReported: false,
-      flowing: false,
     };
     this.connections.push(conn);
     this.connect(conn);
@@ -184,7 +169,6 @@ export class MarketChannelClient {
       this.stats.connects++;
       conn.lastData = this.clock.now();
       conn.lostReported = false;
-      conn.flowing = false;
       const frame = protocol.subscribe([...conn.assets], true);
       if (frame) socket.send(frame);
       for (const a of conn.assets) this.sentAt.set(a, conn.lastData);
@@ -205,7 +189,6 @@ export class MarketChannelClient {
       if (!messages.length) return;
       conn.lastData = recvTs;
       conn.failures = 0;
-      conn.flowing = true;
       for (const msg of messages) {
         this.stats.messages++;
         this.events.message(msg, recvTs);

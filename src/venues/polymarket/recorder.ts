@@ -91,6 +91,8 @@ interface Token {
   written: Quote | null;
   /** Changes that arrived while waiting for a snapshot, per message, applied after it when newer. */
   pending: { ts: number; timestamp: string; changes: ClobPriceChange[] }[];
+  /** The venue announced the market's resolution while the token was tracked: not kept subscribed for it once ended. */
+  resolved: boolean;
 }
 
 export interface StreamStats {
@@ -170,8 +172,6 @@ export class StreamRecorder implements BookStream {
    * `market_resolved` says when the market resolved, or until `resolveWaitMs` past the end.
    */
   private readonly resolving = new Map<string, { market: Market; until: number }>();
-  /** Markets whose resolution came while their tokens were still tracked: not kept waiting once ended. */
-  private readonly announced = new Set<string>();
   private readonly resolveWaitMs: number;
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
@@ -236,6 +236,7 @@ export class StreamRecorder implements BookStream {
             price: null,
             written: null,
             pending: [],
+            resolved: false,
           });
         }
         wanted.push(o.token_id);
@@ -256,18 +257,15 @@ export class StreamRecorder implements BookStream {
       .map(([id]) => id);
     for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
     const release: string[] = [];
-    const letGo = new Set<Market>();
     for (const id of ended) {
-      const m = this.tokens.get(id)!.market;
-      letGo.add(m);
+      const { market: m, resolved } = this.tokens.get(id)!;
       this.lastTs.delete(m.market_id);
       this.lastMetricTs.delete(m.market_id);
       this.tokens.delete(id);
       const until = m.end_time + this.resolveWaitMs;
-      if (m.resolved_time === null && !this.announced.has(m.market_id) && now < until) this.resolving.set(id, { market: m, until });
+      if (m.resolved_time === null && !resolved && now < until) this.resolving.set(id, { market: m, until });
       else release.push(id);
     }
-    for (const m of letGo) if (!this.tracks(m)) this.announced.delete(m.market_id);
     for (const [id, r] of this.resolving) {
       if (now < r.until) continue;
       this.resolving.delete(id);
@@ -607,9 +605,12 @@ export class StreamRecorder implements BookStream {
     if (!market || index === undefined) return;
     this.stats.resolutions++;
     this.sink.resolved?.(market, index, ts, recvTs);
+    for (const o of market.outcomes) {
+      const t = this.tokens.get(o.token_id);
+      if (t) t.resolved = true;
+    }
     const release = market.outcomes.map((o) => o.token_id).filter((id) => this.resolving.delete(id));
     if (release.length) this.channel.untrack(release);
-    else if (this.tracks(market)) this.announced.add(market.market_id);
   }
 
   /**

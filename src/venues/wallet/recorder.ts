@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { type BookStream, type StreamSink, StreamProgress, advance } from '../../capture/stream.js';
+import { type BookStream, type StreamGapReason, type StreamSink, StreamProgress, advance } from '../../capture/stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -187,8 +187,7 @@ export class WalletStreamRecorder implements BookStream {
       // after that it is the fallback, under a gap until the stream delivers.
       if (poll.recvTs - h.trackedAt <= this.stallMs) return;
       this.take(h, books as Book[], ts, poll.recvTs, true);
-      h.lossOpen = true;
-      this.sink.lost(m, 'disconnected', ts, 'the stream connection is not open: REST books stand in');
+      this.openLoss(h, 'disconnected', ts, 'the stream connection is not open: REST books stand in');
       return;
     }
     if (!healthy || h.mirror === 'broken') {
@@ -196,12 +195,7 @@ export class WalletStreamRecorder implements BookStream {
       if (ts <= h.ts) return;
       // A connection seen down before its loss is reported (the close event still to come): the
       // loss starts at the copy's newest book, which REST's is about to replace, not at REST's.
-      if (h.books !== null && !h.lossOpen && h.mirror !== 'broken') {
-        h.synced = false;
-        h.lossOpen = true;
-        h.restAhead = null;
-        this.sink.lost(m, 'disconnected', h.ts, 'the stream connection is down');
-      }
+      if (h.books !== null && !h.lossOpen && h.mirror !== 'broken') this.openLoss(h, 'disconnected', h.ts, 'the stream connection is down');
       this.take(h, books as Book[], ts, poll.recvTs, true);
       return;
     }
@@ -221,11 +215,8 @@ export class WalletStreamRecorder implements BookStream {
     // while the market traded.
     if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
     if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
-      this.sink.lost(m, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
-      h.lossOpen = true;
-      h.restAhead = null;
       // Live again at the stream's next push; REST's book stands meanwhile.
-      h.synced = false;
+      this.openLoss(h, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
       this.take(h, books as Book[], ts, poll.recvTs, true);
     }
   }
@@ -238,14 +229,7 @@ export class WalletStreamRecorder implements BookStream {
   private checkMirror(h: Held, yes: Book, no: Book): void {
     if (h.mirror === 'broken' || yes.exchange_ts !== no.exchange_ts) return;
     this.stats.mirrorChecks++;
-    const mirrored = mirrorLadders(yes, this.decimals(h.market));
-    const same = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => x === b[i]);
-    if (
-      same(mirrored.bid_prices, no.bid_prices) &&
-      same(mirrored.bid_sizes, no.bid_sizes) &&
-      same(mirrored.ask_prices, no.ask_prices) &&
-      same(mirrored.ask_sizes, no.ask_sizes)
-    ) {
+    if (sameLevels(mirrorLadders(yes, this.decimals(h.market)), no)) {
       h.mirror = 'holds';
       return;
     }
@@ -369,10 +353,15 @@ export class WalletStreamRecorder implements BookStream {
     const lost = new Set(topics);
     for (const h of this.markets.values()) {
       if (!lost.has(TOPIC_PREFIX + h.market.market_id) || h.books === null || h.lossOpen) continue;
-      h.synced = false;
-      h.lossOpen = true;
-      h.restAhead = null;
-      this.sink.lost(h.market, reason, Math.min(since, h.ts), detail);
+      this.openLoss(h, reason, Math.min(since, h.ts), detail);
     }
+  }
+
+  /** The market is no longer vouched for from `from` until the stream delivers it again. */
+  private openLoss(h: Held, reason: StreamGapReason, from: number, detail: string): void {
+    h.synced = false;
+    h.lossOpen = true;
+    h.restAhead = null;
+    this.sink.lost(h.market, reason, from, detail);
   }
 }
