@@ -28,6 +28,15 @@ import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
 const OPEN = Date.parse('2026-07-26T12:00:00Z');
+/**
+ * The 20-minute audits' pace: 60x in the suite. A gap ends on a reconnect's backoff and the next
+ * push, which take real time that 60x stretches six-fold against 10x; `AUDIT_SPEED=10` measures
+ * the fault-time figures nearer the venues' own pace and holds them to the 10% target (BENCHMARKS.md).
+ */
+const AUDIT_SPEED = Number(process.env.AUDIT_SPEED ?? 60);
+const AUDIT_SECONDS = Math.ceil((20 * 60) / AUDIT_SPEED);
+/** Gap time allowed outside the injected windows, as a share of them. */
+const AUDIT_OVER = AUDIT_SPEED <= 10 ? 0.1 : 0.5;
 
 t.test('the book model: one history, however it is read', async (t) => {
   const sim = new Sim(7, COINS);
@@ -302,7 +311,6 @@ interface RunOptions {
   spanMs?: number;
 }
 
-/** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
 /** Both venues' BTC markets at the stand-in's `url`, with budgets no test reaches. */
 function venuesAt(url: string) {
   return {
@@ -316,6 +324,7 @@ function venuesAt(url: string) {
   };
 }
 
+/** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
 async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
   const dir = t.testdir();
@@ -610,7 +619,7 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   const start = OPEN + 61 * SECOND;
   const freezes = [5, 13].map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + 40_000 }));
   const disconnects = [{ from: start + 9 * 60_000, to: start + 9 * 60_000 + 30_000 }];
-  const run = await streamRun(t, { dropRate: 0.002, freezes, disconnects }, 20, 60, {
+  const run = await streamRun(t, { dropRate: 0.002, freezes, disconnects }, AUDIT_SECONDS, AUDIT_SPEED, {
     quirks,
     spanMs: 20 * 60_000,
     env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
@@ -647,13 +656,18 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   const withRows = traded.filter((m) => [0, 1].every((i) => run.rows.some((r) => r.market_id === m.market_id && r.outcome_index === i)));
   t.equal(withRows.length, traded.length, 'each has books of both outcomes');
   // Fault time in which a market's book did not change lost nothing and needs no gap: within 10% of it may lie outside.
-  const { injected, gapped, inside } = faultTime(run, [...freezes, ...disconnects], traded);
+  const { injected, gapped, inside, windowed } = faultTime(run, [...freezes, ...disconnects], traded);
   t.ok(
     inside >= 0.9 * injected,
     `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected freezes and disconnects over ${traded.length} markets' lives lie in gaps`,
   );
+  // A freeze's gap runs from the last proof before it to the first after it (a poll's, every 5 s here): real time, scaled by the pace.
+  t.ok(
+    windowed - inside <= AUDIT_OVER * injected,
+    `the gaps that meet those windows hold ${(windowed / 1000).toFixed(1)} s, ${((100 * (windowed - inside)) / injected).toFixed(1)}% over the injected time`,
+  );
   t.pass(
-    `${run.gaps.length} gaps, ${(gapped / 1000).toFixed(1)} s over those markets' lives: ${((100 * (gapped - injected)) / injected).toFixed(1)}% over the injected time (${((gapped - inside) / 1000).toFixed(1)} s outside the windows, lost changes found by hash and REST among it)`,
+    `${run.gaps.length} gaps, ${(gapped / 1000).toFixed(1)} s over those markets' lives (${((gapped - windowed) / 1000).toFixed(1)} s of them in the gaps of drops and incomplete entries, found by hash, best levels and REST)`,
   );
 });
 
@@ -841,11 +855,17 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
   const windows = (at: number[], ms: number) => at.map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + ms }));
   const freezes = windows([3, 9, 15], 40_000);
   const disconnects = windows([6, 12], 30_000);
-  const run = await streamRun(t, { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02, freezes, disconnects }, 20, 60, {
-    venue: 'wallet-prediction',
-    spanMs: 20 * 60_000,
-    env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
-  });
+  const run = await streamRun(
+    t,
+    { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02, freezes, disconnects },
+    AUDIT_SECONDS,
+    AUDIT_SPEED,
+    {
+      venue: 'wallet-prediction',
+      spanMs: 20 * 60_000,
+      env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
+    },
+  );
   const { expected, recorded, unknowable } = auditStream(t, run);
   t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
   t.ok(
@@ -878,10 +898,10 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
     inside >= 0.9 * injected,
     `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected pauses and disconnects over ${closed.length} markets' lives lie in gaps`,
   );
-  // Past the windows a gap reaches back to the last push before a pause (silence before it looks like a quiet book) and on
-  // to the first push after it: 10-15% measured idle. The bound is looser, since the end of each is real time scaled 60x.
+  // Past the windows a gap reaches back to the last proof of the book before a pause (a poll's, or the last push: silence
+  // looks like a quiet book) and on to the first push after it, or the reconnect: real time, scaled by the pace.
   t.ok(
-    gapped - inside <= 0.5 * injected,
+    gapped - inside <= AUDIT_OVER * injected,
     `${(gapped / 1000).toFixed(1)} s in gaps in all, ${((100 * (gapped - injected)) / injected).toFixed(1)}% over the injected time (${((gapped - inside) / 1000).toFixed(1)} s outside the windows)`,
   );
   const wallet = run.capture.streams.get('wallet-prediction') as WalletStreamRecorder;
@@ -890,7 +910,9 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
 
 /**
  * Time inside gaps against the injected fault windows, summed over markets (by their lives, from
- * `s` to `e`), gaps of different kinds merged: how much of the fault time is covered, and how much more.
+ * `s` to `e`), gaps of different kinds merged: how much of the fault time is covered (`inside`), how
+ * much time is in gaps in all (`gapped`), and in the gaps that meet a window (`windowed`: a fault's
+ * own gaps, apart from those of faults spread through the run, drops say).
  */
 function faultTime(
   run: { gaps: { market_id: string; f: number; t: number }[] },
@@ -910,6 +932,7 @@ function faultTime(
   let injected = 0;
   let gapped = 0;
   let inside = 0;
+  let windowed = 0;
   for (const m of markets) {
     const clip = ([f, to]: [number, number]): [number, number] => [Math.max(f, Number(m.s)), Math.min(to, Number(m.e))];
     const windows = union(faults.map((w) => clip([w.from, w.to])));
@@ -917,6 +940,7 @@ function faultTime(
     injected += length(windows);
     gapped += length(gaps);
     inside += length(gaps.flatMap(([f, to]) => windows.map(([wf, wt]): [number, number] => [Math.max(f, wf), Math.min(to, wt)])));
+    windowed += length(gaps.filter(([f, to]) => windows.some(([wf, wt]) => f < wt && to > wf)));
   }
-  return { injected, gapped, inside };
+  return { injected, gapped, inside, windowed };
 }

@@ -49,13 +49,27 @@ interface Held {
   trackedAt: number;
   /** A REST book newer than the stream's, when it was seen, and its Yes levels: the stream must hold them at that instant. */
   restAhead: { ts: number; at: number; yes: Levels } | null;
-  /** The Yes books held lately (stream or REST), oldest first: what the copy held at an instant REST showed. */
-  history: { ts: number; yes: Levels }[];
+  /**
+   * The Yes books held lately (stream or REST), oldest first: what the copy held at an instant REST
+   * showed, and until when REST showed it unchanged (`proved`, clock time a poll was sent).
+   */
+  history: Kept[];
   /** Whether REST's No book was seen to be the Yes book mirrored ('broken': the stream's No books are not trusted). */
   mirror: 'unchecked' | 'holds' | 'broken';
 }
 
 type Levels = Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'>;
+
+/**
+ * A book the copy held from `ts`. Pushes come only on changes, so a quiet stream cannot tell an
+ * unchanged book from a paused feed; a poll sent at `proved` whose answer was this book says it
+ * was still the venue's then, so a loss found later starts there, not at the push.
+ */
+interface Kept {
+  ts: number;
+  yes: Levels;
+  proved: number;
+}
 
 /** Yes books kept per market for REST's late word (a poll's round trip at most; pushes come on changes only). */
 const HISTORY = 64;
@@ -213,10 +227,12 @@ export class WalletStreamRecorder implements BookStream {
     // The stream is the source. A REST book newer than the stream's is normal for a moment (the
     // push is on its way); still undelivered a stall bound later, the stream dropped it or paused
     // while the market traded.
-    if (ts > h.ts && !h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
+    if (ts <= h.ts) this.prove(h, ts, yes, poll.sentTs);
+    else if (!h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
     if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
       // Live again at the stream's next push; REST's book stands meanwhile.
-      this.openLoss(h, 'stream_resync', h.ts, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
+      const from = this.provedUntil(h, h.ts, h.restAhead.ts);
+      this.openLoss(h, 'stream_resync', from, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
       this.take(h, books as Book[], ts, poll.recvTs, true);
     }
   }
@@ -318,12 +334,34 @@ export class WalletStreamRecorder implements BookStream {
     const ahead = h.restAhead;
     if (!ahead || h.ts < ahead.ts) return;
     h.restAhead = null;
-    let then: { ts: number; yes: Levels } | undefined;
-    for (let i = h.history.length - 1; i >= 0 && !then; i--) if (h.history[i].ts <= ahead.ts) then = h.history[i];
+    const then = this.heldAt(h, ahead.ts);
     // Older than the books kept: nothing to compare with.
     if (!then || sameLevels(then.yes, ahead.yes)) return;
     this.stats.missed++;
-    this.sink.lost(h.market, 'stream_resync', then.ts, `the stream never delivered the book REST showed at ${ahead.ts}`);
+    const from = Math.min(Math.max(then.ts, then.proved), ahead.ts - 1);
+    this.sink.lost(h.market, 'stream_resync', from, `the stream never delivered the book REST showed at ${ahead.ts}`);
+  }
+
+  /** The book the copy held at venue time `ts`, if still kept. */
+  private heldAt(h: Held, ts: number): Kept | undefined {
+    for (let i = h.history.length - 1; i >= 0; i--) if (h.history[i].ts <= ts) return h.history[i];
+    return undefined;
+  }
+
+  /** A poll sent at `sent` answered the book of `ts`: if the copy held it then, it was still the venue's at `sent`. */
+  private prove(h: Held, ts: number, yes: Levels, sent: number | undefined): void {
+    const kept = this.heldAt(h, ts);
+    if (sent !== undefined && kept?.ts === ts && sameLevels(kept.yes, yes)) kept.proved = Math.max(kept.proved, sent);
+  }
+
+  /**
+   * Where a loss of the copy's book of `ts` starts: the last instant a poll proved it, never after
+   * `before` (a change the venue stamped, which the two clocks must not reorder).
+   */
+  private provedUntil(h: Held, ts: number, before: number): number {
+    const kept = h.history.at(-1);
+    const proved = kept && kept.ts === ts ? kept.proved : ts;
+    return Math.min(Math.max(ts, proved), before - 1);
   }
 
   /** The stream delivered the market since its last loss: live again, and its gap closes. */
@@ -341,7 +379,7 @@ export class WalletStreamRecorder implements BookStream {
     h.books = books;
     h.ts = ts;
     const yes = books.find((b) => b.outcome_index === 0);
-    if (yes && h.history.push({ ts, yes }) > 2 * HISTORY) h.history.splice(0, HISTORY);
+    if (yes && h.history.push({ ts, yes, proved: ts }) > 2 * HISTORY) h.history.splice(0, HISTORY);
     // The book a previous process recorded at this instant or later: already in the spool.
     if (ts <= (this.spooled.get(h.market.market_id) ?? -Infinity)) return;
     if (fromRest) this.stats.restRows++;
@@ -353,7 +391,8 @@ export class WalletStreamRecorder implements BookStream {
     const lost = new Set(topics);
     for (const h of this.markets.values()) {
       if (!lost.has(TOPIC_PREFIX + h.market.market_id) || h.books === null || h.lossOpen) continue;
-      this.openLoss(h, reason, Math.min(since, h.ts), detail);
+      // Nothing after `since` was heard; the copy's book is vouched for up to its last proof.
+      this.openLoss(h, reason, this.provedUntil(h, h.ts, since + 1), detail);
     }
   }
 
