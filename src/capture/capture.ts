@@ -10,10 +10,11 @@ import { readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
+import { GapLedger, type OpenGap, gapKey, scopeOf } from './gaps.js';
+import { SpoolKeeper } from './keeper.js';
 import type { Logger } from '../log.js';
 import {
   type Book,
-  type GapRow,
   type LatestBook,
   type Market,
   type MarketRow,
@@ -29,25 +30,6 @@ import { type BookStream, type StreamSink } from './stream.js';
 import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
-
-interface OpenGap {
-  venue: Venue;
-  coin: string;
-  window: Market['window'];
-  market_id: string | null;
-  dataset: GapRow['dataset'];
-  from_ts: number;
-  /** When the market's window ends: an open gap never outlasts what should have been recorded. */
-  until: number | null;
-  reason: string;
-  detail: string;
-  failures: number;
-  /**
-   * Set on the gaps of a WebSocket feed, which open and close apart from REST's, and on rows the
-   * spool could not keep ('storage'), which end only at the market's next kept row.
-   */
-  channel?: 'stream' | 'storage';
-}
 
 interface Heartbeat {
   ts: number;
@@ -77,10 +59,6 @@ export interface CaptureHealth {
 /** How long before a market's open its tokens are subscribed. */
 const STREAM_LEAD_MS = 60_000;
 
-/** Failing storage is retried after this, doubling up to the cap. */
-const RETRY_MIN_MS = 250;
-const RETRY_MAX_MS = 10_000;
-
 export interface CaptureStats {
   cycles: number;
   books: number;
@@ -93,27 +71,21 @@ export interface CaptureStats {
 export class Capture {
   readonly spool: Spool;
   readonly paths: LakePaths;
+  /** What the spool keeps, drops and gaps for storage. */
+  private readonly keeper: SpoolKeeper;
+  private readonly gaps: GapLedger;
   readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
   private readonly known = new Map<string, { market: Market; version: string }>();
-  private readonly gaps = new Map<string, OpenGap>();
   private readonly lastDiscover = new Map<Venue, number>();
   private running = false;
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   private sealing: Promise<SealReport | void> = Promise.resolve();
-  private lastFlushAt: number | null = null;
   private startedAt = Date.now();
-  /** Set while the spool cannot be written; rows stay buffered up to `spoolMaxBufferBytes`. */
-  private storage: { since: number; attempts: number; retryAt: number; error: string } | null = null;
-  private dropped = 0;
   private readonly cycledTo = new Map<Venue, number>();
   private startedClockAt = -Infinity;
-  /** Gap keys of the markets whose rows the spool has been dropping (storage gaps still open). */
-  private readonly dropping = new Set<string>();
-  /** Each gap key's last recorded gap: a later loss that began inside it starts where it ended. */
-  private readonly closedTo = new Map<string, { from: number; to: number; until: number | null }>();
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -127,16 +99,18 @@ export class Capture {
   ) {
     this.paths = lakePaths(config.dataDir);
     this.spool = new Spool(this.paths.spool);
+    this.gaps = new GapLedger(this.spool, log, this.stats);
+    this.keeper = new SpoolKeeper(this.spool, config.capture.spoolMaxBufferBytes, this.gaps, log);
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
     const sink: StreamSink = {
       books: (m, ts, recvTs, books) => {
-        if (this.recordable(m, 'books', ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
+        if (this.keeper.keeps(m, 'books', ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
       },
       metrics: (m, ts, recvTs, quotes) => {
-        if (this.recordable(m, 'metrics', ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
+        if (this.keeper.keeps(m, 'metrics', ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
       },
       lost: (m, reason, from, detail) =>
-        this.fail(
+        this.gaps.fail(
           {
             venue: m.venue,
             coin: m.coin,
@@ -163,8 +137,8 @@ export class Capture {
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
         const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
-        if (open) this.closeGap(open, at);
-        this.succeed(m, 'books', at);
+        if (open) this.gaps.close(open, at);
+        this.gaps.succeed(m, 'books', at);
       },
     };
     const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
@@ -184,12 +158,12 @@ export class Capture {
       ...events,
       run: (m, run) => {
         const dataset = run.partition.dataset as 'books' | 'metrics';
-        if (!this.recordable(m, dataset, run.first.ts, run.rows)) return;
+        if (!this.keeper.keeps(m, dataset, run.first.ts, run.rows)) return;
         this.spool.appendRun(run);
         if (dataset === 'books') this.stats.books += run.rows;
         else {
           this.stats.metrics += run.rows;
-          this.succeed(m, 'metrics', run.first.ts);
+          this.gaps.succeed(m, 'metrics', run.first.ts);
         }
       },
       latest: (m, ts, books) => this.latest.set(marketKey(m), { ts, books }),
@@ -221,7 +195,7 @@ export class Capture {
     await Promise.all(this.loops);
     for (const s of this.streams.values()) await s.close();
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
-    for (const g of [...this.gaps.values()]) if (g.channel === 'stream') this.closeGap(g, Math.max(this.clock.now(), g.from_ts + 1));
+    for (const g of this.gaps.all()) if (g.channel === 'stream') this.gaps.close(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
     await this.flush(true);
     // Rows the disk refused until the end are lost with the process; say how many.
@@ -244,13 +218,12 @@ export class Capture {
       // A stream gap ends with the process that had the stream (the downtime gap takes over from
       // the newest row); it is written, not resumed, since rows after its start (REST fallback) do not close it.
       if (g.channel === 'stream') {
-        this.gaps.set(gapKey(g), g);
-        this.closeGap(g, Math.max(beat.ts, last(g.dataset, g.market_id), g.from_ts + 1));
+        this.gaps.resume(g);
+        this.gaps.close(g, Math.max(beat.ts, last(g.dataset, g.market_id), g.from_ts + 1));
         continue;
       }
       if (last(g.dataset, g.market_id) > g.from_ts) continue;
-      this.gaps.set(gapKey(g), { ...g, detail: `${g.detail}; capture restarted` });
-      if (g.channel === 'storage') this.dropping.add(gapKey(g));
+      this.gaps.resume({ ...g, detail: `${g.detail}; capture restarted` });
     }
     for (const m of beat.open) {
       for (const dataset of ['books', 'metrics'] as const) {
@@ -259,8 +232,8 @@ export class Capture {
         const newest = last(dataset, m.market_id);
         const from = newest > -Infinity ? newest : beat.ts;
         const key = gapKey({ ...m, dataset });
-        if (this.gaps.has(key) || m.end_time <= from) continue;
-        this.gaps.set(key, {
+        if (this.gaps.get(key) || m.end_time <= from) continue;
+        this.gaps.resume({
           ...m,
           dataset,
           from_ts: from,
@@ -274,108 +247,46 @@ export class Capture {
     // Nothing was recorded between the previous process's last flush and now (after `make fill`,
     // the handover to live capture): each open market gets a process_down gap saying so.
     this.log.warn(
-      { since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.size },
+      { since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.all().length },
       'resuming after a previous capture process; each open market gets a process_down gap for the time nothing ran',
     );
   }
 
   /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
   private async flushDue(): Promise<void> {
-    if (this.storage && Date.now() < this.storage.retryAt) return;
-    await this.flush();
+    if (this.keeper.due) await this.flush();
   }
 
   /**
-   * Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time.
-   * Never throws: a disk that is full or failing is logged once when it starts and once when
-   * it recovers; the rows stay buffered meanwhile (see `recordable`).
+   * Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time. Never
+   * throws: while the disk fails, the rows stay buffered (see `SpoolKeeper`) and no heartbeat is written.
    */
   async flush(stopped = false): Promise<void> {
     const ts = this.clock.now();
-    try {
-      await this.spool.flush();
-    } catch (err) {
-      this.storageFailed(err as NodeJS.ErrnoException);
-      return;
-    }
-    this.lastFlushAt = Date.now();
-    if (this.storage) {
-      this.log.warn(
-        { failed_for_ms: this.lastFlushAt - this.storage.since, attempts: this.storage.attempts, dropped_rows: this.dropped },
-        'spool storage recovered; buffered rows saved',
-      );
-      this.storage = null;
-    }
+    if (!(await this.keeper.flush())) return;
     const open = [...this.known.values()]
       .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
     const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
     const beat: Heartbeat = {
       ts,
-      flushed_at: this.lastFlushAt,
+      flushed_at: this.keeper.lastFlushAt ?? Date.now(),
       ...(stopped ? { stopped } : {}),
       health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
       segment: this.spool.segment,
       open,
-      gaps: [...this.gaps.values()],
+      gaps: this.gaps.all(),
     };
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
     await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat)).catch(() => undefined);
   }
 
-  private storageFailed(err: NodeJS.ErrnoException): void {
-    const now = Date.now();
-    const error = `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`;
-    if (!this.storage) {
-      this.storage = { since: now, attempts: 0, retryAt: now, error };
-      this.log.error(
-        {
-          err: { code: err.code, message: err.message },
-          buffered_rows: this.spool.bufferedRows,
-          limit_bytes: this.config.capture.spoolMaxBufferBytes,
-        },
-        'spool storage failing; rows stay buffered and are retried',
-      );
-    }
-    this.storage.attempts++;
-    this.storage.error = error;
-    this.storage.retryAt = now + Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(this.storage.attempts, 10));
-  }
-
-  /**
-   * Whether rows may still be buffered: past the bound (storage failing for long), new rows are
-   * dropped and a `storage` gap covers them until there is room again; nothing is invented.
-   */
-  private recordable(m: Market, dataset: 'books' | 'metrics', ts: number, rows: number): boolean {
-    // Called on every streamed change: a gap's key is made only while rows are being dropped.
-    if (this.spool.bufferedBytes < this.config.capture.spoolMaxBufferBytes) {
-      if (this.dropping.size > 0) {
-        const key = gapKey({ ...scopeOf(m), dataset, channel: 'storage' });
-        const open = this.gaps.get(key);
-        // One gap per market and span of drops, from its first dropped row up to its first kept one
-        // (proofs and REST successes, which end other gaps, do not end this one).
-        if (open) this.closeGap(open, Math.max(ts, open.from_ts + 1));
-      }
-      return true;
-    }
-    this.dropped += rows;
-    const scope = { ...scopeOf(m), dataset, channel: 'storage' as const };
-    this.dropping.add(gapKey(scope));
-    this.fail(scope, ts, {
-      kind: 'storage',
-      message: `spool storage failing (${this.storage?.error ?? 'buffer full'}); rows not kept`,
-    });
-    return false;
-  }
-
   health(now = Date.now()): CaptureHealth {
+    const { failing, ...storage } = this.keeper.health();
     return {
-      state: this.storage ? 'failing' : this.running ? 'running' : 'stopped',
-      last_flush: this.lastFlushAt === null ? null : new Date(this.lastFlushAt).toISOString(),
-      flush_age_ms: now - (this.lastFlushAt ?? this.startedAt),
-      storage_error: this.storage?.error ?? null,
-      buffered_rows: this.spool.bufferedRows,
-      dropped_rows: this.dropped,
+      state: failing ? 'failing' : this.running ? 'running' : 'stopped',
+      flush_age_ms: now - (this.keeper.lastFlushAt ?? this.startedAt),
+      ...storage,
       seal_backlog: this.sealFailure?.backlog ?? 0,
       seal_error: this.sealFailure?.error ?? null,
     };
@@ -441,9 +352,7 @@ export class Capture {
     if (now - (this.lastDiscover.get(venue) ?? -Infinity) >= this.config.capture.discoverMs) {
       await this.discover(adapter, now);
     }
-    for (const g of [...this.gaps.values()]) {
-      if (g.venue === venue && g.until !== null && g.until <= now) this.closeGap(g, g.until);
-    }
+    this.gaps.endMarkets(venue, now);
     const live = (m: Market) => m.venue === venue && now < m.end_time && m.status !== 'cancelled';
     const open = [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time <= now);
     const recorder = this.streams.get(venue) ?? null;
@@ -466,17 +375,17 @@ export class Capture {
         // Streamed: REST books resync or check the streamed copy, and are recorded only as its fallback.
         if (!(r.books instanceof UpstreamError)) recorder.rest(m, { ...r, sentTs: now });
         else if (!recorder.live(m) && !liveAtPoll.has(m.market_id) && this.clock.now() < m.end_time)
-          this.fail({ ...scope, dataset: 'books' }, now, r.books);
-      } else if (r.books instanceof UpstreamError) this.fail({ ...scope, dataset: 'books' }, now, r.books);
+          this.gaps.fail({ ...scope, dataset: 'books' }, now, r.books);
+      } else if (r.books instanceof UpstreamError) this.gaps.fail({ ...scope, dataset: 'books' }, now, r.books);
       // A row's time is when its answer arrived, not when the cycle began: a snapshot is never
       // stamped earlier than the exchange and receive times of the books it holds.
-      else if (this.recordable(m, 'books', now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
-      if (r.quotes instanceof UpstreamError) this.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
+      else if (this.keeper.keeps(m, 'books', now, r.books.length)) this.recordBooks(m, r.recvTs, r.recvTs, r.books);
+      if (r.quotes instanceof UpstreamError) this.gaps.fail({ ...scope, dataset: 'metrics' }, now, r.quotes);
       else if (recorder?.tracks(m)) {
         // Streamed: a quote row is written when chance, price or last trade changes, not per poll.
-        this.succeed(m, 'metrics', r.recvTs);
+        this.gaps.succeed(m, 'metrics', r.recvTs);
         recorder.polled(m, r.quotes, r.recvTs);
-      } else if (this.recordable(m, 'metrics', now, r.quotes.length)) this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
+      } else if (this.keeper.keeps(m, 'metrics', now, r.quotes.length)) this.recordMetrics(m, r.recvTs, r.recvTs, r.quotes);
     }
   }
 
@@ -490,14 +399,14 @@ export class Capture {
       this.log.warn({ venue: adapter.venue, err: e.message }, 'discovery failed');
       for (const coin of this.config.capture.coins[adapter.venue]) {
         for (const window of this.config.capture.windows) {
-          this.fail({ venue: adapter.venue, coin, window, market_id: null, dataset: 'markets', until: null }, now, e);
+          this.gaps.fail({ venue: adapter.venue, coin, window, market_id: null, dataset: 'markets', until: null }, now, e);
         }
       }
       return;
     }
     this.lastDiscover.set(adapter.venue, now);
-    for (const g of [...this.gaps.values()]) {
-      if (g.venue === adapter.venue && g.dataset === 'markets') this.closeGap(g, now);
+    for (const g of this.gaps.all()) {
+      if (g.venue === adapter.venue && g.dataset === 'markets') this.gaps.close(g, now);
     }
     // What the stream learnt of a market (its resolution time) stands until the catalogue says it too.
     for (const market of markets) this.recordVersion(withStreamFacts(market, this.known.get(marketKey(market))?.market), now);
@@ -505,7 +414,7 @@ export class Capture {
     for (const [key, { market }] of this.known) {
       if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
     }
-    for (const [key, { until }] of this.closedTo) if (until !== null && until < now - 6 * 3_600_000) this.closedTo.delete(key);
+    this.gaps.forgetBefore(now - 6 * 3_600_000);
   }
 
   /** Spools the market as a new version when it differs from the one last recorded. */
@@ -525,7 +434,7 @@ export class Capture {
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
     this.latest.set(marketKey(m), { ts, books });
     this.stats.books += rows.length;
-    if (closesGaps) this.succeed(m, 'books', ts);
+    if (closesGaps) this.gaps.succeed(m, 'books', ts);
   }
 
   private recordMetrics(
@@ -537,88 +446,13 @@ export class Capture {
     const rows = metricRows(m, ts, recvTs, quotes);
     this.spool.append(partitionOf('metrics', m.venue, m.coin, m.window, ts), rows);
     this.stats.metrics += rows.length;
-    this.succeed(m, 'metrics', ts);
-  }
-
-  private fail(
-    scope: Omit<OpenGap, 'from_ts' | 'reason' | 'detail' | 'failures'>,
-    now: number,
-    err: { kind: string; message: string },
-  ): void {
-    const key = gapKey(scope);
-    // A loss reported late that began inside the last gap of its kind (rows of a thread's batch
-    // dropped after the market's end closed its storage gap) starts where that gap ended: the two
-    // never overlap. One that began before it (a token's resync from an older proof) keeps its start.
-    const last = this.closedTo.get(key);
-    const from = last && now >= last.from && now < last.to ? last.to : now;
-    const open = this.gaps.get(key);
-    if (open) {
-      open.failures++;
-      // It may have begun before the open gap: one token of a market resyncs from its last proof
-      // while the other's resync opened the gap later.
-      open.from_ts = Math.min(open.from_ts, from);
-      return;
-    }
-    this.gaps.set(key, { ...scope, from_ts: from, reason: err.kind, detail: err.message.slice(0, 300), failures: 1 });
-  }
-
-  private succeed(m: Market, dataset: 'books' | 'metrics', now: number): void {
-    const open = this.gaps.get(gapKey({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset }));
-    if (open) this.closeGap(open, now);
-  }
-
-  private closeGap(g: OpenGap, to: number): void {
-    const key = gapKey(g);
-    this.gaps.delete(key);
-    this.dropping.delete(key);
-    if (to <= g.from_ts) return;
-    this.closedTo.set(key, { from: g.from_ts, to, until: g.until });
-    const row: GapRow = {
-      market_id: g.market_id,
-      dataset: g.dataset,
-      from_ts: g.from_ts,
-      to_ts: to,
-      reason: g.reason,
-      detail: g.detail,
-      failures: g.failures,
-    };
-    this.spool.append(partitionOf('gaps', g.venue, g.coin, g.window, g.from_ts), [row]);
-    this.stats.gaps++;
-    // Downtime gaps were announced, counted, by the resume line: one per market would bury it.
-    const level = g.reason === 'process_down' ? 'debug' : 'warn';
-    this.log[level](
-      {
-        venue: g.venue,
-        market_id: g.market_id,
-        dataset: g.dataset,
-        from: new Date(g.from_ts).toISOString(),
-        to: new Date(to).toISOString(),
-        reason: g.reason,
-      },
-      'capture gap',
-    );
+    this.gaps.succeed(m, 'metrics', ts);
   }
 }
 
 /** A market's key in the known versions and the latest books. */
 function marketKey(m: Pick<Market, 'venue' | 'market_id'>): string {
   return `${m.venue}:${m.market_id}`;
-}
-
-/** What a market's gaps are keyed by, less the dataset. */
-function scopeOf(m: Market): Pick<Market, 'venue' | 'coin' | 'window' | 'market_id'> & { until: number } {
-  return { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, until: m.end_time };
-}
-
-function gapKey(g: {
-  venue: Venue;
-  coin: string;
-  window: string;
-  market_id: string | null;
-  dataset: string;
-  channel?: OpenGap['channel'];
-}): string {
-  return `${g.venue}:${g.coin}:${g.window}:${g.market_id ?? '*'}:${g.dataset}${g.channel ? `:${g.channel}` : ''}`;
 }
 
 /** Spool parts whose hour is due for sealing. */
