@@ -104,7 +104,6 @@ export function captureEnv(
   };
 }
 
-/** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 /**
  * How tests start a TypeScript entry point in a child process: as `make` does (tsx), with the test
  * runner's coverage off there. A child compiles the sources with tsx and the tests with the runner's
@@ -114,6 +113,7 @@ export function captureEnv(
 export const TS_NODE_ARGS: readonly string[] = ['--import', 'tsx'];
 export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' };
 
+/** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {
   const children = new Set<ChildProcess>();
   t.teardown(() => {
