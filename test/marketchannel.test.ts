@@ -26,6 +26,25 @@ t.test("the client libraries' hash vectors reproduce, by the function and by a k
   }
 });
 
+t.test("the documented book's prices without a leading zero hash as REST writes them", async (t) => {
+  const { message } = fixture('book');
+  const extras = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
+  const asRest = (levels: { price: string; size: string }[]) => levels.map((l) => ({ ...l, price: `0${l.price}` }));
+  // REST's order, best last on both sides (the example writes its asks best first).
+  const byPrice = (levels: { price: string; size: string }[], sign: number) =>
+    [...levels].sort((x, y) => sign * (Number(x.price) - Number(y.price)));
+  const rest: ClobBookSummary = { ...message, bids: asRest(byPrice(message.bids, 1)), asks: asRest(byPrice(message.asks, -1)), ...extras };
+  const copy = new LocalBook(message.market, message.asset_id);
+  copy.reset(message, Number(message.timestamp));
+  copy.note(extras);
+  t.equal(copy.hash(message.timestamp), clobBookHash(rest), 'the copy of the channel\'s ".48" book hashes as REST\'s "0.48" one');
+  t.same(
+    copy.summary(message.timestamp).bids.map((l) => l.price),
+    ['0.48', '0.49', '0.50'],
+    'and holds its levels in that text',
+  );
+});
+
 /** A scripted venue: records the frames it is sent and sends what the test scripts on each. */
 async function venue(t: Test, script: (frame: Record<string, unknown>, ws: WebSocket) => void) {
   const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });

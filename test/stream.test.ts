@@ -604,8 +604,9 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
 t.test("the venue's own ways, over 20 simulated minutes: every market recorded, nothing wrong outside gaps", async (t) => {
   // What the real channel does (UPSTREAMS.md C1): hashes over the other layout, a few ms off the
   // message's time, covering trades announced later; books after trades; entries without a size;
-  // snapshots that never come; the custom feature events beside the books; and drops. Markets open one after another, so later tokens are
-  // added to open connections. Bounds are in simulated time, wide enough for a busy machine.
+  // snapshots that never come; books whose prices lack the leading zero; the custom feature events
+  // beside the books (best levels, new markets); and drops. Markets open one after another, so later
+  // tokens are added to open connections. Bounds are in simulated time, wide enough for a busy machine.
   const quirks = {
     hashLayout: 'hash-last',
     hashSkewMs: 3,
@@ -614,6 +615,7 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     incompleteRate: 0.002,
     snapshotLossRate: 0.3,
     bestBidAsk: true,
+    bareDecimals: true,
   } as const;
   // And, in simulated time, silent freezes and refused reconnects: fault time whose gaps are measured against it.
   const start = OPEN + 61 * SECOND;
@@ -633,12 +635,16 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   );
   t.ok(stats.incomplete > 0, `${stats.incomplete} entries without a size desynced their token (no row from them)`);
   t.ok(served.bestBidAsks > 0, `${served.bestBidAsks} best_bid_ask custom feature events came beside the books, and changed nothing`);
+  t.ok(
+    stats.newMarkets > 0 && stats.newMarkets <= served.newMarkets,
+    `${stats.newMarkets} of ${served.newMarkets} new_market announcements came (some lost to drops), and changed nothing`,
+  );
   t.ok(stats.lateProofs > 0, `${stats.lateProofs} hashes proved once the trade they covered was announced`);
   t.equal(stats.undoubted, 0, 'the formula reproduces, so every book whose hash did not is held in doubt until proved');
   const checked = stats.verified + stats.lateProofs + stats.bestChecked;
   t.ok(
     checked >= 0.95 * (checked + stats.unverified),
-    `${checked} of ${checked + stats.unverified} changes checked by hash or best bid/ask`,
+    `${checked} of ${checked + stats.unverified} changes checked: ${stats.verified} by hash at once, ${stats.lateProofs} by a later one, ${stats.bestChecked} by best bid/ask`,
   );
   t.ok(
     unknowable <= expected * 0.001 + 2,

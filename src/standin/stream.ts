@@ -6,13 +6,14 @@
 // venue sends none. Faults are the failures users report of the real feed: drops, reorders,
 // duplicates, silent freezes, disconnects and stale snapshots on resubscribe; and what the venue
 // does that a recorder must cope with (`ChannelQuirks`). A connection that asked for the custom
-// feature events is sent each subscribed market's `market_resolved` when it resolves.
+// feature events is sent each subscribed market's `market_resolved` when it resolves, and a
+// `new_market` for every market created while it is open.
 import type { WebSocket } from 'ws';
-import { SECOND } from '../time.js';
+import { SECOND, WINDOW_MS } from '../time.js';
 import { type ClobBookExtras, type ClobLevel, type HashLayout, clobBookHash } from '../venues/polymarket/book.js';
 import { TICKS, bestAsk, bestBid, ladders } from './orderbook.js';
 import type { Clock } from '../clock.js';
-import { FINE_TICK, type Sim, type SimMarket, TICK } from './sim.js';
+import { FINE_TICK, POLY_CREATE_LEAD, type Sim, type SimMarket, TICK } from './sim.js';
 import { type Outgoing, type StreamClient, type StreamFaults, StreamServer } from './streamserver.js';
 
 export const MARKET_CHANNEL_PATH = '/ws/market';
@@ -46,6 +47,13 @@ export interface ChannelQuirks {
   snapshotLossRate: number;
   /** A `best_bid_ask` whenever a token's best levels change, to connections that asked for the custom feature events. */
   bestBidAsk: boolean;
+  /**
+   * `book` messages write prices without the leading zero (".48"), as the venue's documented
+   * example does, while REST and `price_change` write "0.48"; the hash stays over the venue's one
+   * formatting of its book, REST's. Which text the venue hashes is not documented: this is the
+   * reading in which REST's hash and the channel's agree.
+   */
+  bareDecimals: boolean;
 }
 
 export const NO_QUIRKS: ChannelQuirks = {
@@ -56,6 +64,7 @@ export const NO_QUIRKS: ChannelQuirks = {
   incompleteRate: 0,
   snapshotLossRate: 0,
   bestBidAsk: false,
+  bareDecimals: false,
 };
 
 /** A trade price as the venue writes it, on REST and the market channel alike (no trade yet: the venue's 0.5). */
@@ -79,6 +88,8 @@ interface Client extends StreamClient {
   custom: boolean;
   /** Markets (by code) whose `market_resolved` this connection was sent. */
   resolved: Set<number>;
+  /** Clock time up to which created markets were announced by `new_market` (custom feature events). */
+  announced: number;
 }
 
 export function conditionId(m: SimMarket): string {
@@ -122,6 +133,8 @@ export class MarketChannel extends StreamServer<Client> {
   withheldSnapshots = 0;
   /** `best_bid_ask` custom feature events made. */
   bestBidAsks = 0;
+  /** `new_market` custom feature events made. */
+  newMarkets = 0;
   /** Clock time each token was first subscribed: a recorder owes its book from a stall bound after. */
   readonly subscribedAt = new Map<string, number>();
   readonly quirks: ChannelQuirks;
@@ -132,7 +145,15 @@ export class MarketChannel extends StreamServer<Client> {
   }
 
   protected accept(socket: WebSocket): Client {
-    const client: Client = { socket, assets: new Map(), held: null, booked: new Set(), custom: false, resolved: new Set() };
+    const client: Client = {
+      socket,
+      assets: new Map(),
+      held: null,
+      booked: new Set(),
+      custom: false,
+      resolved: new Set(),
+      announced: this.clock.now(),
+    };
     socket.on('message', (data, isBinary) => {
       const text = isBinary ? '' : data.toString();
       // Heartbeats are answered even while data is frozen: that is what makes a freeze silent.
@@ -196,7 +217,9 @@ export class MarketChannel extends StreamServer<Client> {
     const { min_order_size: _m, neg_risk: _n, last_trade_price, ...book } = s;
     const first = !client.booked.has(s.asset_id);
     client.booked.add(s.asset_id);
-    return { event_type: 'book', ...book, ...(first ? { last_trade_price } : {}) };
+    const bare = (levels: ClobLevel[]) => levels.map((l) => ({ ...l, price: l.price.replace(/^0\./, '.') }));
+    const sides = this.quirks.bareDecimals ? { bids: bare(book.bids), asks: bare(book.asks) } : {};
+    return { event_type: 'book', ...book, ...sides, ...(first ? { last_trade_price } : {}) };
   }
 
   /** The venue's hashed fields for a subscription at `t`: the last trade read once a second as the pump moves on. */
@@ -206,6 +229,46 @@ export class MarketChannel extends StreamServer<Client> {
     return { min_order_size: '5', tick_size: String(this.sim.tickSize(sub.market, t)), neg_risk: false, last_trade_price: sub.trade.text };
   }
 
+  /**
+   * A `new_market` for each market created since the connection's last announcement, whatever it
+   * subscribed; the fields are those public clients of the venue parse (no verbatim example is published).
+   */
+  private announce(client: Client, now: number, events: { t: number; rank: number; body: Record<string, unknown> }[]): void {
+    const from = client.announced;
+    client.announced = now;
+    for (const window of ['5m', '15m'] as const) {
+      const step = WINDOW_MS[window];
+      for (let start = (Math.floor((from + POLY_CREATE_LEAD) / step) + 1) * step; start - POLY_CREATE_LEAD <= now; start += step) {
+        for (const coin of this.sim.coins.polymarket) {
+          if (!this.sim.exists('polymarket', coin, window, start)) continue;
+          const m = this.sim.market('polymarket', coin, window, start);
+          this.newMarkets++;
+          const question = `${coin.toUpperCase()} Up or Down - ${new Date(start).toISOString().slice(0, 16).replace('T', ' ')} UTC (${window})`;
+          events.push({
+            t: start - POLY_CREATE_LEAD,
+            rank: 0,
+            body: {
+              event_type: 'new_market',
+              id: this.sim.polymarketId(m),
+              question,
+              market: conditionId(m),
+              slug: this.sim.slug(m),
+              description: question,
+              assets_ids: m.tokenIds,
+              outcomes: ['Up', 'Down'],
+              timestamp: String(start - POLY_CREATE_LEAD),
+              tags: ['crypto'],
+              condition_id: conditionId(m),
+              active: true,
+              clob_token_ids: m.tokenIds,
+              order_price_min_tick_size: String(TICK),
+            },
+          });
+        }
+      }
+    }
+  }
+
   /** Every change since each subscription's cursor, grouped as the venue groups them: one message per market and instant. */
   protected pending(client: Client, now: number): Outgoing[] {
     const q = this.quirks;
@@ -213,6 +276,7 @@ export class MarketChannel extends StreamServer<Client> {
     // Trades, tick changes and books after trades: messages of one asset that carry no change entries.
     // At one instant a trade or tick comes before the changes it hashes into, a book after them.
     const assetEvents: { t: number; rank: number; body: Record<string, unknown> }[] = [];
+    if (client.custom) this.announce(client, now, assetEvents);
     for (const [id, sub] of client.assets) {
       const { market, index } = sub;
       if (client.custom && now >= market.resolvedAt && !client.resolved.has(market.code)) {

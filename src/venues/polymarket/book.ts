@@ -441,15 +441,25 @@ interface Level {
   sj: string;
 }
 
+/**
+ * A number's text as REST and `price_change` write it. The channel's `book` may drop the leading
+ * zero (".48", the venue's documented example); the venue formats its book one way when it hashes
+ * it, and REST's hash is over "0.48", so the copy hashes that. Were it the other way, a snapshot's
+ * hash would not reproduce: its book is then in doubt until REST or a later hash proves it.
+ */
+const canonical = (text: string) => (typeof text === 'string' && text.charCodeAt(0) === 46 ? `0${text}` : text);
+
 function level(l: ClobLevel): Level {
-  const p = Number(l.price);
-  const s = Number(l.size);
+  const price = canonical(l.price);
+  const size = canonical(l.size);
+  const p = Number(price);
+  const s = Number(size);
   return {
     p,
     s,
-    price: l.price,
-    size: l.size,
-    json: `{"price":${JSON.stringify(l.price)},"size":${JSON.stringify(l.size)}}`,
+    price,
+    size,
+    json: `{"price":${JSON.stringify(price)},"size":${JSON.stringify(size)}}`,
     pj: JSON.stringify(p),
     sj: JSON.stringify(s),
   };

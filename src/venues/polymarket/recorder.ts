@@ -128,6 +128,8 @@ export interface StreamStats {
   tickChanges: number;
   /** Markets whose `market_resolved` was taken. */
   resolutions: number;
+  /** `new_market` announcements seen: discovery finds the markets (with their windows, which these lack); counted only. */
+  newMarkets: number;
 }
 
 export const NO_STREAM_STATS: Readonly<StreamStats> = {
@@ -149,6 +151,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   nudged: 0,
   tickChanges: 0,
   resolutions: 0,
+  newMarkets: 0,
 };
 
 export class StreamRecorder implements BookStream {
@@ -579,6 +582,8 @@ export class StreamRecorder implements BookStream {
       this.quote(t.market, Number(trade.timestamp), recvTs);
     } else if (msg.event_type === 'market_resolved') {
       this.resolved(msg as ClobMarketResolvedMessage, recvTs);
+    } else if (msg.event_type === 'new_market') {
+      this.stats.newMarkets++;
     } else if (msg.event_type === 'tick_size_change') {
       const change = msg as ClobTickSizeMessage;
       const t = this.tokens.get(change.asset_id);
