@@ -6,6 +6,9 @@ export DATA_DIR ?= ./data
 # default): room for the API's lanes, capture, the export slots and file I/O at once.
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
+# Each client socket is a file descriptor shared with the spool and the lake: the soft limit is
+# raised to the hard one where the system allows (the API caps its sockets below what it leaves).
+RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
 .PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export typecheck clean
 
@@ -18,7 +21,7 @@ install: node_modules/.installed
 ## make run: fill an empty lake from the local stand-in, then keep capturing from it.
 run: install
 	$(TSX) jobs/fill.ts
-	$(TSX) jobs/run.ts
+	$(RAISE_FDS) $(TSX) jobs/run.ts
 
 ## make test: the whole suite (typecheck, then tap; chromium from Debian for the explorer's browser test).
 test: install
@@ -32,13 +35,13 @@ format: install
 	npx prettier --write . --log-level warn
 
 capture: install
-	$(TSX) jobs/capture.ts
+	$(RAISE_FDS) $(TSX) jobs/capture.ts
 
 standin: install
 	$(TSX) jobs/standin.ts
 
 api: install
-	$(TSX) jobs/api.ts
+	$(RAISE_FDS) $(TSX) jobs/api.ts
 
 ## make key PLAN=paid LABEL=me: prints a new key alone on its last line
 key: install

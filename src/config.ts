@@ -1,5 +1,6 @@
 // The one place that reads the environment. Everything else receives a frozen Config.
 import os from 'node:os';
+import type { ConnectionLimits } from './api/connections.js';
 import path from 'node:path';
 
 export const VENUES = ['wallet-prediction', 'polymarket'] as const;
@@ -87,6 +88,8 @@ export interface Config {
     corsOrigins: string[];
     /** Processes `make api` serves with (one per core by default); keys' limits hold across them. */
     workers: number;
+    /** What any client's sockets may hold (api/connections.ts). */
+    connections: ConnectionLimits;
   };
 }
 
@@ -299,6 +302,15 @@ export function loadConfig(env: Env = process.env): Config {
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
       corsOrigins: origins(env, 'CORS_ORIGINS'),
       workers: int(env, 'API_WORKERS', os.availableParallelism(), 1, 64),
+      connections: {
+        // Capped again at start by what the process's descriptor limit leaves (api/connections.ts).
+        total: int(env, 'API_MAX_CONNECTIONS', 10_000, 16, 1_000_000),
+        perAddress: int(env, 'API_MAX_CONNECTIONS_PER_ADDRESS', 256, 1, 1_000_000),
+        headersTimeoutMs: int(env, 'API_HEADERS_TIMEOUT_MS', 10_000, 100, 600_000),
+        requestTimeoutMs: int(env, 'API_REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
+        keepAliveMs: int(env, 'API_KEEPALIVE_MS', 5_000, 100, 600_000),
+        idleMs: int(env, 'API_IDLE_MS', 60_000, 1_000, 3_600_000),
+      },
     },
   };
   return deepFreeze(config);

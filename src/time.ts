@@ -31,10 +31,17 @@ export function isoMs(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-/** Parses `YYYY-MM-DD`, an ISO time (UTC when no zone) or epoch ms. */
+/**
+ * Parses `YYYY-MM-DD`, an ISO time (UTC when no zone) or epoch ms. A date or time that does not
+ * exist (`2026-02-30`, `24:00`) is refused: `Date.parse` would roll it over into another one.
+ */
 export function parseTime(raw: string): number | null {
   if (/^\d{1,15}$/.test(raw)) return Number(raw);
-  if (!/^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw)) return null;
+  const parts = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})[\d:.]*(Z|[+-]\d{2}:?\d{2})?)?$/.exec(raw);
+  if (!parts) return null;
+  const [year, month, day, hour] = parts.slice(1, 5).map(Number);
+  const daysInMonth = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  if (month < 1 || month > 12 || day < 1 || day > daysInMonth || (parts[4] !== undefined && hour > 23)) return null;
   const hasZone = /(Z|[+-]\d{2}:?\d{2})$/.test(raw) && raw.length > 10;
   const text = raw.length === 10 ? `${raw}T00:00:00Z` : hasZone ? raw : `${raw.replace(' ', 'T')}Z`;
   const ms = Date.parse(text);

@@ -239,6 +239,17 @@ t.test('times parse as UTC when no zone is given', async (t) => {
   t.equal(parseTime('2026-05-05T10:00:00+02:00'), Date.parse('2026-05-05T08:00:00Z'));
   t.equal(parseTime('1785072600000'), 1785072600000);
   t.equal(parseTime('yesterday'), null);
+  t.equal(parseTime('2028-02-29'), Date.parse('2028-02-29T00:00:00Z'), 'a leap day');
+  for (const impossible of [
+    '2026-02-29',
+    '2026-02-30T00:00:00Z',
+    '2026-04-31',
+    '2026-13-01',
+    '2026-00-10',
+    '2026-05-00',
+    '2026-05-05T24:00:00Z',
+  ])
+    t.equal(parseTime(impossible), null, `${impossible} does not exist: refused, not rolled over`);
 });
 
 t.test('production code depends on neither the stand-in nor, in capture, on one venue beyond choosing its recorder', async (t) => {

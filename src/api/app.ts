@@ -183,8 +183,10 @@ export function createApp(options: AppOptions): App {
       const e = toApiError(err);
       // Over a key's rate, or shed under load: a flood of these is counted, not logged line by line.
       ctx.state.refused = e.code === 'RATE_LIMITED' || (e.code === 'UNAVAILABLE' && 'Retry-After' in e.headers);
-      // A query interrupted because its client left is not a fault.
-      if (e.status >= 500 && !(ctx.state.signal as AbortSignal).aborted) log.error({ req_id: ctx.state.requestId, err }, 'request failed');
+      // A query interrupted because its client left is not a fault, and a shed request is counted (a
+      // client ignoring Retry-After must not write a stack per request onto the lake's disk).
+      if (e.status >= 500 && !ctx.state.refused && !(ctx.state.signal as AbortSignal).aborted)
+        log.error({ req_id: ctx.state.requestId, err }, 'request failed');
       ctx.status = e.status;
       ctx.remove('ETag');
       ctx.remove('Content-Disposition');

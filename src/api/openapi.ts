@@ -135,6 +135,8 @@ export const SCHEMAS: Record<string, unknown> = {
       max_in_flight: { type: 'integer' },
       shed: { type: 'integer' },
       exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' } }),
+      // This process's: in a cluster each worker answers for its share.
+      connections: obj({ open: { type: 'integer' }, refused: { type: 'integer' }, max: { type: 'integer' } }),
     }),
   }),
   Coverage: obj({

@@ -16,6 +16,7 @@ import type { LatestBook } from '../records.js';
 import type { CaptureHealth } from '../capture/capture.js';
 import { readJson } from '../lake/fsutil.js';
 import { Admission } from './admission.js';
+import { type ConnectionStats, boundedServer, connectionCap, openFileLimit } from './connections.js';
 import { createApp } from './app.js';
 import { BookCache } from './bookcache.js';
 import { ExportPool } from './exports.js';
@@ -134,7 +135,18 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const keys = KeyStore.at(config.dataDir);
   const exports = await ExportPool.open(duck, config.api.exportSlots);
   const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
-  const health = cached(HEALTH_CACHE_MS, () => checkHealth(config, duck, lake, latest, options.capture, admission, exports));
+  // Each worker of a cluster holds its share of the connections.
+  const workers = options.cluster?.workers ?? 1;
+  const configured = config.api.connections;
+  const connectionLimits = {
+    ...configured,
+    total: Math.ceil(connectionCap(configured.total, openFileLimit()) / workers),
+    perAddress: Math.ceil(configured.perAddress / workers),
+  };
+  const connections: ConnectionStats = { open: 0, refused: 0 };
+  const health = cached(HEALTH_CACHE_MS, () =>
+    checkHealth(config, duck, lake, latest, options.capture, admission, exports, { ...connections, max: connectionLimits.total }),
+  );
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   const limiter = options.cluster ? new LeasedLimiter(options.cluster.rates) : new RateLimiter();
   let document: unknown = null;
@@ -164,7 +176,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     now: () => clock.now(),
     limiter,
   });
-  const server = app.koa.listen({ port, host: config.host });
+  const server = boundedServer(app.koa.callback(), connectionLimits, connections);
+  server.listen({ port, host: config.host });
   server.maxHeadersCount = 100;
   server.on('clientError', app.clientError);
   await new Promise<void>((resolve) => server.once('listening', resolve));
@@ -223,6 +236,7 @@ async function checkHealth(
   capture: ApiOptions['capture'],
   admission: Admission,
   exports: ExportPool,
+  connections: ConnectionStats & { max: number },
 ) {
   const now = Date.now();
   const bound = config.api.healthMaxFlushAgeMs;
@@ -264,6 +278,7 @@ async function checkHealth(
         max_in_flight: admission.options.limit,
         shed: admission.shed,
         exports: { in_use: exports.inUse, slots: exports.size },
+        connections,
       },
     },
   };

@@ -972,6 +972,11 @@ export interface components {
                     in_use: number;
                     slots: number;
                 };
+                connections: {
+                    open: number;
+                    refused: number;
+                    max: number;
+                };
             };
         };
         Coverage: {
