@@ -80,6 +80,8 @@ export interface Config {
     queueWaitMs: number;
     /** Exports at once, each with its own DuckDB connection; beyond, 503. */
     exportSlots: number;
+    /** A reader taking less than this while bytes wait for it, over the window, is cut off (its slot freed). */
+    exportMinRate: { bytesPerSecond: number; windowMs: number };
     /** Health answers 503 when capture has not persisted for longer than this. */
     healthMaxFlushAgeMs: number;
     /** Decoded books of recently read markets kept in memory. */
@@ -298,6 +300,10 @@ export function loadConfig(env: Env = process.env): Config {
       queue: int(env, 'API_QUEUE', 32, 0, 100_000),
       queueWaitMs: int(env, 'API_QUEUE_WAIT_MS', 250, 1, 60_000),
       exportSlots: exportSlots(env),
+      exportMinRate: {
+        bytesPerSecond: int(env, 'EXPORT_MIN_BYTES_PER_SECOND', 16_384, 0, 1_073_741_824),
+        windowMs: int(env, 'EXPORT_SLOW_MS', 30_000, 100, 3_600_000),
+      },
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
       corsOrigins: origins(env, 'CORS_ORIGINS'),

@@ -213,3 +213,65 @@ t.test('kill -9 in the middle of an export: the restart removes what it left', a
     'exports work after the restart',
   );
 });
+
+t.test('two stalled readers do not hold the export slots: each is cut off below the minimum rate', async (t) => {
+  // Two slots, a 64 KiB/s floor judged over each second, and no idle-socket bound to do the work instead.
+  const strict = await startApiProcess(dir, {
+    CLOCK_START: String(END + HOUR),
+    CLOCK_SPEED: '1',
+    RATE_PAID_PER_SECOND: '100000',
+    UV_THREADPOOL_SIZE: '8',
+    // One process, so health counts the exports it served.
+    API_WORKERS: '1',
+    EXPORT_SLOTS: '2',
+    EXPORT_MIN_BYTES_PER_SECOND: '65536',
+    EXPORT_SLOW_MS: '1000',
+    API_IDLE_MS: '600000',
+  });
+  t.teardown(() => {
+    strict.child.kill('SIGKILL');
+  });
+  const url = (id: string) => `${strict.url}/v3/wallet-prediction/${id}/snapshots?format=csv`;
+  // Readers that take the headers, then nothing: their sockets stay open.
+  const stalled = IDS.slice(0, 2).map(
+    (id) =>
+      new Promise<{ status: number; bytes: number; complete: boolean }>((resolve) => {
+        const req = http.get(url(id), { headers: { authorization: `Bearer ${key}` } }, (res) => {
+          res.pause();
+          let bytes = 0;
+          // Read nothing for 5 s, then drain what the server sent before it cut the export off.
+          setTimeout(() => {
+            res.on('data', (d: Buffer) => (bytes += d.length));
+            res.resume();
+          }, 5000);
+          res.once('end', () => resolve({ status: res.statusCode!, bytes, complete: res.complete }));
+          res.once('error', () => resolve({ status: res.statusCode!, bytes, complete: false }));
+          res.once('aborted', () => resolve({ status: res.statusCode!, bytes, complete: false }));
+        });
+        req.once('error', () => undefined);
+      }),
+  );
+  const health = async () => (await get(`${strict.url}/v3/health`)).text;
+  let exports: { in_use: number; slow_readers_cut: number } = { in_use: -1, slow_readers_cut: 0 };
+  const waited = Date.now();
+  while (exports.slow_readers_cut < 2 && Date.now() - waited < 30_000) {
+    await sleep(250);
+    exports = JSON.parse(await health()).data.api.exports;
+  }
+  t.equal(
+    exports.slow_readers_cut,
+    2,
+    `both stalled exports were cut off, ${((Date.now() - waited) / 1000).toFixed(1)} s after they began`,
+  );
+  t.equal(exports.in_use, 0, 'and their slots are free');
+  const third = await exportRequest(url(IDS[2]), 'fast');
+  t.equal(third.status, 200, 'a third client gets its export');
+  for (const r of await Promise.all(stalled)) {
+    t.equal(r.status, 200);
+    t.notOk(r.complete, `a stalled reader's transfer ends incomplete (${r.bytes} of ${third.bytes} bytes), never as if whole`);
+  }
+  t.ok(
+    strict.lines.some((l) => l.msg === 'export cut off: its reader was too slow' && l.level === 40),
+    'each is logged once at warn',
+  );
+});

@@ -15,6 +15,7 @@ import { KEY_RE, type KeyStore } from './keys.js';
 import { parse, validator } from './params.js';
 import { type Limiter, RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
+import { SlowReader } from './exports.js';
 import { pages } from './pages.js';
 import { type FileBody, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
 
@@ -87,6 +88,10 @@ export function createApp(options: AppOptions): App {
   // Errors Koa meets after the response started (a stream failing mid-transfer): once, through pino.
   app.on('error', (err: unknown, ctx?: Koa.Context) => {
     if (clientLeft(err)) return;
+    if (err instanceof SlowReader) {
+      log.warn({ req_id: ctx?.state.requestId ?? null, reason: err.message }, 'export cut off: its reader was too slow');
+      return;
+    }
     log.error({ req_id: ctx?.state.requestId ?? null, err }, 'response failed after it started');
   });
 

@@ -5,8 +5,10 @@
 // (and each pending open of a pipe) holds one of libuv's few threadpool threads; four of them
 // stalled every query and capture's fsync. A file lets the COPY finish at disk speed whatever
 // the client does, and only a bounded number of exports exist at once: beyond the pool, 503
-// with Retry-After. The file is removed on every exit path (done, failed, client gone), and the
-// export directory is emptied at start for what a crash left.
+// with Retry-After. A reader that takes less than a minimum rate while bytes wait for it, for a
+// sustained time, is cut off, so two stalled clients cannot hold the slots for as long as their
+// sockets stay open. The file is removed on every exit path (done, failed, client gone, too
+// slow), and the export directory is emptied at start for what a crash left.
 import fs from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { Duck, Params } from '../lake/duckdb.js';
@@ -16,19 +18,28 @@ import { fail } from './errors.js';
 const POLL_MS = 20;
 const CHUNK = 256 * 1024;
 
+/** The slowest reader an export keeps: below `bytesPerSecond` over `windowMs` while bytes wait, it is cut off. */
+export interface MinimumRate {
+  bytesPerSecond: number;
+  windowMs: number;
+}
+
 export class ExportPool {
   private active = 0;
   private readonly idle: Duck[];
+  /** Exports cut off for reading too slowly. */
+  slowReaders = 0;
 
   private constructor(
     readonly size: number,
     lanes: Duck[],
+    private readonly minRate: MinimumRate,
   ) {
     this.idle = lanes;
   }
 
-  static async open(duck: Duck, size: number): Promise<ExportPool> {
-    return new ExportPool(size, await Promise.all(Array.from({ length: size }, () => duck.fork(1))));
+  static async open(duck: Duck, size: number, minRate: MinimumRate): Promise<ExportPool> {
+    return new ExportPool(size, await Promise.all(Array.from({ length: size }, () => duck.fork(1))), minRate);
   }
 
   get inUse(): number {
@@ -64,7 +75,7 @@ export class ExportPool {
         () => null,
         (err: unknown) => err as Error,
       );
-      const stream = new GrowingFile(handle, settled, release);
+      const stream = new GrowingFile(handle, settled, release, this.minRate, () => this.slowReaders++);
       const first = await Promise.race([stream.waitForBytes(), settled]);
       if (first instanceof Error) {
         stream.destroy();
@@ -78,20 +89,43 @@ export class ExportPool {
   }
 }
 
+/** Why an export ended early: its reader took too little for too long. */
+export class SlowReader extends Error {
+  override name = 'SlowReader';
+  readonly code = 'EXPORT_READER_TOO_SLOW';
+}
+
 /** A file another writer is still appending to: ends when the writer is done and every byte is read. */
 class GrowingFile extends Readable {
   private at = 0;
   private done: Error | null | undefined = undefined;
+  private readonly watchdog: NodeJS.Timeout;
 
   constructor(
     private readonly handle: fs.FileHandle,
     settled: Promise<Error | null>,
     private readonly onClose: () => void,
+    minRate: MinimumRate,
+    onSlow: () => void,
   ) {
     super({ highWaterMark: CHUNK });
     void settled.then((err) => {
       this.done = err;
     });
+    // Bytes waiting in this stream's buffer mean the reader, not the COPY, is behind: too few taken
+    // in a window while that holds (the socket's buffers full, or a client reading a trickle) ends it.
+    let taken = 0;
+    const least = (minRate.bytesPerSecond * minRate.windowMs) / 1000;
+    this.watchdog = setInterval(() => {
+      const moved = this.at - taken;
+      taken = this.at;
+      if (this.readableLength > 0 && moved < least) {
+        onSlow();
+        this.destroy(new SlowReader(`the reader took ${moved} bytes in ${minRate.windowMs} ms, under ${minRate.bytesPerSecond} B/s`));
+      }
+    }, minRate.windowMs);
+    this.watchdog.unref();
+    this.once('end', () => clearInterval(this.watchdog));
   }
 
   /** Resolves once the file has bytes, or the writer is done. */
@@ -126,6 +160,7 @@ class GrowingFile extends Readable {
   }
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    clearInterval(this.watchdog);
     this.handle
       .close()
       .catch(() => undefined)

@@ -134,7 +134,7 @@ export const SCHEMAS: Record<string, unknown> = {
       queued: { type: 'integer' },
       max_in_flight: { type: 'integer' },
       shed: { type: 'integer' },
-      exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' } }),
+      exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' }, slow_readers_cut: { type: 'integer' } }),
       // This process's: in a cluster each worker answers for its share.
       connections: obj({ open: { type: 'integer' }, refused: { type: 'integer' }, max: { type: 'integer' } }),
     }),

@@ -133,7 +133,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     ),
   ];
   const keys = KeyStore.at(config.dataDir);
-  const exports = await ExportPool.open(duck, config.api.exportSlots);
+  const exports = await ExportPool.open(duck, config.api.exportSlots, config.api.exportMinRate);
   const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
   // Each worker of a cluster holds its share of the connections.
   const workers = options.cluster?.workers ?? 1;
@@ -277,7 +277,7 @@ async function checkHealth(
         queued: admission.queued,
         max_in_flight: admission.options.limit,
         shed: admission.shed,
-        exports: { in_use: exports.inUse, slots: exports.size },
+        exports: { in_use: exports.inUse, slots: exports.size, slow_readers_cut: exports.slowReaders },
         connections,
       },
     },

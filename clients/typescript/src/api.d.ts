@@ -971,6 +971,7 @@ export interface components {
                 exports: {
                     in_use: number;
                     slots: number;
+                    slow_readers_cut: number;
                 };
                 connections: {
                     open: number;
