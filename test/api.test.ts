@@ -76,6 +76,13 @@ t.test('the OpenAPI document is valid OpenAPI 3.1 and covers every route', async
   ]) {
     t.ok(doc.paths[p], p);
   }
+  // Public routes refuse unknown parameters as every route does, and say so.
+  for (const p of ['/v3/health', '/v3/openapi.json']) {
+    const r = await get(`${p}?nocache=1`, null);
+    t.equal(r.status, 400, `${p} with an unknown parameter`);
+    t.equal(r.body.error.code, 'INVALID_PARAMETER');
+    t.ok(doc.paths[p].get.responses['400'], `${p}: its 400 is documented`);
+  }
 });
 
 t.test('every route answers in both namespaces, and the alias equals the namespace', async (t) => {

@@ -1,10 +1,17 @@
-// Load shedding. The lake's work runs on two DuckDB lanes, so admitting more page requests
-// than a few per lane only makes every one of them slower. Beyond `limit` running, requests
-// wait in a short queue; when it is full, or a request has waited `waitMs`, it is refused at
-// once with 503 and Retry-After, so latency stays bounded and the client knows to come back.
+// Load shedding, shared fairly. The lake's work runs on two DuckDB lanes, so admitting more page
+// requests than a few per lane only makes every one of them slower. Beyond `limit` running,
+// requests wait in a short queue; when a request has waited `waitMs`, or the queue is full, one is
+// refused at once with 503 and Retry-After, so latency stays bounded and the client knows to come
+// back. Which one is the fairness: each key (a tenant) waits in its own line, a freed slot goes to
+// the tenant running the least for its weight (its plan's), then asking the least lately, and a
+// full queue refuses the newest request of the tenant asking the most lately (arrivals decayed
+// over about a second), not a newcomer who asks less. So a key within its limits keeps being
+// answered however many other keys push, and pushing harder only sheds more of one's own.
 import { fail } from './errors.js';
 
 interface Waiter {
+  /** Arrival order: among tenants running alike, the one waiting longest goes first. */
+  seq: number;
   admit: () => void;
   refuse: (err: unknown) => void;
 }
@@ -15,9 +22,29 @@ export interface AdmissionOptions {
   waitMs: number;
 }
 
+/** Who a request is for: its key, and its share of the capacity against other keys' (the plan's weight). */
+export interface Tenant {
+  id: string;
+  weight: number;
+}
+
+interface Line {
+  id: string;
+  weight: number;
+  running: number;
+  waiting: Waiter[];
+}
+
+/** Half-life of a tenant's demand (its arrivals, decayed). */
+const DEMAND_HALF_LIFE_MS = 1000;
+
 export class Admission {
   private running = 0;
-  private readonly waiting: Waiter[] = [];
+  private queuedCount = 0;
+  private arrivals = 0;
+  private readonly lines = new Map<string, Line>();
+  /** Each tenant's recent arrivals, decayed: kept beyond its line, since a pusher's line empties between its refusals. */
+  private readonly demands = new Map<string, { value: number; at: number }>();
   /** Requests refused since start. */
   shed = 0;
 
@@ -28,21 +55,25 @@ export class Admission {
   }
 
   get queued(): number {
-    return this.waiting.length;
+    return this.queuedCount;
   }
 
   /** Resolves with the release function once admitted; throws UNAVAILABLE when shed or aborted. */
-  async enter(signal?: AbortSignal): Promise<() => void> {
+  async enter(signal: AbortSignal | undefined, tenant: Tenant): Promise<() => void> {
     // A client already gone (it left before its request got here) takes no place in the queue: its
     // abort event has fired and would never wake the waiter.
     signal?.throwIfAborted();
-    if (this.running < this.options.limit) {
+    this.arrived(tenant.id);
+    const line = this.lineOf(tenant);
+    if (this.running < this.options.limit && this.queuedCount === 0) {
       this.running++;
-      return this.releaser();
+      line.running++;
+      return this.releaser(line);
     }
-    if (this.waiting.length >= this.options.queue) this.refuse();
+    if (this.queuedCount >= this.options.queue && !this.evictFor(line)) this.refuse();
     await new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
+        seq: this.arrivals++,
         admit: () => {
           cleanup();
           resolve();
@@ -53,7 +84,7 @@ export class Admission {
         },
       };
       const timer = setTimeout(() => {
-        this.drop(waiter);
+        this.drop(line, waiter);
         try {
           this.refuse();
         } catch (err) {
@@ -61,7 +92,7 @@ export class Admission {
         }
       }, this.options.waitMs);
       const onAbort = () => {
-        this.drop(waiter);
+        this.drop(line, waiter);
         waiter.refuse(signal!.reason);
       };
       const cleanup = () => {
@@ -69,25 +100,109 @@ export class Admission {
         signal?.removeEventListener('abort', onAbort);
       };
       signal?.addEventListener('abort', onAbort, { once: true });
-      this.waiting.push(waiter);
+      line.waiting.push(waiter);
+      this.queuedCount++;
+      // Nothing runs to free a slot when the queue took the last one's place (a refusal just evicted).
+      if (this.running < this.options.limit) this.next();
     });
-    return this.releaser();
+    return this.releaser(line);
   }
 
-  private releaser(): () => void {
+  /** The tenant's arrivals lately, decayed to now. */
+  private demand(id: string, now = performance.now()): number {
+    const d = this.demands.get(id);
+    return d ? d.value * 2 ** (-(now - d.at) / DEMAND_HALF_LIFE_MS) : 0;
+  }
+
+  private arrived(id: string): void {
+    const now = performance.now();
+    this.demands.set(id, { value: this.demand(id, now) + 1, at: now });
+    // Memory follows the tenants active lately: the faded are pruned now and then.
+    if (this.demands.size > 256 && this.arrivals % 256 === 0) {
+      for (const [key] of this.demands) if (this.demand(key, now) < 0.01 && !this.lines.has(key)) this.demands.delete(key);
+    }
+  }
+
+  private lineOf(tenant: Tenant): Line {
+    let line = this.lines.get(tenant.id);
+    if (!line) {
+      line = { id: tenant.id, weight: Math.max(tenant.weight, 1e-9), running: 0, waiting: [] };
+      this.lines.set(tenant.id, line);
+    }
+    return line;
+  }
+
+  /**
+   * A full queue: the newest waiter of the tenant asking the most lately (for its weight) gives way
+   * to `line`'s request, if that tenant asks more than `line`'s; otherwise `line`'s is refused.
+   */
+  private evictFor(line: Line): boolean {
+    const now = performance.now();
+    const pressure = (l: Line) => this.demand(l.id, now) / l.weight;
+    let heaviest: Line | null = null;
+    for (const l of this.lines.values()) if (l.waiting.length > 0 && (!heaviest || pressure(l) > pressure(heaviest))) heaviest = l;
+    if (!heaviest || heaviest === line || pressure(heaviest) <= pressure(line)) return false;
+    const evicted = heaviest.waiting.pop()!;
+    this.queuedCount--;
+    this.forgetIfIdle(heaviest);
+    try {
+      this.refuse();
+    } catch (err) {
+      evicted.refuse(err);
+    }
+    return true;
+  }
+
+  /**
+   * A slot is free: it goes to the waiting tenant running the least for its weight; on a tie, the
+   * one asking the least lately; then the one waiting longest.
+   */
+  private next(): void {
+    const now = performance.now();
+    let chosen: { line: Line; share: number; pressure: number } | null = null;
+    for (const l of this.lines.values()) {
+      if (l.waiting.length === 0) continue;
+      const share = l.running / l.weight;
+      const pressure = this.demand(l.id, now) / l.weight;
+      if (
+        !chosen ||
+        share < chosen.share ||
+        (share === chosen.share &&
+          (pressure < chosen.pressure || (pressure === chosen.pressure && l.waiting[0].seq < chosen.line.waiting[0].seq)))
+      )
+        chosen = { line: l, share, pressure };
+    }
+    if (!chosen) return;
+    const waiter = chosen.line.waiting.shift()!;
+    this.queuedCount--;
+    this.running++;
+    chosen.line.running++;
+    waiter.admit();
+  }
+
+  private releaser(line: Line): () => void {
     let done = false;
     return () => {
       if (done) return;
       done = true;
-      const next = this.waiting.shift();
-      if (next) next.admit();
-      else this.running--;
+      this.running--;
+      line.running--;
+      this.forgetIfIdle(line);
+      this.next();
     };
   }
 
-  private drop(waiter: Waiter): void {
-    const at = this.waiting.indexOf(waiter);
-    if (at >= 0) this.waiting.splice(at, 1);
+  private drop(line: Line, waiter: Waiter): void {
+    const at = line.waiting.indexOf(waiter);
+    if (at < 0) return;
+    line.waiting.splice(at, 1);
+    this.queuedCount--;
+    this.forgetIfIdle(line);
+  }
+
+  /** A tenant with nothing running or waiting has no line: memory follows the keys active now. */
+  private forgetIfIdle(line: Line): void {
+    if (line.running === 0 && line.waiting.length === 0 && this.lines.get(line.id) === line) this.lines.delete(line.id);
   }
 
   private refuse(): never {

@@ -259,7 +259,9 @@ export function createApp(options: AppOptions): App {
         stats: ctx.state.stats,
         signal: ctx.state.signal,
       };
-      const release = route.heavy ? await admission.enter(ctx.state.signal) : null;
+      // Each key waits in its own line, weighted by its plan's rate (api/admission.ts).
+      const tenant = { id: key?.key_id ?? `address:${ctx.ip}`, weight: options.rate(key?.plan ?? 'free') };
+      const release = route.heavy ? await admission.enter(ctx.state.signal, tenant) : null;
       let result;
       try {
         result = await route.handle(rc);

@@ -241,7 +241,8 @@ const PARQUET = {
 };
 
 const ERRORS_BY_ACCESS: Record<Route['access'], ErrorCode[]> = {
-  public: ['INTERNAL_ERROR'],
+  // Unknown query parameters are refused everywhere, these routes too (a typo never passes silently).
+  public: ['INVALID_PARAMETER', 'INTERNAL_ERROR'],
   key: [
     'INVALID_PARAMETER',
     'INVALID_CURSOR',

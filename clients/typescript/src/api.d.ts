@@ -1154,6 +1154,16 @@ export interface operations {
                     "application/json": components["schemas"]["ResponseHealth"];
                 };
             };
+            /** @description INVALID_PARAMETER */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
             /** @description METHOD_NOT_ALLOWED */
             405: {
                 headers: {
@@ -1222,6 +1232,16 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseOpenApi"];
+                };
+            };
+            /** @description INVALID_PARAMETER */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
                 };
             };
             /** @description METHOD_NOT_ALLOWED */
