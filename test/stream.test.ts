@@ -1,7 +1,7 @@
 // Event-driven capture: the stand-in's book model and its WebSocket market channel, then
 // capture recording every change over a real WebSocket, clean and under injected faults. The
 // recorded books are compared with the books the model says the venue held at each instant.
-import t, { type Test } from 'tap';
+import t from 'tap';
 import type { Worker } from 'node:worker_threads';
 import WebSocket, { WebSocketServer } from 'ws';
 import { Capture } from '../src/capture/capture.js';
@@ -9,34 +9,20 @@ import { type StreamSink } from '../src/capture/stream.js';
 import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
 import type { WalletStreamRecorder } from '../src/venues/wallet/recorder.js';
-import type { Venue } from '../src/config.js';
 import { type Clock, createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { startApi } from '../src/api/server.js';
 import { bestAsk, bestBid } from '../src/standin/orderbook.js';
-import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
+import { StandIn } from '../src/standin/server.js';
 import { Sim } from '../src/standin/sim.js';
-import type { StreamFaults } from '../src/standin/streamserver.js';
-import type { ChannelQuirks } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
 import { createAdapters } from '../src/venues/index.js';
 import { lakeTable, openMarket, quiet, sealAll, testConfig } from './helpers.js';
 import { displayedPrice } from '../src/venues/polymarket/rest.js';
 import type { Market } from '../src/records.js';
-import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
-
-const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
-const OPEN = Date.parse('2026-07-26T12:00:00Z');
-/**
- * The 20-minute audits' pace: 60x in the suite. A gap ends on a reconnect's backoff and the next
- * push, which take real time that 60x stretches six-fold against 10x; `AUDIT_SPEED=10` measures
- * the fault-time figures nearer the venues' own pace and holds them to the 10% target (BENCHMARKS.md).
- */
-const AUDIT_SPEED = Number(process.env.AUDIT_SPEED ?? 60);
-const AUDIT_SECONDS = Math.ceil((20 * 60) / AUDIT_SPEED);
-/** Gap time allowed outside the injected windows, as a share of them. */
-const AUDIT_OVER = AUDIT_SPEED <= 10 ? 0.1 : 0.5;
+import { auditStream } from './streamaudit.js';
+import { COINS, OPEN, streamRun, venuesAt } from './streamrun.js';
 
 t.test('the book model: one history, however it is read', async (t) => {
   const sim = new Sim(7, COINS);
@@ -299,101 +285,6 @@ t.test('a change that leaves the copy as it was means an earlier one never arriv
   t.match(gaps, [/^recovered at/, /^lost stream_resync from 1000: a change at 3000 left the streamed copy as it was/, 'recovered at 3000']);
 });
 
-interface RunOptions {
-  venue?: Venue;
-  env?: Record<string, string>;
-  start?: number;
-  /** Runs while capture records (after its start), e.g. to inject a fault of capture's own. */
-  during?: (capture: Capture, clock: Clock) => Promise<void>;
-  /** What the market channel does that the real venue does (hash layout and skew, books after trades...). */
-  quirks?: Partial<ChannelQuirks>;
-  /** Simulated time to record from the first book on, however long a busy machine takes to start. */
-  spanMs?: number;
-}
-
-/** Both venues' BTC markets at the stand-in's `url`, with budgets no test reaches. */
-function venuesAt(url: string) {
-  return {
-    POLYMARKET_COINS: 'btc',
-    POLYMARKET_GAMMA_URL: url,
-    POLYMARKET_CLOB_URL: url,
-    POLYMARKET_RPS: '100000',
-    WALLET_COINS: 'btc',
-    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
-    WALLET_RPS: '100000',
-  };
-}
-
-/** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
-async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
-  const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
-  const dir = t.testdir();
-  const clock = createClock(start, speed);
-  const standin = new StandIn({
-    clock,
-    coins: COINS,
-    streamFaults: faults,
-    channelQuirks: quirks,
-    walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
-  });
-  const url = await standin.start();
-  const config = testConfig(dir, {
-    CAPTURE_STREAM: venue,
-    CAPTURE_VENUES: venue,
-    ...venuesAt(url),
-    WALLET_CONCURRENCY: '16',
-    STREAM_STALL_MS: '3000',
-    STREAM_BACKOFF_MIN_MS: '20',
-    STREAM_BACKOFF_MAX_MS: '200',
-    RATE_PAID_PER_SECOND: '100000',
-    ...env,
-  });
-  const duck = await Duck.open(2);
-  t.teardown(() => duck.close());
-  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
-  await capture.start();
-  const began = Date.now();
-  let firstBookAt: number | null = null;
-  const watch = setInterval(() => {
-    if (firstBookAt === null && capture.stats.books > 0) firstBookAt = clock.now();
-  }, 20);
-  t.teardown(() => clearInterval(watch));
-  await during?.(capture, clock);
-  await new Promise((r) => setTimeout(r, Math.max(0, seconds * 1000 - (Date.now() - began))));
-  for (
-    let waited = 0;
-    options.spanMs && (firstBookAt === null || clock.now() < firstBookAt + options.spanMs) && waited < 60_000;
-    waited += 50
-  )
-    await new Promise((r) => setTimeout(r, 50));
-  // A loaded machine may take its first seconds to discover: run on until books were recorded (at most 20 s more).
-  for (let waited = 0; capture.stats.books === 0 && waited < 20_000; waited += 250) await new Promise((r) => setTimeout(r, 250));
-  await capture.stop();
-  await standin.stop();
-  await sealAll(duck, dir);
-  const lake = await readStreamLake(duck, dir);
-  const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
-  // What a stop may leave in flight: a second of real time, at least 2 s. A stream thread hands its rows over every
-  // 20 ms, but on a busy machine one thread may lag the other by most of a second (seen on a clean clone at 360x:
-  // one thread's newest market 0.7 s of real time behind the other's rows at the stop).
-  const slackMs = Math.max(2000, 1000 * speed);
-  return {
-    ...lake,
-    capture,
-    standin,
-    sim: standin.sim,
-    undelivered,
-    venue,
-    dir,
-    config,
-    duck,
-    end: clock.now(),
-    stallMs: config.capture.stream.stallMs,
-    slackMs,
-    subscribedAt: subscriptions(standin, venue),
-  };
-}
-
 t.test('capture records every change of the stream, verified against the venue', async (t) => {
   // One stream thread, so one connection carries both markets. The 5-minute market's tick changes
   // a simulated minute in: after the thread has started and subscribed, however loaded the machine.
@@ -535,146 +426,6 @@ t.test('capture records every change of the stream, verified against the venue',
     const later = await walk(`${base}/orderbook/changes?start_time=${encodeURIComponent(middle)}`, 50);
     t.ok(later.length > 0 && later.every(counted), 'and so in a range that starts later, deep pages included');
   }
-});
-
-t.test('an hour of simulated time: every change of every market, in count and content', async (t) => {
-  // 360x: a simulated hour in 10 s (11 s, for capture's start). Stall bounds and polls are in simulated time, so they are set
-  // wide enough that a real 100 ms pause (36 simulated seconds) is not taken for a silent stream. The run lasts until the
-  // clock is well past an hour after the first book, however long a busy machine took to start or lags behind.
-  const run = await streamRun(t, {}, 11, 360, {
-    spanMs: 3_900_000,
-    env: { POLL_MS: '20000', STREAM_STALL_MS: '600000', STREAM_PING_MS: '60000' },
-  });
-  const { expected, recorded } = auditStream(t, run);
-  const markets = new Set(run.rows.map((r) => r.market_id));
-  const newest = run.rows.reduce((max, r) => Math.max(max, r.ts), -Infinity);
-  const span = (newest - run.rows[0].ts) / 3_600_000;
-  t.ok(span >= 1, `the recording spans ${span.toFixed(2)} simulated hours`);
-  t.ok(markets.size >= 14, `${markets.size} markets, one after another`);
-  t.ok(expected > 50_000, `${expected} change instants`);
-  t.equal(recorded, expected, 'every one recorded');
-  t.same(run.gaps, [], 'and no gap');
-
-  // Each market recorded and resolved before the stop (the newest row, less what may have been in flight) carries the venue's resolution time and winner, from its market_resolved.
-  const versions = (await run.duck.rows(
-    `SELECT market_id, any_value(outcome_token_ids[1]) AS token, max(epoch_ms(resolved_time))::BIGINT AS resolved,
-       arg_max(winning_outcome_index, ts) AS winner FROM ${lakeTable(run.dir, 'markets')} GROUP BY market_id`,
-  )) as { market_id: string; token: string; resolved: bigint | null; winner: number | null }[];
-  const due = versions
-    .map((v) => ({ ...v, sim: run.sim.byToken('polymarket', v.token)!.market }))
-    .filter((v) => markets.has(v.market_id) && v.sim.resolvedAt <= newest - run.slackMs);
-  t.ok(due.length >= 10, `${due.length} recorded markets resolved during the run`);
-  t.same(
-    due
-      .filter((v) => v.resolved === null || Number(v.resolved) !== v.sim.resolvedAt || v.winner !== run.sim.winner(v.sim))
-      .map((v) => v.market_id),
-    [],
-    'each with the resolution time and winner the venue announced',
-  );
-});
-
-t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is invented and gaps cover the rest', async (t) => {
-  const start = OPEN + 61 * SECOND;
-  const run = await streamRun(
-    t,
-    {
-      dropRate: 0.003,
-      reorderRate: 0.003,
-      duplicateRate: 0.05,
-      staleSnapshotMs: 4000,
-      freezes: [{ from: start + 40 * SECOND, to: start + 50 * SECOND }],
-      disconnects: [{ from: start + 80 * SECOND, to: start + 83 * SECOND }],
-    },
-    7,
-    20,
-  );
-  const { expected, recorded } = auditStream(t, run);
-  t.ok(recorded > expected / 2, `most changes are still recorded (${recorded} of ${expected})`);
-  const reasons = new Set(run.gaps.map((g) => g.reason));
-  t.ok(reasons.has('stream_resync'), 'lost or misordered changes are found by hash and resynced');
-  t.ok(reasons.has('stream_stalled'), 'the freeze is noticed');
-  t.ok(reasons.has('disconnected'), 'the disconnect is recorded');
-  t.ok(run.standin.stream.stats.duplicated > 0 && run.standin.stream.stats.dropped > 0 && run.standin.stream.stats.reordered > 0);
-  t.ok(
-    (run.capture.streams.get('polymarket') as ThreadedStream).stats.connects >= 3,
-    'capture reconnected after the freeze and the disconnect',
-  );
-});
-
-t.test("the venue's own ways, over 20 simulated minutes: every market recorded, nothing wrong outside gaps", async (t) => {
-  // What the real channel does (UPSTREAMS.md C1): hashes over the other layout, a few ms off the
-  // message's time, covering trades announced later; books after trades; entries without a size;
-  // snapshots that never come; books whose prices lack the leading zero; the custom feature events
-  // beside the books (best levels, new markets); and drops. Markets open one after another, so later
-  // tokens are added to open connections. Bounds are in simulated time, wide enough for a busy machine.
-  const quirks = {
-    hashLayout: 'hash-last',
-    hashSkewMs: 3,
-    tradeLeadMs: 300,
-    bookAfterTrade: true,
-    incompleteRate: 0.002,
-    snapshotLossRate: 0.3,
-    bestBidAsk: true,
-    bareDecimals: true,
-  } as const;
-  // And, in simulated time, silent freezes and refused reconnects: fault time whose gaps are measured against it.
-  const start = OPEN + 61 * SECOND;
-  const freezes = [5, 13].map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + 40_000 }));
-  const disconnects = [{ from: start + 9 * 60_000, to: start + 9 * 60_000 + 30_000 }];
-  const run = await streamRun(t, { dropRate: 0.002, freezes, disconnects }, AUDIT_SECONDS, AUDIT_SPEED, {
-    quirks,
-    spanMs: 20 * 60_000,
-    env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
-  });
-  const { expected, recorded, unknowable } = auditStream(t, run);
-  const stats = (run.capture.streams.get('polymarket') as ThreadedStream).stats;
-  const served = run.standin.stream;
-  t.ok(
-    served.withheldSnapshots > 0,
-    `${served.withheldSnapshots} snapshots withheld (${stats.snapshotTimeouts} came later than the bound, from REST or a book after a trade, each with a gap for the wait)`,
-  );
-  t.ok(stats.incomplete > 0, `${stats.incomplete} entries without a size desynced their token (no row from them)`);
-  t.ok(served.bestBidAsks > 0, `${served.bestBidAsks} best_bid_ask custom feature events came beside the books, and changed nothing`);
-  t.ok(
-    stats.newMarkets > 0 && stats.newMarkets <= served.newMarkets,
-    `${stats.newMarkets} of ${served.newMarkets} new_market announcements came (some lost to drops), and changed nothing`,
-  );
-  t.ok(stats.lateProofs > 0, `${stats.lateProofs} hashes proved once the trade they covered was announced`);
-  t.equal(stats.undoubted, 0, 'the formula reproduces, so every book whose hash did not is held in doubt until proved');
-  const checked = stats.verified + stats.lateProofs + stats.bestChecked;
-  t.ok(
-    checked >= 0.95 * (checked + stats.unverified),
-    `${checked} of ${checked + stats.unverified} changes checked: ${stats.verified} by hash at once, ${stats.lateProofs} by a later one, ${stats.bestChecked} by best bid/ask`,
-  );
-  t.ok(
-    unknowable <= expected * 0.001 + 2,
-    `changes missing without a gap (${unknowable} of ${expected}) are only ones withheld and overwritten`,
-  );
-  t.ok(recorded > expected * 0.8, `${recorded} of ${expected} change instants recorded`);
-
-  // Every market capture knew and the venue traded during the run has rows for both outcomes, late-added ones included.
-  const markets = (await run.duck.rows(
-    `SELECT DISTINCT market_id, epoch_ms(start_time)::BIGINT AS s, epoch_ms(end_time)::BIGINT AS e FROM ${lakeTable(run.dir, 'markets')}`,
-  )) as { market_id: string; s: bigint; e: bigint }[];
-  const first = run.rows[0].ts;
-  const traded = markets.filter((m) => Number(m.s) >= first && Number(m.e) <= run.end);
-  t.ok(traded.length >= 3, `${traded.length} markets opened and closed during the run`);
-  const withRows = traded.filter((m) => [0, 1].every((i) => run.rows.some((r) => r.market_id === m.market_id && r.outcome_index === i)));
-  t.equal(withRows.length, traded.length, 'each has books of both outcomes');
-  // Fault time in which a market's book did not change lost nothing and needs no gap: within 10% of it may lie outside.
-  const { injected, gapped, inside, windowed } = faultTime(run, [...freezes, ...disconnects], traded);
-  t.ok(
-    inside >= 0.9 * injected,
-    `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected freezes and disconnects over ${traded.length} markets' lives lie in gaps`,
-  );
-  // A freeze's gap runs from the last proof before it to the first after it (a poll's, every 5 s here): real time, scaled by the pace.
-  t.ok(
-    windowed - inside <= AUDIT_OVER * injected,
-    `the gaps that meet those windows hold ${(windowed / 1000).toFixed(1)} s, ${((100 * (windowed - inside)) / injected).toFixed(1)}% over the injected time`,
-  );
-  t.pass(
-    `${run.gaps.length} gaps, ${(gapped / 1000).toFixed(1)} s over those markets' lives (${((gapped - windowed) / 1000).toFixed(1)} s of them in the gaps of drops and incomplete entries, found by hash, best levels and REST)`,
-  );
 });
 
 t.test('a snapshot that never comes: the book is taken from REST after the bound, and the wait is a gap', async (t) => {
@@ -850,103 +601,3 @@ t.test('a restart records no book twice: the unchanged books its snapshots bring
   );
   t.same(again, [], 'no row repeats the books of the one before it');
 });
-
-t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost pushes, nothing wrong outside gaps', async (t) => {
-  // The feed's documented pauses (nothing sent while its upstream is down) and refused reconnects,
-  // in simulated time; lost, repeated and reordered pushes throughout. Bounds are in simulated time,
-  // wide enough for a busy machine at 60x. A push is a whole book without a sequence number: one
-  // lost and overwritten by the next before any REST poll saw its book is invisible to any
-  // recorder, so the pushes lost at random are few (0.05%) and those are what may go unseen.
-  const start = OPEN + 61 * SECOND;
-  const windows = (at: number[], ms: number) => at.map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + ms }));
-  const freezes = windows([3, 9, 15], 40_000);
-  const disconnects = windows([6, 12], 30_000);
-  const run = await streamRun(
-    t,
-    { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02, freezes, disconnects },
-    AUDIT_SECONDS,
-    AUDIT_SPEED,
-    {
-      venue: 'wallet-prediction',
-      spanMs: 20 * 60_000,
-      env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
-    },
-  );
-  const { expected, recorded, unknowable } = auditStream(t, run);
-  t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
-  t.ok(
-    unknowable <= expected * 0.001 + 2,
-    `changes missing without a gap (${unknowable} of ${expected}) are only ones withheld and overwritten`,
-  );
-  t.ok(recorded > expected * 0.8, `${recorded} of ${expected} change instants recorded`);
-  const reasons = new Set(run.gaps.map((g) => g.reason));
-  t.notOk(reasons.has('stream_stalled'), 'a pause is not taken for a stalled socket');
-
-  // Every market the venue traded during the run has rows of both outcomes.
-  const first = run.rows[0].ts;
-  const markets = await run.duck.rows(
-    `SELECT DISTINCT market_id, epoch_ms(start_time)::BIGINT AS s, epoch_ms(end_time)::BIGINT AS e FROM ${lakeTable(run.dir, 'markets')}`,
-  );
-  const closed = (markets as { market_id: string; s: bigint; e: bigint }[]).filter((m) => Number(m.s) >= first && Number(m.e) <= run.end);
-  t.ok(closed.length >= 3, `${closed.length} markets opened and closed during the run`);
-  t.same(
-    closed
-      .filter((m) => ![0, 1].every((i) => run.rows.some((r) => r.market_id === m.market_id && r.outcome_index === i)))
-      .map((m) => m.market_id),
-    [],
-    'each has books of both outcomes',
-  );
-
-  const faults = [...freezes, ...disconnects];
-  const { injected, gapped, inside } = faultTime(run, faults, closed);
-  // Fault time in which a market's book did not change lost nothing and needs no gap: within 10% of it may lie outside.
-  t.ok(
-    inside >= 0.9 * injected,
-    `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected pauses and disconnects over ${closed.length} markets' lives lie in gaps`,
-  );
-  // Past the windows a gap reaches back to the last proof of the book before a pause (a poll's, or the last push: silence
-  // looks like a quiet book) and on to the first push after it, or the reconnect: real time, scaled by the pace.
-  t.ok(
-    gapped - inside <= AUDIT_OVER * injected,
-    `${(gapped / 1000).toFixed(1)} s in gaps in all, ${((100 * (gapped - injected)) / injected).toFixed(1)}% over the injected time (${((gapped - inside) / 1000).toFixed(1)} s outside the windows)`,
-  );
-  const wallet = run.capture.streams.get('wallet-prediction') as WalletStreamRecorder;
-  t.ok(wallet.stats.missed > 0, `${wallet.stats.missed} REST books the stream passed without holding them, each a gap`);
-});
-
-/**
- * Time inside gaps against the injected fault windows, summed over markets (by their lives, from
- * `s` to `e`), gaps of different kinds merged: how much of the fault time is covered (`inside`), how
- * much time is in gaps in all (`gapped`), and in the gaps that meet a window (`windowed`: a fault's
- * own gaps, apart from those of faults spread through the run, drops say).
- */
-function faultTime(
-  run: { gaps: { market_id: string; f: number; t: number }[] },
-  faults: { from: number; to: number }[],
-  markets: { market_id: string; s: bigint; e: bigint }[],
-) {
-  const union = (spans: [number, number][]) => {
-    const merged: [number, number][] = [];
-    for (const [f, to] of [...spans].sort((a, b) => a[0] - b[0])) {
-      const last = merged.at(-1);
-      if (last && f <= last[1]) last[1] = Math.max(last[1], to);
-      else merged.push([f, to]);
-    }
-    return merged;
-  };
-  const length = (spans: [number, number][]) => spans.reduce((sum, [f, to]) => sum + Math.max(0, to - f), 0);
-  let injected = 0;
-  let gapped = 0;
-  let inside = 0;
-  let windowed = 0;
-  for (const m of markets) {
-    const clip = ([f, to]: [number, number]): [number, number] => [Math.max(f, Number(m.s)), Math.min(to, Number(m.e))];
-    const windows = union(faults.map((w) => clip([w.from, w.to])));
-    const gaps = union(run.gaps.filter((g) => g.market_id === m.market_id).map((g) => clip([g.f, g.t])));
-    injected += length(windows);
-    gapped += length(gaps);
-    inside += length(gaps.flatMap(([f, to]) => windows.map(([wf, wt]): [number, number] => [Math.max(f, wf), Math.min(to, wt)])));
-    windowed += length(gaps.filter(([f, to]) => windows.some(([wf, wt]) => f < wt && to > wf)));
-  }
-  return { injected, gapped, inside, windowed };
-}

@@ -1,0 +1,112 @@
+// The harness of the stream tests: capture against the stand-in over real WebSockets, and what
+// the stand-in knew, for the audit (test/streamaudit.ts) to compare with the lake.
+import type { Test } from 'tap';
+import { Capture } from '../src/capture/capture.js';
+import type { Venue } from '../src/config.js';
+import { type Clock, createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
+import type { StreamFaults } from '../src/standin/streamserver.js';
+import type { ChannelQuirks } from '../src/standin/stream.js';
+import { SECOND } from '../src/time.js';
+import { createAdapters } from '../src/venues/index.js';
+import { quiet, sealAll, testConfig } from './helpers.js';
+import { readStreamLake, subscriptions } from './streamaudit.js';
+
+export const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
+export const OPEN = Date.parse('2026-07-26T12:00:00Z');
+
+export interface RunOptions {
+  venue?: Venue;
+  env?: Record<string, string>;
+  start?: number;
+  /** Runs while capture records (after its start), e.g. to inject a fault of capture's own. */
+  during?: (capture: Capture, clock: Clock) => Promise<void>;
+  /** What the market channel does that the real venue does (hash layout and skew, books after trades...). */
+  quirks?: Partial<ChannelQuirks>;
+  /** Simulated time to record from the first book on, however long a busy machine takes to start. */
+  spanMs?: number;
+}
+
+/** Both venues' BTC markets at the stand-in's `url`, with budgets no test reaches. */
+export function venuesAt(url: string) {
+  return {
+    POLYMARKET_COINS: 'btc',
+    POLYMARKET_GAMMA_URL: url,
+    POLYMARKET_CLOB_URL: url,
+    POLYMARKET_RPS: '100000',
+    WALLET_COINS: 'btc',
+    WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
+    WALLET_RPS: '100000',
+  };
+}
+
+/** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
+export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
+  const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
+  const dir = t.testdir();
+  const clock = createClock(start, speed);
+  const standin = new StandIn({
+    clock,
+    coins: COINS,
+    streamFaults: faults,
+    channelQuirks: quirks,
+    walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
+  });
+  const url = await standin.start();
+  const config = testConfig(dir, {
+    CAPTURE_STREAM: venue,
+    CAPTURE_VENUES: venue,
+    ...venuesAt(url),
+    WALLET_CONCURRENCY: '16',
+    STREAM_STALL_MS: '3000',
+    STREAM_BACKOFF_MIN_MS: '20',
+    STREAM_BACKOFF_MAX_MS: '200',
+    RATE_PAID_PER_SECOND: '100000',
+    ...env,
+  });
+  const duck = await Duck.open(2);
+  t.teardown(() => duck.close());
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  await capture.start();
+  const began = Date.now();
+  let firstBookAt: number | null = null;
+  const watch = setInterval(() => {
+    if (firstBookAt === null && capture.stats.books > 0) firstBookAt = clock.now();
+  }, 20);
+  t.teardown(() => clearInterval(watch));
+  await during?.(capture, clock);
+  await new Promise((r) => setTimeout(r, Math.max(0, seconds * 1000 - (Date.now() - began))));
+  for (
+    let waited = 0;
+    options.spanMs && (firstBookAt === null || clock.now() < firstBookAt + options.spanMs) && waited < 60_000;
+    waited += 50
+  )
+    await new Promise((r) => setTimeout(r, 50));
+  // A loaded machine may take its first seconds to discover: run on until books were recorded (at most 20 s more).
+  for (let waited = 0; capture.stats.books === 0 && waited < 20_000; waited += 250) await new Promise((r) => setTimeout(r, 250));
+  await capture.stop();
+  await standin.stop();
+  await sealAll(duck, dir);
+  const lake = await readStreamLake(duck, dir);
+  const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
+  // What a stop may leave in flight: a second of real time, at least 2 s. A stream thread hands its rows over every
+  // 20 ms, but on a busy machine one thread may lag the other by most of a second (seen on a clean clone at 360x:
+  // one thread's newest market 0.7 s of real time behind the other's rows at the stop).
+  const slackMs = Math.max(2000, 1000 * speed);
+  return {
+    ...lake,
+    capture,
+    standin,
+    sim: standin.sim,
+    undelivered,
+    venue,
+    dir,
+    config,
+    duck,
+    end: clock.now(),
+    stallMs: config.capture.stream.stallMs,
+    slackMs,
+    subscribedAt: subscriptions(standin, venue),
+  };
+}
