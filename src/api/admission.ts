@@ -9,6 +9,12 @@
 // answered however many other keys push, and pushing harder only sheds more of one's own.
 import { fail } from './errors.js';
 
+/** Whether `a` orders before `b`, field by field. */
+function comesFirst(a: number[], b: number[]): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return a[i] < b[i];
+  return false;
+}
+
 interface Waiter {
   /** Arrival order: among tenants running alike, the one waiting longest goes first. */
   seq: number;
@@ -159,18 +165,11 @@ export class Admission {
    */
   private next(): void {
     const now = performance.now();
-    let chosen: { line: Line; share: number; pressure: number } | null = null;
+    let chosen: { line: Line; order: number[] } | null = null;
     for (const l of this.lines.values()) {
       if (l.waiting.length === 0) continue;
-      const share = l.running / l.weight;
-      const pressure = this.demand(l.id, now) / l.weight;
-      if (
-        !chosen ||
-        share < chosen.share ||
-        (share === chosen.share &&
-          (pressure < chosen.pressure || (pressure === chosen.pressure && l.waiting[0].seq < chosen.line.waiting[0].seq)))
-      )
-        chosen = { line: l, share, pressure };
+      const order = [l.running / l.weight, this.demand(l.id, now) / l.weight, l.waiting[0].seq];
+      if (!chosen || comesFirst(order, chosen.order)) chosen = { line: l, order };
     }
     if (!chosen) return;
     const waiter = chosen.line.waiting.shift()!;

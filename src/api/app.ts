@@ -260,8 +260,9 @@ export function createApp(options: AppOptions): App {
         signal: ctx.state.signal,
       };
       // Each key waits in its own line, weighted by its plan's rate (api/admission.ts).
-      const tenant = { id: key?.key_id ?? `address:${ctx.ip}`, weight: options.rate(key?.plan ?? 'free') };
-      const release = route.heavy ? await admission.enter(ctx.state.signal, tenant) : null;
+      const release = route.heavy
+        ? await admission.enter(ctx.state.signal, { id: key?.key_id ?? `address:${ctx.ip}`, weight: options.rate(key?.plan ?? 'free') })
+        : null;
       let result;
       try {
         result = await route.handle(rc);

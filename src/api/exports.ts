@@ -125,7 +125,6 @@ class GrowingFile extends Readable {
       }
     }, minRate.windowMs);
     this.watchdog.unref();
-    this.once('end', () => clearInterval(this.watchdog));
   }
 
   /** Resolves once the file has bytes, or the writer is done. */

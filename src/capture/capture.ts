@@ -263,14 +263,15 @@ export class Capture {
    */
   async flush(stopped = false): Promise<void> {
     const ts = this.clock.now();
-    if (!(await this.keeper.flush())) return;
+    const flushedAt = await this.keeper.flush();
+    if (flushedAt === null) return;
     const open = [...this.known.values()]
       .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
     const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
     const beat: Heartbeat = {
       ts,
-      flushed_at: this.keeper.lastFlushAt ?? Date.now(),
+      flushed_at: flushedAt,
       ...(stopped ? { stopped } : {}),
       health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
       segment: this.spool.segment,

@@ -61,15 +61,15 @@ export class SpoolKeeper {
   }
 
   /**
-   * Writes and fsyncs what is buffered; whether it all was. Never throws: a disk that is full or
-   * failing is logged once when it starts and once when it recovers.
+   * Writes and fsyncs what is buffered; the wall time it was all saved, or null while the disk
+   * refuses it. Never throws: a failing disk is logged once when it starts and once when it recovers.
    */
-  async flush(): Promise<boolean> {
+  async flush(): Promise<number | null> {
     try {
       await this.spool.flush();
     } catch (err) {
       this.failed(err as NodeJS.ErrnoException);
-      return false;
+      return null;
     }
     this.lastFlushAt = Date.now();
     if (this.storage) {
@@ -79,7 +79,7 @@ export class SpoolKeeper {
       );
       this.storage = null;
     }
-    return true;
+    return this.lastFlushAt;
   }
 
   health(): StorageHealth {

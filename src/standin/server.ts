@@ -397,10 +397,9 @@ export class StandIn {
       ? [winner === 0 ? '1' : '0', winner === 1 ? '1' : '0']
       : [this.sim.chance(m, 0, now).toFixed(3), this.sim.chance(m, 1, now).toFixed(3)];
     const book = resolved ? null : this.sim.book(m, 0, Math.min(now, m.end));
-    const et = new Date(m.start).toISOString();
     return {
       id: this.sim.polymarketId(m),
-      question: `${m.coin.toUpperCase()} Up or Down - ${et.slice(0, 16).replace('T', ' ')} UTC (${m.window})`,
+      question: this.sim.polymarketQuestion(m),
       conditionId: conditionId(m),
       slug: this.sim.slug(m),
       questionID: `0x${m.code.toString(16).padStart(64, 'f')}`,

@@ -193,6 +193,11 @@ export class Sim {
     return `${m.coin}-updown-${m.window}-${m.start / SECOND}`;
   }
 
+  /** A Polymarket market's question, as Gamma and the channel's `new_market` word it. */
+  polymarketQuestion(m: SimMarket): string {
+    return `${m.coin.toUpperCase()} Up or Down - ${new Date(m.start).toISOString().slice(0, 16).replace('T', ' ')} UTC (${m.window})`;
+  }
+
   /** The token as the book model sees it: its seed key, its trading window and its fair value. */
   tokenPath(m: SimMarket, index: 0 | 1): TokenPath {
     return {

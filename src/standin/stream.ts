@@ -243,7 +243,7 @@ export class MarketChannel extends StreamServer<Client> {
           if (!this.sim.exists('polymarket', coin, window, start)) continue;
           const m = this.sim.market('polymarket', coin, window, start);
           this.newMarkets++;
-          const question = `${coin.toUpperCase()} Up or Down - ${new Date(start).toISOString().slice(0, 16).replace('T', ' ')} UTC (${window})`;
+          const question = this.sim.polymarketQuestion(m);
           events.push({
             t: start - POLY_CREATE_LEAD,
             rank: 0,

@@ -1,10 +1,10 @@
 // A client of the venues' book streams with the maintained `ws` library: Polymarket's market
 // channel and the wallet venue's orderbook topics differ only in how they subscribe, beat and
 // frame (a `StreamProtocol`, in each venue's room). It owns connections only: bounded
-// subscriptions per connection, PING heartbeats, and reconnects with backoff and jitter. It notices a connection that stops delivering data while its heartbeat
-// still answers (the venue's known silent stall), and reports every span in which its assets
-// were not being heard, so the recorder can say so and re-fetch. What messages mean is the
-// recorder's business.
+// subscriptions per connection, PING heartbeats, and reconnects with backoff and jitter. It
+// notices a connection that stops delivering data while its heartbeat still answers (the venue's
+// known silent stall), and reports every span in which its assets were not being heard, so the
+// recorder can say so and re-fetch. What messages mean is the recorder's business.
 import WebSocket from 'ws';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
