@@ -177,7 +177,10 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     limiter,
   });
   const server = boundedServer(app.koa.callback(), connectionLimits, connections);
-  server.listen({ port, host: config.host });
+  // A burst of connections (an attacker's, or every client reconnecting at once) waits in the
+  // kernel's queue, as deep as it allows (somaxconn), instead of Node's 511: past the queue a
+  // client's SYN is dropped and it retries a second later, whoever it is.
+  server.listen({ port, host: config.host, backlog: LISTEN_BACKLOG });
   server.maxHeadersCount = 100;
   server.on('clientError', app.clientError);
   await new Promise<void>((resolve) => server.once('listening', resolve));
@@ -228,6 +231,8 @@ const ENGINE_TIMEOUT_MS = 5000;
  * Each component says how it is. 503 when capture has not persisted within its bound, the lake
  * cannot be read, or the query engine does not answer: an orchestrator's probe then restarts us.
  */
+const LISTEN_BACKLOG = 65_535;
+
 async function checkHealth(
   config: Config,
   duck: Duck,
