@@ -558,7 +558,8 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
 t.test('a restart records no book twice: the unchanged books its snapshots bring again are already spooled', async (t) => {
   // Before the 12:00 markets open: their books are subscribed (a minute ahead) and do not change until then.
   const dir = t.testdir();
-  const clock = createClock(OPEN - 50 * SECOND, 20);
+  // 2x: the 50 s before the open last 25 s of real time, room for two processes' starts on a busy machine.
+  const clock = createClock(OPEN - 50 * SECOND, 2);
   const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
   const url = await standin.start();
   t.teardown(() => standin.stop());
