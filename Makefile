@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -104,6 +104,10 @@ bench-export: install
 ## make bench-hostile: 20,000 idle sockets against `make run` while a client reads and capture records (about 2 minutes)
 bench-hostile: install
 	$(TSX) bench/hostile.ts
+
+## make bench-trades: a million trades spooled and sealed as capture does (seconds)
+bench-trades: install
+	$(TSX) bench/trades.ts
 
 typecheck: install
 	npx tsc --noEmit -p .

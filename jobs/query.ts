@@ -1,4 +1,4 @@
-// Ad-hoc SQL over the lake: `books`, `metrics`, `markets` and `gaps` are views over the sealed
+// Ad-hoc SQL over the lake: `books`, `metrics`, `markets`, `gaps` and `trades` are views over the sealed
 // hive-partitioned Parquet files (what an analyst gets by opening data/lake with DuckDB).
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -10,7 +10,7 @@ const config = loadConfig();
 const { lake } = lakePaths(config.dataDir);
 const duck = await Duck.open(1);
 const views: string[] = [];
-for (const dataset of ['books', 'metrics', 'markets', 'gaps']) {
+for (const dataset of ['books', 'metrics', 'markets', 'gaps', 'trades']) {
   if ((await listFiles(`${lake}/${dataset}`, '.parquet')).length === 0) continue;
   await duck.run(
     `CREATE VIEW ${dataset} AS SELECT * FROM read_parquet(${sqlPath(`${lake}/${dataset}/**/*.parquet`)}, hive_partitioning = true, hive_types = {'hour': INTEGER})`,

@@ -61,6 +61,20 @@ export const COVERAGE: readonly CoverageRow[] = [
     starts: '2026-07-26',
     what: 'one-minute forward full-depth capture',
   },
+  {
+    dataset: 'trades',
+    venue: 'polymarket',
+    coins: ['btc', 'eth', 'sol', 'xrp'],
+    starts: '2026-11-25',
+    what: 'every trade event of the market channel (last_trade_price)',
+  },
+  {
+    dataset: 'trades',
+    venue: 'wallet-prediction',
+    coins: ['btc', 'eth', 'bnb'],
+    starts: '2026-11-25',
+    what: 'last-trade price changes seen over REST (source rest_last_trade; the venue sends no trade events)',
+  },
 ];
 
 /** Epoch ms where `dataset` of `venue`/`coin` starts, or null when the table has no row for it. */

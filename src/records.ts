@@ -123,6 +123,29 @@ export function metricRows(
   return rows;
 }
 
+/** What the venue sent of a trade: a trade event, or only a last-trade price that changed over REST. */
+export type TradeSource = 'stream' | 'rest_last_trade';
+
+/**
+ * A trade of one outcome token. `ts` is the venue's time of the trade where it sent one, else
+ * the time it was received; a REST last-trade price has no size, side or hash, and is no fill.
+ */
+export interface TradeRow {
+  ts: number;
+  market_id: string;
+  token_id: string;
+  outcome_index: number;
+  outcome: string;
+  price: number;
+  size: number | null;
+  side: 'buy' | 'sell' | null;
+  fee_rate_bps: number | null;
+  transaction_hash: string | null;
+  source: TradeSource;
+  exchange_ts: number | null;
+  recv_ts: number;
+}
+
 export interface MarketRow extends Market {
   /** When this version of the record was captured. */
   ts: number;
@@ -131,7 +154,7 @@ export interface MarketRow extends Market {
 /** A span in which capture should have recorded and did not. `market_id` null: the whole series. */
 export interface GapRow {
   market_id: string | null;
-  dataset: 'books' | 'metrics' | 'markets';
+  dataset: 'books' | 'metrics' | 'markets' | 'trades';
   from_ts: number;
   to_ts: number;
   reason: string;
@@ -139,13 +162,14 @@ export interface GapRow {
   failures: number;
 }
 
-export type Dataset = 'markets' | 'books' | 'metrics' | 'gaps';
+export type Dataset = 'markets' | 'books' | 'metrics' | 'gaps' | 'trades';
 
 export interface DatasetRows {
   markets: MarketRow;
   books: BookRow;
   metrics: MetricRow;
   gaps: GapRow;
+  trades: TradeRow;
 }
 
 /** The market as resolved by its venue at `ts` (the venue's own time), the outcome at `winner` winning. */

@@ -54,7 +54,7 @@ t.test('hive layout as CONTRACT.md section 7 lays it out', async (t) => {
     'every file sits in a hive partition',
   );
   const datasets = new Set(files.map((f) => f.split('/')[0]));
-  t.same([...datasets].sort(), ['books', 'markets', 'metrics'].concat(datasets.has('gaps') ? ['gaps'] : []).sort());
+  t.same([...datasets].sort(), ['books', 'markets', 'metrics', 'trades'].concat(datasets.has('gaps') ? ['gaps'] : []).sort());
   const venues = new Set(files.map((f) => f.split('/')[1]));
   t.same([...venues].sort(), ['venue=polymarket', 'venue=wallet-prediction']);
 });

@@ -186,6 +186,9 @@ t.test('a TypeScript client generated from the live document typechecks and work
   t.ok(result.pages >= 3, `a cursor walk of ${result.pages} pages`);
   t.equal(result.pages, Math.ceil(result.snapshots / pageSize), `pages of ${pageSize}, the last one short or full`);
   t.equal(result.snapshots, direct.data.length, 'the walk saw every snapshot once');
+  const trades = await (await fetch(`${api.url}/v3/wallet-prediction/${ended.market_id}/trades?limit=1000`, { headers: auth })).json();
+  t.equal(result.trades, trades.data.length, `the client walked the market's ${trades.data.length} trades, 2 a page`);
+  t.same(result.tradeSources, trades.data.length ? ['rest_last_trade'] : [], 'typed, with their source');
   t.equal(
     result.csvLines,
     1 + direct.data.reduce((n: number, s: { books: unknown[] }) => n + s.books.length, 0),

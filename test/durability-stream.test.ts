@@ -6,19 +6,19 @@ import t from 'tap';
 import type { Venue } from '../src/config.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
-import { captureEnv, captureProcesses, processRig, exited, runFor, sleep, sealAll } from './helpers.js';
-import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
+import { captureEnv, captureProcesses, processRig, exited, lakeTable, runFor, sleep, sealAll } from './helpers.js';
+import { auditStream, auditTrades, readStreamLake, subscriptions } from './streamaudit.js';
 
 const START = Date.parse('2026-07-26T12:01:01Z');
 const SPEED = 20;
 const FLUSH_MS = 200;
 
-/** Book rows the spool holds (whole lines only: a half-written last line was never acknowledged). */
-async function spooled(dir: string): Promise<{ keys: Set<string>; newest: number }> {
+/** Rows of `dataset` the spool holds (whole lines only: a half-written last line was never acknowledged). */
+async function spooled(dir: string, dataset = 'books'): Promise<{ keys: Set<string>; newest: number }> {
   const keys = new Set<string>();
   let newest = -Infinity;
   for (const part of await listSpool(lakePaths(dir).spool)) {
-    if (part.partition.dataset !== 'books') continue;
+    if (part.partition.dataset !== dataset) continue;
     const text = await fs.readFile(part.file, 'utf8').catch(() => '');
     for (const line of text.split('\n')) {
       try {
@@ -57,6 +57,7 @@ for (const { venue, coins, enough } of VENUES) {
     const killedAt = clock.now();
     await exited(first);
     const before = await spooled(dir);
+    const tradesBefore = await spooled(dir, 'trades');
     t.ok(before.keys.size > enough, `the first process spooled ${before.keys.size} books`);
     // Rows are acknowledged when a flush fsyncs them: what arrived in the last flush interval may be lost, nothing older.
     const lostMs = killedAt - before.newest;
@@ -100,5 +101,19 @@ for (const { venue, coins, enough } of VENUES) {
       stallMs: 5000,
       slackMs: 1000 * SPEED,
     });
+    if (venue === 'polymarket') {
+      const trades = await auditTrades(t, { ...lake, duck, dir, sim: standin.sim, slackMs: 1000 * SPEED });
+      t.ok(
+        tradesBefore.keys.size > 0 && trades.recorded > tradesBefore.keys.size,
+        `${trades.recorded} trades, ${tradesBefore.keys.size} of them before the kill`,
+      );
+      const inLake = await duck.rows(`SELECT market_id, token_id, epoch_ms(ts)::DOUBLE AS ts FROM ${lakeTable(dir, 'trades')}`);
+      const lakeKeys = new Set(inLake.map((r) => `${r.market_id}|${r.token_id}|${r.ts}`));
+      t.same(
+        [...tradesBefore.keys].filter((k) => !lakeKeys.has(k)),
+        [],
+        'every trade the first process acknowledged is in the lake',
+      );
+    }
   });
 }

@@ -114,6 +114,10 @@ t.test('lines and heatmaps are drawn from the recorded data, gaps shaded', async
     chance.length,
     `the chart holds every chance sample (${chance.length}); view ${JSON.stringify(await page.evaluate(() => [(window as any).explorer.view, (window as any).explorer.interval, (window as any).explorer.snapshots.length]))}`,
   );
+  // The wallet venue's trades are the last-trade changes REST showed: each marked on the chart.
+  const trades = (await get(`/v3/wallet-prediction/${market.market_id}/trades?outcome=0&limit=1000`)).data;
+  t.ok(trades.length > 0, `${trades.length} last-trade changes of the shown outcome`);
+  t.equal(await page.$eval('#series', (el) => Number((el as HTMLElement).dataset.trades)), trades.length, 'the chart marks every one');
   const chart = await pixels('#series canvas', [255, 255, 255]);
   t.ok(chart.painted > 2000, `the chart has ${chart.painted} drawn pixels`);
   const drawn = await page.$$eval('#heatmaps canvas', (cs) => cs.map((c) => Number((c as HTMLCanvasElement).dataset.snapshots)));

@@ -3,7 +3,8 @@
 import t from 'tap';
 import { Cursors } from '../src/api/cursor.js';
 import { ApiError } from '../src/api/errors.js';
-import { numbers } from '../src/api/shape.js';
+import { marketJson, numbers } from '../src/api/shape.js';
+import { bareMarket } from '../src/records.js';
 import {
   CAPTURE_LAG_MS,
   type PageQuery,
@@ -236,4 +237,13 @@ t.test('the typed query has a field for every query parameter the specs declare,
     ),
   ].sort();
   t.same([...QUERY_FIELDS].sort(), declared);
+});
+
+t.test('a market record says how long after its window the venue resolved it', async (t) => {
+  const span = { market_id: '9', venue: 'polymarket', coin: 'btc', window: '5m', start_time: 0, end_time: 300_000, outcomes: [] } as const;
+  const open = marketJson({ ...bareMarket({ ...span, status: 'open', outcomes: [] }) } as never);
+  t.equal(open.resolution_latency_seconds, null, 'null until it resolves');
+  const resolved = marketJson({ ...bareMarket({ ...span, status: 'resolved', outcomes: [] }), resolved_time: 312_500 } as never);
+  t.equal(resolved.resolved_time, '1970-01-01T00:05:12.500Z');
+  t.equal(resolved.resolution_latency_seconds, 12.5, 'the venue resolved it 12.5 s after the window ended');
 });

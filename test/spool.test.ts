@@ -76,7 +76,7 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
   for (const r of metrics) appended.append(partition('metrics', r.ts), [r]);
   const encoder = new RunEncoder();
   for (const r of books) encoder.book(partition('books', r.ts), r);
-  for (const r of metrics) encoder.metric(partition('metrics', r.ts), r);
+  for (const r of metrics) encoder.line(partition('metrics', r.ts), r);
   t.equal(encoder.rows, books.length + metrics.length);
   const runs = encoder.take();
   t.equal(encoder.rows, 0, 'a take empties the encoder');

@@ -7,6 +7,7 @@ import type { Venue } from '../src/config.js';
 import type { Duck } from '../src/lake/duckdb.js';
 import type { StandIn } from '../src/standin/server.js';
 import type { Sim } from '../src/standin/sim.js';
+import { tradeMessage } from '../src/standin/stream.js';
 import { lakeTable } from './helpers.js';
 
 export interface Recorded {
@@ -196,4 +197,71 @@ export function subscriptions(standin: StandIn, venue: Venue): (marketId: string
     const m = standin.sim.byCode('polymarket', Number(id) - 1_000_000);
     return m ? standin.stream.subscribedAt.get(m.tokenIds[index]) : undefined;
   };
+}
+
+/**
+ * The trades of a streamed lake against the stand-in's model: none twice, none the venue did not
+ * make, each with what the venue sent, and every trade the venue made while capture held the
+ * token's book (from its first recorded book to its market's newest, less `slackMs` in flight at
+ * the stop) outside a gap.
+ */
+export async function auditTrades(
+  t: Test,
+  run: { duck: Duck; dir: string; sim: Sim; rows: Recorded[]; gaps: Gap[]; slackMs: number },
+): Promise<{ recorded: number; expected: number }> {
+  // Per market: its stream thread may lag another's at the stop.
+  const newest = new Map<string, number>();
+  for (const r of run.rows) newest.set(r.market_id, Math.max(newest.get(r.market_id) ?? -Infinity, r.ts));
+  const trades = (await run.duck.rows(
+    `SELECT market_id, token_id, epoch_ms(ts)::DOUBLE AS ts, price, size, side, transaction_hash FROM ${lakeTable(run.dir, 'trades')}`,
+  )) as unknown as {
+    market_id: string;
+    token_id: string;
+    ts: number;
+    price: number;
+    size: number;
+    side: string;
+    transaction_hash: string;
+  }[];
+  const byKey = new Map<string, (typeof trades)[number][]>();
+  for (const r of trades) byKey.set(`${r.token_id}@${r.ts}`, [...(byKey.get(`${r.token_id}@${r.ts}`) ?? []), r]);
+  t.same(
+    [...byKey].filter(([, rs]) => rs.length > 1).map(([k]) => k),
+    [],
+    'no trade recorded twice',
+  );
+  const wrong = trades.filter((r) => {
+    const found = run.sim.byToken('polymarket', r.token_id);
+    const s = r.ts / 1000;
+    const price = found && Number.isInteger(s) ? run.sim.tradeAt(found.market, found.index, s) : null;
+    if (price === null) return true;
+    const sent = tradeMessage(run.sim, found!.market, found!.index, s, price);
+    return (
+      r.price !== Number(sent.price) ||
+      r.size !== Number(sent.size) ||
+      r.side !== sent.side.toLowerCase() ||
+      r.transaction_hash !== sent.transaction_hash
+    );
+  });
+  t.same(wrong, [], 'each recorded trade is one the venue made, as it sent it');
+  const first = new Map<string, number>();
+  for (const r of run.rows) if (r.ts < (first.get(r.token_id) ?? Infinity)) first.set(r.token_id, r.ts);
+  let expected = 0;
+  const missing: string[] = [];
+  for (const [token, from] of first) {
+    const { market, index } = run.sim.byToken('polymarket', token)!;
+    const id = String(market.code + 1_000_000);
+    const gaps = run.gaps.filter((g) => g.market_id === id);
+    for (let s = Math.floor(from / 1000) + 1; s * 1000 <= Math.min(market.end, newest.get(id)! - run.slackMs); s++) {
+      if (run.sim.tradeAt(market, index, s) === null || gaps.some((g) => g.f <= s * 1000 && s * 1000 <= g.t)) continue;
+      expected++;
+      if (!byKey.has(`${token}@${s * 1000}`)) missing.push(`${token}@${s * 1000}`);
+    }
+  }
+  t.same(
+    missing.slice(0, 5),
+    [],
+    `every trade outside gaps while the book was held is recorded (${expected - missing.length} of ${expected})`,
+  );
+  return { recorded: trades.length, expected };
 }

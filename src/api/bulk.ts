@@ -9,7 +9,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
 import { echo, fail } from './errors.js';
 import { timeRange } from './params.js';
-import { type PageQuery, exportSql, planPartitions, scansInOrder } from './plan.js';
+import { type PageQuery, TRADE_COLUMNS, exportSql, planPartitions, scansInOrder } from './plan.js';
 import { PARQUET, type RequestContext, type Result, type RouteKit, listRequest, takePage } from './route.js';
 import { iso } from './shape.js';
 
@@ -18,9 +18,9 @@ export async function exportFile(
   kit: RouteKit,
   ctx: RequestContext,
   m: StoredMarket,
-  kind: 'snapshots' | 'timeseries',
+  kind: 'snapshots' | 'timeseries' | 'trades',
   pq: PageQuery,
-  dataset: 'books' | 'metrics',
+  dataset: 'books' | 'metrics' | 'trades',
   metric?: 'chance' | 'price' | 'last_trade',
 ): Promise<Result> {
   const { deps, lake } = kit;
@@ -34,7 +34,8 @@ export async function exportFile(
   timeRange(ctx.query, deps.maxRangeMs);
   const plan = planPartitions(dataset, m, pq.from, pq.to);
   ctx.stats.partitions = plan.partitions.length;
-  const columns = dataset === 'books' ? EXPORT_BOOK_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
+  const columns =
+    dataset === 'books' ? EXPORT_BOOK_COLUMNS : dataset === 'trades' ? TRADE_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
   const files = await lake.files(plan.partitions);
   const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
   const { sql: query, params } = exportSql(source, pq, kind, format, scansInOrder(files), metric);

@@ -3,9 +3,6 @@ import type { Venue } from '../config.js';
 import { marketJson } from './shape.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
 
-const TRADES_NOTICE =
-  'No historical fills are stored yet: fills on the settlement chain are being reconstructed. This route will then return them.';
-
 export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const list =
     (id: string, venue: Venue, coins: readonly string[]) =>
@@ -46,15 +43,5 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       data: marketJson(findMarket(venue, ctx, ctx.path.coin)),
     });
 
-  /** Reserved: the route exists, with its paging, so clients can be written against it now. */
-  const trades =
-    (venue: Venue) =>
-    async (ctx: RequestContext): Promise<Result> => {
-      const m = findMarket(venue, ctx);
-      const req = listRequest(ctx.query, 'asc');
-      if (req.cursor) cursors.read(req.cursor, `wp.trades:${m.market_id}`, req.filters);
-      return { data: [], pagination: { limit: req.limit, has_more: false, next_cursor: null }, meta: { notice: TRADES_NOTICE } };
-    };
-
-  return { list, one, trades };
+  return { list, one };
 }

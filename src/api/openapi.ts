@@ -64,6 +64,7 @@ export const SCHEMAS: Record<string, unknown> = {
     end_time: time,
     created_time: nullable(time),
     resolved_time: nullable(time),
+    resolution_latency_seconds: nullable(num),
     status: { type: 'string', enum: ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] },
     resolution: { type: 'string', enum: ['pending', 'resolved', 'invalid'] },
     winning_outcome: nullable(ref('Outcome')),
@@ -191,7 +192,24 @@ export const SCHEMAS: Record<string, unknown> = {
     description:
       'One outcome at one recorded time. `snapshot`: its whole book, best level first, as in Book. `delta`: only the levels whose size changed since its previous recorded book, best first, with the new size (0 removes the level).',
   },
-  Trade: { type: 'object', description: 'Reserved: fills are being reconstructed; lists are empty for now.', additionalProperties: true },
+  Trade: {
+    ...obj({
+      timestamp: time,
+      exchange_time: nullable(time),
+      recv_time: time,
+      outcome_index: { type: 'integer' },
+      outcome: str,
+      token_id: str,
+      price: num,
+      size: nullable(num),
+      side: nullable({ type: 'string', enum: ['buy', 'sell'] }),
+      fee_rate_bps: nullable(num),
+      transaction_hash: nullable(str),
+      source: { type: 'string', enum: ['stream', 'rest_last_trade'] },
+    }),
+    description:
+      'One trade of one outcome token. `source` says what the venue sent: `stream`, a trade event (price, size, side, fee and transaction hash as the venue gave them; `timestamp` and `exchange_time` are its time of the trade); `rest_last_trade`, only a last-trade price that REST showed changed (at `timestamp`, when it was seen; size, side and hash null: it may stand for several fills, and is no fill record). `recv_time` is when capture received it.',
+  },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };
 
@@ -214,7 +232,7 @@ export const RESPONSES: Record<string, unknown> = {
   SampleList: envelope({ type: 'array', items: ref('Sample') }, true),
   Coverage: envelope(ref('Coverage'), false),
   FileList: envelope({ type: 'array', items: ref('File') }, true),
-  TradeList: envelope({ type: 'array', items: ref('Trade'), maxItems: 0 }, true),
+  TradeList: envelope({ type: 'array', items: ref('Trade') }, true),
   OpenApi: { type: 'object' },
 };
 

@@ -122,8 +122,8 @@ export const P = {
   dataset: q(
     'dataset',
     'Which dataset.',
-    { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps'] },
-    enumOf(['markets', 'books', 'metrics', 'gaps']),
+    { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps', 'trades'] },
+    enumOf(['markets', 'books', 'metrics', 'gaps', 'trades']),
   ),
   filePath: {
     name: 'path',
@@ -132,7 +132,7 @@ export const P = {
     schema: {
       type: 'string',
       pattern:
-        '^(markets|books|metrics|gaps)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$',
+        '^(markets|books|metrics|gaps|trades)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$',
       maxLength: 300,
     },
     expect: 'a path from the files listing',

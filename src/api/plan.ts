@@ -172,6 +172,40 @@ export function timeseriesSql(
   return { sql, params: { ...params, rows } };
 }
 
+/** A trade's columns as a page reads them: times as epoch ms, the rest as stored. */
+export const TRADE_COLUMNS = [
+  'ts',
+  'market_id',
+  'outcome_index',
+  'outcome',
+  'token_id',
+  'price',
+  'size',
+  'side',
+  'fee_rate_bps',
+  'transaction_hash',
+  'source',
+  'exchange_ts',
+  'recv_ts',
+] as const;
+const TRADE_TIMES: ReadonlySet<string> = new Set(['ts', 'exchange_ts', 'recv_ts']);
+
+/**
+ * The first `rows` trades after the keyset, in an order that is total within a time (several
+ * trades may share one): the caller asks again for more only when a time repeats, since a page
+ * holds every trade of its last time and the cursor is that time.
+ */
+export function tradesSql(source: string, q: PageQuery, rows: number): { sql: string; params: Record<string, string | number> } {
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
+  const dir = q.order.toUpperCase();
+  const select = TRADE_COLUMNS.map((c) => (TRADE_TIMES.has(c) ? `epoch_ms(${c})::DOUBLE AS ${c}` : c)).join(', ');
+  const sql = `SELECT ${select} FROM (${filtered(source, q, after)})
+    ORDER BY ts ${dir}, outcome_index, recv_ts, transaction_hash NULLS FIRST, price, size NULLS FIRST LIMIT $rows::BIGINT`;
+  const { limit: _, ...params } = binds(q);
+  return { sql, params: { ...params, rows } };
+}
+
 /** The newest book of every market in `source`: what a restarted API keeps in memory for recent markets. */
 export function newestBooksSql(source: string): string {
   return `WITH rows AS (${source}), newest AS (SELECT market_id, max(ts) AS ts FROM rows GROUP BY market_id)
@@ -201,7 +235,7 @@ export function scansInOrder(files: Files): boolean {
 export function exportSql(
   source: string,
   q: PageQuery,
-  kind: 'snapshots' | 'timeseries',
+  kind: 'snapshots' | 'timeseries' | 'trades',
   format: 'csv' | 'parquet',
   inOrder: boolean,
   metric?: keyof typeof METRIC_COLUMNS,
@@ -216,26 +250,28 @@ export function exportSql(
       ? `strftime(${c}, ${ISO}) AS ${c === 'ts' ? 'timestamp' : c === 'exchange_ts' ? 'exchange_time' : c === 'recv_ts' ? 'recv_time' : c}`
       : c;
   const columns =
-    kind === 'snapshots'
-      ? [
-          t('ts'),
-          'market_id',
-          'outcome_index',
-          'outcome',
-          'token_id',
-          t('exchange_ts'),
-          t('recv_ts'),
-          'bid_prices',
-          'bid_sizes',
-          'ask_prices',
-          'ask_sizes',
-        ]
-      : [
-          t('ts'),
-          'market_id',
-          'outcome_index',
-          format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`,
-        ];
+    kind === 'trades'
+      ? TRADE_COLUMNS.map((c) => (TRADE_TIMES.has(c) ? t(c) : c))
+      : kind === 'snapshots'
+        ? [
+            t('ts'),
+            'market_id',
+            'outcome_index',
+            'outcome',
+            'token_id',
+            t('exchange_ts'),
+            t('recv_ts'),
+            'bid_prices',
+            'bid_sizes',
+            'ask_prices',
+            'ask_sizes',
+          ]
+        : [
+            t('ts'),
+            'market_id',
+            'outcome_index',
+            format === 'csv' ? `"${METRIC_COLUMNS[metric!]}" AS value` : `"${METRIC_COLUMNS[metric!]}"`,
+          ];
   const cast = format === 'csv' ? columns.map((c) => (/_prices$|_sizes$/.test(c) ? `${c}::VARCHAR AS ${c}` : c)) : columns;
   // DuckDB keeps scan order without ORDER BY: an ascending export of every record of files
   // that scan in order (scansInOrder) streams without a sort. Others sort (spilling past memory_limit).

@@ -197,6 +197,20 @@ export function coverageMeta(dataset: string, venue: Venue, coins: readonly stri
   };
 }
 
+/**
+ * How many distinct times `rows` (ordered by time, so equal times are adjacent) hold, and where
+ * the first `limit` of them end: a page never splits the rows of one time.
+ */
+export function firstTimes(rows: readonly { ts: number }[], limit: number): { times: number; end: number } {
+  let times = 0;
+  let end = rows.length;
+  for (let i = 0; i < rows.length; i++) {
+    if (i > 0 && rows[i].ts === rows[i - 1].ts) continue;
+    if (++times === limit + 1) end = i;
+  }
+  return { times, end };
+}
+
 export function resolveOutcome(m: StoredMarket, raw: unknown, fallback: number | null): number | null {
   if (raw === undefined) return fallback;
   const text = String(raw).toLowerCase();

@@ -4,7 +4,7 @@ import type { Venue } from '../config.js';
 import { relation } from '../lake/sql.js';
 import { exportFile } from './bulk.js';
 import { planPartitions, timeseriesSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
+import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, page, resolveOutcome, sql } from './route.js';
 import { iso } from './shape.js';
 
 export function seriesHandlers(kit: RouteKit) {
@@ -65,18 +65,4 @@ function readSamples(chunks: DuckDBDataChunk[]): { ts: number; value: number }[]
     for (let row = 0; row < chunk.rowCount; row++) out.push({ ts: ts.getItem(row) as number, value: value.getItem(row) as number });
   }
   return out;
-}
-
-/**
- * How many distinct times `samples` (ordered by time, so equal times are adjacent) hold, and
- * where the first `limit` of them end: a page never splits the samples of one time.
- */
-function firstTimes(samples: { ts: number }[], limit: number): { times: number; end: number } {
-  let times = 0;
-  let end = samples.length;
-  for (let i = 0; i < samples.length; i++) {
-    if (i > 0 && samples[i].ts === samples[i - 1].ts) continue;
-    if (++times === limit + 1) end = i;
-  }
-  return { times, end };
 }

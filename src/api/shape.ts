@@ -21,6 +21,8 @@ export function marketJson(m: StoredMarket) {
     end_time: iso(m.end_time),
     created_time: iso(m.created_time),
     resolved_time: iso(m.resolved_time),
+    // How long after its window the venue resolved it (the venue's own resolution time; null until then).
+    resolution_latency_seconds: m.resolved_time === null ? null : (m.resolved_time - m.end_time) / 1000,
     status: m.status,
     resolution: m.resolution,
     winning_outcome: winner && { index: winner.index, label: winner.label, token_id: winner.token_id },

@@ -18,6 +18,8 @@ import {
   type LatestBook,
   type Market,
   type MarketRow,
+  type MetricRow,
+  type TradeRow,
   bookRows,
   metricRows,
   marketLakeRow,
@@ -64,6 +66,7 @@ export interface CaptureStats {
   books: number;
   metrics: number;
   versions: number;
+  trades: number;
   gaps: number;
   discoverFailures: number;
 }
@@ -74,7 +77,9 @@ export class Capture {
   /** What the spool keeps, drops and gaps for storage. */
   private readonly keeper: SpoolKeeper;
   private readonly gaps: GapLedger;
-  readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, gaps: 0, discoverFailures: 0 };
+  private readonly tradeEvents: ReadonlySet<Venue>;
+  private readonly lastTrades = new LastTrades();
+  readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
   private readonly known = new Map<string, { market: Market; version: string }>();
@@ -109,6 +114,7 @@ export class Capture {
       metrics: (m, ts, recvTs, quotes) => {
         if (this.keeper.keeps(m, 'metrics', ts, quotes.length)) this.recordMetrics(m, ts, recvTs, quotes);
       },
+      trade: (m, row) => this.recordTrades(m, [row]),
       lost: (m, reason, from, detail) =>
         this.gaps.fail(
           {
@@ -142,6 +148,8 @@ export class Capture {
       },
     };
     const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
+    // Polymarket's channel sends every trade; other venues' last trade is known only from REST.
+    this.tradeEvents = new Set(streamed.filter((v) => v === 'polymarket'));
     const threads = config.capture.stream.threads;
     for (const venue of streamed) {
       if (venue !== 'polymarket') this.streams.set(venue, new WalletStreamRecorder(config, clock, log, sink));
@@ -153,14 +161,15 @@ export class Capture {
 
   /** Where stream threads' rows go: the same checks and counts as the sink's, with rows already encoded. */
   private threadSink(sink: StreamSink): ThreadSink {
-    const { books: _books, metrics: _metrics, ...events } = sink;
+    const { books: _books, metrics: _metrics, trade: _trade, ...events } = sink;
     return {
       ...events,
       run: (m, run) => {
-        const dataset = run.partition.dataset as 'books' | 'metrics';
+        const dataset = run.partition.dataset as 'books' | 'metrics' | 'trades';
         if (!this.keeper.keeps(m, dataset, run.first.ts, run.rows)) return;
         this.spool.appendRun(run);
         if (dataset === 'books') this.stats.books += run.rows;
+        else if (dataset === 'trades') this.stats.trades += run.rows;
         else {
           this.stats.metrics += run.rows;
           this.gaps.succeed(m, 'metrics', run.first.ts);
@@ -448,6 +457,53 @@ export class Capture {
     this.spool.append(partitionOf('metrics', m.venue, m.coin, m.window, ts), rows);
     this.stats.metrics += rows.length;
     this.gaps.succeed(m, 'metrics', ts);
+    if (!this.tradeEvents.has(m.venue)) this.recordTrades(m, this.lastTrades.changed(m, rows, this.clock.now()));
+  }
+
+  private recordTrades(m: Market, rows: TradeRow[]): void {
+    if (!rows.length || !this.keeper.keeps(m, 'trades', rows[0].ts, rows.length)) return;
+    this.spool.append(partitionOf('trades', m.venue, m.coin, m.window, rows[0].ts), rows);
+    this.stats.trades += rows.length;
+  }
+}
+
+/**
+ * The last-trade price of each outcome as REST last showed it, for venues that send no trade
+ * events: a change is the one trace of trading they give, written as a `rest_last_trade` row with
+ * no size, side or hash (it may stand for several fills, or for none this capture saw). The
+ * first price seen of an outcome is written too: the newest trade at that time.
+ */
+export class LastTrades {
+  private readonly known = new Map<string, { end: number; prices: Map<number, number> }>();
+
+  changed(m: Market, rows: readonly MetricRow[], now: number): TradeRow[] {
+    let entry = this.known.get(m.market_id);
+    if (!entry) {
+      if (this.known.size >= 4096) for (const [id, e] of this.known) if (e.end < now) this.known.delete(id);
+      entry = { end: m.end_time, prices: new Map() };
+      this.known.set(m.market_id, entry);
+    }
+    const trades: TradeRow[] = [];
+    for (const r of rows) {
+      if (r.last_trade === null || entry.prices.get(r.outcome_index) === r.last_trade) continue;
+      entry.prices.set(r.outcome_index, r.last_trade);
+      trades.push({
+        ts: r.ts,
+        market_id: r.market_id,
+        token_id: r.token_id,
+        outcome_index: r.outcome_index,
+        outcome: r.outcome,
+        price: r.last_trade,
+        size: null,
+        side: null,
+        fee_rate_bps: null,
+        transaction_hash: null,
+        source: 'rest_last_trade',
+        exchange_ts: null,
+        recv_ts: r.recv_ts ?? r.ts,
+      });
+    }
+    return trades;
   }
 }
 

@@ -42,7 +42,7 @@ export class SpoolKeeper {
    * Whether `rows` rows of `m`'s `dataset` stamped `ts` may be buffered. Past the bound (storage
    * failing for long) they are dropped under the market's storage gap, which its next kept row ends.
    */
-  keeps(m: Market, dataset: 'books' | 'metrics', ts: number, rows: number): boolean {
+  keeps(m: Market, dataset: 'books' | 'metrics' | 'trades', ts: number, rows: number): boolean {
     // Called on every streamed change: a gap's key is made only while rows are being dropped.
     if (this.spool.bufferedBytes < this.maxBufferBytes) {
       if (this.gaps.dropping) {

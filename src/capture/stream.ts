@@ -1,7 +1,7 @@
 // What capture asks of a venue's book stream and gives it (the venue's recorder in
 // src/venues/<venue>/recorder.ts speaks the protocol), and what every recorder shares: when a
 // market's last instants are in, and one strictly increasing row time per market.
-import type { Book, Market } from '../records.js';
+import type { Book, Market, TradeRow } from '../records.js';
 import type { Quote, MarketPoll } from '../venues/adapter.js';
 import type { LostReason } from '../venues/channel.js';
 import type { ClobBookSummary } from '../venues/polymarket/book.js';
@@ -71,6 +71,8 @@ export interface StreamSink {
   recovered(market: Market, at: number): void;
   /** Quotes of the market's outcomes at `ts`, written when any of chance, price or last trade changed. */
   metrics(market: Market, ts: number, recvTs: number, quotes: Quote[]): void;
+  /** A trade the venue reported (its `last_trade_price`): one row, never merged with another. */
+  trade?(market: Market, row: TradeRow): void;
   /** The venue resolved the market at `ts` (its time), the outcome at `winner` winning. */
   resolved?(market: Market, winner: number, ts: number, recvTs: number): void;
   /** The venue changed the market's tick size (`tick_size_change`, sent for each of its tokens). */

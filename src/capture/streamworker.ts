@@ -48,8 +48,9 @@ const recorder = new StreamRecorder(init.config, clock, log, {
   },
   metrics: (m, ts, recvTs, quotes) => {
     const partition = partitionOf('metrics', m.venue, m.coin, m.window, ts);
-    for (const row of metricRows(m, ts, recvTs, quotes)) encoder.metric(partition, row);
+    for (const row of metricRows(m, ts, recvTs, quotes)) encoder.line(partition, row);
   },
+  trade: (m, row) => encoder.line(partitionOf('trades', m.venue, m.coin, m.window, row.ts), row),
   lost: (m, reason, from, detail) => events.push({ kind: 'lost', market_id: m.market_id, reason, from, detail }),
   recovered: (m, at) => events.push({ kind: 'recovered', market_id: m.market_id, at }),
   tickSize: (m, tickSize, recvTs) => events.push({ kind: 'tick', market_id: m.market_id, tickSize, recvTs }),

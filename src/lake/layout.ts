@@ -89,6 +89,21 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     col('reference_price_start', 'DOUBLE'),
     col('reference_price_end', 'DOUBLE'),
   ],
+  trades: [
+    ts('ts'),
+    col('market_id', 'VARCHAR'),
+    col('token_id', 'VARCHAR'),
+    col('outcome_index', 'INTEGER'),
+    col('outcome', 'VARCHAR'),
+    col('price', 'DOUBLE'),
+    col('size', 'DOUBLE'),
+    col('side', 'VARCHAR'),
+    col('fee_rate_bps', 'DOUBLE'),
+    col('transaction_hash', 'VARCHAR'),
+    col('source', 'VARCHAR'),
+    ts('exchange_ts'),
+    ts('recv_ts'),
+  ],
   gaps: [
     col('market_id', 'VARCHAR'),
     col('dataset', 'VARCHAR'),
@@ -106,6 +121,7 @@ export const SORT_KEYS: Record<Dataset, readonly string[]> = {
   metrics: ['market_id', 'ts', 'outcome_index'],
   markets: ['market_id', 'ts'],
   gaps: ['market_id', 'from_ts'],
+  trades: ['market_id', 'ts', 'outcome_index'],
 };
 
 export function partitionDir(p: Partition): string {
@@ -113,7 +129,8 @@ export function partitionDir(p: Partition): string {
   return `${p.dataset}/venue=${p.venue}/coin=${p.coin}/window=${p.window}/date=${date}/hour=${hour}`;
 }
 
-const DIR_RE = /^(markets|books|metrics|gaps)\/venue=([a-z-]+)\/coin=([a-z0-9]+)\/window=(5m|15m)\/date=(\d{4}-\d{2}-\d{2})\/hour=(\d{2})$/;
+const DIR_RE =
+  /^(markets|books|metrics|gaps|trades)\/venue=([a-z-]+)\/coin=([a-z0-9]+)\/window=(5m|15m)\/date=(\d{4}-\d{2}-\d{2})\/hour=(\d{2})$/;
 
 export function parsePartitionDir(dir: string): Partition | null {
   const m = DIR_RE.exec(dir.split(path.sep).join('/'));

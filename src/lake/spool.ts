@@ -9,7 +9,7 @@
 import fs from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import { type BookRow, type Dataset, type DatasetRows, type MetricRow, ladderBytes } from '../records.js';
+import { type BookRow, type Dataset, type DatasetRows, type MetricRow, type TradeRow, ladderBytes } from '../records.js';
 import { listFiles } from './fsutil.js';
 import { type Partition, parsePartitionDir, partitionDir } from './layout.js';
 
@@ -23,7 +23,7 @@ export interface SpoolPart {
 }
 
 /** Datasets spooled as sorted runs of one market each: the ones with a row per change. */
-export const RUN_DATASETS: ReadonlySet<Dataset> = new Set(['books', 'metrics']);
+export const RUN_DATASETS: ReadonlySet<Dataset> = new Set(['books', 'metrics', 'trades']);
 
 interface OpenPart {
   handle: FileHandle;
@@ -173,7 +173,8 @@ export class RunEncoder {
     this.bytes += pushBook(run.entry, row);
   }
 
-  metric(partition: Partition, row: MetricRow): void {
+  /** A metric or trade row: a JSON line. */
+  line(partition: Partition, row: MetricRow | TradeRow): void {
     const run = this.runFor(partition, row.market_id, row);
     this.bytes += push(run.entry, `${JSON.stringify(row)}\n`);
   }

@@ -98,6 +98,21 @@ export function conditionId(m: SimMarket): string {
 
 const level = (price: number, size: number): ClobLevel => ({ price: String(price), size: size.toFixed(2) });
 
+/** The market channel's `last_trade_price` of the trade the model has for `market`'s token at second `s` (price `price`). */
+export function tradeMessage(sim: Sim, market: SimMarket, index: 0 | 1, s: number, price: number) {
+  return {
+    event_type: 'last_trade_price',
+    asset_id: market.tokenIds[index],
+    market: conditionId(market),
+    price: tradeText(price),
+    side: sim.rand(market.code, 'trade-side', s) < 0.5 ? 'BUY' : 'SELL',
+    size: (5 + Math.floor(sim.rand(market.code, 'trade-size', index, s) * 500)).toFixed(2),
+    fee_rate_bps: '0',
+    timestamp: String(s * SECOND),
+    transaction_hash: `0x${sim.rand(market.code, 'tx', index, s).toString(16).slice(2).padEnd(64, '0')}`,
+  };
+}
+
 /** A token's book as the CLOB's REST `/book` answers it (bids ascending, asks descending: best levels last), hashed. */
 export function clobSummary(sim: Sim, m: SimMarket, index: 0 | 1, t: number, quirks: ChannelQuirks = NO_QUIRKS) {
   const state = sim.bookState(m, index, t);
@@ -350,21 +365,7 @@ export class MarketChannel extends StreamServer<Client> {
       for (let s = Math.floor(sub.cursor / SECOND) + 1; s * SECOND <= to; s++) {
         const price = this.sim.tradeAt(market, index, s);
         if (price === null) continue;
-        assetEvents.push({
-          t: s * SECOND,
-          rank: 0,
-          body: {
-            event_type: 'last_trade_price',
-            asset_id: id,
-            market: conditionId(market),
-            price: tradeText(price),
-            side: this.sim.rand(market.code, 'trade-side', s) < 0.5 ? 'BUY' : 'SELL',
-            size: (5 + Math.floor(this.sim.rand(market.code, 'trade-size', index, s) * 500)).toFixed(2),
-            fee_rate_bps: '0',
-            timestamp: String(s * SECOND),
-            transaction_hash: `0x${this.sim.rand(market.code, 'tx', index, s).toString(16).slice(2).padEnd(64, '0')}`,
-          },
-        });
+        assetEvents.push({ t: s * SECOND, rank: 0, body: tradeMessage(this.sim, market, index, s, price) });
         if (q.bookAfterTrade) {
           const state = this.sim.bookState(market, index, s * SECOND);
           const summary = summaryOf(

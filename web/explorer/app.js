@@ -24,6 +24,7 @@ const state = {
   view: null, // [from, to) in ms
   snapshots: [], // loaded for the heatmaps, in time order
   series: { ts: [], chance: [], price: [], last_trade: [] },
+  trades: [], // of the shown outcome in the view: { t, price, side, source }
   gaps: [],
   interval: null,
   loading: 0, // generation counter: a newer load abandons an older one
@@ -182,6 +183,7 @@ async function setView(view) {
   state.view = view;
   state.snapshots = [];
   state.series = { ts: [], chance: [], price: [], last_trade: [] };
+  state.trades = [];
   state.gaps = [];
   state.pagesLoaded = 0;
   const chosen = intervalFor(view[1] - view[0]);
@@ -191,9 +193,10 @@ async function setView(view) {
   drawSeries();
   drawHeatmaps();
   status('loading books...');
-  await Promise.all([loadSeries(generation), loadSnapshots(generation)]);
+  await Promise.all([loadSeries(generation), loadSnapshots(generation), loadTrades(generation)]);
   if (generation !== state.loading) return;
-  status(`${state.snapshots.length} snapshots, ${state.series.ts.length} samples`);
+  drawSeries();
+  status(`${state.snapshots.length} snapshots, ${state.series.ts.length} samples, ${state.trades.length} trades`);
   scrubTo(state.ladderAt !== null && state.ladderAt >= view[0] && state.ladderAt < view[1] ? state.ladderAt : view[1] - 1);
 }
 
@@ -251,6 +254,21 @@ async function loadSeries(generation) {
   drawSeries();
 }
 
+/** The shown outcome's trades in the view, every one (trades are not downsampled). */
+async function loadTrades(generation) {
+  const m = state.market;
+  const outcome = Number($('outcome').value || 0);
+  const trades = [];
+  let cursor;
+  do {
+    const page = await api(`${base(m)}/trades`, { outcome, start_time: state.view[0], end_time: state.view[1], limit: 1000, cursor });
+    if (generation !== state.loading) return;
+    trades.push(...page.data.map((x) => ({ t: Date.parse(x.timestamp), price: x.price, side: x.side, source: x.source })));
+    cursor = page.pagination.has_more ? page.pagination.next_cursor : null;
+  } while (cursor);
+  state.trades = trades;
+}
+
 function seriesFromBooks(snapshots) {
   const outcome = Number($('outcome').value || 0);
   for (const s of snapshots) {
@@ -302,6 +320,7 @@ function drawSeries() {
       cursor: { drag: { x: true, y: false } },
       hooks: {
         drawClear: [(u) => shadeGaps(u.ctx, (t) => u.valToPos(t / 1000, 'x', true), u.bbox.top, u.bbox.height)],
+        draw: [(u) => (el.dataset.trades = String(markTrades(u)))],
         setSelect: [
           (u) => {
             if (u.select.width < 5) return;
@@ -317,6 +336,40 @@ function drawSeries() {
     el,
   );
   el.dataset.points = String(state.series.ts.length);
+}
+
+/**
+ * Each trade of the view at its time and price: a fill the venue streamed as a triangle (up for a
+ * buy, down for a sell), a last-trade price only seen changing over REST as a hollow circle.
+ * Returns how many were drawn.
+ */
+function markTrades(u) {
+  const ctx = u.ctx;
+  const r = 3.5 * devicePixelRatio;
+  let drawn = 0;
+  ctx.save();
+  for (const trade of state.trades) {
+    if (trade.t < state.view[0] || trade.t >= state.view[1]) continue;
+    const x = u.valToPos(trade.t / 1000, 'x', true);
+    const y = u.valToPos(trade.price, 'y', true);
+    ctx.beginPath();
+    if (trade.source !== 'stream') {
+      ctx.strokeStyle = '#57606a';
+      ctx.arc(x, y, r, 0, 2 * Math.PI);
+      ctx.stroke();
+    } else {
+      const dir = trade.side === 'sell' ? 1 : -1;
+      ctx.fillStyle = trade.side === 'sell' ? '#cf222e' : '#1a7f37';
+      ctx.moveTo(x, y + dir * r);
+      ctx.lineTo(x - r, y - dir * r);
+      ctx.lineTo(x + r, y - dir * r);
+      ctx.closePath();
+      ctx.fill();
+    }
+    drawn++;
+  }
+  ctx.restore();
+  return drawn;
 }
 
 function shadeGaps(ctx, x, top, height) {

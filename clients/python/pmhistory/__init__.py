@@ -211,6 +211,16 @@ class Client:
                          start_time=_time(start_time), end_time=_time(end_time), interval=interval, order=order,
                          limit=page_size)
 
+    def trades(self, market_id: str, start_time: Time = None, end_time: Time = None,
+               outcome: Union[int, str, None] = None, order: Optional[str] = None, page_size: int = 1000,
+               venue_coin: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """Every recorded trade of the range in time order. `source` says what the venue sent: `stream`
+        (a trade event: price, size, side, fee, transaction hash) or `rest_last_trade` (only a
+        last-trade price REST showed changed: no size, side or hash, and no fill record)."""
+        path = f"/v3/{venue_coin}/markets/{market_id}/trades" if venue_coin else f"/v3/{self.namespace}/{market_id}/trades"
+        return self.walk(path, start_time=_time(start_time), end_time=_time(end_time), outcome=outcome, order=order,
+                         limit=page_size)
+
     def gaps(self, market_id: str, dataset: str = "books", start_time: Time = None, end_time: Time = None) -> List[Dict[str, Any]]:
         """Capture gaps of a market's range: spans nothing was recorded for (from a snapshot page's meta)."""
         page = self.get(f"/v3/{self.namespace}/{market_id}/{'timeseries' if dataset == 'metrics' else 'snapshots'}",
@@ -303,7 +313,7 @@ def to_dataframe(items: Iterable[Dict[str, Any]], kind: str = "snapshots"):
     else:
         rows = list(items)
     frame = pd.DataFrame(rows)
-    for column in ("timestamp", "exchange_time", "start_time", "end_time", "created_time", "resolved_time"):
+    for column in ("timestamp", "exchange_time", "recv_time", "start_time", "end_time", "created_time", "resolved_time"):
         if column in frame:
             frame[column] = pd.to_datetime(frame[column], utc=True)
     return frame

@@ -82,6 +82,14 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(walked, whole)
         self.assertTrue(all(0 <= s["value"] <= 1 for s in walked))
 
+    def test_trades_walk(self):
+        walked = list(self.api.trades(MARKET, page_size=3))
+        whole = raw(f"/v3/wallet-prediction/{MARKET}/trades?limit=1000")["data"]
+        self.assertGreater(len(walked), 0)
+        self.assertEqual(walked, whole)
+        # The wallet venue sends no trade events: what REST showed, labelled, never passed off as fills.
+        self.assertTrue(all(t["source"] == "rest_last_trade" and t["size"] is None for t in walked))
+
     def test_exports_to_files(self):
         with tempfile.TemporaryDirectory() as d:
             pq = self.api.export(MARKET, os.path.join(d, "books.parquet"))

@@ -263,10 +263,50 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Reserved: historical fills (empty for now).
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which).
          * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
          */
         get: operations["walletPredictionTrades"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/wallet-prediction/{market_id}/trades.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which): the whole range as one CSV file.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["walletPredictionTradesCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/wallet-prediction/{market_id}/trades.parquet": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which): the whole range as one Parquet file.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["walletPredictionTradesParquet"];
         put?: never;
         post?: never;
         delete?: never;
@@ -563,10 +603,50 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Reserved: historical fills (empty for now).
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which).
          * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
          */
         get: operations["providerAliasTrades"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/provider-alias/{market_id}/trades.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which): the whole range as one CSV file.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["providerAliasTradesCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/provider-alias/{market_id}/trades.parquet": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which): the whole range as one Parquet file.
+         * @description Paid plans only: a free key gets 403 PLAN_REQUIRED.
+         */
+        get: operations["providerAliasTradesParquet"];
         put?: never;
         post?: never;
         delete?: never;
@@ -791,6 +871,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/{coin}/markets/{market_id}/trades": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every trade event another venue’s market channel sent (`last_trade_price`), cursor-paginated. */
+        get: operations["coinTrades"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/{coin}/markets/{market_id}/trades.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every trade event another venue’s market channel sent (`last_trade_price`): the whole range as one CSV file. */
+        get: operations["coinTradesCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/{coin}/markets/{market_id}/trades.parquet": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every trade event another venue’s market channel sent (`last_trade_price`): the whole range as one Parquet file. */
+        get: operations["coinTradesParquet"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/{coin}/markets/{market_id}": {
         parameters: {
             query?: never;
@@ -885,6 +1016,7 @@ export interface components {
             end_time: string;
             created_time: string | null;
             resolved_time: string | null;
+            resolution_latency_seconds: number | null;
             /** @enum {string} */
             status: "upcoming" | "open" | "closed" | "resolved" | "cancelled";
             /** @enum {string} */
@@ -1043,9 +1175,23 @@ export interface components {
             ask_prices: number[];
             ask_sizes: number[];
         };
-        /** @description Reserved: fills are being reconstructed; lists are empty for now. */
+        /** @description One trade of one outcome token. `source` says what the venue sent: `stream`, a trade event (price, size, side, fee and transaction hash as the venue gave them; `timestamp` and `exchange_time` are its time of the trade); `rest_last_trade`, only a last-trade price that REST showed changed (at `timestamp`, when it was seen; size, side and hash null: it may stand for several fills, and is no fill record). `recv_time` is when capture received it. */
         Trade: {
-            [key: string]: unknown;
+            /** Format: date-time */
+            timestamp: string;
+            exchange_time: string | null;
+            /** Format: date-time */
+            recv_time: string;
+            outcome_index: number;
+            outcome: string;
+            token_id: string;
+            price: number;
+            size: number | null;
+            side: ("buy" | "sell") | null;
+            fee_rate_bps: number | null;
+            transaction_hash: string | null;
+            /** @enum {string} */
+            source: "stream" | "rest_last_trade";
         };
         WhoAmI: {
             key_id: string;
@@ -2818,10 +2964,20 @@ export interface operations {
     walletPredictionTrades: {
         parameters: {
             query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
                 /** @description Items per page. Accepts an integer from 1 to 1000. */
                 limit?: number;
                 /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
                 cursor?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+                /** @description json (paginated), or csv / parquet: the whole range as one file, unpaginated. Accepts one of: json, csv, parquet. This operation is documented with its JSON response; for files use the `/v3/wallet-prediction/{market_id}/trades.csv` and `.parquet` operations, whose responses are typed. */
+                format?: "json" | "csv" | "parquet";
             };
             header?: never;
             path: {
@@ -2832,7 +2988,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Reserved: historical fills (empty for now). */
+            /** @description Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which). */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -2843,6 +2999,285 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseTradeList"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    walletPredictionTradesCsv: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    walletPredictionTradesParquet: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as one Parquet file, in the lake's column types */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -3078,8 +3513,8 @@ export interface operations {
     walletPredictionFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps. */
-                dataset?: "markets" | "books" | "metrics" | "gaps";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
                 /** @description Coins, comma-separated. Accepts one of: btc, eth, bnb. */
                 coin?: ("btc" | "eth" | "bnb")[];
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
@@ -4924,10 +5359,20 @@ export interface operations {
     providerAliasTrades: {
         parameters: {
             query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
                 /** @description Items per page. Accepts an integer from 1 to 1000. */
                 limit?: number;
                 /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
                 cursor?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+                /** @description json (paginated), or csv / parquet: the whole range as one file, unpaginated. Accepts one of: json, csv, parquet. This operation is documented with its JSON response; for files use the `/v3/provider-alias/{market_id}/trades.csv` and `.parquet` operations, whose responses are typed. */
+                format?: "json" | "csv" | "parquet";
             };
             header?: never;
             path: {
@@ -4938,7 +5383,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Reserved: historical fills (empty for now). */
+            /** @description Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which). */
             200: {
                 headers: {
                     "X-Request-Id": components["headers"]["RequestId"];
@@ -4949,6 +5394,285 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseTradeList"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    providerAliasTradesCsv: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PLAN_REQUIRED */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    providerAliasTradesParquet: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as one Parquet file, in the lake's column types */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -5184,8 +5908,8 @@ export interface operations {
     providerAliasFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps. */
-                dataset?: "markets" | "books" | "metrics" | "gaps";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
                 /** @description Coins, comma-separated. Accepts one of: btc, eth, bnb. */
                 coin?: ("btc" | "eth" | "bnb")[];
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
@@ -5617,8 +6341,8 @@ export interface operations {
     coinFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps. */
-                dataset?: "markets" | "books" | "metrics" | "gaps";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
                 window?: ("5m" | "15m")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -6612,6 +7336,405 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseChangeList"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    coinTrades: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Items per page. Accepts an integer from 1 to 1000. */
+                limit?: number;
+                /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
+                cursor?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+                /** @description json (paginated), or csv / parquet: the whole range as one file, unpaginated. Accepts one of: json, csv, parquet. This operation is documented with its JSON response; for files use the `/v3/{coin}/markets/{market_id}/trades.csv` and `.parquet` operations, whose responses are typed. */
+                format?: "json" | "csv" | "parquet";
+            };
+            header?: never;
+            path: {
+                /** @description Coin of the per-coin routes. Accepts one of: btc, eth, sol, xrp. */
+                coin: "btc" | "eth" | "sol" | "xrp";
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every trade event another venue’s market channel sent (`last_trade_price`), cursor-paginated. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseTradeList"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    coinTradesCsv: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Coin of the per-coin routes. Accepts one of: btc, eth, sol, xrp. */
+                coin: "btc" | "eth" | "sol" | "xrp";
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    coinTradesParquet: {
+        parameters: {
+            query?: {
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+                /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
+                outcome?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Coin of the per-coin routes. Accepts one of: btc, eth, sol, xrp. */
+                coin: "btc" | "eth" | "sol" | "xrp";
+                /** @description Market identifier at the venue. Accepts up to 80 letters, digits, "_" or "-". */
+                market_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as one Parquet file, in the lake's column types */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */

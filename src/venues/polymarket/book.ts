@@ -1,7 +1,7 @@
 // The CLOB's book shapes shared by its REST and WebSocket answers, and the book hash a recorder
 // recomputes to prove its copy of a book equals the venue's.
 import { hash as digest } from 'node:crypto';
-import { primeLadderJson } from '../../records.js';
+import { type Market, type TradeRow, primeLadderJson } from '../../records.js';
 
 export interface ClobLevel {
   price: string;
@@ -107,6 +107,39 @@ export interface ClobLastTradeMessage {
   fee_rate_bps?: string;
   transaction_hash?: string;
   timestamp: string;
+}
+
+/**
+ * A `last_trade_price` as a trade row of `market`, or null when it names no token of the market or
+ * carries no usable price. Fields the venue left out (its clients treat all but price as optional)
+ * stay null rather than guessed; its time is the venue's, or the receive time when it sent none.
+ */
+export function tradeOf(market: Market, msg: ClobLastTradeMessage, recvTs: number): TradeRow | null {
+  // The venue writes numbers as strings; some clients' fixtures write them bare: either is taken.
+  const number = (v: unknown) => {
+    const n = (typeof v === 'string' && v.trim() !== '') || typeof v === 'number' ? Number(v) : NaN;
+    return Number.isFinite(n) ? n : null;
+  };
+  const outcome = market.outcomes.find((o) => o.token_id === msg.asset_id);
+  const price = number(msg.price);
+  if (!outcome || price === null) return null;
+  const exchangeTs = number(msg.timestamp);
+  const side = typeof msg.side === 'string' ? msg.side.toLowerCase() : null;
+  return {
+    ts: exchangeTs ?? recvTs,
+    market_id: market.market_id,
+    token_id: outcome.token_id,
+    outcome_index: outcome.index,
+    outcome: outcome.label,
+    price,
+    size: number(msg.size),
+    side: side === 'buy' || side === 'sell' ? side : null,
+    fee_rate_bps: number(msg.fee_rate_bps),
+    transaction_hash: typeof msg.transaction_hash === 'string' && msg.transaction_hash !== '' ? msg.transaction_hash : null,
+    source: 'stream',
+    exchange_ts: exchangeTs,
+    recv_ts: recvTs,
+  };
 }
 
 export interface ClobTickSizeMessage {

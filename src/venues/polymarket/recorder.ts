@@ -23,6 +23,7 @@ import {
   type ClobMarketResolvedMessage,
   type ClobPriceChange,
   type ClobPriceChangeMessage,
+  tradeOf,
   type ClobTickSizeMessage,
   HASH_LAYOUTS,
   type HashLayout,
@@ -124,6 +125,8 @@ export interface StreamStats {
   snapshotTimeouts: number;
   /** Rows whose exchange time did not advance past the market's previous row. */
   nudged: number;
+  /** `last_trade_price` messages taken as trade rows. */
+  trades: number;
   /** `tick_size_change` messages taken (one per token). */
   tickChanges: number;
   /** Markets whose `market_resolved` was taken. */
@@ -149,6 +152,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   refetches: 0,
   snapshotTimeouts: 0,
   nudged: 0,
+  trades: 0,
   tickChanges: 0,
   resolutions: 0,
   newMarkets: 0,
@@ -578,6 +582,11 @@ export class StreamRecorder implements BookStream {
       const price = Number(trade.price);
       if (!t || typeof trade.price !== 'string' || !Number.isFinite(price)) return;
       t.lastTrade = price;
+      const row = tradeOf(t.market, trade, recvTs);
+      if (row) {
+        this.stats.trades++;
+        this.sink.trade?.(t.market, row);
+      }
       if (t.book.note({ last_trade_price: trade.price })) this.recheck(t);
       this.quote(t.market, Number(trade.timestamp), recvTs);
     } else if (msg.event_type === 'market_resolved') {
