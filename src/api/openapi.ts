@@ -210,6 +210,27 @@ export const SCHEMAS: Record<string, unknown> = {
     description:
       'One trade of one outcome token. `source` says what the venue sent: `stream`, a trade event (price, size, side, fee and transaction hash as the venue gave them; `timestamp` and `exchange_time` are its time of the trade); `rest_last_trade`, only a last-trade price that REST showed changed (at `timestamp`, when it was seen; size, side and hash null: it may stand for several fills, and is no fill record). `recv_time` is when capture received it.',
   },
+  Certificate: {
+    ...obj({
+      market_id: str,
+      window: obj({ start: time, end: time }),
+      complete_as_of: time,
+      open: { type: 'boolean' },
+      coverage: obj({
+        share: num,
+        window_seconds: num,
+        covered_seconds: num,
+        by_cause: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
+        by_reason: { type: 'object', additionalProperties: num },
+      }),
+      gaps: { type: 'array', items: obj({ from: time, to: time, reason: str }) },
+      books: obj({ recorded: num, first: nullable(time) }),
+      trades: { type: 'object', additionalProperties: num, description: 'Trades in the window by source (stream, rest_last_trade).' },
+      clock_offset_ms: nullable(obj({ p50: num, p99: num })),
+    }),
+    description:
+      "The completeness of a market window, from the lake. `coverage.share`: the part of the window (up to now while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled).",
+  },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };
 
@@ -233,6 +254,7 @@ export const RESPONSES: Record<string, unknown> = {
   Coverage: envelope(ref('Coverage'), false),
   FileList: envelope({ type: 'array', items: ref('File') }, true),
   TradeList: envelope({ type: 'array', items: ref('Trade') }, true),
+  Certificate: envelope(ref('Certificate'), false),
   OpenApi: { type: 'object' },
 };
 

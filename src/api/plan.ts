@@ -206,6 +206,37 @@ export function tradesSql(source: string, q: PageQuery, rows: number): { sql: st
   return { sql, params: { ...params, rows } };
 }
 
+export interface CertificateParams extends Record<string, string | number> {
+  market_id: string;
+  start: number;
+  end: number;
+  /** Rows up to the window's end plus capture's lag. */
+  recorded_until: number;
+}
+
+/** A market's first book (pre-open ones included), its books in the window, and their receive-less-exchange time quantiles. */
+export function certificateBooksSql(source: string, params: CertificateParams) {
+  const inWindow = 'ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT)';
+  const offset = 'epoch_ms(recv_ts) - epoch_ms(exchange_ts)';
+  const timed = `exchange_ts IS NOT NULL AND ${inWindow}`;
+  return {
+    sql: `SELECT epoch_ms(min(ts))::DOUBLE AS first, (count(*) FILTER (WHERE ${inWindow}))::DOUBLE AS books,
+      quantile_cont(${offset}, 0.5) FILTER (WHERE ${timed})::DOUBLE AS p50,
+      quantile_cont(${offset}, 0.99) FILTER (WHERE ${timed})::DOUBLE AS p99
+      FROM (${source}) WHERE market_id = $market_id AND ts < epoch_ms($recorded_until::BIGINT)`,
+    params,
+  };
+}
+
+/** A market's trades in its window, counted by source. */
+export function certificateTradesSql(source: string, { recorded_until: _, ...params }: CertificateParams) {
+  return {
+    sql: `SELECT source, count(*)::DOUBLE AS n FROM (${source})
+      WHERE market_id = $market_id AND ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT) GROUP BY source ORDER BY source`,
+    params,
+  };
+}
+
 /** The newest book of every market in `source`: what a restarted API keeps in memory for recent markets. */
 export function newestBooksSql(source: string): string {
   return `WITH rows AS (${source}), newest AS (SELECT market_id, max(ts) AS ts FROM rows GROUP BY market_id)

@@ -9,6 +9,7 @@ import { P, type ParamSpec } from './params.js';
 import { type Access, type RequestContext, type Result, type Route, type RouteDeps, routeKit } from './route.js';
 import { seriesHandlers } from './series.js';
 import { tradeHandlers } from './trades.js';
+import { certificateHandlers } from './certificate.js';
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
 const WALLET_COINS = ['btc', 'eth', 'bnb'];
@@ -55,6 +56,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   const books = bookHandlers(kit);
   const series = seriesHandlers(kit);
   const trades = tradeHandlers(kit);
+  const certificates = certificateHandlers(kit);
   const files = fileHandlers(kit);
   const list = { list: true };
   const heavy = { heavy: true };
@@ -82,6 +84,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
       route(`${ns}.changes`, `${b}/:market_id/orderbook/changes`, 'paid', 'ChangeList', [P.marketId, ...range, P.limit, P.cursor, P.outcome], books.changes('wp.changes', wallet), 'Recorded book changes: a snapshot per outcome, then the levels each recorded book changed; applied in order they rebuild every recorded book.', pages),
       ...withExports(route(`${ns}.timeseries`, `${b}/:market_id/timeseries`, 'paid', 'SampleList', [P.marketId, P.metric, P.outcome, ...range, P.interval, ...paging, P.format], series.timeseries('wp.timeseries', wallet), 'Samples of chance, price or last_trade.', pages)),
       ...withExports(route(`${ns}.trades`, `${b}/:market_id/trades`, 'paid', 'TradeList', [P.marketId, ...range, ...paging, P.outcome, P.format], trades.trades('wp.trades', wallet), 'Recorded trades: every trade event the venue sent, or where it sends none the last-trade price each time REST showed it change (`source` says which).', pages)),
+      route(`${ns}.certificate`, `${b}/:market_id/certificate`, 'paid', 'Certificate', [P.marketId], certificates.certificate(wallet), 'How complete the record of the market window is: coverage, gaps by cause and reason, books and trades recorded, clock offset.', heavy),
       route(`${ns}.coverage`, `${b}/coverage`, 'paid', 'Coverage', [], files.coverage(wallet), 'What history exists: published coverage, recorded spans and every recorded gap.'),
       route(`${ns}.files`, `${b}/files`, 'paid', 'FileList', [P.dataset, P.walletCoin, P.window, ...range, P.limit, P.cursor], files.list('wp.files', wallet, () => b, WALLET_COINS), 'Sealed Parquet files of the lake, with rows and sha256.', list),
       route(`${ns}.file`, `${b}/files/*path`, 'paid', 'Parquet', [P.filePath], files.download(wallet), 'One sealed Parquet file (ETag, If-None-Match, single Range).'),
@@ -98,6 +101,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     route('coin.snapshotAt', '/v3/:coin/markets/:market_id/snapshots/at', 'key', 'SnapshotAt', [P.coin, P.marketId, P.timestamp, P.outcome, P.includeOrderbook], books.snapshotAt('coin.snapshots', poly, false), 'The book in force at an instant: the newest recorded at or before it.', heavy),
     route('coin.changes', '/v3/:coin/markets/:market_id/orderbook/changes', 'key', 'ChangeList', [P.coin, P.marketId, ...range, P.limit, P.cursor, P.outcome], books.changes('coin.changes', poly), 'Recorded book changes of another venue’s market: a snapshot per outcome, then the levels each recorded book changed.', pages),
     ...withExports(route('coin.trades', '/v3/:coin/markets/:market_id/trades', 'key', 'TradeList', [P.coin, P.marketId, ...range, ...paging, P.outcome, P.format], trades.trades('coin.trades', poly), 'Every trade event another venue’s market channel sent (`last_trade_price`), cursor-paginated.', pages)),
+    route('coin.certificate', '/v3/:coin/markets/:market_id/certificate', 'key', 'Certificate', [P.coin, P.marketId], certificates.certificate(poly), 'How complete the record of another venue’s market window is.', heavy),
     route('coin.market', '/v3/:coin/markets/:market_id', 'key', 'MarketOne', [P.coin, P.marketId], markets.one(poly), 'One market record of another venue.'),
   );
   return routes;

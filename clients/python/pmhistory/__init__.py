@@ -221,6 +221,12 @@ class Client:
         return self.walk(path, start_time=_time(start_time), end_time=_time(end_time), outcome=outcome, order=order,
                          limit=page_size)
 
+    def certificate(self, market_id: str, venue_coin: Optional[str] = None) -> Dict[str, Any]:
+        """How complete the record of a market window is: coverage share, missing seconds by cause
+        (venue, capture, unproved, unrecorded) and by gap reason, books and trades recorded, clock offset."""
+        path = f"/v3/{venue_coin}/markets/{market_id}/certificate" if venue_coin else f"/v3/{self.namespace}/{market_id}/certificate"
+        return self.get(path)["data"]
+
     def gaps(self, market_id: str, dataset: str = "books", start_time: Time = None, end_time: Time = None) -> List[Dict[str, Any]]:
         """Capture gaps of a market's range: spans nothing was recorded for (from a snapshot page's meta)."""
         page = self.get(f"/v3/{self.namespace}/{market_id}/{'timeseries' if dataset == 'metrics' else 'snapshots'}",

@@ -90,6 +90,15 @@ class ClientTest(unittest.TestCase):
         # The wallet venue sends no trade events: what REST showed, labelled, never passed off as fills.
         self.assertTrue(all(t["source"] == "rest_last_trade" and t["size"] is None for t in walked))
 
+    def test_certificate(self):
+        cert = self.api.certificate(MARKET)
+        self.assertEqual(cert["market_id"], MARKET)
+        self.assertTrue(0 <= cert["coverage"]["share"] <= 1)
+        # Books in the window: the snapshots route also has those recorded up to a minute past the end.
+        snapshots = raw(f"/v3/wallet-prediction/{MARKET}/snapshots?limit=1000")["data"]
+        self.assertGreater(cert["books"]["recorded"], 0)
+        self.assertLessEqual(cert["books"]["recorded"], sum(len(s["books"]) for s in snapshots))
+
     def test_exports_to_files(self):
         with tempfile.TemporaryDirectory() as d:
             pq = self.api.export(MARKET, os.path.join(d, "books.parquet"))

@@ -1,0 +1,72 @@
+// A market window's completeness certificate, computed from the lake when asked: how much of the
+// window is covered and, where not, by cause and reason; the books and trades recorded; how far
+// capture's receive clock ran behind the venue's. Sealed windows answer the same every time;
+// open ones are current to the request.
+import type { DuckDBDataChunk } from '@duckdb/node-api';
+import type { Venue } from '../config.js';
+import { coverageOf } from '../lake/certificate.js';
+import { relation } from '../lake/sql.js';
+import { HOUR } from '../time.js';
+import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
+import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
+import { iso } from './shape.js';
+
+export function certificateHandlers({ lake, findMarket }: RouteKit) {
+  const certificate =
+    (venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const m = findMarket(venue, ctx);
+      // From an hour before the open: a book recorded before it holds at the open.
+      const plan = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
+      const books = relation('books', await lake.files(plan.partitions), ['ts', 'market_id', 'exchange_ts', 'recv_ts']);
+      const trades = relation('trades', await lake.files(planPartitions('trades', m, null, null).partitions), [
+        'ts',
+        'market_id',
+        'source',
+      ]);
+      const params = { market_id: m.market_id, start: m.start_time, end: m.end_time, recorded_until: m.end_time + CAPTURE_LAG_MS };
+      const bookFigures = books
+        ? await lake.duck
+            .for(ctx.signal)
+            .chunks(...sql(certificateBooksSql(books, params)))
+            .then(firstRow)
+        : null;
+      const tradeCounts = trades
+        ? await lake.duck
+            .for(ctx.signal)
+            .chunks(...sql(certificateTradesSql(trades, params)))
+            .then(allRows)
+        : [];
+      const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
+      const first = (bookFigures?.[0] as number | null) ?? null;
+      const [p50, p99] = [bookFigures?.[2] ?? null, bookFigures?.[3] ?? null] as (number | null)[];
+      ctx.stats.partitions = plan.partitions.length;
+      return {
+        data: {
+          market_id: m.market_id,
+          window: { start: iso(m.start_time), end: iso(m.end_time) },
+          complete_as_of: iso(Math.min(ctx.now, m.end_time)),
+          open: ctx.now < m.end_time,
+          coverage: coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: ctx.now }),
+          gaps: gaps.map((g) => ({
+            from: iso(Math.max(g.from_ts, m.start_time)),
+            to: iso(Math.min(g.to_ts, m.end_time)),
+            reason: g.reason,
+          })),
+          books: { recorded: (bookFigures?.[1] as number | null) ?? 0, first: iso(first) },
+          trades: Object.fromEntries(tradeCounts.map(([source, n]) => [source as string, n as number])),
+          // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
+          clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },
+        },
+      };
+    };
+  return { certificate };
+}
+
+function allRows(chunks: DuckDBDataChunk[]): unknown[][] {
+  return chunks.flatMap((c) => c.getRows());
+}
+
+function firstRow(chunks: DuckDBDataChunk[]): unknown[] | null {
+  return allRows(chunks)[0] ?? null;
+}

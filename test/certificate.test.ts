@@ -1,0 +1,129 @@
+// The completeness certificate of a market window: its coverage from the first recorded book and
+// the gaps (pure), then the route over a lake capture filled with an upstream outage inside a
+// market, every figure checked against an independent count over the lake's files.
+import t from 'tap';
+import { causeOf, coverageOf } from '../src/lake/certificate.js';
+import { WALLET_PREFIX } from '../src/standin/server.js';
+import { lakeServer, lakeTable } from './helpers.js';
+
+const START = 1_000_000;
+const END = START + 900_000;
+const S = 1000;
+
+t.test('a window recorded from its open, without a gap, is wholly covered', async (t) => {
+  const c = coverageOf({ start: START, end: END, first: START - 30 * S, gaps: [], now: END + 60 * S });
+  t.same(c, {
+    share: 1,
+    window_seconds: 900,
+    covered_seconds: 900,
+    by_cause: { venue: 0, capture: 0, unproved: 0, unrecorded: 0 },
+    by_reason: {},
+  });
+});
+
+t.test('gaps are charged once by cause, each reason kept on its own', async (t) => {
+  const c = coverageOf({
+    start: START,
+    end: END,
+    first: START + 10 * S,
+    gaps: [
+      { from_ts: START + 100 * S, to_ts: START + 160 * S, reason: 'process_down' },
+      // Overlaps the downtime by 20 s: those count once, to capture.
+      { from_ts: START + 140 * S, to_ts: START + 200 * S, reason: 'http_5xx' },
+      { from_ts: START + 500 * S, to_ts: START + 505 * S, reason: 'stream_resync' },
+      // Reaches past the window: only its part inside counts.
+      { from_ts: END - 5 * S, to_ts: END + 100 * S, reason: 'disconnected' },
+    ],
+    now: END + 60 * S,
+  });
+  t.same(c.by_cause, { venue: 45, capture: 60, unproved: 5, unrecorded: 10 }, 'the 10 s before the first book are unrecorded');
+  t.same(c.by_reason, { process_down: 60, http_5xx: 60, stream_resync: 5, disconnected: 5 });
+  t.equal(c.covered_seconds, 900 - 120);
+  t.equal(c.share, Math.round((780 / 900) * 1e6) / 1e6);
+});
+
+t.test('an open window counts up to now; a market never recorded is unrecorded, not covered', async (t) => {
+  const open = coverageOf({ start: START, end: END, first: START, gaps: [], now: START + 300 * S });
+  t.equal(open.window_seconds, 300);
+  t.equal(open.share, 1);
+  const never = coverageOf({ start: START, end: END, first: null, gaps: [], now: END });
+  t.equal(never.share, 0);
+  t.equal(never.by_cause.unrecorded, 900);
+  const notYet = coverageOf({ start: START, end: END, first: null, gaps: [], now: START - 5 * S });
+  t.equal(notYet.window_seconds, 0, 'a window not begun has nothing to cover');
+  t.equal(notYet.share, 0);
+});
+
+t.test('every reason capture records has a cause', async (t) => {
+  for (const reason of ['timeout', 'network', 'http_5xx', 'rate_limited', 'disconnected', 'stream_stalled'])
+    t.equal(causeOf(reason), 'venue', reason);
+  for (const reason of ['process_down', 'storage']) t.equal(causeOf(reason), 'capture', reason);
+  for (const reason of ['stream_resync', 'stream_late']) t.equal(causeOf(reason), 'unproved', reason);
+  t.equal(causeOf('something new'), 'capture', 'an unknown reason is charged to capture, never to the venue');
+});
+
+t.test('the certificate route: its figures are what the lake holds, the outage charged to the venue', async (t) => {
+  const start = Date.parse('2026-07-27T23:44:00Z');
+  const end = Date.parse('2026-07-28T00:01:00Z');
+  const marketStart = Date.parse('2026-07-27T23:45:00Z');
+  const outage = { from: Date.parse('2026-07-27T23:50:00Z'), to: Date.parse('2026-07-27T23:53:00Z') };
+  const {
+    api,
+    dir,
+    duck,
+    key: issue,
+  } = await lakeServer(t, {
+    start,
+    end,
+    env: { RATE_PAID_PER_SECOND: '100000' },
+    fill: { speed: 120, pollMs: 1000, faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: outage.from, to: outage.to }] } },
+  });
+  const key = await issue();
+  const market = api.lake
+    .all(end)
+    .find((m) => m.venue === 'wallet-prediction' && m.coin === 'btc' && m.window === '15m' && m.start_time === marketStart)!;
+  t.ok(market, 'the fill recorded the market');
+  const res = await fetch(`${api.url}/v3/wallet-prediction/${market.market_id}/certificate`, {
+    headers: { authorization: `Bearer ${key}` },
+  });
+  const body = await res.json();
+  t.equal(res.status, 200, JSON.stringify(body.error ?? ''));
+  const cert = body.data;
+
+  // Independently, from the files.
+  const window = { id: market.market_id, s: market.start_time, e: market.end_time };
+  const [books] = (await duck.rows(
+    `SELECT count(*) FILTER (WHERE ts >= epoch_ms($s::BIGINT) AND ts < epoch_ms($e::BIGINT))::INTEGER AS n, epoch_ms(min(ts))::DOUBLE AS first
+     FROM ${lakeTable(dir, 'books')} WHERE market_id = $id`,
+    window,
+  )) as { n: number; first: number }[];
+  t.equal(cert.books.recorded, books.n, `${books.n} books recorded in the window`);
+  t.equal(Date.parse(cert.books.first), books.first, 'from the first recorded book');
+  const trades = await duck.rows(
+    `SELECT source, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'trades')}
+     WHERE market_id = $id AND ts >= epoch_ms($s::BIGINT) AND ts < epoch_ms($e::BIGINT) GROUP BY source`,
+    window,
+  );
+  t.same(cert.trades, Object.fromEntries(trades.map((r) => [r.source, r.n])), 'trades by source');
+  const gaps = (await duck.rows(
+    `SELECT reason, sum(epoch_ms(least(to_ts, epoch_ms($e::BIGINT))) - epoch_ms(greatest(from_ts, epoch_ms($s::BIGINT))))::DOUBLE / 1000 AS seconds
+     FROM ${lakeTable(dir, 'gaps')} WHERE (market_id = $id OR market_id IS NULL) AND dataset = 'books'
+       AND from_ts < epoch_ms($e::BIGINT) AND to_ts > epoch_ms($s::BIGINT) GROUP BY reason`,
+    window,
+  )) as { reason: string; seconds: number }[];
+  t.ok(gaps.length > 0, `the outage is a recorded gap: ${JSON.stringify(gaps)}`);
+  t.same(cert.coverage.by_reason, Object.fromEntries(gaps.map((g) => [g.reason, g.seconds])), 'seconds per reason, as the gap rows say');
+  const missing = Object.values(cert.coverage.by_cause as Record<string, number>).reduce((a, b) => a + b, 0);
+  t.ok(cert.coverage.by_cause.venue >= 150, `the outage (180 s injected) is charged to the venue: ${cert.coverage.by_cause.venue} s`);
+  t.equal(cert.coverage.window_seconds, 900);
+  t.equal(Math.round((cert.coverage.window_seconds - missing) * 1000) / 1000, cert.coverage.covered_seconds);
+  t.ok(cert.coverage.share < 1 && cert.coverage.share > 0.7, `share ${cert.coverage.share}`);
+  t.equal(cert.open, false);
+  t.ok(
+    cert.clock_offset_ms === null || cert.clock_offset_ms.p99 >= cert.clock_offset_ms.p50,
+    `clock offset ${JSON.stringify(cert.clock_offset_ms)}`,
+  );
+
+  const unknown = await fetch(`${api.url}/v3/wallet-prediction/99999999/certificate`, { headers: { authorization: `Bearer ${key}` } });
+  t.equal(unknown.status, 404, 'an unknown market is 404');
+});
