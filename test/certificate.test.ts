@@ -76,7 +76,7 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
     start,
     end,
     env: { RATE_PAID_PER_SECOND: '100000' },
-    fill: { speed: 120, pollMs: 1000, faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: outage.from, to: outage.to }] } },
+    fill: { speed: 400, pollMs: 1000, faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: outage.from, to: outage.to }] } },
   });
   const key = await issue();
   const market = api.lake

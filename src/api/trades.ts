@@ -50,8 +50,11 @@ export function tradeHandlers(kit: RouteKit) {
         ),
         meta: {
           coverage: coverageMeta('trades', venue, [m.coin], req.from),
-          // Trades come over the channel that carries the books: a span the books miss, they miss too.
-          gaps: gapsMeta(venue, m, 'books', pq.from, pq.to),
+          // Trades come over the channel that carries the books: a span the books miss, they miss too; and
+          // some only they miss (a resubscription's book is proved from before it, its trades are not replayed).
+          gaps: [...gapsMeta(venue, m, 'books', pq.from, pq.to), ...gapsMeta(venue, m, 'trades', pq.from, pq.to)].sort((a, b) =>
+            a.from! < b.from! ? -1 : 1,
+          ),
         },
       };
     };

@@ -142,6 +142,7 @@ export class Capture {
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
+        if (this.tradeEvents.has(m.venue)) this.tradesNotReplayed(m, this.clock.now());
         const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
         if (open) this.gaps.close(open, at);
         this.gaps.succeed(m, 'books', at);
@@ -458,6 +459,22 @@ export class Capture {
     this.stats.metrics += rows.length;
     this.gaps.succeed(m, 'metrics', ts);
     if (!this.tradeEvents.has(m.venue)) this.recordTrades(m, this.lastTrades.changed(m, rows, this.clock.now()));
+  }
+
+  /**
+   * A book's proof vouches for it from the book's last change, but trades are not replayed on a
+   * new subscription: those between that change and the new subscription's first message never
+   * came. The books' open gaps of `m` are written again for its trades, up to `now`.
+   */
+  private tradesNotReplayed(m: Market, now: number): void {
+    for (const key of [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]) {
+      const g = this.gaps.get(key);
+      if (g && now > g.from_ts)
+        this.gaps.close(
+          { ...g, dataset: 'trades', channel: undefined, detail: `${g.detail}; trades are not replayed when the feed resumes` },
+          now,
+        );
+    }
   }
 
   private recordTrades(m: Market, rows: TradeRow[]): void {

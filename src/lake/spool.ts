@@ -341,7 +341,13 @@ export class Spool {
    */
   private async flushNow(): Promise<number> {
     if (this.buffered.size === 0) return 0;
-    const batch = [...this.buffered.entries()];
+    // Books last: a process killed mid-flush leaves some parts written and others not, and a restart
+    // starts a market's downtime gap at its newest book on disk. Written after everything else
+    // of the flush, that book vouches that the trades and quotes that came with or before it are
+    // on disk too (the sort is stable: each dataset keeps its order).
+    const batch = [...this.buffered.entries()].sort(
+      ([, a], [, b]) => Number(a.partition.dataset === 'books') - Number(b.partition.dataset === 'books'),
+    );
     const rows = this.pendingRows;
     const bytes = this.pendingBytes;
     this.buffered.clear();
