@@ -5,12 +5,13 @@ import { Duck } from '../src/lake/duckdb.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { sqlPath } from '../src/lake/sql.js';
+import { DATASETS } from '../src/records.js';
 
 const config = loadConfig();
 const { lake } = lakePaths(config.dataDir);
 const duck = await Duck.open(1);
 const views: string[] = [];
-for (const dataset of ['books', 'metrics', 'markets', 'gaps', 'trades']) {
+for (const dataset of DATASETS) {
   if ((await listFiles(`${lake}/${dataset}`, '.parquet')).length === 0) continue;
   await duck.run(
     `CREATE VIEW ${dataset} AS SELECT * FROM read_parquet(${sqlPath(`${lake}/${dataset}/**/*.parquet`)}, hive_partitioning = true, hive_types = {'hour': INTEGER})`,

@@ -162,7 +162,9 @@ export interface GapRow {
   failures: number;
 }
 
-export type Dataset = 'markets' | 'books' | 'metrics' | 'gaps' | 'trades';
+/** Every dataset of the lake, in the order listings name them. */
+export const DATASETS = ['markets', 'books', 'metrics', 'gaps', 'trades'] as const;
+export type Dataset = (typeof DATASETS)[number];
 
 export interface DatasetRows {
   markets: MarketRow;

@@ -2,7 +2,6 @@
 // window is covered and, where not, by cause and reason; the books and trades recorded; how far
 // capture's receive clock ran behind the venue's. Sealed windows answer the same every time;
 // open ones are current to the request.
-import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue } from '../config.js';
 import { coverageOf } from '../lake/certificate.js';
 import { relation } from '../lake/sql.js';
@@ -25,21 +24,11 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
         'source',
       ]);
       const params = { market_id: m.market_id, start: m.start_time, end: m.end_time, recorded_until: m.end_time + CAPTURE_LAG_MS };
-      const bookFigures = books
-        ? await lake.duck
-            .for(ctx.signal)
-            .chunks(...sql(certificateBooksSql(books, params)))
-            .then(firstRow)
-        : null;
-      const tradeCounts = trades
-        ? await lake.duck
-            .for(ctx.signal)
-            .chunks(...sql(certificateTradesSql(trades, params)))
-            .then(allRows)
-        : [];
+      const [figures] = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateBooksSql(books, params))) : [];
+      const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
-      const first = (bookFigures?.[0] as number | null) ?? null;
-      const [p50, p99] = [bookFigures?.[2] ?? null, bookFigures?.[3] ?? null] as (number | null)[];
+      const first = (figures?.first as number | null | undefined) ?? null;
+      const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];
       ctx.stats.partitions = plan.partitions.length;
       return {
         data: {
@@ -53,20 +42,12 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
             to: iso(Math.min(g.to_ts, m.end_time)),
             reason: g.reason,
           })),
-          books: { recorded: (bookFigures?.[1] as number | null) ?? 0, first: iso(first) },
-          trades: Object.fromEntries(tradeCounts.map(([source, n]) => [source as string, n as number])),
+          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first) },
+          trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },
         },
       };
     };
   return { certificate };
-}
-
-function allRows(chunks: DuckDBDataChunk[]): unknown[][] {
-  return chunks.flatMap((c) => c.getRows());
-}
-
-function firstRow(chunks: DuckDBDataChunk[]): unknown[] | null {
-  return allRows(chunks)[0] ?? null;
 }

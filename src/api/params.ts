@@ -2,6 +2,7 @@
 // validators and the OpenAPI document, so the two cannot disagree.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { WINDOWS } from '../config.js';
+import { DATASETS } from '../records.js';
 import { parseTime } from '../time.js';
 import { echo, fail } from './errors.js';
 
@@ -119,20 +120,14 @@ export const P = {
     { type: 'string', enum: ['json', 'csv', 'parquet'] },
     enumOf(['json', 'csv', 'parquet']),
   ),
-  dataset: q(
-    'dataset',
-    'Which dataset.',
-    { type: 'string', enum: ['markets', 'books', 'metrics', 'gaps', 'trades'] },
-    enumOf(['markets', 'books', 'metrics', 'gaps', 'trades']),
-  ),
+  dataset: q('dataset', 'Which dataset.', { type: 'string', enum: [...DATASETS] }, enumOf(DATASETS)),
   filePath: {
     name: 'path',
     in: 'path',
     description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.',
     schema: {
       type: 'string',
-      pattern:
-        '^(markets|books|metrics|gaps|trades)/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$',
+      pattern: `^(${DATASETS.join('|')})/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$`,
       maxLength: 300,
     },
     expect: 'a path from the files listing',

@@ -226,13 +226,13 @@ function within<T>(ms: number, work: Promise<T>): Promise<T | 'timeout'> {
 
 /** A query that has not answered in this long means the engine is stuck, not busy. */
 const ENGINE_TIMEOUT_MS = 5000;
+/** Asked of listen(); the kernel caps it at somaxconn. */
+const LISTEN_BACKLOG = 65_535;
 
 /**
  * Each component says how it is. 503 when capture has not persisted within its bound, the lake
  * cannot be read, or the query engine does not answer: an orchestrator's probe then restarts us.
  */
-const LISTEN_BACKLOG = 65_535;
-
 async function checkHealth(
   config: Config,
   duck: Duck,

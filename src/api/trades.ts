@@ -79,40 +79,13 @@ function tradeJson(t: StoredTrade) {
   };
 }
 
+/** Rows as `tradesSql` selects them: TRADE_COLUMNS, in order. */
 function readTrades(chunks: DuckDBDataChunk[]): StoredTrade[] {
   const out: StoredTrade[] = [];
-  const at = (name: (typeof TRADE_COLUMNS)[number]) => TRADE_COLUMNS.indexOf(name);
   for (const chunk of chunks) {
-    const column = (name: (typeof TRADE_COLUMNS)[number]) => chunk.getColumnVector(at(name));
-    const [ts, outcomeIndex, outcome, token, price, size, side, fee, hash, source, exchangeTs, recvTs] = [
-      column('ts'),
-      column('outcome_index'),
-      column('outcome'),
-      column('token_id'),
-      column('price'),
-      column('size'),
-      column('side'),
-      column('fee_rate_bps'),
-      column('transaction_hash'),
-      column('source'),
-      column('exchange_ts'),
-      column('recv_ts'),
-    ];
+    const vectors = TRADE_COLUMNS.map((_, i) => chunk.getColumnVector(i));
     for (let row = 0; row < chunk.rowCount; row++)
-      out.push({
-        ts: ts.getItem(row) as number,
-        outcome_index: outcomeIndex.getItem(row) as number,
-        outcome: outcome.getItem(row) as string,
-        token_id: token.getItem(row) as string,
-        price: price.getItem(row) as number,
-        size: size.getItem(row) as number | null,
-        side: side.getItem(row) as TradeRow['side'],
-        fee_rate_bps: fee.getItem(row) as number | null,
-        transaction_hash: hash.getItem(row) as string | null,
-        source: source.getItem(row) as TradeRow['source'],
-        exchange_ts: exchangeTs.getItem(row) as number | null,
-        recv_ts: recvTs.getItem(row) as number,
-      });
+      out.push(Object.fromEntries(TRADE_COLUMNS.map((c, i) => [c, vectors[i].getItem(row)])) as unknown as StoredTrade);
   }
   return out;
 }

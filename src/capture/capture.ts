@@ -142,10 +142,11 @@ export class Capture {
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
-        if (this.tradeEvents.has(m.venue)) this.tradesNotReplayed(m, this.clock.now());
-        const open = this.gaps.get(gapKey({ ...m, market_id: m.market_id, dataset: 'books', channel: 'stream' }));
-        if (open) this.gaps.close(open, at);
-        this.gaps.succeed(m, 'books', at);
+        const closing = [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]
+          .map((key) => this.gaps.get(key))
+          .filter((g) => g !== undefined);
+        if (this.tradeEvents.has(m.venue)) this.tradesNotReplayed(closing, this.clock.now());
+        for (const g of closing) this.gaps.close(g, at);
       },
     };
     const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
@@ -464,17 +465,15 @@ export class Capture {
   /**
    * A book's proof vouches for it from the book's last change, but trades are not replayed on a
    * new subscription: those between that change and the new subscription's first message never
-   * came. The books' open gaps of `m` are written again for its trades, up to `now`.
+   * came. The books' gaps a recovery closes are written again for trades, up to `now`.
    */
-  private tradesNotReplayed(m: Market, now: number): void {
-    for (const key of [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]) {
-      const g = this.gaps.get(key);
-      if (g && now > g.from_ts)
+  private tradesNotReplayed(closing: readonly OpenGap[], now: number): void {
+    for (const g of closing)
+      if (now > g.from_ts)
         this.gaps.close(
           { ...g, dataset: 'trades', channel: undefined, detail: `${g.detail}; trades are not replayed when the feed resumes` },
           now,
         );
-    }
   }
 
   private recordTrades(m: Market, rows: TradeRow[]): void {

@@ -76,7 +76,7 @@ export function coverageOf(w: WindowRecord): Coverage {
   let missing = 0;
   for (let i = 0; i + 1 < edges.length; i++) {
     const [a, b] = [edges[i], edges[i + 1]];
-    const covering = spans.filter((s) => s.from <= a && s.to >= b && s.to > s.from);
+    const covering = spans.filter((s) => s.from <= a && s.to >= b);
     if (!covering.length) continue;
     const cause = order.find((c) => covering.some((s) => s.cause === c))!;
     byCause[cause] += (b - a) / 1000;

@@ -2,7 +2,7 @@
 // Pure: no I/O here, so planners and tests can compute paths without touching the lake.
 import path from 'node:path';
 import type { Venue, Window } from '../config.js';
-import type { Dataset } from '../records.js';
+import { DATASETS, type Dataset } from '../records.js';
 import { HOUR, floorTo, hourParts } from '../time.js';
 
 export interface Partition {
@@ -129,8 +129,9 @@ export function partitionDir(p: Partition): string {
   return `${p.dataset}/venue=${p.venue}/coin=${p.coin}/window=${p.window}/date=${date}/hour=${hour}`;
 }
 
-const DIR_RE =
-  /^(markets|books|metrics|gaps|trades)\/venue=([a-z-]+)\/coin=([a-z0-9]+)\/window=(5m|15m)\/date=(\d{4}-\d{2}-\d{2})\/hour=(\d{2})$/;
+const DIR_RE = new RegExp(
+  `^(${DATASETS.join('|')})/venue=([a-z-]+)/coin=([a-z0-9]+)/window=(5m|15m)/date=(\\d{4}-\\d{2}-\\d{2})/hour=(\\d{2})$`,
+);
 
 export function parsePartitionDir(dir: string): Partition | null {
   const m = DIR_RE.exec(dir.split(path.sep).join('/'));

@@ -200,13 +200,21 @@ async function setView(view) {
   scrubTo(state.ladderAt !== null && state.ladderAt >= view[0] && state.ladderAt < view[1] ? state.ladderAt : view[1] - 1);
 }
 
-async function loadSnapshots(generation) {
-  const m = state.market;
+/** Every page of a paged route, following its cursors. */
+async function* pages(path, params) {
   let cursor;
   do {
-    const params = { start_time: state.view[0], end_time: state.view[1], limit: 1000, interval: state.interval, cursor };
-    if (!isWallet(m)) params.include_orderbook = 'true';
-    const page = await api(`${base(m)}/snapshots`, params);
+    const page = await api(path, { ...params, cursor });
+    yield page;
+    cursor = page.pagination.has_more ? page.pagination.next_cursor : null;
+  } while (cursor);
+}
+
+async function loadSnapshots(generation) {
+  const m = state.market;
+  const params = { start_time: state.view[0], end_time: state.view[1], limit: 1000, interval: state.interval };
+  if (!isWallet(m)) params.include_orderbook = 'true';
+  for await (const page of pages(`${base(m)}/snapshots`, params)) {
     if (generation !== state.loading) return;
     state.snapshots.push(...page.data.map((s) => ({ t: Date.parse(s.timestamp), books: s.books })));
     addGaps(page.meta.gaps);
@@ -214,8 +222,7 @@ async function loadSnapshots(generation) {
     if (!isWallet(m)) seriesFromBooks(page.data);
     drawHeatmaps();
     if (!isWallet(m)) drawSeries();
-    cursor = page.pagination.has_more ? page.pagination.next_cursor : null;
-  } while (cursor);
+  }
 }
 
 /** Wallet markets have recorded chance, price and last trade; other venues get the mid from their books. */
@@ -226,22 +233,12 @@ async function loadSeries(generation) {
   const byMetric = {};
   for (const metric of ['chance', 'price', 'last_trade']) {
     const samples = [];
-    let cursor;
-    do {
-      const page = await api(`${base(m)}/timeseries`, {
-        metric,
-        outcome,
-        start_time: state.view[0],
-        end_time: state.view[1],
-        limit: 1000,
-        interval: state.interval,
-        cursor,
-      });
+    const params = { metric, outcome, start_time: state.view[0], end_time: state.view[1], limit: 1000, interval: state.interval };
+    for await (const page of pages(`${base(m)}/timeseries`, params)) {
       if (generation !== state.loading) return;
       samples.push(...page.data);
       addGaps(page.meta.gaps);
-      cursor = page.pagination.has_more ? page.pagination.next_cursor : null;
-    } while (cursor);
+    }
     byMetric[metric] = new Map(samples.map((s) => [Date.parse(s.timestamp), s.value]));
   }
   const times = [...new Set(Object.values(byMetric).flatMap((mp) => [...mp.keys()]))].sort((a, b) => a - b);
@@ -259,13 +256,10 @@ async function loadTrades(generation) {
   const m = state.market;
   const outcome = Number($('outcome').value || 0);
   const trades = [];
-  let cursor;
-  do {
-    const page = await api(`${base(m)}/trades`, { outcome, start_time: state.view[0], end_time: state.view[1], limit: 1000, cursor });
+  for await (const page of pages(`${base(m)}/trades`, { outcome, start_time: state.view[0], end_time: state.view[1], limit: 1000 })) {
     if (generation !== state.loading) return;
     trades.push(...page.data.map((x) => ({ t: Date.parse(x.timestamp), price: x.price, side: x.side, source: x.source })));
-    cursor = page.pagination.has_more ? page.pagination.next_cursor : null;
-  } while (cursor);
+  }
   state.trades = trades;
 }
 
