@@ -138,6 +138,24 @@ t.test('capture records every trade the market channel sent, once, as sent; the 
   });
   t.same(invented, [], 'and nothing recorded that the venue did not trade');
   t.equal(run.capture.stats.trades, rows.length, 'capture counted what it spooled');
+  // Trades before a subscription never came: a market subscribed after its open says so, from the open.
+  const gaps = (await run.duck.rows(
+    `SELECT market_id, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason FROM ${lakeTable(run.dir, 'gaps')} WHERE dataset = 'trades'`,
+  )) as unknown as { market_id: string; f: number; t: number; reason: string }[];
+  const late = run.markets.filter((m) => {
+    const sim = run.sim.byCode('polymarket', Number(m.market_id) - 1_000_000)!;
+    return ([0, 1] as const).some((i) => (run.subscribedAt(m.market_id, i) ?? -Infinity) > sim.start);
+  });
+  t.ok(late.length > 0 && late.length < run.markets.length, `${late.length} of ${run.markets.length} markets subscribed after their open`);
+  t.same(gaps.map((g) => g.market_id).sort(), late.map((m) => m.market_id).sort(), 'each of them, and no other, has a trades gap');
+  t.ok(
+    gaps.every((g) => {
+      const sim = run.sim.byCode('polymarket', Number(g.market_id) - 1_000_000)!;
+      const subscribed = Math.max(...([0, 1] as const).map((i) => run.subscribedAt(g.market_id, i) ?? -Infinity));
+      return g.reason === 'not_subscribed' && g.f === sim.start && g.t >= Math.min(subscribed, sim.end);
+    }),
+    'from its open to past its subscription, said as such',
+  );
 
   // The routes: a cursor walk gives every row in order, the exports the same rows.
   const api = await startApi(run.config, run.duck, createClock(run.end + 3_600_000, 1), quiet, { port: 0 });

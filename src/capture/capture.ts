@@ -79,6 +79,8 @@ export class Capture {
   private readonly gaps: GapLedger;
   private readonly tradeEvents: ReadonlySet<Venue>;
   private readonly lastTrades = new LastTrades();
+  /** Streamed markets whose feed this process has had (their end time, to forget them by). */
+  private readonly fed = new Map<string, number>();
   readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
@@ -145,7 +147,7 @@ export class Capture {
         const closing = [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]
           .map((key) => this.gaps.get(key))
           .filter((g) => g !== undefined);
-        if (this.tradeEvents.has(m.venue)) this.tradesNotReplayed(closing, this.clock.now());
+        if (this.tradeEvents.has(m.venue)) this.tradesBeforeFeed(m, closing, this.clock.now());
         for (const g of closing) this.gaps.close(g, at);
       },
     };
@@ -464,16 +466,36 @@ export class Capture {
 
   /**
    * A book's proof vouches for it from the book's last change, but trades are not replayed on a
-   * new subscription: those between that change and the new subscription's first message never
-   * came. The books' gaps a recovery closes are written again for trades, up to `now`.
+   * subscription: those before its first message never came. The books' gaps a recovery closes
+   * are written again for trades, up to `now`. A market whose feed this process has first, with no
+   * gap before it (no earlier process knew it open), lacks its trades from its open.
    */
-  private tradesNotReplayed(closing: readonly OpenGap[], now: number): void {
+  private tradesBeforeFeed(m: Market, closing: readonly OpenGap[], now: number): void {
     for (const g of closing)
       if (now > g.from_ts)
         this.gaps.close(
           { ...g, dataset: 'trades', channel: undefined, detail: `${g.detail}; trades are not replayed when the feed resumes` },
           now,
         );
+    if (this.fed.has(m.market_id)) return;
+    for (const [id, end] of this.fed) if (end < now - 3_600_000) this.fed.delete(id);
+    this.fed.set(m.market_id, m.end_time);
+    if (closing.length || now <= m.start_time) return;
+    this.gaps.close(
+      {
+        venue: m.venue,
+        coin: m.coin,
+        window: m.window,
+        market_id: m.market_id,
+        dataset: 'trades',
+        from_ts: m.start_time,
+        until: m.end_time,
+        reason: 'not_subscribed',
+        detail: 'capture subscribed after the market opened; the venue does not replay trades',
+        failures: 1,
+      },
+      Math.min(now, m.end_time),
+    );
   }
 
   private recordTrades(m: Market, rows: TradeRow[]): void {

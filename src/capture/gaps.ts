@@ -105,8 +105,9 @@ export class GapLedger {
     };
     this.spool.append(partitionOf('gaps', g.venue, g.coin, g.window, g.from_ts), [row]);
     this.stats.gaps++;
-    // Downtime gaps were announced, counted, by the resume line: one per market would bury it.
-    const level = g.reason === 'process_down' ? 'debug' : 'warn';
+    // Downtime gaps were announced, counted, by the resume line, and the trades of markets open at
+    // a start are always missed: one line per market would bury what needs attention.
+    const level = g.reason === 'process_down' || g.reason === 'not_subscribed' ? 'debug' : 'warn';
     this.log[level](
       {
         venue: g.venue,

@@ -20,6 +20,7 @@ const CAUSES: Record<string, GapCause> = {
   disconnected: 'venue',
   stream_stalled: 'venue',
   process_down: 'capture',
+  not_subscribed: 'capture',
   storage: 'capture',
   stream_resync: 'unproved',
   stream_late: 'unproved',
