@@ -9,11 +9,10 @@ import { auditStream } from './streamaudit.js';
 import { OPEN, streamRun } from './streamrun.js';
 
 t.test('an hour of simulated time: every change of every market, in count and content', async (t) => {
-  // 240x: a simulated hour in 15 s (16 s, for capture's start); at 360x a machine busy with three test files and
-  // stress-ng beside them discovered a 5-minute market (1.25 s of real time) too late to record it. Stall bounds and polls
-  // are in simulated time, so they are set wide enough that a real 100 ms pause (24 simulated seconds) is not taken for a
-  // silent stream. The run lasts until the clock is well past an hour after the first book, however long a busy machine
-  // took to start or lags behind.
+  // 240x, paced (streamRun): a simulated hour in 15 s of real time on an idle machine, longer on a busy one, whose
+  // starved capture the venue's clock waits for instead of running past markets it had no time to discover. Stall
+  // bounds and polls are in simulated time, set wide enough that a real 100 ms pause (24 simulated seconds) is not
+  // taken for a silent stream. The run lasts until the clock is well past an hour after the first book.
   const run = await streamRun(t, {}, 16, 240, {
     spanMs: 3_900_000,
     env: { POLL_MS: '20000', STREAM_STALL_MS: '600000', STREAM_PING_MS: '60000' },

@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { fill } from '../src/capture/fill.js';
+import { clockFromParams, pacedClock } from '../src/clock.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { compact } from '../src/lake/compact.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -206,4 +207,19 @@ t.test('compaction merges a partition with two files and is idempotent', async (
   );
   await compact(duck, paths, partition.hour + 2 * HOUR);
   t.same(await readManifest(paths.manifest, partition), after, 'a second compaction changes nothing');
+});
+
+t.test("a paced clock holds at its consumer's progress, and a thread's copy of it with it", async (t) => {
+  const start = Date.parse('2026-07-26T12:00:00Z');
+  let reached = start;
+  const clock = pacedClock(start, 1000, Date.now(), Infinity, 1000, () => reached);
+  // What a stream thread builds from the params it is sent: the same shared ceiling.
+  const copy = clockFromParams(clock.params!);
+  // 30 ms of real time at 1000x is 30 simulated seconds, far past the 1 s lead.
+  await new Promise((r) => setTimeout(r, 30));
+  t.equal(clock.now(), start + 1000, 'held one lead past what the consumer reached');
+  t.equal(copy.now(), start + 1000, 'and so is the copy');
+  reached = start + 5000;
+  t.equal(clock.now(), start + 6000, 'moving on as the consumer does');
+  t.equal(copy.now(), start + 6000, 'the copy with it, once this thread has read the clock');
 });

@@ -3,7 +3,7 @@
 import type { Test } from 'tap';
 import { Capture } from '../src/capture/capture.js';
 import type { Venue } from '../src/config.js';
-import { type Clock, createClock } from '../src/clock.js';
+import { type Clock, pacedClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import type { StreamFaults } from '../src/standin/streamserver.js';
@@ -45,7 +45,12 @@ export function venuesAt(url: string) {
 export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
   const dir = t.testdir();
-  const clock = createClock(start, speed);
+  // Paced: the venue's time runs at most a quarter second of real time (three polls, if longer) past
+  // the slowest of capture's loops and stream threads, so a starved process sees what a fast one
+  // would; idle, the clock keeps its speed.
+  let reached = () => start;
+  const leadMs = Math.max(250 * speed, 3 * Number(env.POLL_MS ?? 1000));
+  const clock = pacedClock(start, speed, Date.now(), Infinity, leadMs, () => reached());
   const standin = new StandIn({
     clock,
     coins: COINS,
@@ -68,6 +73,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  reached = () => capture.progress();
   await capture.start();
   const began = Date.now();
   let firstBookAt: number | null = null;

@@ -329,10 +329,15 @@ export class Capture {
     return this.sealing;
   }
 
-  /** The clock time every venue's poll loop has reached (the end of its latest cycle): how a fill paces its clock. */
+  /**
+   * The clock time every venue's poll loop (the end of its latest cycle) and every stream thread
+   * has reached: how a paced clock (a fill, the stream audits) keeps the venue's time from running
+   * away from a starved capture.
+   */
   progress(): number {
-    if (this.cycledTo.size < this.adapters.length) return this.startedClockAt;
-    return Math.min(...this.cycledTo.values());
+    const streams = [...this.streams.values()].map((s) => s.reached?.() ?? Infinity);
+    if (this.cycledTo.size < this.adapters.length) return Math.min(this.startedClockAt, ...streams);
+    return Math.min(...this.cycledTo.values(), ...streams);
   }
 
   private async venueLoop(adapter: VenueAdapter): Promise<void> {

@@ -51,6 +51,8 @@ export interface BookStream {
    */
   resumeAfter(newest: ReadonlyMap<string, number>): void;
   tracks(m: Market): boolean;
+  /** The clock time the stream has handed everything over to (see Capture.progress); absent: capture's own thread. */
+  reached?(): number;
   /** Whether every outcome is vouched for on a healthy connection: REST books are then checks, not rows. */
   live(m: Market): boolean;
   /** A REST answer for a streamed market: resync, fallback rows, or a check. */

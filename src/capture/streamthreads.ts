@@ -37,6 +37,8 @@ export type ToThread =
 export type FromThread =
   | {
       type: 'batch';
+      /** The thread's clock when it sent this: everything before is in it or an earlier batch. */
+      reached: number;
       runs: EncodedRun[];
       latest: { market_id: string; ts: number; books: Book[] }[];
       events: StreamEvent[];
@@ -65,6 +67,8 @@ interface Thread {
   stats: ThreadStats;
   /** The newest row time received of each market: where a lost thread's gap starts. */
   newest: Map<string, number>;
+  /** The clock time of its latest batch. */
+  reached: number;
   /** Resolves after the thread's last batch (it comes before its `closed`) or its exit. */
   done: Promise<void>;
   /** Wall time it started, and how many threads in a row died young before it: the respawn backoff. */
@@ -130,6 +134,7 @@ export class ThreadedStream implements BookStream {
       live: new Set(),
       stats: { ...EMPTY_STATS },
       newest: this.threads[index]?.newest ?? new Map(),
+      reached: this.clock.now(),
       done: new Promise<void>((resolve) => (done = resolve)),
       started: Date.now(),
       failures,
@@ -225,6 +230,7 @@ export class ThreadedStream implements BookStream {
     }
     thread.live = new Set(msg.live);
     thread.stats = msg.stats;
+    thread.reached = msg.reached;
   }
 
   private threadFor(m: Market): Thread {
@@ -252,6 +258,11 @@ export class ThreadedStream implements BookStream {
   resumeAfter(newest: ReadonlyMap<string, number>): void {
     this.resumed = [...newest];
     for (const thread of this.threads) this.post(thread, { type: 'resume', newest: this.resumed });
+  }
+
+  /** The clock time every thread has reached: how far the stream is sure to have handed over. */
+  reached(): number {
+    return Math.min(...this.threads.map((t) => t.reached));
   }
 
   tracks(m: Market): boolean {

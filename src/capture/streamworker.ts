@@ -25,6 +25,8 @@ export interface ThreadInit {
 const BATCH_MS = 20;
 /** A batch goes early past this many encoded bytes, so a burst is not held whole. */
 const BATCH_BYTES = 4 * 2 ** 20;
+/** A batch goes at least this often, empty or not: it says how far this thread has got (a paced clock waits for it). */
+const REACHED_MS = 100;
 
 const port = parentPort!;
 const init = workerData as ThreadInit;
@@ -38,6 +40,7 @@ const markets = new Map<string, Market>();
 const fetches = new Map<number, { resolve: (r: { summaries: ClobBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
 let nextFetch = 1;
 let lastState = '';
+let lastPost = 0;
 
 const recorder = new StreamRecorder(init.config, clock, log, {
   books: (m, ts, recvTs, books) => {
@@ -77,12 +80,15 @@ function send(): void {
   const stats = { ...recorder.stats, connects: recorder.channel.stats.connects };
   // Liveness and counts change without rows too (a reconnect, a resync): sent when they do.
   const state = `${live.join(',')}|${Object.values(stats).join(',')}`;
-  if (encoder.rows === 0 && events.length === 0 && latest.size === 0 && state === lastState) return;
+  const idle = encoder.rows === 0 && events.length === 0 && latest.size === 0 && state === lastState;
+  if (idle && Date.now() - lastPost < REACHED_MS) return;
   lastState = state;
+  lastPost = Date.now();
   const runs = encoder.take();
   post(
     {
       type: 'batch',
+      reached: clock.now(),
       runs,
       latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
       events,
