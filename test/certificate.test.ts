@@ -124,6 +124,43 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
     `clock offset ${JSON.stringify(cert.clock_offset_ms)}`,
   );
 
+  // The market record carries the same figures, read from memory (manifests' spans and the gap log).
+  const get = async (path: string) => {
+    const r = await fetch(`${api.url}${path}`, { headers: { authorization: `Bearer ${key}` } });
+    return { status: r.status, body: await r.json() };
+  };
+  const record = (await get(`/v3/wallet-prediction/${market.market_id}`)).body.data;
+  t.same(record.coverage, { share: cert.coverage.share, missing_seconds: cert.coverage.by_cause }, 'the record summarises the certificate');
+  const all = (await get('/v3/wallet-prediction/markets?limit=1000')).body.data as any[];
+  const sealed = all.filter((m) => m.coverage !== null);
+  t.ok(sealed.length >= 3, `${sealed.length} of ${all.length} windows sealed and ended carry coverage`);
+  for (const m of sealed.slice(0, 6)) {
+    const c = (await get(`/v3/wallet-prediction/${m.market_id}/certificate`)).body.data.coverage;
+    t.same(m.coverage, { share: c.share, missing_seconds: c.by_cause }, `${m.market_id}: as its certificate says`);
+  }
+  // Discovery keeps exactly the windows covered at least as much as asked.
+  const threshold = cert.coverage.share + 1e-6;
+  const filtered = await get(`/v3/wallet-prediction/markets?limit=1000&min_coverage=${threshold}`);
+  t.equal(filtered.status, 200, JSON.stringify(filtered.body.error ?? ''));
+  const complete = filtered.body.data as any[];
+  t.same(
+    complete.map((m) => m.market_id),
+    sealed.filter((m) => m.coverage.share >= threshold).map((m) => m.market_id),
+    `min_coverage=${threshold.toFixed(4)}: ${complete.length} windows`,
+  );
+  t.notOk(
+    complete.some((m) => m.market_id === market.market_id),
+    'the window with the outage is not among them',
+  );
+  const lower = (await get(`/v3/wallet-prediction/markets?limit=1000&min_coverage=${cert.coverage.share}`)).body.data as any[];
+  t.ok(
+    lower.some((m) => m.market_id === market.market_id),
+    'and is at its own share',
+  );
+  const bad = await get('/v3/wallet-prediction/markets?min_coverage=1.5');
+  t.equal(bad.status, 400, 'a share above 1 is refused');
+  t.match(bad.body.error.message, /min_coverage/);
+
   const unknown = await fetch(`${api.url}/v3/wallet-prediction/99999999/certificate`, { headers: { authorization: `Bearer ${key}` } });
   t.equal(unknown.status, 404, 'an unknown market is 404');
 });

@@ -95,6 +95,30 @@ t.test('a key, a filtered list, a market opened', async (t) => {
     (m: { market_id: string }) => m.market_id,
   );
   t.same(listed, expected, 'the same markets as the API, newest first');
+  // Well-covered windows only: the API's own filter, each row showing its share.
+  // 5-minute windows: the 15-minute one of this lake holds the injected outage.
+  await page.selectOption('#window', '5m');
+  await page.selectOption('#min-coverage', '0.9');
+  await page.click('#filters button[type=submit]');
+  const complete = (await get('/v3/wallet-prediction/markets?coin=btc&window=5m&limit=50&min_coverage=0.9')).data as {
+    market_id: string;
+    coverage: { share: number };
+  }[];
+  t.ok(complete.length > 0, 'the lake has such windows');
+  await page.waitForFunction(
+    (n) =>
+      document.querySelectorAll('#markets tbody tr').length === n && /markets/.test(document.getElementById('status')!.textContent ?? ''),
+    complete.length,
+  );
+  t.same(
+    await page.$$eval('#markets tbody tr', (trs) => trs.map((tr) => [tr.getAttribute('data-market-id'), tr.children[7].textContent])),
+    complete.map((m) => [m.market_id, `${(100 * m.coverage.share).toFixed(1)}%`]),
+    `windows 90% covered or more only (${complete.length}), each with its coverage`,
+  );
+  await page.selectOption('#window', '15m');
+  await page.selectOption('#min-coverage', '');
+  await page.click('#filters button[type=submit]');
+  await page.waitForSelector(`#markets tbody tr[data-market-id="${market.market_id}"]`);
   await page.click(`#markets tbody tr[data-market-id="${market.market_id}"]`);
   await page.waitForFunction(
     () => /snapshots/.test(document.getElementById('status')!.textContent ?? '') && document.querySelector('#ladders table'),

@@ -3,12 +3,38 @@
 // capture's receive clock ran behind the venue's. Sealed windows answer the same every time;
 // open ones are current to the request.
 import type { Venue } from '../config.js';
-import { coverageOf } from '../lake/certificate.js';
+import { type Coverage, coverageOf } from '../lake/certificate.js';
+import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
 import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
 import { iso } from './shape.js';
+
+/**
+ * A sealed window's coverage from memory: its first book from the manifests' per-market spans and
+ * its gaps from the gap log, the same figures the certificate reads from the files. Null while the
+ * window is open or its books are still in the spool (the certificate route has it then), and for
+ * windows sealed before manifests carried spans.
+ */
+export function sealedCoverage(lake: LakeReader, m: StoredMarket, now: number): Coverage | null {
+  const recordedUntil = m.end_time + CAPTURE_LAG_MS;
+  if (now < recordedUntil) return null;
+  const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
+  if (lake.spooled(partitions)) return null;
+  let first = Infinity;
+  for (const p of partitions)
+    for (const f of lake.sealedOf(p)) {
+      if (!f.markets) return null;
+      first = Math.min(first, f.markets[m.market_id]?.[1] ?? Infinity);
+    }
+  const gaps = lake.gaps(
+    { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' },
+    m.start_time,
+    m.end_time,
+  );
+  return coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps, now });
+}
 
 export function certificateHandlers({ lake, findMarket }: RouteKit) {
   const certificate =

@@ -1,5 +1,8 @@
 // Market discovery and records: the catalogue in memory, walked newest first, filtered lazily.
 import type { Venue } from '../config.js';
+import type { Coverage } from '../lake/certificate.js';
+import type { StoredMarket } from '../lake/reader.js';
+import { sealedCoverage } from './certificate.js';
 import { marketJson } from './shape.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
 
@@ -14,20 +17,31 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       const after = req.cursor ? cursors.read(req.cursor, scope, req.filters) : null;
       const windows = windowsOf(q);
       const statuses = q.status;
+      const minCoverage = q.min_coverage;
+      const coverage = new Map<string, Coverage | null>();
+      const coverageOf = (m: StoredMarket) => {
+        if (!coverage.has(m.market_id)) coverage.set(m.market_id, sealedCoverage(lake, m, ctx.now));
+        return coverage.get(m.market_id)!;
+      };
       const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {
         if (m.venue !== venue || !coin.includes(m.coin)) return false;
         if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
         if ((req.from !== null && m.end_time <= req.from) || (req.to !== null && m.start_time >= req.to)) return false;
-        if (!after) return true;
-        const [s, mid] = after as [number, string];
-        return req.order === 'desc'
-          ? m.start_time < s || (m.start_time === s && m.market_id < mid)
-          : m.start_time > s || (m.start_time === s && m.market_id > mid);
+        if (after) {
+          const [s, mid] = after as [number, string];
+          const later =
+            req.order === 'desc'
+              ? m.start_time < s || (m.start_time === s && m.market_id < mid)
+              : m.start_time > s || (m.start_time === s && m.market_id > mid);
+          if (!later) return false;
+        }
+        // Last: it is the one filter that looks past the catalogue (manifests and gaps).
+        return minCoverage === undefined || (coverageOf(m)?.share ?? -1) >= minCoverage;
       });
       ctx.stats.rows = shown.length;
       const last = shown[shown.length - 1];
       return {
-        data: shown.map(marketJson),
+        data: shown.map((m) => marketJson(m, coverageOf(m))),
         pagination: {
           limit: req.limit,
           has_more: more,
@@ -40,7 +54,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const one =
     (venue: Venue) =>
     async (ctx: RequestContext): Promise<Result> => ({
-      data: marketJson(findMarket(venue, ctx, ctx.path.coin)),
+      data: ((m) => marketJson(m, sealedCoverage(lake, m, ctx.now)))(findMarket(venue, ctx, ctx.path.coin)),
     });
 
   return { list, one };

@@ -66,6 +66,11 @@ export const SCHEMAS: Record<string, unknown> = {
     resolved_time: nullable(time),
     resolution_latency_seconds: nullable(num),
     status: { type: 'string', enum: ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] },
+    coverage: {
+      ...nullable(obj({ share: num, missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }) })),
+      description:
+        "The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause. Null while the window is open or its books are not yet sealed.",
+    },
     resolution: { type: 'string', enum: ['pending', 'resolved', 'invalid'] },
     winning_outcome: nullable(ref('Outcome')),
     condition: obj({

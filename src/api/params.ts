@@ -101,6 +101,12 @@ export const P = {
     enumOf(MARKET_STATUSES),
     { list: true },
   ),
+  minCoverage: q(
+    'min_coverage',
+    'Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out.',
+    { type: 'number', minimum: 0, maximum: 1 },
+    'a number from 0 to 1',
+  ),
   metric: q(
     'metric',
     'Which series: displayed probability, displayed price, or newest execution.',
@@ -205,6 +211,8 @@ export function parse(v: Validator, raw: Record<string, string | string[] | unde
 function convert(spec: ParamSpec, value: string): unknown {
   if (spec.list) return value.split(',').map((s) => s.trim().toLowerCase());
   if (spec.schema.type === 'integer') return /^-?\d{1,16}$/.test(value) ? Number(value) : value;
+  // Plain decimals only: no exponents, hex or Infinity that Number() would take.
+  if (spec.schema.type === 'number') return /^-?\d{1,16}(\.\d{1,16})?$/.test(value) ? Number(value) : value;
   return value;
 }
 

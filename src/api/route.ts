@@ -26,6 +26,7 @@ export type Query = {
   window?: Window[];
   type?: Window[];
   status?: MarketStatus[];
+  min_coverage?: number;
   start_time?: string;
   end_time?: string;
   limit?: number;
@@ -46,6 +47,7 @@ export const QUERY_FIELDS = [
   'window',
   'type',
   'status',
+  'min_coverage',
   'start_time',
   'end_time',
   'limit',

@@ -2,12 +2,14 @@
 import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
 import { type BookSelected, bookColumn } from '../lake/sql.js';
+import type { Coverage } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
-export function marketJson(m: StoredMarket) {
+/** `coverage`: the sealed window's, or null while open, unsealed or sealed before manifests carried spans. */
+export function marketJson(m: StoredMarket, coverage: Coverage | null = null) {
   const winner = m.winning_outcome_index === null ? null : (m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null);
   return {
     market_id: m.market_id,
@@ -24,6 +26,8 @@ export function marketJson(m: StoredMarket) {
     // How long after its window the venue resolved it (the venue's own resolution time; null until then).
     resolution_latency_seconds: m.resolved_time === null ? null : (m.resolved_time - m.end_time) / 1000,
     status: m.status,
+    // The certificate's summary: the share of the window covered, and the seconds missing by cause.
+    coverage: coverage && { share: coverage.share, missing_seconds: coverage.by_cause },
     resolution: m.resolution,
     winning_outcome: winner && { index: winner.index, label: winner.label, token_id: winner.token_id },
     condition: {

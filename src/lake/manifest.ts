@@ -16,7 +16,19 @@ export interface ManifestFile {
   min_ts: number | null;
   max_ts: number | null;
   written_at: number;
+  /**
+   * Books and trades files: each market's rows and first and last `ts` in the file, so what a
+   * market window holds (its coverage on discovery) is known without reading a file. Absent in
+   * files sealed before 2026-11-25 and in other datasets.
+   */
+  markets?: Record<string, MarketRows>;
 }
+
+/** One market's rows in one file: how many, and the first and last `ts` (epoch ms). */
+export type MarketRows = [rows: number, first: number, last: number];
+
+/** Datasets whose manifest entries carry `markets`. */
+export const SPANNED_DATASETS: ReadonlySet<string> = new Set(['books', 'trades']);
 
 export interface PartitionManifest {
   partition: string;

@@ -95,6 +95,11 @@ export class LakeReader {
     return { sealed, spool };
   }
 
+  /** The sealed files of one partition, as the index has them (no commit log followed). */
+  sealedOf(p: Partition): IndexedFile[] {
+    return this.index.of(p);
+  }
+
   /** Every sealed file, by hour, then path. */
   sealedFiles(): IndexedFile[] {
     return this.index.all();

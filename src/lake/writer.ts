@@ -6,7 +6,7 @@ import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
-import { type ManifestFile, readManifest, writeManifest } from './manifest.js';
+import { type ManifestFile, type MarketRows, SPANNED_DATASETS, readManifest, writeManifest } from './manifest.js';
 import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
@@ -57,6 +57,15 @@ export async function writeParquet(
     min_ts = Number(stats.lo);
     max_ts = Number(stats.hi);
   }
+  let markets: Record<string, MarketRows> | undefined;
+  if (SPANNED_DATASETS.has(p.dataset) && rows > 0) {
+    // Two columns of a file just written (its footer and pages are in the OS cache): a few ms an hour's file.
+    const spans = await duck.rows(
+      `SELECT market_id, count(*)::DOUBLE AS n, epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi
+       FROM read_parquet(${sqlPath(tmp)}) GROUP BY market_id ORDER BY market_id`,
+    );
+    markets = Object.fromEntries(spans.map((r) => [String(r.market_id), [Number(r.n), Number(r.lo), Number(r.hi)] as MarketRows]));
+  }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
   await fs.rename(tmp, file);
@@ -70,6 +79,7 @@ export async function writeParquet(
     min_ts,
     max_ts,
     written_at: Date.now(),
+    ...(markets ? { markets } : {}),
   };
 }
 

@@ -88,7 +88,7 @@ function fillCoins() {
 
 function marketQuery() {
   const venue = $('venue').value;
-  const params = { limit: 50, window: $('window').value, status: $('market-status').value };
+  const params = { limit: 50, window: $('window').value, status: $('market-status').value, min_coverage: $('min-coverage').value };
   const from = fromLocalInput($('from').value);
   const to = fromLocalInput($('to').value);
   if (from) params.start_time = from;
@@ -111,7 +111,7 @@ async function loadMarkets(more = false) {
       const tr = document.createElement('tr');
       tr.dataset.marketId = m.market_id;
       const winner = m.winning_outcome ? m.winning_outcome.label : '';
-      tr.innerHTML = `<td>${short(Date.parse(m.start_time))}</td><td title="${escapeHtml(m.title ?? '')}">${m.market_id}</td><td>${m.coin}</td><td>${m.window}</td><td>${m.status}</td><td>${m.resolution}</td><td>${escapeHtml(winner)}</td>`;
+      tr.innerHTML = `<td>${short(Date.parse(m.start_time))}</td><td title="${escapeHtml(m.title ?? '')}">${m.market_id}</td><td>${m.coin}</td><td>${m.window}</td><td>${m.status}</td><td>${m.resolution}</td><td>${escapeHtml(winner)}</td><td title="${coverageTitle(m)}">${coverageText(m)}</td>`;
       tr.addEventListener('click', () => openMarket(m, tr));
       body.append(tr);
     }
@@ -138,6 +138,17 @@ async function loadCoverage() {
   }
 }
 
+/** The sealed window's share covered, or why there is none yet. */
+function coverageText(m) {
+  return m.coverage ? `${(100 * m.coverage.share).toFixed(1)}%` : '-';
+}
+
+function coverageTitle(m) {
+  if (!m.coverage) return 'open or not yet sealed: see the certificate';
+  const missing = Object.entries(m.coverage.missing_seconds).filter(([, s]) => s > 0);
+  return missing.length ? `missing: ${missing.map(([cause, s]) => `${cause} ${s} s`).join(', ')}` : 'nothing missing';
+}
+
 function escapeHtml(s) {
   return String(s).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
@@ -152,7 +163,7 @@ async function openMarket(m, row) {
   $('market-title').textContent = `${m.title ?? m.slug ?? m.market_id} (${m.market_id})`;
   const winner = m.winning_outcome ? `winner ${m.winning_outcome.label}` : 'no winner yet';
   $('market-facts').textContent =
-    `${m.coin.toUpperCase()} ${m.window}, ${short(Date.parse(m.start_time))} to ${short(Date.parse(m.end_time))} UTC, ${m.status}, resolution ${m.resolution}, ${winner}`;
+    `${m.coin.toUpperCase()} ${m.window}, ${short(Date.parse(m.start_time))} to ${short(Date.parse(m.end_time))} UTC, ${m.status}, resolution ${m.resolution}, ${winner}, coverage ${coverageText(m)} (${coverageTitle(m)})`;
   $('outcome').innerHTML = m.outcomes.map((o) => `<option value="${o.index}">${escapeHtml(o.label)}</option>`).join('');
   $('heatmaps').innerHTML = m.outcomes
     .map(

@@ -147,10 +147,11 @@ class Client:
 
     def markets(self, coin: Items = None, window: Items = None, status: Items = None, start_time: Time = None,
                 end_time: Time = None, order: Optional[str] = None, page_size: int = 1000,
-                venue_coin: Optional[str] = None) -> Iterator[Dict[str, Any]]:
-        """Markets newest first (or `order="asc"`). `venue_coin="sol"` reads another venue's per-coin routes."""
+                venue_coin: Optional[str] = None, min_coverage: Optional[float] = None) -> Iterator[Dict[str, Any]]:
+        """Markets newest first (or `order="asc"`). `venue_coin="sol"` reads another venue's per-coin routes.
+        `min_coverage=0.99`: only ended, sealed windows whose books cover at least that share of the window."""
         params = dict(window=_items(window), status=_items(status), start_time=_time(start_time),
-                      end_time=_time(end_time), order=order, limit=page_size)
+                      end_time=_time(end_time), order=order, limit=page_size, min_coverage=min_coverage)
         if venue_coin:
             return self.walk(f"/v3/{venue_coin}/markets", **params)
         return self.walk(f"/v3/{self.namespace}/markets", coin=_items(coin), **params)

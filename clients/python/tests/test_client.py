@@ -40,6 +40,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual([m["market_id"] for m in walked], [m["market_id"] for m in whole])
         self.assertEqual({m["coin"] for m in walked}, {"btc", "eth"})
 
+    def test_markets_by_coverage(self):
+        whole = raw("/v3/wallet-prediction/markets?limit=1000")["data"]
+        sealed = [m for m in whole if m["coverage"] is not None]
+        self.assertGreater(len(sealed), 0, "some windows ended and were sealed")
+        threshold = sorted(m["coverage"]["share"] for m in sealed)[len(sealed) // 2]
+        walked = list(self.api.markets(min_coverage=threshold, page_size=3))
+        self.assertEqual([m["market_id"] for m in walked],
+                         [m["market_id"] for m in sealed if m["coverage"]["share"] >= threshold])
+
     def test_market_and_latest(self):
         self.assertEqual(self.api.market(MARKET)["market_id"], MARKET)
         latest = self.api.latest(MARKET)

@@ -1076,6 +1076,16 @@ export interface components {
             resolution_latency_seconds: number | null;
             /** @enum {string} */
             status: "upcoming" | "open" | "closed" | "resolved" | "cancelled";
+            /** @description The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause. Null while the window is open or its books are not yet sealed. */
+            coverage: {
+                share: number;
+                missing_seconds: {
+                    venue: number;
+                    capture: number;
+                    unproved: number;
+                    unrecorded: number;
+                };
+            } | null;
             /** @enum {string} */
             resolution: "pending" | "resolved" | "invalid";
             winning_outcome: components["schemas"]["Outcome"] | null;
@@ -1664,6 +1674,8 @@ export interface operations {
                 window?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
+                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -4188,6 +4200,8 @@ export interface operations {
                 window?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
+                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -6999,6 +7013,8 @@ export interface operations {
                 type?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
+                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
