@@ -138,6 +138,49 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
     const c = (await get(`/v3/wallet-prediction/${m.market_id}/certificate`)).body.data.coverage;
     t.same(m.coverage, { share: c.share, missing_seconds: c.by_cause }, `${m.market_id}: as its certificate says`);
   }
+  // /coverage sums the same records by coin and window.
+  const summary = (await get('/v3/wallet-prediction/coverage')).body.data.windows as any[];
+  const expected = new Map<
+    string,
+    { windows: number; complete: number; total: number; covered: number; missing: Record<string, number> }
+  >();
+  for (const m of sealed) {
+    const k = `${m.coin}|${m.window}`;
+    const e = expected.get(k) ?? {
+      windows: 0,
+      complete: 0,
+      total: 0,
+      covered: 0,
+      missing: { venue: 0, capture: 0, unproved: 0, unrecorded: 0 },
+    };
+    const seconds = (Date.parse(m.end_time) - Date.parse(m.start_time)) / 1000;
+    const missing = Object.values(m.coverage.missing_seconds as Record<string, number>).reduce((a, b) => a + b, 0);
+    e.windows++;
+    if (m.coverage.share >= 0.99) e.complete++;
+    e.total += seconds;
+    e.covered += seconds - missing;
+    for (const [cause, v] of Object.entries(m.coverage.missing_seconds as Record<string, number>)) e.missing[cause] += v;
+    expected.set(k, e);
+  }
+  t.same(
+    summary.map((r) => [`${r.coin}|${r.window}`, r.windows, r.complete, r.missing_seconds]),
+    [...expected]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([k, e]) => [
+        k,
+        e.windows,
+        e.complete,
+        Object.fromEntries(Object.entries(e.missing).map(([c, v]) => [c, Math.round(v * 1000) / 1000])),
+      ]),
+    `/coverage summarises the ${sealed.length} sealed windows by coin and window`,
+  );
+  t.ok(
+    summary.every(
+      (r) => Math.abs(r.share - expected.get(`${r.coin}|${r.window}`)!.covered / expected.get(`${r.coin}|${r.window}`)!.total) < 1e-5,
+    ),
+    'each share is the covered time over the windows’ time',
+  );
+
   // Discovery keeps exactly the windows covered at least as much as asked.
   const threshold = cert.coverage.share + 1e-6;
   const filtered = await get(`/v3/wallet-prediction/markets?limit=1000&min_coverage=${threshold}`);

@@ -7,6 +7,7 @@ import type { Venue } from '../config.js';
 import { COVERAGE } from '../coverage.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
+import { coverageByWindow } from './certificate.js';
 import { echo, fail } from './errors.js';
 import { timeRange } from './params.js';
 import { type PageQuery, TRADE_COLUMNS, exportSql, planPartitions, scansInOrder } from './plan.js';
@@ -125,62 +126,66 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
       return { data: null, file: { absolute: real, filename: file.path.replaceAll('/', '_'), contentType: PARQUET, sha256: file.sha256 } };
     };
 
-  const coverage = (venue: Venue) => async (): Promise<Result> => {
-    const recorded = new Map<
-      string,
-      { dataset: string; coin: string; window: string; first: number; last: number; rows: number; files: number }
-    >();
-    for (const f of lake.sealedFiles()) {
-      const p = f.partition;
-      if (p.venue !== venue || f.min_ts === null || f.max_ts === null) continue;
-      const key = `${p.dataset}|${p.coin}|${p.window}`;
-      const r = recorded.get(key) ?? {
-        dataset: p.dataset,
-        coin: p.coin,
-        window: p.window,
-        first: Infinity,
-        last: -Infinity,
-        rows: 0,
-        files: 0,
-      };
-      r.first = Math.min(r.first, f.min_ts);
-      r.last = Math.max(r.last, f.max_ts);
-      r.rows += f.rows;
-      r.files++;
-      recorded.set(key, r);
-    }
-    return {
-      data: {
-        published: COVERAGE.filter((c) => c.venue === venue).map((c) => ({
-          dataset: c.dataset,
-          coins: c.coins,
-          starts: c.starts,
-          what: c.what,
-        })),
-        recorded: [...recorded.values()]
-          .sort((a, b) => (a.dataset + a.coin + a.window).localeCompare(b.dataset + b.coin + b.window))
-          .map((r) => ({
-            dataset: r.dataset,
-            coin: r.coin,
-            window: r.window,
-            first: iso(r.first),
-            last: iso(r.last),
-            rows: r.rows,
-            files: r.files,
+  const coverage =
+    (venue: Venue) =>
+    async (ctx: RequestContext): Promise<Result> => {
+      const recorded = new Map<
+        string,
+        { dataset: string; coin: string; window: string; first: number; last: number; rows: number; files: number }
+      >();
+      for (const f of lake.sealedFiles()) {
+        const p = f.partition;
+        if (p.venue !== venue || f.min_ts === null || f.max_ts === null) continue;
+        const key = `${p.dataset}|${p.coin}|${p.window}`;
+        const r = recorded.get(key) ?? {
+          dataset: p.dataset,
+          coin: p.coin,
+          window: p.window,
+          first: Infinity,
+          last: -Infinity,
+          rows: 0,
+          files: 0,
+        };
+        r.first = Math.min(r.first, f.min_ts);
+        r.last = Math.max(r.last, f.max_ts);
+        r.rows += f.rows;
+        r.files++;
+        recorded.set(key, r);
+      }
+      return {
+        data: {
+          published: COVERAGE.filter((c) => c.venue === venue).map((c) => ({
+            dataset: c.dataset,
+            coins: c.coins,
+            starts: c.starts,
+            what: c.what,
           })),
-        gaps: lake.gaps({ venue }).map((g) => ({
-          coin: g.coin,
-          window: g.window,
-          market_id: g.market_id,
-          dataset: g.dataset,
-          from: iso(g.from_ts),
-          to: iso(g.to_ts),
-          reason: g.reason,
-        })),
-      },
-      meta: { note: 'Recorded spans and gaps are read from sealed files; the open hour is sealed within about an hour.' },
+          recorded: [...recorded.values()]
+            .sort((a, b) => (a.dataset + a.coin + a.window).localeCompare(b.dataset + b.coin + b.window))
+            .map((r) => ({
+              dataset: r.dataset,
+              coin: r.coin,
+              window: r.window,
+              first: iso(r.first),
+              last: iso(r.last),
+              rows: r.rows,
+              files: r.files,
+            })),
+          // Each sealed window's certificate, summed by coin and market window.
+          windows: await coverageByWindow(lake, venue, ctx.now),
+          gaps: lake.gaps({ venue }).map((g) => ({
+            coin: g.coin,
+            window: g.window,
+            market_id: g.market_id,
+            dataset: g.dataset,
+            from: iso(g.from_ts),
+            to: iso(g.to_ts),
+            reason: g.reason,
+          })),
+        },
+        meta: { note: 'Recorded spans and gaps are read from sealed files; the open hour is sealed within about an hour.' },
+      };
     };
-  };
 
   return { list, download, coverage };
 }

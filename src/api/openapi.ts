@@ -159,6 +159,19 @@ export const SCHEMAS: Record<string, unknown> = {
         files: { type: 'integer' },
       }),
     },
+    windows: {
+      type: 'array',
+      description:
+        'Ended market windows whose books are sealed, by coin and window: how many, how many covered at least 99%, the share of their time covered, and the seconds missing by cause (see the certificate route).',
+      items: obj({
+        coin: str,
+        window: str,
+        windows: { type: 'integer' },
+        complete: { type: 'integer' },
+        share: num,
+        missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
+      }),
+    },
     gaps: {
       type: 'array',
       items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }),

@@ -1195,6 +1195,20 @@ export interface components {
                 rows: number;
                 files: number;
             }[];
+            /** @description Ended market windows whose books are sealed, by coin and window: how many, how many covered at least 99%, the share of their time covered, and the seconds missing by cause (see the certificate route). */
+            windows: {
+                coin: string;
+                window: string;
+                windows: number;
+                complete: number;
+                share: number;
+                missing_seconds: {
+                    venue: number;
+                    capture: number;
+                    unproved: number;
+                    unrecorded: number;
+                };
+            }[];
             gaps: {
                 coin: string;
                 window: string;
