@@ -22,6 +22,8 @@ export interface GapRecord {
 
 export class GapLog {
   private rows: GapRecord[] = [];
+  /** The rows by market (null: a whole series'), built when asked: discovery looks markets up one by one. */
+  private byMarket: Map<string | null, GapRecord[]> | null = null;
   private signature = '';
 
   constructor(
@@ -60,6 +62,7 @@ export class GapLog {
         rows.push(gapRecord(p, r));
     }
     this.rows = rows.sort((a, b) => a.from_ts - b.from_ts);
+    this.byMarket = null;
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
@@ -68,7 +71,19 @@ export class GapLog {
     from = -Infinity,
     to = Infinity,
   ): GapRecord[] {
-    return this.rows.filter(
+    let rows = this.rows;
+    if (filter.market_id) {
+      if (!this.byMarket) {
+        this.byMarket = new Map();
+        for (const g of this.rows) {
+          const list = this.byMarket.get(g.market_id);
+          if (list) list.push(g);
+          else this.byMarket.set(g.market_id, [g]);
+        }
+      }
+      rows = [...(this.byMarket.get(filter.market_id) ?? []), ...(this.byMarket.get(null) ?? [])].sort((a, b) => a.from_ts - b.from_ts);
+    }
+    return rows.filter(
       (g) =>
         g.venue === filter.venue &&
         (!filter.coin || g.coin === filter.coin) &&
