@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -97,6 +97,10 @@ bench-overload: install
 ## make bench-compare: the same rows in the lake and in PostgreSQL 15 (installed from Debian if missing), served side by side, driven by wrk
 bench-compare: install
 	$(TSX) bench/compare.ts
+
+## make bench-profile: where a cold page's time goes on the SQL path (book cache off), from a CPU profile of the API
+bench-profile: install
+	$(TSX) bench/profile.ts
 
 bench-export: install
 	$(TSX) bench/export.ts
