@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -101,6 +101,10 @@ bench-compare: install
 ## make bench-profile: where a cold page's time goes on the SQL path (book cache off), from a CPU profile of the API
 bench-profile: install
 	$(TSX) bench/profile.ts
+
+## make bench-fairness: 64 paid keys within their rates against `make api`'s default admission, a bystander key's latency beside them
+bench-fairness: install
+	$(TSX) bench/fairness.ts
 
 bench-export: install
 	$(TSX) bench/export.ts

@@ -98,3 +98,15 @@ t.test('the cache is bounded, loads once for concurrent readers, and reloads whe
   t.equal(cache.peek('m1', 'files-v1'), null, 'the least recently used went first');
   t.not(cache.peek('m5', 'v'), null, 'the newest stays');
 });
+
+t.test('a market is decoded at its second page: a first page alone is one statement', async (t) => {
+  const cache = new BookCache(1024);
+  t.equal(cache.askedBefore('a'), false, 'the first miss takes the SQL path');
+  t.equal(cache.askedBefore('b'), false);
+  t.equal(cache.askedBefore('a'), true, 'the second loads the market');
+  t.equal(cache.askedBefore('a'), false, 'once loaded (and evicted later) it starts over');
+  // Bounded: the oldest remembered market is forgotten first.
+  for (let i = 0; i < 4096; i++) cache.askedBefore(`m${i}`);
+  t.equal(cache.askedBefore('b'), false, 'b was forgotten past 4,096 markets asked once');
+  t.equal(cache.askedBefore('m4095'), true, 'the newest is remembered');
+});

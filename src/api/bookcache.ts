@@ -11,8 +11,12 @@ interface Entry {
   books: MarketBooks;
 }
 
+/** Markets remembered as asked once and not decoded: enough for the walks in progress at once. */
+const ASKED_ONCE = 4096;
+
 export class BookCache {
   private readonly entries = new Map<string, Entry>();
+  private readonly askedOnce = new Set<string>();
   private readonly loading = new Map<string, Promise<MarketBooks | null>>();
   private held = 0;
   hits = 0;
@@ -33,6 +37,18 @@ export class BookCache {
     this.entries.set(key, entry);
     this.hits++;
     return entry.books;
+  }
+
+  /**
+   * Whether a market missed before (lately): a second page is a client walking it, worth decoding
+   * the whole market for; a first page alone (a sampler drawing markets over the lake) is one
+   * statement, cheaper than decoding hundreds of books it will not ask for.
+   */
+  askedBefore(key: string): boolean {
+    if (this.askedOnce.delete(key)) return true;
+    this.askedOnce.add(key);
+    if (this.askedOnce.size > ASKED_ONCE) this.askedOnce.delete(this.askedOnce.values().next().value!);
+    return false;
   }
 
   /** Loads once however many ask at once; `read` must not be tied to one request (no single client's leaving may cancel it). */

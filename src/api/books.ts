@@ -37,9 +37,9 @@ export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
 
   /**
-   * Decoded books of a market that is over and wholly sealed, from the cache (loaded once,
-   * then kept while its files are the same); null for a market still recording, or one whose
-   * rows are (partly) in the spool: those take the SQL path.
+   * Decoded books of a market that is over and wholly sealed, from the cache (loaded at its second
+   * page, then kept while its files are the same); null for a market still recording, one whose
+   * rows are (partly) in the spool, or one asked for the first time lately: those take the SQL path.
    */
   const marketBooksOf = async (venue: Venue, m: StoredMarket, now: number): Promise<MarketBooks | null> => {
     if (deps.books.maxBytes === 0 || m.end_time + CAPTURE_LAG_MS >= now) return null;
@@ -48,15 +48,15 @@ export function bookHandlers(kit: RouteKit) {
     // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
     if (!signature || lake.spooled(span.partitions)) return null;
     const key = `${venue}:${m.market_id}`;
-    return (
-      deps.books.peek(key, signature) ??
-      deps.books.load(key, signature, async () => {
-        const files = await lake.files(span.partitions);
-        if (files.spool.length) return null;
-        const wide = relation('books', files, BOOK_COLUMNS);
-        return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
-      })
-    );
+    const cached = deps.books.peek(key, signature);
+    if (cached) return cached;
+    if (!deps.books.askedBefore(key)) return null;
+    return deps.books.load(key, signature, async () => {
+      const files = await lake.files(span.partitions);
+      if (files.spool.length) return null;
+      const wide = relation('books', files, BOOK_COLUMNS);
+      return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
+    });
   };
 
   const snapshots =
