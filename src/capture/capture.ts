@@ -472,8 +472,9 @@ export class Capture {
   /**
    * A book's proof vouches for it from the book's last change, but trades are not replayed on a
    * subscription: those before its first message never came. The books' gaps a recovery closes
-   * are written again for trades, up to `now`. A market whose feed this process has first, with no
-   * gap before it (no earlier process knew it open), lacks its trades from its open.
+   * are written again for trades, up to `now`. A market whose feed this process has first, unless
+   * an earlier process held it (its downtime gap is closing), lacks its trades from its open up to
+   * then (or up to the first gap closing then).
    */
   private tradesBeforeFeed(m: Market, closing: readonly OpenGap[], now: number): void {
     for (const g of closing)
@@ -485,7 +486,11 @@ export class Capture {
     if (this.fed.has(m.market_id)) return;
     for (const [id, end] of this.fed) if (end < now - 3_600_000) this.fed.delete(id);
     this.fed.set(m.market_id, m.end_time);
-    if (closing.length || now <= m.start_time) return;
+    // A previous process held the market: the downtime gap closing now says what it missed since.
+    if (closing.some((g) => g.reason === 'process_down')) return;
+    // Up to the first gap closing now (a late snapshot's wait, say), whose trades copy was just written.
+    const to = Math.min(now, m.end_time, ...closing.map((g) => g.from_ts));
+    if (to <= m.start_time) return;
     this.gaps.close(
       {
         venue: m.venue,
@@ -499,7 +504,7 @@ export class Capture {
         detail: 'capture subscribed after the market opened; the venue does not replay trades',
         failures: 1,
       },
-      Math.min(now, m.end_time),
+      to,
     );
   }
 
