@@ -46,10 +46,11 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
   const dir = t.testdir();
   // Paced: the venue's time runs at most a quarter second of real time (three polls, if longer) past
-  // the slowest of capture's loops and stream threads, so a starved process sees what a fast one
-  // would; idle, the clock keeps its speed.
+  // the slowest of capture's loops and stream threads, and less than half the stall bound, so a
+  // starved process sees what a fast one would and no silence of the venue's stand-in is a stall;
+  // idle, the clock keeps its speed.
   let reached = () => start;
-  const leadMs = Math.max(250 * speed, 3 * Number(env.POLL_MS ?? 1000));
+  const leadMs = Math.min(Math.max(250 * speed, 3 * Number(env.POLL_MS ?? 1000)), Number(env.STREAM_STALL_MS ?? 3000) / 2);
   const clock = pacedClock(start, speed, Date.now(), Infinity, leadMs, () => reached());
   const standin = new StandIn({
     clock,

@@ -330,14 +330,14 @@ export class Capture {
   }
 
   /**
-   * The clock time every venue's poll loop (the end of its latest cycle) and every stream thread
-   * has reached: how a paced clock (a fill, the stream audits) keeps the venue's time from running
-   * away from a starved capture.
+   * The clock time every venue's poll loop (its next cycle's, due a poll after its latest ended)
+   * and every stream thread has reached: how a paced clock (a fill, the stream audits) keeps the
+   * venue's time from running away from a starved capture.
    */
   progress(): number {
     const streams = [...this.streams.values()].map((s) => s.reached?.() ?? Infinity);
     if (this.cycledTo.size < this.adapters.length) return Math.min(this.startedClockAt, ...streams);
-    return Math.min(...this.cycledTo.values(), ...streams);
+    return Math.min(...[...this.cycledTo.values()].map((t) => t + this.config.capture.pollMs), ...streams);
   }
 
   private async venueLoop(adapter: VenueAdapter): Promise<void> {

@@ -26,7 +26,7 @@ const BATCH_MS = 20;
 /** A batch goes early past this many encoded bytes, so a burst is not held whole. */
 const BATCH_BYTES = 4 * 2 ** 20;
 /** A batch goes at least this often, empty or not: it says how far this thread has got (a paced clock waits for it). */
-const REACHED_MS = 100;
+const REACHED_MS = BATCH_MS;
 
 const port = parentPort!;
 const init = workerData as ThreadInit;
