@@ -25,6 +25,7 @@ import { listFiles } from '../src/lake/fsutil.js';
 import { createLogger } from '../src/log.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
+import { type WrkFigure, aptInstall, commandMissing, writeWrkScript, wrkFigure } from './tools.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const PG_BIN = '/usr/lib/postgresql/15/bin';
@@ -154,15 +155,8 @@ function sh(cmd: string, args: string[], asPostgres = false): string {
 async function ensureTools(): Promise<void> {
   const missing = [];
   if (!(await fs.stat(`${PG_BIN}/initdb`).catch(() => null))) missing.push('postgresql-15');
-  try {
-    execFileSync('wrk', ['--version'], { stdio: 'ignore' });
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') missing.push('wrk');
-  }
-  if (!missing.length) return;
-  console.log(`installing ${missing.join(', ')} from Debian's packages`);
-  execFileSync('apt-get', ['update'], { stdio: 'inherit' });
-  execFileSync('apt-get', ['install', '-y', ...missing], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  if (commandMissing('wrk')) missing.push('wrk');
+  aptInstall(missing);
 }
 
 await ensureTools();
@@ -274,41 +268,15 @@ for (const m of chosen) {
 }
 console.log(`${checked} answers compared equal`);
 
-interface Figure {
-  p50: number;
-  p99: number;
-  rps: number;
-  bytes: number;
-}
+type Figure = WrkFigure;
 
 /** wrk with one thread, cycling over `paths`; latencies in ms. */
 async function wrk(base: string, paths: string[], connections: number, headers: Record<string, string>): Promise<Figure> {
   const script = path.join(root, `wrk-${process.pid}.lua`);
-  const header = Object.entries(headers)
-    .map(([k, v]) => `["${k}"] = "${v}"`)
-    .join(', ');
-  await fs.writeFile(
-    script,
-    `local paths = { ${paths.map((p) => JSON.stringify(p)).join(', ')} }
-local i = 0
-local headers = { ${header} }
-request = function()
-  i = i % #paths + 1
-  return wrk.format("GET", paths[i], headers)
-end
-`,
+  await writeWrkScript(script, paths, headers);
+  return wrkFigure(
+    execFileSync('wrk', ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, base], { encoding: 'utf8' }),
   );
-  const out = execFileSync('wrk', ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, base], { encoding: 'utf8' });
-  const ms = (v: string, unit: string) => Number(v) * ({ us: 0.001, ms: 1, s: 1000 } as Record<string, number>)[unit];
-  const pct = (p: string) => {
-    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(out)!;
-    return ms(m[1], m[2]);
-  };
-  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]);
-  const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out)!;
-  const bytes = (Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]]) / rps;
-  if (/Non-2xx/.test(out) || /Socket errors/.test(out)) throw new Error(`wrk saw errors:\n${out}`);
-  return { p50: pct('50'), p99: pct('99'), rps, bytes };
 }
 
 const rows: string[] = [];

@@ -5,7 +5,6 @@
 // cores' share. Figures go into BENCHMARKS.md.
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +13,7 @@ import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
+import { freePort } from './tools.js';
 
 const KEYS = 64;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
@@ -70,14 +70,6 @@ if (process.argv[2] === 'push') {
   const { base, keys, paths, seconds } = JSON.parse(await fs.readFile(process.argv[3], 'utf8'));
   await push(base, keys, paths, seconds);
   process.exit(0);
-}
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => server.once('listening', r));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
 }
 
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fairness-')));

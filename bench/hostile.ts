@@ -7,10 +7,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import http from 'node:http';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { writeSection } from './report.js';
+import { freePort } from './tools.js';
 
 const SOCKETS = Number(process.env.BENCH_SOCKETS ?? 20_000);
 const ATTACKERS = 2;
@@ -18,14 +18,6 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
 /** Within the paid plan's 25 requests a second. */
 const READ_EVERY_MS = 50;
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-hostile-'));
-
-async function freePort(): Promise<number> {
-  const server = net.createServer().listen(0, '127.0.0.1');
-  await new Promise((r) => server.once('listening', r));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise((r) => server.close(r));
-  return port;
-}
 
 /** `make run` itself: its job, with the descriptor limit `make` gives it, output kept to read the key. */
 const run = spawn('bash', ['-c', 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$0" --import tsx jobs/run.ts', process.execPath], {

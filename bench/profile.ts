@@ -3,7 +3,7 @@
 // connection while the V8 CPU profiler samples the process; the samples' self time is summed by
 // what the code is (DuckDB's binding, our rendering, Koa, Node's HTTP, GC, waiting), and the page's
 // statement is timed alone through the same binding. Figures go into BENCHMARKS.md.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import os from 'node:os';
@@ -20,18 +20,10 @@ import { relation } from '../src/lake/sql.js';
 import { createLogger } from '../src/log.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
+import { type WrkFigure, aptInstall, commandMissing, writeWrkScript, wrkFigure } from './tools.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
-// wrk from Debian's packages when it is missing (as root, as on this machine and CI).
-try {
-  execFileSync('wrk', ['--version'], { stdio: 'ignore' });
-} catch (err) {
-  // wrk --version exits 1: only a missing binary is missing.
-  if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
-    execFileSync('apt-get', ['update'], { stdio: 'inherit' });
-    execFileSync('apt-get', ['install', '-y', 'wrk'], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
-  }
-}
+if (commandMissing('wrk')) aptInstall(['wrk']);
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-profile-')));
 const duck = await Duck.open(2);
 const lake = await buildLake(duck, root, 1);
@@ -48,25 +40,20 @@ const markets = (
   .slice(0, 50);
 const pages = markets.map((m) => `/v3/wallet-prediction/${m.market_id}/snapshots?limit=100`);
 
-/** wrk on one connection cycling over `pages`: p50 and req/s. Asynchronous: the API answers on this thread. */
+/** wrk on one connection cycling over `pages`. Asynchronous: the API answers on this thread. */
 const script = path.join(root, `wrk-${process.pid}.lua`);
-await fs.writeFile(
-  script,
-  `local paths = {${pages.map((p) => `"${p}"`).join(',')}}
-local i = 0
-request = function()
-  i = i % #paths + 1
-  return wrk.format("GET", paths[i], {["authorization"] = "${auth.authorization}"})
-end
-`,
-);
-function wrk(seconds: number): Promise<{ p50: number; rps: number }> {
-  const ms = (s: string) => (s.endsWith('us') ? parseFloat(s) / 1000 : s.endsWith('ms') ? parseFloat(s) : parseFloat(s) * 1000);
+await writeWrkScript(script, pages, auth);
+function wrk(seconds: number): Promise<WrkFigure> {
   return new Promise((resolve, reject) =>
     execFile('wrk', ['-t1', '-c1', `-d${seconds}s`, '--latency', '-s', script, api.url], { encoding: 'utf8' }, (err, out) => {
-      if (err) return reject(err);
-      if (/Non-2xx/.test(out) || /Socket errors/.test(out)) return reject(new Error(`wrk saw errors:\n${out}`));
-      resolve({ p50: ms(/50%\s+(\S+)/.exec(out)![1]), rps: Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]) });
+      if (err) reject(err);
+      else {
+        try {
+          resolve(wrkFigure(out));
+        } catch (e) {
+          reject(e);
+        }
+      }
     }),
   );
 }

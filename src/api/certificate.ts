@@ -4,8 +4,6 @@
 // open ones are current to the request.
 import type { Venue } from '../config.js';
 import { type Coverage, coverageOf } from '../lake/certificate.js';
-import type { IndexedFile } from '../lake/fileindex.js';
-import type { GapRecord } from '../lake/gaplog.js';
 import { type Partition, partitionDir } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { listSpool } from '../lake/spool.js';
@@ -15,28 +13,11 @@ import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitio
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
 import { iso } from './shape.js';
 
-/** Where a sealed window's figures come from: one market's lookups, or a whole venue's gathered once. */
-interface SealedView {
-  spooled(partitions: Partition[]): boolean;
-  files(p: Partition): readonly IndexedFile[];
-  gaps(m: StoredMarket): readonly GapRecord[];
+/** Whether any of `partitions` holds spool parts: the spool listed once, for a request that asks of many windows. */
+export async function spooledNow(lake: LakeReader): Promise<(partitions: Partition[]) => boolean> {
+  const dirs = new Set((await listSpool(lake.paths.spool)).map((p) => partitionDir(p.partition)));
+  return (partitions) => partitions.some((p) => dirs.has(partitionDir(p)));
 }
-
-function coverageIn(view: SealedView, m: StoredMarket, now: number): Coverage | null {
-  const recordedUntil = m.end_time + CAPTURE_LAG_MS;
-  if (now < recordedUntil) return null;
-  const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
-  if (view.spooled(partitions)) return null;
-  let first = Infinity;
-  for (const p of partitions)
-    for (const f of view.files(p)) {
-      if (!f.markets) return null;
-      first = Math.min(first, f.markets[m.market_id]?.[1] ?? Infinity);
-    }
-  return coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps: view.gaps(m), now });
-}
-
-const booksGaps = (m: StoredMarket) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' });
 
 /**
  * A sealed window's coverage from memory: its first book from the manifests' per-market spans and
@@ -44,12 +25,28 @@ const booksGaps = (m: StoredMarket) => ({ venue: m.venue, coin: m.coin, window: 
  * window is open or its books are still in the spool (the certificate route has it then), and for
  * windows sealed before manifests carried spans.
  */
-export function sealedCoverage(lake: LakeReader, m: StoredMarket, now: number): Coverage | null {
-  return coverageIn(
-    { spooled: (ps) => lake.spooled(ps), files: (p) => lake.sealedOf(p), gaps: (x) => lake.gaps(booksGaps(x), x.start_time, x.end_time) },
-    m,
-    now,
+export function sealedCoverage(
+  lake: LakeReader,
+  m: StoredMarket,
+  now: number,
+  spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
+): Coverage | null {
+  const recordedUntil = m.end_time + CAPTURE_LAG_MS;
+  if (now < recordedUntil) return null;
+  const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
+  if (spooled(partitions)) return null;
+  let first = Infinity;
+  for (const p of partitions)
+    for (const f of lake.sealedOf(p)) {
+      if (!f.markets) return null;
+      first = Math.min(first, f.markets[m.market_id]?.[1] ?? Infinity);
+    }
+  const gaps = lake.gaps(
+    { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' },
+    m.start_time,
+    m.end_time,
   );
+  return coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps, now });
 }
 
 export interface WindowsCoverage {
@@ -64,30 +61,13 @@ export interface WindowsCoverage {
   missing_seconds: Coverage['by_cause'];
 }
 
-/**
- * Every sealed window of a venue, summarised by coin and market window: the spool listed once and
- * the gaps grouped once, so a 90-day catalogue costs one pass.
- */
+/** Every sealed window of a venue, summarised by coin and market window, in one pass over the catalogue. */
 export async function coverageByWindow(lake: LakeReader, venue: Venue, now: number): Promise<WindowsCoverage[]> {
-  const spooled = new Set((await listSpool(lake.paths.spool)).map((p) => partitionDir(p.partition)));
-  const gaps = new Map<string, GapRecord[]>();
-  for (const g of lake.gaps({ venue, dataset: 'books' })) {
-    // A gap of no market (the whole series) counts for each market of its coin and window.
-    const key = g.market_id ?? `${g.coin}|${g.window}`;
-    gaps.set(key, [...(gaps.get(key) ?? []), g]);
-  }
-  const view: SealedView = {
-    spooled: (ps) => ps.some((p) => spooled.has(partitionDir(p))),
-    files: (p) => lake.sealedOf(p),
-    gaps: (m) =>
-      [...(gaps.get(m.market_id) ?? []), ...(gaps.get(`${m.coin}|${m.window}`) ?? [])].filter(
-        (g) => g.from_ts < m.end_time && g.to_ts > m.start_time,
-      ),
-  };
+  const spooled = await spooledNow(lake);
   const by = new Map<string, WindowsCoverage & { windowSeconds: number; coveredSeconds: number }>();
   for (const m of lake.walk('asc', now)) {
     if (m.venue !== venue) continue;
-    const c = coverageIn(view, m, now);
+    const c = sealedCoverage(lake, m, now, spooled);
     if (!c) continue;
     const key = `${m.coin}|${m.window}`;
     const row = by.get(key) ?? {

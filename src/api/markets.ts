@@ -2,7 +2,7 @@
 import type { Venue } from '../config.js';
 import type { Coverage } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
-import { sealedCoverage } from './certificate.js';
+import { sealedCoverage, spooledNow } from './certificate.js';
 import { marketJson } from './shape.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
 
@@ -19,8 +19,9 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       const statuses = q.status;
       const minCoverage = q.min_coverage;
       const coverage = new Map<string, Coverage | null>();
+      const spooled = await spooledNow(lake);
       const coverageOf = (m: StoredMarket) => {
-        if (!coverage.has(m.market_id)) coverage.set(m.market_id, sealedCoverage(lake, m, ctx.now));
+        if (!coverage.has(m.market_id)) coverage.set(m.market_id, sealedCoverage(lake, m, ctx.now, spooled));
         return coverage.get(m.market_id)!;
       };
       const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {

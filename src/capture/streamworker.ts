@@ -21,12 +21,13 @@ export interface ThreadInit {
   fetch: boolean;
 }
 
-/** How often rows go to capture's thread: well inside a flush, so acknowledgement waits at most this much longer. */
+/**
+ * How often a batch goes to capture's thread, empty or not: well inside a flush, so acknowledgement
+ * waits at most this much longer, and each batch says how far the thread has got (a paced clock waits for it).
+ */
 const BATCH_MS = 20;
 /** A batch goes early past this many encoded bytes, so a burst is not held whole. */
 const BATCH_BYTES = 4 * 2 ** 20;
-/** A batch goes at least this often, empty or not: it says how far this thread has got (a paced clock waits for it). */
-const REACHED_MS = BATCH_MS;
 
 const port = parentPort!;
 const init = workerData as ThreadInit;
@@ -39,8 +40,6 @@ let events: StreamEvent[] = [];
 const markets = new Map<string, Market>();
 const fetches = new Map<number, { resolve: (r: { summaries: ClobBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
 let nextFetch = 1;
-let lastState = '';
-let lastPost = 0;
 
 const recorder = new StreamRecorder(init.config, clock, log, {
   books: (m, ts, recvTs, books) => {
@@ -74,16 +73,10 @@ function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
   port.postMessage(message, transfer);
 }
 
-/** Sends what was recorded since the last batch; nothing when nothing changed. */
+/** Sends what was recorded since the last batch, with the thread's liveness, counts and clock. */
 function send(): void {
   const live = [...markets.values()].filter((m) => recorder.live(m)).map((m) => m.market_id);
   const stats = { ...recorder.stats, connects: recorder.channel.stats.connects };
-  // Liveness and counts change without rows too (a reconnect, a resync): sent when they do.
-  const state = `${live.join(',')}|${Object.values(stats).join(',')}`;
-  const idle = encoder.rows === 0 && events.length === 0 && latest.size === 0 && state === lastState;
-  if (idle && Date.now() - lastPost < REACHED_MS) return;
-  lastState = state;
-  lastPost = Date.now();
   const runs = encoder.take();
   post(
     {

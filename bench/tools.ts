@@ -1,0 +1,70 @@
+// What the benchmarks share: a free port, Debian's packages when missing, and wrk's script and figures.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer().listen(0, '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** Whether a command is missing (`wrk --version` exits 1 when present: only ENOENT says missing). */
+export function commandMissing(cmd: string, args: string[] = ['--version']): boolean {
+  try {
+    execFileSync(cmd, args, { stdio: 'ignore' });
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ENOENT';
+  }
+}
+
+/** Debian's packages (as root, as on this machine and CI). */
+export function aptInstall(packages: string[]): void {
+  if (!packages.length) return;
+  console.log(`installing ${packages.join(', ')} from Debian's packages`);
+  execFileSync('apt-get', ['update'], { stdio: 'inherit' });
+  execFileSync('apt-get', ['install', '-y', ...packages], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+}
+
+/** A wrk script cycling over `paths` with `headers` on every request. */
+export async function writeWrkScript(file: string, paths: string[], headers: Record<string, string>): Promise<void> {
+  const header = Object.entries(headers)
+    .map(([k, v]) => `["${k}"] = "${v}"`)
+    .join(', ');
+  await fs.writeFile(
+    file,
+    `local paths = { ${paths.map((p) => JSON.stringify(p)).join(', ')} }
+local i = 0
+local headers = { ${header} }
+request = function()
+  i = i % #paths + 1
+  return wrk.format("GET", paths[i], headers)
+end
+`,
+  );
+}
+
+export interface WrkFigure {
+  p50: number;
+  p99: number;
+  rps: number;
+  /** Bytes per response. */
+  bytes: number;
+}
+
+/** wrk's `--latency` output as figures (latencies in ms); a non-2xx answer or socket error is an error. */
+export function wrkFigure(out: string): WrkFigure {
+  if (/Non-2xx/.test(out) || /Socket errors/.test(out)) throw new Error(`wrk saw errors:\n${out}`);
+  const ms = (v: string, unit: string) => Number(v) * ({ us: 0.001, ms: 1, s: 1000 } as Record<string, number>)[unit];
+  const pct = (p: string) => {
+    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(out)!;
+    return ms(m[1], m[2]);
+  };
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out)![1]);
+  const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out)!;
+  const bytes = (Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]]) / rps;
+  return { p50: pct('50'), p99: pct('99'), rps, bytes };
+}
