@@ -92,6 +92,8 @@ export interface Config {
     workers: number;
     /** What any client's sockets may hold (api/connections.ts). */
     connections: ConnectionLimits;
+    /** WebSocket replays (replay/): open at once per process and per key, and the tapes kept for the next replay of a market. */
+    replay: { slots: number; perKey: number; cacheBytes: number };
   };
 }
 
@@ -316,6 +318,11 @@ export function loadConfig(env: Env = process.env): Config {
         requestTimeoutMs: int(env, 'API_REQUEST_TIMEOUT_MS', 30_000, 100, 3_600_000),
         keepAliveMs: int(env, 'API_KEEPALIVE_MS', 5_000, 100, 600_000),
         idleMs: int(env, 'API_IDLE_MS', 60_000, 1_000, 3_600_000),
+      },
+      replay: {
+        slots: int(env, 'REPLAY_SLOTS', 64, 1, 100_000),
+        perKey: int(env, 'REPLAY_PER_KEY', 8, 1, 100_000),
+        cacheBytes: int(env, 'REPLAY_CACHE_MB', 256, 0, 1_048_576) * 1024 * 1024,
       },
     },
   };

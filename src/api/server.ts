@@ -27,6 +27,8 @@ import { openApiDocument } from './openapi.js';
 import { LatestReads, preloadLatest } from './latest.js';
 import { buildRoutes } from './routes.js';
 import { sqlString } from '../lake/sql.js';
+import { replayEndpoint } from '../replay/server.js';
+import { TapeCache } from '../replay/tape.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -183,6 +185,19 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   server.listen({ port, host: config.host, backlog: LISTEN_BACKLOG });
   server.maxHeadersCount = 100;
   server.on('clientError', app.clientError);
+  // Each worker of a cluster holds its share of the replays and of their tapes' memory.
+  const replay = config.api.replay;
+  const replays = replayEndpoint({
+    lake,
+    tapes: new TapeCache(Math.floor(replay.cacheBytes / workers)),
+    keys,
+    limiter,
+    rate,
+    clock,
+    log,
+    limits: { total: Math.ceil(replay.slots / workers), perKey: replay.perKey, maxRangeMs: config.api.maxRangeDays * 86_400_000 },
+  });
+  server.on('upgrade', replays.upgrade);
   await new Promise<void>((resolve) => server.once('listening', resolve));
   const address = server.address() as AddressInfo;
   return {
@@ -195,6 +210,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       for (const timer of timers) if (timer) clearInterval(timer);
       app.requestLog.stop();
       if (limiter instanceof LeasedLimiter) limiter.close();
+      replays.close();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -1,0 +1,355 @@
+// A market's tape as Polymarket's market channel would have sent it (UPSTREAMS.md C1): a `book`
+// per token where a client has no copy (its first book, or the first after a gap), `price_change`
+// entries for the levels each recorded change moved (new aggregate size, "0" removes), with the
+// venue's best bid and ask and book hash after it, `last_trade_price` for every streamed trade,
+// `tick_size_change` where the market's tick moved, `market_resolved` at its resolution, and a
+// `replay_gap` control message where the record has a gap. Times are the archive's (`ts`).
+import { type ClobLevel, clobBookHash } from '../venues/polymarket/book.js';
+import type { MarketTape, TapeBook } from './tape.js';
+import type { ReplayWalk } from './session.js';
+
+const text = (n: number) => String(n);
+
+/** The lake keeps ladders best first; the venue writes them best last on both sides. */
+function venueLevels(prices: number[], sizes: number[]): ClobLevel[] {
+  const out: ClobLevel[] = new Array(prices.length);
+  for (let i = 0; i < prices.length; i++) out[prices.length - 1 - i] = { price: text(prices[i]), size: text(sizes[i]) };
+  return out;
+}
+
+interface Change {
+  price: number;
+  size: number;
+  side: 'BUY' | 'SELL';
+}
+
+/** The levels of one side that differ between two books, as the venue states them: the new aggregate size, 0 for a level gone. */
+function sideChanges(prevPrices: number[], prevSizes: number[], prices: number[], sizes: number[], side: 'BUY' | 'SELL', out: Change[]) {
+  const before = new Map<number, number>();
+  for (let i = 0; i < prevPrices.length; i++) before.set(prevPrices[i], prevSizes[i]);
+  for (let i = 0; i < prices.length; i++) {
+    const was = before.get(prices[i]);
+    if (was !== sizes[i]) out.push({ price: prices[i], size: sizes[i], side });
+    before.delete(prices[i]);
+  }
+  for (const price of before.keys()) out.push({ price, size: 0, side });
+}
+
+export function bookChanges(prev: TapeBook, next: TapeBook): Change[] {
+  const out: Change[] = [];
+  sideChanges(prev.bidPrices, prev.bidSizes, next.bidPrices, next.bidSizes, 'BUY', out);
+  sideChanges(prev.askPrices, prev.askSizes, next.askPrices, next.askSizes, 'SELL', out);
+  return out.sort((a, b) => a.price - b.price || (a.side < b.side ? -1 : 1));
+}
+
+/** Kinds in the order messages of one instant go: a gap's notice, the tick, trades, then books. */
+const GAP = 0;
+const TICK = 1;
+const TRADE = 2;
+const BOOK = 3;
+const RESOLVED = 4;
+
+/**
+ * What a tape says about itself, computed once and shared by every walk of it: each row's
+ * previous row of its outcome, and whether a client holding that previous book can take this row
+ * as changes (false after a gap of the books, whose changes are unknown).
+ */
+interface TapeIndex {
+  prev: Int32Array;
+  fresh: Uint8Array;
+}
+
+const indexes = new WeakMap<MarketTape, TapeIndex>();
+
+function indexOf(tape: MarketTape): TapeIndex {
+  let index = indexes.get(tape);
+  if (index) return index;
+  const n = tape.books.length;
+  const prev = new Int32Array(n).fill(-1);
+  const fresh = new Uint8Array(n);
+  const last = new Map<number, number>();
+  const gaps = tape.gaps.filter((g) => g.dataset === 'books');
+  for (let i = 0; i < n; i++) {
+    const b = tape.books[i];
+    const p = last.get(b.outcome);
+    last.set(b.outcome, i);
+    if (p === undefined) {
+      fresh[i] = 1;
+      continue;
+    }
+    prev[i] = p;
+    const since = tape.books[p].ts;
+    fresh[i] = gaps.some((g) => g.from <= b.ts && g.to > since) ? 1 : 0;
+  }
+  index = { prev, fresh };
+  indexes.set(tape, index);
+  return index;
+}
+
+/** A walk over one market's tape from `from` (a book per outcome first, as the venue's `initial_dump`) to `to`. */
+export class PolymarketWalk implements ReplayWalk {
+  private readonly index: TapeIndex;
+  private readonly condition: string;
+  private readonly assets: string[];
+  private readonly negRisk: boolean | undefined;
+  private readonly initial: string[] = [];
+  private book: number;
+  private trade: number;
+  private tick: number;
+  private gap: number;
+  private resolvedSent: boolean;
+  private readonly gaps: MarketTape['gaps'];
+
+  constructor(
+    private readonly tape: MarketTape,
+    from: number,
+    private readonly to: number,
+    /** Whether the client asked for the custom feature events (`market_resolved`). */
+    custom: boolean,
+    /** Called with the bytes of every message rendered for the first time (what a shared tape now holds). */
+    private readonly rendered: (bytes: number) => void = () => undefined,
+  ) {
+    const m = tape.market;
+    this.index = indexOf(tape);
+    this.condition = m.condition_id ?? m.market_id;
+    this.assets = [...m.outcomes].sort((a, b) => a.index - b.index).map((o) => o.token_id);
+    this.negRisk = m.exchange_kind === 'neg_risk_ctf' ? true : m.exchange_kind === 'ctf' ? false : undefined;
+    this.gaps = [...tape.gaps].sort((a, b) => a.from - b.from);
+    this.book = lowerBound(tape.books, from);
+    this.trade = lowerBound(tape.trades, from);
+    this.tick = lowerBound(tape.ticks, from);
+    this.gap = this.gaps.findIndex((g) => g.from >= from);
+    if (this.gap < 0) this.gap = this.gaps.length;
+    this.resolvedSent = !custom || m.resolved_time === null || m.resolved_time < from;
+    for (const g of this.gaps) if (g.from < from && g.to > from) this.initial.push(this.gapMessage(g, from));
+    // The book each outcome held at `from`: its newest row before it.
+    const held = new Map<number, number>();
+    for (let i = this.book - 1; i >= 0 && held.size < this.assets.length; i--) {
+      const o = tape.books[i].outcome;
+      if (!held.has(o)) held.set(o, i);
+    }
+    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(tape.books[i], tape.books[i].ts));
+  }
+
+  /** The time of the next message, or Infinity when none is left before `to`. */
+  next(): number {
+    if (this.initial.length) return -Infinity;
+    const t = Math.min(
+      this.book < this.tape.books.length ? this.tape.books[this.book].ts : Infinity,
+      this.trade < this.tape.trades.length ? this.tape.trades[this.trade].ts : Infinity,
+      this.tick < this.tape.ticks.length ? this.tape.ticks[this.tick].ts : Infinity,
+      this.gap < this.gaps.length ? this.gaps[this.gap].from : Infinity,
+      this.resolvedSent ? Infinity : this.tape.market.resolved_time!,
+    );
+    return t < this.to ? t : Infinity;
+  }
+
+  /** Appends the messages of the next instant's next step to `out`. */
+  take(out: string[]): void {
+    if (this.initial.length) {
+      out.push(...this.initial.splice(0));
+      return;
+    }
+    const t = this.next();
+    if (t === Infinity) return;
+    const kind =
+      this.gap < this.gaps.length && this.gaps[this.gap].from === t
+        ? GAP
+        : this.tick < this.tape.ticks.length && this.tape.ticks[this.tick].ts === t
+          ? TICK
+          : this.trade < this.tape.trades.length && this.tape.trades[this.trade].ts === t
+            ? TRADE
+            : this.book < this.tape.books.length && this.tape.books[this.book].ts === t
+              ? BOOK
+              : RESOLVED;
+    if (kind === GAP) out.push(this.gapMessage(this.gaps[this.gap++], t));
+    else if (kind === TICK) this.memo(this.tick++ * 8 + TICK, out, (i) => this.tickMessages(i >> 3));
+    else if (kind === TRADE) this.memo(this.trade++ * 8 + TRADE, out, (i) => [this.tradeMessage(i >> 3)]);
+    else if (kind === BOOK) {
+      const first = this.book;
+      while (this.book < this.tape.books.length && this.tape.books[this.book].ts === t) this.book++;
+      this.memo(first * 8 + BOOK, out, (i) => this.groupMessages(i >> 3, this.book));
+    } else {
+      this.resolvedSent = true;
+      out.push(this.resolvedMessage());
+    }
+  }
+
+  private memo(key: number, out: string[], render: (key: number) => string[]): void {
+    const hit = this.tape.rendered.get(key);
+    if (hit !== undefined) {
+      if (hit !== '') out.push(...hit.split('\n'));
+      return;
+    }
+    const messages = render(key);
+    const joined = messages.join('\n');
+    this.tape.rendered.set(key, joined);
+    this.rendered(joined.length + 48);
+    out.push(...messages);
+  }
+
+  private tickOf(t: number): number | null {
+    let tick = this.tape.market.tick_size;
+    for (const v of this.tape.ticks) {
+      if (v.ts > t) break;
+      tick = v.tick;
+    }
+    return tick;
+  }
+
+  private lastTradeOf(outcome: number, t: number): number | null {
+    for (let i = upperBound(this.tape.trades, t) - 1; i >= 0; i--)
+      if (this.tape.trades[i].outcome === outcome) return this.tape.trades[i].price;
+    return null;
+  }
+
+  /** The venue's book hash over what the archive holds of its hashed fields (never `min_order_size`, which it does not keep). */
+  private hashOf(b: TapeBook, timestamp: string, bids: ClobLevel[], asks: ClobLevel[]): string {
+    const tick = this.tickOf(b.ts);
+    const trade = this.lastTradeOf(b.outcome, b.ts);
+    return clobBookHash({
+      market: this.condition,
+      asset_id: this.assets[b.outcome],
+      timestamp,
+      bids,
+      asks,
+      ...(tick === null ? {} : { tick_size: text(tick) }),
+      ...(this.negRisk === undefined ? {} : { neg_risk: this.negRisk }),
+      ...(trade === null ? {} : { last_trade_price: text(trade) }),
+    });
+  }
+
+  private bookMessage(b: TapeBook, ts: number): string {
+    const timestamp = text(ts);
+    const bids = venueLevels(b.bidPrices, b.bidSizes);
+    const asks = venueLevels(b.askPrices, b.askSizes);
+    const trade = this.lastTradeOf(b.outcome, b.ts);
+    return JSON.stringify({
+      event_type: 'book',
+      asset_id: this.assets[b.outcome],
+      market: this.condition,
+      timestamp,
+      hash: this.hashOf(b, timestamp, bids, asks),
+      bids,
+      asks,
+      ...(trade === null ? {} : { last_trade_price: text(trade) }),
+    });
+  }
+
+  /** One recorded instant of the market: fresh books where a client has no copy, then one `price_change` with every token's changes. */
+  private groupMessages(first: number, end: number): string[] {
+    const books = this.tape.books;
+    const out: string[] = [];
+    const entries: Record<string, string>[] = [];
+    const timestamp = text(books[first].ts);
+    for (let i = first; i < end; i++) {
+      const b = books[i];
+      if (this.index.fresh[i]) {
+        out.push(this.bookMessage(b, b.ts));
+        continue;
+      }
+      const changes = bookChanges(books[this.index.prev[i]], b);
+      if (!changes.length) continue;
+      const hash = this.hashOf(b, timestamp, venueLevels(b.bidPrices, b.bidSizes), venueLevels(b.askPrices, b.askSizes));
+      const bestBid = b.bidPrices.length ? text(b.bidPrices[0]) : '0';
+      const bestAsk = b.askPrices.length ? text(b.askPrices[0]) : '1';
+      for (const c of changes)
+        entries.push({
+          asset_id: this.assets[b.outcome],
+          price: text(c.price),
+          size: text(c.size),
+          side: c.side,
+          hash,
+          best_bid: bestBid,
+          best_ask: bestAsk,
+        });
+    }
+    if (entries.length) out.push(JSON.stringify({ event_type: 'price_change', market: this.condition, timestamp, price_changes: entries }));
+    // A recorded instant that moved no level: the venue's book sent again after a trade.
+    if (!out.length) out.push(this.bookMessage(books[first], books[first].ts));
+    return out;
+  }
+
+  private tradeMessage(i: number): string {
+    const tr = this.tape.trades[i];
+    return JSON.stringify({
+      event_type: 'last_trade_price',
+      asset_id: this.assets[tr.outcome],
+      market: this.condition,
+      price: text(tr.price),
+      ...(tr.size === null ? {} : { size: text(tr.size) }),
+      ...(tr.side === null ? {} : { side: tr.side.toUpperCase() }),
+      ...(tr.feeRateBps === null ? {} : { fee_rate_bps: text(tr.feeRateBps) }),
+      timestamp: text(tr.ts),
+      ...(tr.transactionHash === null ? {} : { transaction_hash: tr.transactionHash }),
+    });
+  }
+
+  private tickMessages(i: number): string[] {
+    const v = this.tape.ticks[i];
+    const old = i > 0 ? this.tape.ticks[i - 1].tick : null;
+    // The first version is the market as discovered, not a change.
+    if (old === null) return [];
+    return this.assets.map((asset_id) =>
+      JSON.stringify({
+        event_type: 'tick_size_change',
+        asset_id,
+        market: this.condition,
+        old_tick_size: text(old),
+        new_tick_size: text(v.tick),
+        timestamp: text(v.ts),
+      }),
+    );
+  }
+
+  private resolvedMessage(): string {
+    const m = this.tape.market;
+    const winner = m.outcomes.find((o) => o.index === m.winning_outcome_index);
+    return JSON.stringify({
+      event_type: 'market_resolved',
+      id: m.market_id,
+      market: this.condition,
+      assets_ids: this.assets,
+      ...(winner ? { winning_asset_id: winner.token_id, winning_outcome: winner.label } : {}),
+      timestamp: text(m.resolved_time!),
+    });
+  }
+
+  /** Not the venue's: where the archive has a gap, what it is, so a client never takes silence for a quiet book. */
+  private gapMessage(g: MarketTape['gaps'][number], at: number): string {
+    return JSON.stringify({
+      event_type: 'replay_gap',
+      market: this.condition,
+      asset_ids: this.assets,
+      dataset: g.dataset,
+      reason: g.reason,
+      from: text(g.from),
+      to: Number.isFinite(g.to) ? text(g.to) : null,
+      timestamp: text(Math.max(g.from, at)),
+    });
+  }
+}
+
+/** The first index whose `ts` is at or after `t`. */
+function lowerBound(rows: readonly { ts: number }[], t: number): number {
+  let lo = 0;
+  let hi = rows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (rows[mid].ts < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** The first index whose `ts` is after `t`. */
+function upperBound(rows: readonly { ts: number }[], t: number): number {
+  let lo = 0;
+  let hi = rows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (rows[mid].ts <= t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

@@ -1,0 +1,280 @@
+// The replay endpoints on the API's port: a WebSocket per replay, speaking the venue's protocol so
+// a client written for the live feed connects unchanged. Refusals are answered before the upgrade
+// as the API's error envelope, with the same status codes as every route.
+import type http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { Ajv } from 'ajv';
+import { type WebSocket, WebSocketServer } from 'ws';
+import type { Clock } from '../clock.js';
+import type { Venue } from '../config.js';
+import type { LakeReader, StoredMarket } from '../lake/reader.js';
+import type { Logger } from '../log.js';
+import { parseTime } from '../time.js';
+import { newRequestId } from '../api/app.js';
+import { ApiError, echo, fail } from '../api/errors.js';
+import { KEY_RE, type KeyStore, type Plan } from '../api/keys.js';
+import type { RateLimiter, LeasedLimiter } from '../api/ratelimit.js';
+import { PolymarketWalk } from './polymarket.js';
+import { ReplaySession } from './session.js';
+import type { TapeCache } from './tape.js';
+
+export const REPLAY_PATHS: Record<string, Venue> = {
+  '/v3/replay/polymarket/ws/market': 'polymarket',
+};
+
+export interface ReplayLimits {
+  /** Replays open at once in this process, and per key. */
+  total: number;
+  perKey: number;
+  maxRangeMs: number;
+}
+
+export interface ReplayDeps {
+  lake: LakeReader;
+  tapes: TapeCache;
+  keys: KeyStore;
+  limiter: RateLimiter | LeasedLimiter;
+  rate: (plan: Plan) => number;
+  clock: Clock;
+  log: Logger;
+  limits: ReplayLimits;
+}
+
+export interface ReplayRequest {
+  venue: Venue;
+  from: number;
+  to: number;
+  speed: number;
+  playAt: number | null;
+}
+
+const ajv = new Ajv({ allErrors: false, strict: false });
+ajv.addFormat('timestamp', { type: 'string', validate: (s: string) => parseTime(s) !== null });
+const checkQuery = ajv.compile({
+  type: 'object',
+  properties: {
+    from: { type: 'string', format: 'timestamp' },
+    to: { type: 'string', format: 'timestamp' },
+    speed: { type: 'string', pattern: '^(max|[0-9]+(\\.[0-9]+)?)$' },
+    play_at: { type: 'string', format: 'timestamp' },
+    api_key: { type: 'string', maxLength: 64 },
+  },
+  required: ['from'],
+  additionalProperties: false,
+});
+
+/** The replay's range and pace from the URL, or the reason it is refused (INVALID_PARAMETER / INVALID_RANGE). */
+export function replayRequest(venue: Venue, query: Record<string, string>, now: number, maxRangeMs: number): ReplayRequest {
+  if (!checkQuery(query)) {
+    const e = checkQuery.errors![0];
+    const param = e.instancePath.slice(1) || String(e.params.additionalProperty ?? e.params.missingProperty ?? '');
+    const message =
+      e.keyword === 'additionalProperties'
+        ? `Unknown parameter ${echo(param)}; a replay takes from, to, speed, play_at (and api_key)`
+        : e.keyword === 'required'
+          ? `Missing parameter ${echo(param)}`
+          : e.keyword === 'format'
+            ? `${param} must be an ISO 8601 time or epoch milliseconds`
+            : `speed must be a positive multiple of real time or "max"`;
+    fail('INVALID_PARAMETER', message, [{ param, message }]);
+  }
+  const from = parseTime(query.from)!;
+  const to = query.to === undefined ? now : parseTime(query.to)!;
+  const speed = query.speed === undefined ? 1 : query.speed === 'max' ? Infinity : Number(query.speed);
+  if (speed !== Infinity && (!(speed > 0) || speed > 10_000))
+    fail('INVALID_PARAMETER', 'speed must be above 0 and at most 10000, or "max"', [{ param: 'speed', message: 'out of range' }]);
+  if (to <= from) fail('INVALID_RANGE', 'to must be after from');
+  if (to - from > maxRangeMs) fail('INVALID_RANGE', `A replay covers at most ${Math.round(maxRangeMs / 86_400_000)} days`);
+  return { venue, from, to, speed, playAt: query.play_at === undefined ? null : parseTime(query.play_at)! };
+}
+
+/** The API's answer to a refused upgrade: its error envelope on the raw socket, then closed. */
+function refuse(socket: Duplex, err: ApiError, requestId: string): void {
+  const body = JSON.stringify({
+    error: { code: err.code, message: err.message, details: err.details },
+    meta: { request_id: requestId, timestamp: new Date().toISOString() },
+  });
+  const headers = Object.entries(err.headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
+  socket.end(
+    `HTTP/1.1 ${err.status} ${err.code}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
+      `X-Request-Id: ${requestId}\r\n${headers}Connection: close\r\n\r\n${body}`,
+  );
+}
+
+/** Polymarket's tokens to their markets, rebuilt from the catalogue when a token is not found (at most every 2 s). */
+class TokenIndex {
+  private map = new Map<string, StoredMarket>();
+  private builtAt = -Infinity;
+
+  constructor(
+    private readonly lake: LakeReader,
+    private readonly venue: Venue,
+  ) {}
+
+  find(token: string, now: number): StoredMarket | null {
+    let m = this.map.get(token);
+    if (!m && Date.now() - this.builtAt > 2000) {
+      this.builtAt = Date.now();
+      this.map = new Map();
+      for (const market of this.lake.walk('asc', now))
+        if (market.venue === this.venue) for (const o of market.outcomes) this.map.set(o.token_id, market);
+      m = this.map.get(token);
+    }
+    return m ?? null;
+  }
+}
+
+/** Under the API's idle bound for sockets (API_IDLE_MS, 60 s by default). */
+const PING_MS = 20_000;
+
+/** Polymarket's framing: one message as itself, several as a JSON array (as the venue sends its book dumps). */
+const frame = (messages: string[]) => (messages.length === 1 ? messages[0] : `[${messages.join(',')}]`);
+
+export interface ReplayEndpoint {
+  /** The HTTP server's `upgrade` listener. */
+  upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void;
+  /** Ends every replay (the server stopping: an upgraded socket is no longer the HTTP server's to close). */
+  close(): void;
+}
+
+export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
+  const wss = new WebSocketServer({ noServer: true, maxPayload: 1 << 20 });
+  const open = new Map<string, number>();
+  let total = 0;
+  const tokens = new TokenIndex(deps.lake, 'polymarket');
+
+  const authorize = async (req: http.IncomingMessage, query: Record<string, string>) => {
+    // Venue clients set no headers, so the key may come in the URL here; it is never logged.
+    const header = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
+    const presented = header ?? query.api_key;
+    if (!presented) fail('AUTH_MISSING', 'Send your API key as "Authorization: Bearer <key>" (or api_key in a replay URL)');
+    const key = KEY_RE.test(presented) ? await deps.keys.find(presented) : null;
+    if (!key) fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
+    const taken = deps.limiter.take(key.key_id, deps.rate(key.plan));
+    const decision = taken instanceof Promise ? await taken : taken;
+    if (!decision.allowed)
+      fail('RATE_LIMITED', `Over the ${key.plan} plan's rate of ${decision.limit} requests per second`, [], {
+        'Retry-After': String(Math.max(1, decision.reset)),
+      });
+    if (key.plan !== 'paid') fail('PLAN_REQUIRED', 'Replays are available on paid plans; this key is on the free plan');
+    return key;
+  };
+
+  const start = (ws: WebSocket, request: ReplayRequest, keyId: string, requestId: string) => {
+    const began = performance.now();
+    total++;
+    open.set(keyId, (open.get(keyId) ?? 0) + 1);
+    deps.log.info(
+      { req_id: requestId, key_id: keyId, venue: request.venue, from: request.from, to: request.to, speed: request.speed },
+      'replay started',
+    );
+    const session = new ReplaySession(
+      { ...request, clock: deps.clock, frame, maxPerFrame: request.speed === Infinity ? 64 : 256 },
+      {
+        send: (text, done) => {
+          if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
+          ws.send(text, done);
+        },
+      },
+    );
+    let custom = false;
+    const subscribe = (assets: unknown) => {
+      if (!Array.isArray(assets)) return;
+      const now = deps.clock.now();
+      for (const asset of assets) {
+        const m = typeof asset === 'string' ? tokens.find(asset, now) : null;
+        if (!m) continue;
+        session.subscribe(m.market_id, async (at) => {
+          const tape = await deps.tapes.get(deps.lake, 'polymarket', m, now);
+          return new PolymarketWalk(tape, at, request.to, custom, (bytes) => deps.tapes.charge(tape, bytes));
+        });
+      }
+    };
+    ws.on('message', (data, binary) => {
+      const text = binary ? '' : data.toString();
+      if (text === 'PING') return void ws.send('PONG');
+      let parsed: { assets_ids?: unknown; operation?: unknown; custom_feature_enabled?: unknown } | null = null;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = null;
+      }
+      if (!parsed || typeof parsed !== 'object') return void ws.send('INVALID OPERATION');
+      if (parsed.custom_feature_enabled === true) custom = true;
+      if (parsed.operation === 'unsubscribe') {
+        if (Array.isArray(parsed.assets_ids))
+          for (const asset of parsed.assets_ids) {
+            const m = typeof asset === 'string' ? tokens.find(asset, deps.clock.now()) : null;
+            if (m) session.unsubscribe(m.market_id);
+          }
+        return;
+      }
+      subscribe(parsed.assets_ids);
+    });
+    // A protocol ping now and then: a replay with nothing due keeps its socket (and the API's idle bound) alive.
+    const pinger = setInterval(() => ws.ping(), PING_MS);
+    ws.on('close', () => {
+      clearInterval(pinger);
+      session.stop();
+    });
+    ws.on('error', () => session.stop());
+    session.run().then(
+      (how) => {
+        if (how === 'end' && ws.readyState === ws.OPEN) {
+          ws.send(JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }));
+          ws.close(1000, 'replay complete');
+        }
+        finish(how);
+      },
+      (err: unknown) => {
+        deps.log.error({ req_id: requestId, err }, 'replay failed');
+        if (ws.readyState === ws.OPEN) ws.close(1011, 'internal error');
+        finish('failed');
+      },
+    );
+    const finish = (how: string) => {
+      deps.log.info(
+        { req_id: requestId, key_id: keyId, how, ...session.stats, ms: Math.round(performance.now() - began) },
+        'replay finished',
+      );
+      total--;
+      const n = (open.get(keyId) ?? 1) - 1;
+      if (n) open.set(keyId, n);
+      else open.delete(keyId);
+    };
+  };
+
+  const upgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+    const requestId = newRequestId();
+    const url = new URL(req.url ?? '/', 'http://replay');
+    const venue = REPLAY_PATHS[url.pathname];
+    const query = Object.fromEntries(url.searchParams);
+    (async () => {
+      if (!venue) fail('NOT_FOUND', `No replay at ${echo(url.pathname)}; replays: ${Object.keys(REPLAY_PATHS).join(', ')}`);
+      const key = await authorize(req, query);
+      const request = replayRequest(venue, query, deps.clock.now(), deps.limits.maxRangeMs);
+      if (total >= deps.limits.total) fail('UNAVAILABLE', 'Every replay slot is in use; retry shortly', [], { 'Retry-After': '5' });
+      if ((open.get(key.key_id) ?? 0) >= deps.limits.perKey)
+        fail('RATE_LIMITED', `At most ${deps.limits.perKey} replays at once per key`, [], { 'Retry-After': '5' });
+      wss.handleUpgrade(req, socket, head, (ws) => start(ws, request, key.key_id, requestId));
+    })().catch((err: unknown) => {
+      if (err instanceof ApiError) refuse(socket, err, requestId);
+      else {
+        deps.log.error({ req_id: requestId, err }, 'replay upgrade failed');
+        refuse(socket, new ApiError(500, 'INTERNAL_ERROR', 'Internal error'), requestId);
+      }
+    });
+  };
+
+  return {
+    upgrade,
+    close: () => {
+      for (const ws of wss.clients) {
+        ws.close(1001, 'server stopping');
+        setTimeout(() => ws.terminate(), 1000).unref();
+      }
+    },
+  };
+}

@@ -1,0 +1,235 @@
+// One replay: the walks of the markets a client subscribed to, merged in time order and sent at
+// the chosen pace, no faster than the client takes them. Protocol-free: the venue's shapes are in
+// the walks (polymarket.ts, wallet.ts) and its framing in `frame`.
+import type { Clock } from '../clock.js';
+
+/** A market's messages in time order (see PolymarketWalk). */
+export interface ReplayWalk {
+  /** The time of the next message: -Infinity for messages due at once, Infinity when none is left. */
+  next(): number;
+  /** Appends the next instant's messages to `out`. */
+  take(out: string[]): void;
+}
+
+export interface ReplaySink {
+  /** Writes one frame; `done` once it left this process's buffers (or failed). */
+  send(frame: string, done: (err?: Error) => void): void;
+}
+
+export interface ReplayOptions {
+  from: number;
+  to: number;
+  /** A multiple of real time; Infinity: as fast as the client takes it. */
+  speed: number;
+  /** The clock time at which `from` plays (null: when the first subscription arrives); connections sharing it share one timeline. */
+  playAt: number | null;
+  clock: Clock;
+  /** One frame of messages (the venue's framing). */
+  frame: (messages: string[]) => string;
+  /** Messages per frame at most. */
+  maxPerFrame: number;
+}
+
+/** Frames written but not yet handed to the socket before the replay waits: what bounds a connection's memory. */
+const MAX_UNSENT_FRAMES = 8;
+/** How often a paced replay looks again when nothing is due (real ms): a subscription or the clock may have moved. */
+const IDLE_MS = 10;
+/** As fast as possible, a replay waits this long (real ms) after a subscription before moving on from its start. */
+const SETTLE_MS = 20;
+
+interface Entry {
+  t: number;
+  key: string;
+  walk: ReplayWalk;
+}
+
+export class ReplaySession {
+  private readonly heap: Entry[] = [];
+  private readonly walks = new Map<string, ReplayWalk>();
+  private readonly loads = new Set<Promise<unknown>>();
+  private playAt: number | null;
+  /** The historical time the replay has reached. */
+  private reached: number;
+  private unsent = 0;
+  private drained: (() => void) | null = null;
+  private wake: (() => void) | null = null;
+  private failed: Error | null = null;
+  private stopped = false;
+  private subscribedAt = -Infinity;
+  readonly stats = { messages: 0, frames: 0, markets: 0, firstMessageMs: null as number | null };
+  private readonly began = performance.now();
+
+  constructor(
+    private readonly options: ReplayOptions,
+    private readonly sink: ReplaySink,
+  ) {
+    this.playAt = options.playAt;
+    this.reached = options.from;
+  }
+
+  /** The historical time playing now. */
+  position(): number {
+    const { from, to, speed, clock } = this.options;
+    if (speed === Infinity || this.playAt === null) return Math.min(this.reached, to);
+    return Math.min(to, Math.max(from, from + (clock.now() - this.playAt) * speed));
+  }
+
+  /**
+   * Adds a market from the replay's present on: `load` gets the historical time it starts at and
+   * gives its walk (null: nothing recorded). The replay waits for loads in flight, so a market's
+   * first messages are never skipped while its tape is read.
+   */
+  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>): void {
+    if (this.walks.has(key) || this.stopped) return;
+    this.playAt ??= this.options.clock.now();
+    this.subscribedAt = performance.now();
+    const placeholder: ReplayWalk = { next: () => Infinity, take: () => undefined };
+    const loading = load(this.position()).then(
+      (walk) => {
+        if (!walk || this.stopped || this.walks.get(key) !== placeholder) return;
+        this.walks.set(key, walk);
+        this.stats.markets++;
+        this.push({ t: walk.next(), key, walk });
+      },
+      (err: Error) => {
+        this.failed ??= err;
+      },
+    );
+    this.walks.set(key, placeholder);
+    this.loads.add(loading);
+    void loading.finally(() => {
+      this.loads.delete(loading);
+      this.poke();
+    });
+    this.poke();
+  }
+
+  unsubscribe(key: string): void {
+    this.walks.delete(key);
+  }
+
+  get subscribed(): number {
+    return this.walks.size;
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.poke();
+    this.drained?.();
+  }
+
+  /**
+   * Runs until `to` (paced) or until every subscribed market is over (as fast as possible), the
+   * client leaves (`stop`) or a tape fails to load (thrown). Resolves with why it ended.
+   */
+  async run(): Promise<'end' | 'stopped'> {
+    const { to, speed, frame, maxPerFrame } = this.options;
+    const out: string[] = [];
+    while (!this.stopped) {
+      if (this.loads.size) await Promise.all([...this.loads]);
+      if (this.failed) throw this.failed;
+      if (this.stopped) break;
+      const now = this.position();
+      while (this.heap.length && this.heap[0].t <= now && out.length < maxPerFrame) {
+        const e = this.pop();
+        if (this.walks.get(e.key) !== e.walk) continue;
+        e.walk.take(out);
+        if (e.t > this.reached) this.reached = Math.min(e.t, to);
+        e.t = e.walk.next();
+        if (e.t !== Infinity) this.push(e);
+      }
+      if (out.length) {
+        await this.send(frame(out), out.length);
+        out.length = 0;
+        continue;
+      }
+      if (this.playAt === null) {
+        await this.idle(IDLE_MS);
+        continue;
+      }
+      if (speed === Infinity) {
+        // As fast as possible: over when nothing is left to send, and no subscription came just now
+        // (a client's frames of one burst all start at `from`).
+        if (performance.now() - this.subscribedAt < SETTLE_MS) {
+          await this.idle(1);
+          continue;
+        }
+        if (!this.heap.length) {
+          this.reached = to;
+          return 'end';
+        }
+        this.reached = this.heap[0].t;
+        continue;
+      }
+      if (now >= to) return 'end';
+      const due = this.heap.length ? this.heap[0].t : to;
+      const realMs = (due - now) / speed / this.options.clock.speed;
+      await this.idle(Math.max(1, Math.min(IDLE_MS, realMs)));
+    }
+    return 'stopped';
+  }
+
+  private async send(text: string, messages: number): Promise<void> {
+    this.stats.messages += messages;
+    this.stats.frames++;
+    this.stats.firstMessageMs ??= performance.now() - this.began;
+    this.unsent++;
+    this.sink.send(text, (err) => {
+      this.unsent--;
+      if (err) this.stop();
+      const resume = this.drained;
+      this.drained = null;
+      resume?.();
+    });
+    while (this.unsent >= MAX_UNSENT_FRAMES && !this.stopped) await new Promise<void>((r) => (this.drained = r));
+  }
+
+  private idle(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.wake = null;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.wake = null;
+        resolve();
+      };
+    });
+  }
+
+  private poke(): void {
+    this.wake?.();
+  }
+
+  private push(e: Entry): void {
+    const h = this.heap;
+    h.push(e);
+    for (let i = h.length - 1; i > 0;) {
+      const p = (i - 1) >> 1;
+      if (h[p].t <= h[i].t) break;
+      [h[p], h[i]] = [h[i], h[p]];
+      i = p;
+    }
+  }
+
+  private pop(): Entry {
+    const h = this.heap;
+    const top = h[0];
+    const last = h.pop()!;
+    if (h.length) {
+      h[0] = last;
+      for (let i = 0; ;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < h.length && h[l].t < h[m].t) m = l;
+        if (r < h.length && h[r].t < h[m].t) m = r;
+        if (m === i) break;
+        [h[m], h[i]] = [h[i], h[m]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}

@@ -1,0 +1,442 @@
+// The WebSocket replay against a lake the real capture recorded from the stand-in's market channel
+// (with a disconnect, so the record has gaps): every message in the venue's documented shapes and
+// through capture's own protocol parser, books rebuilt from the messages equal to the lake's rows,
+// hashes reproducing, trades once each, gaps announced, refusals as the API's envelope.
+import t from 'tap';
+import { Ajv } from 'ajv';
+import WebSocket from 'ws';
+import { startApi } from '../src/api/server.js';
+import { Capture } from '../src/capture/capture.js';
+import { createClock, pacedClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { StandIn } from '../src/standin/server.js';
+import { createAdapters } from '../src/venues/index.js';
+import { SECOND } from '../src/time.js';
+import { MARKET_CHANNEL } from '../src/venues/polymarket/channel.js';
+import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
+import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { readStreamLake } from './streamaudit.js';
+import { COINS, OPEN, streamRun, venuesAt } from './streamrun.js';
+
+// Across 12:05, so one 5-minute market ends and the next opens while recording.
+const START = OPEN + 250 * SECOND;
+const DISCONNECT = { from: START + 40 * SECOND, to: START + 46 * SECOND };
+const run = await streamRun(t, { disconnects: [DISCONNECT] }, 5, 20, { start: START, spanMs: 100 * SECOND });
+const END = run.end;
+
+const config = testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' });
+const api = await startApi(config, run.duck, createClock(END + 60 * SECOND, 1), quiet, { port: 0 });
+t.teardown(() => api.stop());
+const paid = (await api.keys.issue('paid', 'replay')).key;
+const free = (await api.keys.issue('free', 'replay')).key;
+const base = api.url.replace('http', 'ws');
+
+const markets = (await run.duck.rows(
+  `SELECT DISTINCT market_id, token_id, outcome_index FROM ${lakeTable(run.dir, 'books')} ORDER BY market_id, outcome_index`,
+)) as { market_id: string; token_id: string; outcome_index: number }[];
+const tokens = markets.map((m) => m.token_id);
+const tokenMarket = new Map(markets.map((m) => [m.token_id, m.market_id]));
+const tokenOutcome = new Map(markets.map((m) => [m.token_id, Number(m.outcome_index)]));
+
+interface Received {
+  messages: Record<string, unknown>[];
+  texts: string[];
+  closeCode: number;
+  arrivals: number[];
+}
+
+/** Connects, subscribes to `assets` as capture does (initial frame with the custom features), and collects until the server closes. */
+function replay(query: string, assets: string[], key = paid, onOpen?: (ws: WebSocket) => void): Promise<Received> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${base}/v3/replay/polymarket/ws/market?${query}`, { headers: { Authorization: `Bearer ${key}` } });
+    const got: Received = { messages: [], texts: [], closeCode: 0, arrivals: [] };
+    ws.on('open', () => {
+      ws.send(MARKET_CHANNEL.subscribe(assets, true)!);
+      onOpen?.(ws);
+    });
+    ws.on('message', (data) => {
+      const text = data.toString();
+      got.texts.push(text);
+      got.arrivals.push(performance.now());
+      if (text === 'PONG') return;
+      for (const m of MARKET_CHANNEL.unwrap(JSON.parse(text))) got.messages.push(m as Record<string, unknown>);
+    });
+    ws.on('close', (code) => resolve({ ...got, closeCode: code }));
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => reject(new Error(`refused ${res.statusCode}: ${body}`)));
+    });
+    ws.on('error', reject);
+  });
+}
+
+/** The documented shapes (UPSTREAMS.md C1: the venue's docs and client libraries), numbers as strings. */
+const ajv = new Ajv({ strict: false, allErrors: true });
+const str = { type: 'string' };
+const num = { type: 'string', pattern: '^-?[0-9]+(\\.[0-9]+)?(e-?[0-9]+)?$' };
+const level = { type: 'object', required: ['price', 'size'], properties: { price: num, size: num }, additionalProperties: false };
+const shapes: Record<string, ReturnType<typeof ajv.compile>> = {
+  book: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'asset_id', 'market', 'timestamp', 'hash', 'bids', 'asks'],
+    properties: {
+      event_type: str,
+      asset_id: str,
+      market: str,
+      timestamp: num,
+      hash: str,
+      bids: { type: 'array', items: level },
+      asks: { type: 'array', items: level },
+      last_trade_price: num,
+    },
+    additionalProperties: false,
+  }),
+  price_change: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'market', 'timestamp', 'price_changes'],
+    properties: {
+      event_type: str,
+      market: str,
+      timestamp: num,
+      price_changes: {
+        type: 'array',
+        minItems: 1,
+        items: {
+          type: 'object',
+          required: ['asset_id', 'price', 'size', 'side', 'hash', 'best_bid', 'best_ask'],
+          properties: { asset_id: str, price: num, size: num, side: { enum: ['BUY', 'SELL'] }, hash: str, best_bid: num, best_ask: num },
+          additionalProperties: false,
+        },
+      },
+    },
+    additionalProperties: false,
+  }),
+  last_trade_price: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'asset_id', 'market', 'price', 'timestamp'],
+    properties: {
+      event_type: str,
+      asset_id: str,
+      market: str,
+      price: num,
+      size: num,
+      side: { enum: ['BUY', 'SELL'] },
+      fee_rate_bps: num,
+      timestamp: num,
+      transaction_hash: str,
+    },
+    additionalProperties: false,
+  }),
+  tick_size_change: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'asset_id', 'market', 'old_tick_size', 'new_tick_size', 'timestamp'],
+    properties: { event_type: str, asset_id: str, market: str, old_tick_size: num, new_tick_size: num, timestamp: num },
+    additionalProperties: false,
+  }),
+  market_resolved: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'market', 'assets_ids', 'timestamp'],
+    properties: {
+      event_type: str,
+      id: str,
+      market: str,
+      assets_ids: { type: 'array', items: str },
+      winning_asset_id: str,
+      winning_outcome: str,
+      timestamp: num,
+    },
+    additionalProperties: false,
+  }),
+  replay_gap: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'market', 'asset_ids', 'dataset', 'reason', 'from', 'to', 'timestamp'],
+    properties: {
+      event_type: str,
+      market: str,
+      asset_ids: { type: 'array', items: str },
+      dataset: { enum: ['books', 'trades'] },
+      reason: str,
+      from: num,
+      to: { anyOf: [num, { type: 'null' }] },
+      timestamp: num,
+    },
+    additionalProperties: false,
+  }),
+  replay_end: ajv.compile({
+    type: 'object',
+    required: ['event_type', 'from', 'to'],
+    properties: { event_type: str, from: num, to: num },
+    additionalProperties: false,
+  }),
+};
+
+const full = await replay(`from=${START}&to=${END}&speed=max`, tokens);
+
+t.test('the record has what the replay must carry: books, trades, a gap', async (t) => {
+  t.ok(markets.length >= 6, `${markets.length / 2} markets recorded`);
+  t.ok(run.gaps.length > 0, `${run.gaps.length} book gaps recorded`);
+});
+
+t.test('every message is in the venue’s documented shape and ends with the replay’s end', async (t) => {
+  t.equal(full.closeCode, 1000);
+  const kinds = new Map<string, number>();
+  for (const m of full.messages) {
+    const kind = String(m.event_type);
+    kinds.set(kind, (kinds.get(kind) ?? 0) + 1);
+    const check = shapes[kind];
+    if (!check) t.fail(`unexpected event_type ${kind}`);
+    else if (!check(m)) t.fail(`${kind}: ${ajv.errorsText(check.errors)}: ${JSON.stringify(m).slice(0, 300)}`);
+  }
+  t.same(full.messages.at(-1), { event_type: 'replay_end', from: String(START), to: String(END) });
+  for (const kind of ['book', 'price_change', 'last_trade_price', 'replay_gap']) t.ok(kinds.get(kind), `${kinds.get(kind)} ${kind}`);
+  t.ok(
+    full.texts.some((x) => x.startsWith('[')),
+    'several messages of one instant come as one array frame, as the venue frames them',
+  );
+});
+
+/** The local copy a client keeps: per token, levels by price, from `book` and `price_change` as the venue defines them. */
+function rebuild(messages: Record<string, unknown>[], ticks: Map<string, string>) {
+  const copies = new Map<string, { bids: Map<string, string>; asks: Map<string, string> }>();
+  const lastTrade = new Map<string, string>();
+  let tick = new Map(ticks);
+  const states: { token: string; ts: number; bids: [number, number][]; asks: [number, number][] }[] = [];
+  let hashes = 0;
+  let mismatched = 0;
+  const ladder = (side: Map<string, string>, desc: boolean): [number, number][] =>
+    [...side].map(([p, s]) => [Number(p), Number(s)] as [number, number]).sort((a, b) => (desc ? b[0] - a[0] : a[0] - b[0]));
+  const venueOrder = (side: Map<string, string>, desc: boolean): ClobLevel[] =>
+    ladder(side, !desc).map(([p, s]) => ({ price: String(p), size: String(s) }));
+  const check = (token: string, market: string, timestamp: string, hash: string) => {
+    const c = copies.get(token)!;
+    hashes++;
+    const expected = clobBookHash({
+      market,
+      asset_id: token,
+      timestamp,
+      bids: venueOrder(c.bids, true),
+      asks: venueOrder(c.asks, false),
+      ...(tick.has(token) ? { tick_size: tick.get(token) } : {}),
+      neg_risk: false,
+      ...(lastTrade.has(token) ? { last_trade_price: lastTrade.get(token) } : {}),
+    });
+    if (expected !== hash) mismatched++;
+  };
+  const snap = (token: string, ts: number) => {
+    const c = copies.get(token)!;
+    states.push({ token, ts, bids: ladder(c.bids, true), asks: ladder(c.asks, false) });
+  };
+  for (const m of messages) {
+    if (m.event_type === 'book') {
+      const token = String(m.asset_id);
+      const levels = (l: unknown) => new Map((l as ClobLevel[]).map((x) => [String(Number(x.price)), x.size]));
+      copies.set(token, { bids: levels(m.bids), asks: levels(m.asks) });
+      if (typeof m.last_trade_price === 'string') lastTrade.set(token, m.last_trade_price);
+      snap(token, Number(m.timestamp));
+    } else if (m.event_type === 'price_change') {
+      const touched = new Map<string, string>();
+      for (const c of m.price_changes as Record<string, string>[]) {
+        const side = c.side === 'BUY' ? copies.get(c.asset_id)!.bids : copies.get(c.asset_id)!.asks;
+        if (Number(c.size) === 0) side.delete(String(Number(c.price)));
+        else side.set(String(Number(c.price)), c.size);
+        touched.set(c.asset_id, c.hash);
+      }
+      for (const [token, hash] of touched) {
+        check(token, String(m.market), String(m.timestamp), hash);
+        snap(token, Number(m.timestamp));
+      }
+    } else if (m.event_type === 'last_trade_price') lastTrade.set(String(m.asset_id), String(m.price));
+    else if (m.event_type === 'tick_size_change') tick = new Map([...tick, [String(m.asset_id), String(m.new_tick_size)]]);
+  }
+  return { states, hashes, mismatched, tick };
+}
+
+t.test('books rebuilt from the messages equal the lake’s rows, change by change, and every hash reproduces', async (t) => {
+  // A client learns a market's tick from REST; here, from the market's first recorded version.
+  const first = (await run.duck.rows(
+    `SELECT market_id, arg_min(tick_size, ts) AS tick FROM ${lakeTable(run.dir, 'markets')} GROUP BY market_id`,
+  )) as { market_id: string; tick: number }[];
+  const ticks = new Map(markets.map((m) => [m.token_id, String(first.find((f) => f.market_id === m.market_id)!.tick)]));
+  const { states, hashes, mismatched } = rebuild(full.messages, ticks);
+  t.ok(hashes > 100, `${hashes} hashes checked`);
+  t.equal(mismatched, 0, 'every price_change hash is the venue’s formula over the rebuilt book');
+  // Each lake row whose outcome changed (or that a book carried) is one rebuilt state, equal.
+  const byToken = new Map<string, typeof states>();
+  for (const s of states) byToken.set(s.token, [...(byToken.get(s.token) ?? []), s]);
+  let compared = 0;
+  let unequal = 0;
+  let missing = 0;
+  for (const r of run.rows.filter((r) => r.ts >= START && r.ts < END)) {
+    const list = byToken.get(r.token_id) ?? [];
+    // The token's state at the row's time: the newest rebuilt at or before it.
+    let state = null;
+    for (const s of list) if (s.ts <= r.ts) state = s;
+    if (!state) {
+      missing++;
+      continue;
+    }
+    compared++;
+    const same =
+      JSON.stringify(state.bids) === JSON.stringify(r.bid_prices.map((p, i) => [p, r.bid_sizes[i]])) &&
+      JSON.stringify(state.asks) === JSON.stringify(r.ask_prices.map((p, i) => [p, r.ask_sizes[i]]));
+    if (!same) unequal++;
+  }
+  t.equal(missing, 0, 'every row is covered by a message at or before it');
+  t.equal(unequal, 0, `all ${compared} rows equal the copy rebuilt from the messages`);
+});
+
+t.test('every streamed trade once, and every book gap announced with a fresh book after it', async (t) => {
+  const trades = (await run.duck.rows(
+    `SELECT token_id, epoch_ms(ts)::BIGINT AS ts, price FROM ${lakeTable(run.dir, 'trades')} WHERE source = 'stream' AND ts >= epoch_ms(${START}) AND ts < epoch_ms(${END}) ORDER BY ts`,
+  )) as { token_id: string; ts: number; price: number }[];
+  const sent = full.messages
+    .filter((m) => m.event_type === 'last_trade_price')
+    .map((m) => `${m.asset_id}@${m.timestamp}@${Number(m.price)}`);
+  t.same(sent.sort(), trades.map((r) => `${r.token_id}@${Number(r.ts)}@${r.price}`).sort(), `${trades.length} trades`);
+  const announced = full.messages.filter((m) => m.event_type === 'replay_gap' && m.dataset === 'books');
+  const expected = run.gaps.filter((g) => g.t > START && g.f < END);
+  t.same(
+    announced.map((m) => `${tokenMarket.get((m.asset_ids as string[])[0])}:${m.from}:${m.to}:${m.reason}`).sort(),
+    expected.map((g) => `${g.market_id}:${g.f}:${g.t}:${g.reason}`).sort(),
+    `${expected.length} book gaps announced`,
+  );
+  // After a gap's end, each token's next book message is a whole book, never changes to a copy the gap made stale.
+  for (const g of expected) {
+    for (const token of tokens.filter((x) => tokenMarket.get(x) === g.market_id)) {
+      const after = full.messages.find(
+        (m) =>
+          Number(m.timestamp) >= g.t &&
+          ((m.event_type === 'book' && m.asset_id === token) ||
+            (m.event_type === 'price_change' && (m.price_changes as { asset_id: string }[]).some((c) => c.asset_id === token))),
+      );
+      if (after) t.equal(after.event_type, 'book', `token ${tokenOutcome.get(token)} of ${g.market_id} resumes with a book`);
+    }
+  }
+});
+
+t.test('a replay from the middle starts with each token’s book as it stood, then its changes', async (t) => {
+  const mid = START + 30 * SECOND + 123;
+  const got = await replay(`from=${mid}&to=${mid + 5 * SECOND}&speed=max`, tokens);
+  const firstOf = new Map<string, Record<string, unknown>>();
+  for (const m of got.messages) {
+    const token = m.event_type === 'price_change' ? (m.price_changes as { asset_id: string }[])[0].asset_id : String(m.asset_id);
+    if (m.event_type !== 'replay_end' && !firstOf.has(token)) firstOf.set(token, m);
+  }
+  const live = markets.filter((m) => run.rows.some((r) => r.token_id === m.token_id && r.ts < mid));
+  t.ok(live.length > 0);
+  for (const m of live)
+    t.equal(firstOf.get(m.token_id)?.event_type, 'book', `outcome ${m.outcome_index} of ${m.market_id} starts with a book`);
+  const changes = got.messages.filter((m) => m.event_type === 'price_change' || m.event_type === 'last_trade_price');
+  t.ok(changes.length > 0 && changes.every((m) => Number(m.timestamp) >= mid), `${changes.length} changes and trades, none before from`);
+  t.ok(
+    got.messages.every((m) => m.event_type === 'replay_end' || Number(m.timestamp) < mid + 5 * SECOND),
+    'nothing at or after `to`',
+  );
+});
+
+t.test('paced: a message plays no earlier than its time at the chosen speed; PING gets PONG', async (t) => {
+  const speed = 20;
+  const began = performance.now();
+  const got = await replay(`from=${START}&to=${START + 10 * SECOND}&speed=${speed}`, tokens, paid, (ws) => ws.send('PING'));
+  t.ok(got.texts.includes('PONG'));
+  let early = 0;
+  let i = 0;
+  for (const text of got.texts) {
+    const at = got.arrivals[i++];
+    if (text === 'PONG') continue;
+    for (const m of MARKET_CHANNEL.unwrap(JSON.parse(text))) {
+      const ts = Number((m as { timestamp: string }).timestamp);
+      if ((m as { event_type: string }).event_type === 'book' || (m as { event_type: string }).event_type === 'replay_end') continue;
+      if (at - began < (ts - START) / speed - 5) early++;
+    }
+  }
+  t.equal(early, 0, 'no message before its time');
+  t.ok(performance.now() - began >= (10 * SECOND) / speed, 'the replay took its paced time');
+});
+
+/** Opens a socket and gives the HTTP status of a refused upgrade with the envelope's code. */
+function refused(path: string, headers: Record<string, string> = {}): Promise<{ status: number; code: string }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${base}${path}`, { headers });
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, code: (JSON.parse(body) as { error: { code: string } }).error.code }));
+    });
+    ws.on('open', () => reject(new Error(`${path} was accepted`)));
+    ws.on('error', () => undefined);
+  });
+}
+
+t.test('refusals come before the upgrade, as the API’s error envelope', async (t) => {
+  const ok = `/v3/replay/polymarket/ws/market?from=${START}&to=${END}`;
+  const auth = { Authorization: `Bearer ${paid}` };
+  t.same(await refused(ok), { status: 401, code: 'AUTH_MISSING' });
+  t.same(await refused(ok, { Authorization: `Bearer pmh_${'x'.repeat(32)}` }), { status: 401, code: 'AUTH_INVALID' });
+  t.same(await refused(ok, { Authorization: `Bearer ${free}` }), { status: 403, code: 'PLAN_REQUIRED' });
+  t.same(await refused(`/v3/replay/polymarket/ws/market?to=${END}`, auth), { status: 400, code: 'INVALID_PARAMETER' });
+  t.same(await refused(`${ok}&speed=fast`, auth), { status: 400, code: 'INVALID_PARAMETER' });
+  t.same(await refused(`${ok}&limit=5`, auth), { status: 400, code: 'INVALID_PARAMETER' });
+  t.same(await refused(`/v3/replay/polymarket/ws/market?from=${END}&to=${START}`, auth), { status: 400, code: 'INVALID_RANGE' });
+  t.same(await refused(`/v3/replay/polymarket/ws/market?from=${START}&to=${START + 32 * 86_400_000}`, auth), {
+    status: 400,
+    code: 'INVALID_RANGE',
+  });
+  t.same(await refused(`/v3/replay/elsewhere?from=${START}`, auth), { status: 404, code: 'NOT_FOUND' });
+  // A venue client sets no headers: the key in the URL is taken.
+  const viaUrl = await new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${base}${ok}&speed=max&api_key=${paid}`);
+    ws.on('open', () => ws.send(MARKET_CHANNEL.subscribe(tokens.slice(0, 2), true)!));
+    ws.on('close', (code) => resolve(code));
+  });
+  t.equal(viaUrl, 1000);
+});
+
+t.test('round trip: capture’s own recorder pointed at the replay records the original’s books, row for row', async (t) => {
+  // Capture B runs the venue's REST faces from a stand-in of the same seed (discovery, REST checks)
+  // and takes the market channel from the replay of lake A, which plays on B's own clock: `play_at`
+  // is B's start, so the replay is the venue as it was when A recorded it.
+  const dirB = t.testdir();
+  let progress = () => START;
+  const clock = pacedClock(START, 20, Date.now(), Infinity, 1500, () => progress());
+  const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
+  const url = await standin.start();
+  t.teardown(() => standin.stop());
+  const replayApi = await startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' }), run.duck, clock, quiet, { port: 0 });
+  t.teardown(() => replayApi.stop());
+  const key = (await replayApi.keys.issue('paid', 'round trip')).key;
+  const config = testConfig(dirB, {
+    CAPTURE_STREAM: 'polymarket',
+    CAPTURE_VENUES: 'polymarket',
+    ...venuesAt(url),
+    POLYMARKET_WS_URL: `${replayApi.url.replace('http', 'ws')}/v3/replay/polymarket/ws/market?from=${START}&to=${END}&speed=1&play_at=${START}&api_key=${key}`,
+    STREAM_STALL_MS: '3000',
+    STREAM_BACKOFF_MIN_MS: '20',
+    STREAM_BACKOFF_MAX_MS: '200',
+  });
+  const duck = await Duck.open(2);
+  t.teardown(() => duck.close());
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  progress = () => capture.progress();
+  await capture.start();
+  while (clock.now() < END) await new Promise((r) => setTimeout(r, 50));
+  await capture.stop();
+  await sealAll(duck, dirB);
+  const b = await readStreamLake(duck, dirB);
+  // Compared where neither record has a gap (A's disconnect; any resync of B's), from a few seconds in.
+  const settled = START + 5 * SECOND;
+  const outside = (r: { market_id: string; ts: number }, gaps: { market_id: string; f: number; t: number }[]) =>
+    !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
+  const keyOf = (r: (typeof b.rows)[number]) =>
+    `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
+  const inB = new Set(b.rows.map(keyOf));
+  const inA = new Set(run.rows.map(keyOf));
+  const a = run.rows.filter((r) => r.ts >= settled && r.ts < END - 2 * SECOND && outside(r, run.gaps) && outside(r, b.gaps));
+  const bRows = b.rows.filter((r) => r.ts >= settled && r.ts < END - 2 * SECOND && outside(r, run.gaps) && outside(r, b.gaps));
+  const missing = a.filter((r) => !inB.has(keyOf(r)));
+  const extra = bRows.filter((r) => !inA.has(keyOf(r)));
+  t.ok(a.length > 1000, `${a.length} rows of A compared`);
+  t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
+  t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);
+});
