@@ -6,17 +6,13 @@ import t from 'tap';
 import { Ajv } from 'ajv';
 import WebSocket from 'ws';
 import { startApi } from '../src/api/server.js';
-import { Capture } from '../src/capture/capture.js';
-import { createClock, pacedClock } from '../src/clock.js';
-import { Duck } from '../src/lake/duckdb.js';
-import { StandIn } from '../src/standin/server.js';
-import { createAdapters } from '../src/venues/index.js';
+import { createClock } from '../src/clock.js';
 import { SECOND } from '../src/time.js';
 import { MARKET_CHANNEL } from '../src/venues/polymarket/channel.js';
 import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
-import { lakeTable, quiet, sealAll, testConfig } from './helpers.js';
-import { readStreamLake } from './streamaudit.js';
-import { COINS, OPEN, streamRun, venuesAt } from './streamrun.js';
+import { lakeTable, quiet, testConfig } from './helpers.js';
+import { roundTrip } from './replayrun.js';
+import { OPEN, streamRun } from './streamrun.js';
 
 // Across 12:05, so one 5-minute market ends and the next opens while recording.
 const START = OPEN + 250 * SECOND;
@@ -397,46 +393,8 @@ t.test('round trip: capture’s own recorder pointed at the replay records the o
   // Capture B runs the venue's REST faces from a stand-in of the same seed (discovery, REST checks)
   // and takes the market channel from the replay of lake A, which plays on B's own clock: `play_at`
   // is B's start, so the replay is the venue as it was when A recorded it.
-  const dirB = t.testdir();
-  let progress = () => START;
-  const clock = pacedClock(START, 20, Date.now(), Infinity, 1500, () => progress());
-  const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
-  const url = await standin.start();
-  t.teardown(() => standin.stop());
-  const replayApi = await startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' }), run.duck, clock, quiet, { port: 0 });
-  t.teardown(() => replayApi.stop());
-  const key = (await replayApi.keys.issue('paid', 'round trip')).key;
-  const config = testConfig(dirB, {
-    CAPTURE_STREAM: 'polymarket',
-    CAPTURE_VENUES: 'polymarket',
-    ...venuesAt(url),
-    POLYMARKET_WS_URL: `${replayApi.url.replace('http', 'ws')}/v3/replay/polymarket/ws/market?from=${START}&to=${END}&speed=1&play_at=${START}&api_key=${key}`,
-    STREAM_STALL_MS: '3000',
-    STREAM_BACKOFF_MIN_MS: '20',
-    STREAM_BACKOFF_MAX_MS: '200',
-  });
-  const duck = await Duck.open(2);
-  t.teardown(() => duck.close());
-  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
-  progress = () => capture.progress();
-  await capture.start();
-  while (clock.now() < END) await new Promise((r) => setTimeout(r, 50));
-  await capture.stop();
-  await sealAll(duck, dirB);
-  const b = await readStreamLake(duck, dirB);
-  // Compared where neither record has a gap (A's disconnect; any resync of B's), from a few seconds in.
-  const settled = START + 5 * SECOND;
-  const outside = (r: { market_id: string; ts: number }, gaps: { market_id: string; f: number; t: number }[]) =>
-    !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
-  const keyOf = (r: (typeof b.rows)[number]) =>
-    `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
-  const inB = new Set(b.rows.map(keyOf));
-  const inA = new Set(run.rows.map(keyOf));
-  const a = run.rows.filter((r) => r.ts >= settled && r.ts < END - 2 * SECOND && outside(r, run.gaps) && outside(r, b.gaps));
-  const bRows = b.rows.filter((r) => r.ts >= settled && r.ts < END - 2 * SECOND && outside(r, run.gaps) && outside(r, b.gaps));
-  const missing = a.filter((r) => !inB.has(keyOf(r)));
-  const extra = bRows.filter((r) => !inA.has(keyOf(r)));
-  t.ok(a.length > 1000, `${a.length} rows of A compared`);
+  const { compared, missing, extra } = await roundTrip(t, 'polymarket', run, START, END);
+  t.ok(compared > 1000, `${compared} rows of A compared`);
   t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
   t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);
 });

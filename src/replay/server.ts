@@ -14,12 +14,14 @@ import { newRequestId } from '../api/app.js';
 import { ApiError, echo, fail } from '../api/errors.js';
 import { KEY_RE, type KeyStore, type Plan } from '../api/keys.js';
 import type { RateLimiter, LeasedLimiter } from '../api/ratelimit.js';
-import { PolymarketWalk } from './polymarket.js';
+import { PROTOCOLS } from './protocols.js';
+import { WALLET_AGGREGATE_TOPIC } from './wallet.js';
 import { ReplaySession } from './session.js';
 import type { TapeCache } from './tape.js';
 
 export const REPLAY_PATHS: Record<string, Venue> = {
   '/v3/replay/polymarket/ws/market': 'polymarket',
+  '/v3/replay/wallet-prediction/sapi/wss': 'wallet-prediction',
 };
 
 export interface ReplayLimits {
@@ -50,32 +52,50 @@ export interface ReplayRequest {
 
 const ajv = new Ajv({ allErrors: false, strict: false });
 ajv.addFormat('timestamp', { type: 'string', validate: (s: string) => parseTime(s) !== null });
-const checkQuery = ajv.compile({
-  type: 'object',
-  properties: {
-    from: { type: 'string', format: 'timestamp' },
-    to: { type: 'string', format: 'timestamp' },
-    speed: { type: 'string', pattern: '^(max|[0-9]+(\\.[0-9]+)?)$' },
-    play_at: { type: 'string', format: 'timestamp' },
-    api_key: { type: 'string', maxLength: 64 },
-  },
-  required: ['from'],
-  additionalProperties: false,
-});
+const RANGE = {
+  from: { type: 'string', format: 'timestamp' },
+  to: { type: 'string', format: 'timestamp' },
+  speed: { type: 'string', pattern: '^(max|[0-9]+(\\.[0-9]+)?)$' },
+  play_at: { type: 'string', format: 'timestamp' },
+  api_key: { type: 'string', maxLength: 64 },
+};
+const TOPIC = 'web3_prediction_orderbook_(data|[0-9]+)';
+const checks: Record<Venue, ReturnType<typeof ajv.compile>> = {
+  polymarket: ajv.compile({ type: 'object', properties: RANGE, required: ['from'], additionalProperties: false }),
+  // The venue's own query (topics and its signature, which a replay takes and does not check) beside the range.
+  'wallet-prediction': ajv.compile({
+    type: 'object',
+    properties: {
+      ...RANGE,
+      topic: { type: 'string', pattern: `^${TOPIC}(\\|${TOPIC})*$` },
+      random: { type: 'string' },
+      recvWindow: { type: 'string' },
+      timestamp: { type: 'string' },
+      signature: { type: 'string' },
+    },
+    required: ['from', 'topic'],
+    additionalProperties: false,
+  }),
+};
 
 /** The replay's range and pace from the URL, or the reason it is refused (INVALID_PARAMETER / INVALID_RANGE). */
 export function replayRequest(venue: Venue, query: Record<string, string>, now: number, maxRangeMs: number): ReplayRequest {
-  if (!checkQuery(query)) {
-    const e = checkQuery.errors![0];
+  const check = checks[venue];
+  if (!check(query)) {
+    const e = check.errors![0];
     const param = e.instancePath.slice(1) || String(e.params.additionalProperty ?? e.params.missingProperty ?? '');
     const message =
       e.keyword === 'additionalProperties'
-        ? `Unknown parameter ${echo(param)}; a replay takes from, to, speed, play_at (and api_key)`
+        ? `Unknown parameter ${echo(param)}; this replay takes ${Object.keys((check.schema as { properties: object }).properties).join(', ')}`
         : e.keyword === 'required'
           ? `Missing parameter ${echo(param)}`
           : e.keyword === 'format'
             ? `${param} must be an ISO 8601 time or epoch milliseconds`
-            : `speed must be a positive multiple of real time or "max"`;
+            : param === 'topic'
+              ? `topic must be ${WALLET_AGGREGATE_TOPIC} or web3_prediction_orderbook_<marketId>, several joined by "|"`
+              : param === 'speed'
+                ? `speed must be a positive multiple of real time or "max"`
+                : `${param} is malformed`;
     fail('INVALID_PARAMETER', message, [{ param, message }]);
   }
   const from = parseTime(query.from)!;
@@ -129,9 +149,6 @@ class TokenIndex {
 /** Under the API's idle bound for sockets (API_IDLE_MS, 60 s by default). */
 const PING_MS = 20_000;
 
-/** Polymarket's framing: one message as itself, several as a JSON array (as the venue sends its book dumps). */
-const frame = (messages: string[]) => (messages.length === 1 ? messages[0] : `[${messages.join(',')}]`);
-
 export interface ReplayEndpoint {
   /** The HTTP server's `upgrade` listener. */
   upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void;
@@ -162,7 +179,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
     return key;
   };
 
-  const start = (ws: WebSocket, request: ReplayRequest, keyId: string, requestId: string) => {
+  const start = (ws: WebSocket, request: ReplayRequest, query: Record<string, string>, keyId: string, requestId: string) => {
     const began = performance.now();
     total++;
     open.set(keyId, (open.get(keyId) ?? 0) + 1);
@@ -170,8 +187,9 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       { req_id: requestId, key_id: keyId, venue: request.venue, from: request.from, to: request.to, speed: request.speed },
       'replay started',
     );
+    const protocol = PROTOCOLS[request.venue];
     const session = new ReplaySession(
-      { ...request, clock: deps.clock, frame, maxPerFrame: request.speed === Infinity ? 64 : 256 },
+      { ...request, clock: deps.clock, frames: protocol.frames, maxPerFrame: request.speed === Infinity ? 64 : 256 },
       {
         send: (text, done) => {
           if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
@@ -179,40 +197,18 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
         },
       },
     );
-    let custom = false;
-    const subscribe = (assets: unknown) => {
-      if (!Array.isArray(assets)) return;
-      const now = deps.clock.now();
-      for (const asset of assets) {
-        const m = typeof asset === 'string' ? tokens.find(asset, now) : null;
-        if (!m) continue;
-        session.subscribe(m.market_id, async (at) => {
-          const tape = await deps.tapes.get(deps.lake, 'polymarket', m, now);
-          return new PolymarketWalk(tape, at, request.to, custom, (bytes) => deps.tapes.charge(tape, bytes));
-        });
-      }
-    };
-    ws.on('message', (data, binary) => {
-      const text = binary ? '' : data.toString();
-      if (text === 'PING') return void ws.send('PONG');
-      let parsed: { assets_ids?: unknown; operation?: unknown; custom_feature_enabled?: unknown } | null = null;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = null;
-      }
-      if (!parsed || typeof parsed !== 'object') return void ws.send('INVALID OPERATION');
-      if (parsed.custom_feature_enabled === true) custom = true;
-      if (parsed.operation === 'unsubscribe') {
-        if (Array.isArray(parsed.assets_ids))
-          for (const asset of parsed.assets_ids) {
-            const m = typeof asset === 'string' ? tokens.find(asset, deps.clock.now()) : null;
-            if (m) session.unsubscribe(m.market_id);
-          }
-        return;
-      }
-      subscribe(parsed.assets_ids);
+    const client = protocol.open({
+      request,
+      query,
+      session,
+      send: (text) => ws.send(text),
+      market: (id) => deps.lake.market(request.venue, id, deps.clock.now()),
+      token: (id) => tokens.find(id, deps.clock.now()),
+      markets: () => [...deps.lake.walk('asc', deps.clock.now())].filter((m) => m.venue === request.venue),
+      tape: (m) => deps.tapes.get(deps.lake, request.venue, m, deps.clock.now()),
+      charge: (tape, bytes) => deps.tapes.charge(tape, bytes),
     });
+    ws.on('message', (data, binary) => client.message(binary ? '' : data.toString()));
     // A protocol ping now and then: a replay with nothing due keeps its socket (and the API's idle bound) alive.
     const pinger = setInterval(() => ws.ping(), PING_MS);
     ws.on('close', () => {
@@ -223,7 +219,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
     session.run().then(
       (how) => {
         if (how === 'end' && ws.readyState === ws.OPEN) {
-          ws.send(JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }));
+          ws.send(client.end());
           ws.close(1000, 'replay complete');
         }
         finish(how);
@@ -258,7 +254,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       if (total >= deps.limits.total) fail('UNAVAILABLE', 'Every replay slot is in use; retry shortly', [], { 'Retry-After': '5' });
       if ((open.get(key.key_id) ?? 0) >= deps.limits.perKey)
         fail('RATE_LIMITED', `At most ${deps.limits.perKey} replays at once per key`, [], { 'Retry-After': '5' });
-      wss.handleUpgrade(req, socket, head, (ws) => start(ws, request, key.key_id, requestId));
+      wss.handleUpgrade(req, socket, head, (ws) => start(ws, request, query, key.key_id, requestId));
     })().catch((err: unknown) => {
       if (err instanceof ApiError) refuse(socket, err, requestId);
       else {

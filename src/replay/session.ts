@@ -24,8 +24,8 @@ export interface ReplayOptions {
   /** The clock time at which `from` plays (null: when the first subscription arrives); connections sharing it share one timeline. */
   playAt: number | null;
   clock: Clock;
-  /** One frame of messages (the venue's framing). */
-  frame: (messages: string[]) => string;
+  /** Frames of messages (the venue's framing: one, several as an array, or each its own). */
+  frames: (messages: string[]) => string[];
   /** Messages per frame at most. */
   maxPerFrame: number;
 }
@@ -77,9 +77,10 @@ export class ReplaySession {
   /**
    * Adds a market from the replay's present on: `load` gets the historical time it starts at and
    * gives its walk (null: nothing recorded). The replay waits for loads in flight, so a market's
-   * first messages are never skipped while its tape is read.
+   * first messages are never skipped while its tape is read. `market`: false for a walk that
+   * subscribes markets itself (a topic's schedule), not counted as one.
    */
-  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>): void {
+  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>, market = true): void {
     if (this.walks.has(key) || this.stopped) return;
     this.playAt ??= this.options.clock.now();
     this.subscribedAt = performance.now();
@@ -88,8 +89,9 @@ export class ReplaySession {
       (walk) => {
         if (!walk || this.stopped || this.walks.get(key) !== placeholder) return;
         this.walks.set(key, walk);
-        this.stats.markets++;
-        this.push({ t: walk.next(), key, walk });
+        if (market) this.stats.markets++;
+        const t = walk.next();
+        if (t !== Infinity) this.push({ t, key, walk });
       },
       (err: Error) => {
         this.failed ??= err;
@@ -123,7 +125,7 @@ export class ReplaySession {
    * client leaves (`stop`) or a tape fails to load (thrown). Resolves with why it ended.
    */
   async run(): Promise<'end' | 'stopped'> {
-    const { to, speed, frame, maxPerFrame } = this.options;
+    const { to, speed, frames, maxPerFrame } = this.options;
     const out: string[] = [];
     while (!this.stopped) {
       if (this.loads.size) await Promise.all([...this.loads]);
@@ -139,7 +141,8 @@ export class ReplaySession {
         if (e.t !== Infinity) this.push(e);
       }
       if (out.length) {
-        await this.send(frame(out), out.length);
+        this.stats.messages += out.length;
+        for (const text of frames(out)) await this.send(text);
         out.length = 0;
         continue;
       }
@@ -169,8 +172,7 @@ export class ReplaySession {
     return 'stopped';
   }
 
-  private async send(text: string, messages: number): Promise<void> {
-    this.stats.messages += messages;
+  private async send(text: string): Promise<void> {
     this.stats.frames++;
     this.stats.firstMessageMs ??= performance.now() - this.began;
     this.unsent++;

@@ -30,5 +30,6 @@ export function signedSocketUrl(base: string, secret: string, topics: string[], 
     .sort()
     .map((k) => `${k}=${encodeURIComponent(params[k])}`)
     .join('&');
-  return `${base}?${query}&signature=${signQuery(secret, query)}`;
+  // A base that has a query of its own (a replay's range) keeps it.
+  return `${base}${base.includes('?') ? '&' : '?'}${query}&signature=${signQuery(secret, query)}`;
 }

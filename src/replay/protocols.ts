@@ -1,0 +1,128 @@
+// What a replay connection says in each venue's protocol: how a client subscribes (Polymarket's
+// `assets_ids` frames and PING text; the wallet's topics in the URL), how messages are framed, and
+// how the replay says it is over.
+import type { Venue } from '../config.js';
+import type { StoredMarket } from '../lake/reader.js';
+import { PolymarketWalk } from './polymarket.js';
+import type { ReplayRequest } from './server.js';
+import type { ReplaySession, ReplayWalk } from './session.js';
+import type { MarketTape } from './tape.js';
+import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';
+
+/** What a protocol may ask of the replay it speaks for. */
+export interface ReplayContext {
+  request: ReplayRequest;
+  query: Record<string, string>;
+  session: ReplaySession;
+  /** Sends a frame outside the replay's pace (a PONG, an acknowledgement). */
+  send(text: string): void;
+  market(id: string): StoredMarket | null;
+  token(id: string): StoredMarket | null;
+  /** The venue's markets, by window start. */
+  markets(): StoredMarket[];
+  tape(m: StoredMarket): Promise<MarketTape>;
+  charge(tape: MarketTape, bytes: number): void;
+}
+
+export interface ReplayClient {
+  message(text: string): void;
+  /** The last message, once `to` is reached. */
+  end(): string;
+}
+
+export interface ReplayProtocol {
+  frames(messages: string[]): string[];
+  open(ctx: ReplayContext): ReplayClient;
+}
+
+/** A market's books are streamed from this long before its window opens (capture subscribes a minute ahead). */
+const SCHEDULE_LEAD_MS = 5 * 60_000;
+
+const polymarket: ReplayProtocol = {
+  // One message as itself, several of one instant as a JSON array (as the venue frames its book dumps).
+  frames: (messages) => [messages.length === 1 ? messages[0] : `[${messages.join(',')}]`],
+  open(ctx) {
+    let custom = false;
+    const { session, request } = ctx;
+    const marketsOf = (assets: unknown) =>
+      (Array.isArray(assets) ? assets : []).map((a) => (typeof a === 'string' ? ctx.token(a) : null)).filter((m) => m !== null);
+    return {
+      message(text) {
+        if (text === 'PING') return ctx.send('PONG');
+        let frame: { assets_ids?: unknown; operation?: unknown; custom_feature_enabled?: unknown } | null = null;
+        try {
+          frame = JSON.parse(text);
+        } catch {
+          frame = null;
+        }
+        // What the venue answers to anything it cannot take: text, not JSON, and the connection stays.
+        if (!frame || typeof frame !== 'object') return ctx.send('INVALID OPERATION');
+        if (frame.custom_feature_enabled === true) custom = true;
+        if (frame.operation === 'unsubscribe') {
+          for (const m of marketsOf(frame.assets_ids)) session.unsubscribe(m.market_id);
+          return;
+        }
+        for (const m of marketsOf(frame.assets_ids))
+          session.subscribe(m.market_id, async (at) => {
+            const tape = await ctx.tape(m);
+            return new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
+          });
+      },
+      end: () => JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }),
+    };
+  },
+};
+
+/**
+ * The aggregate topic's markets, each subscribed as the replay reaches a few minutes before its
+ * window (a walk that sends nothing itself): a week's replay holds the markets of the moment, not
+ * the week's.
+ */
+class MarketSchedule implements ReplayWalk {
+  private i = 0;
+
+  constructor(
+    private readonly markets: StoredMarket[],
+    private readonly subscribe: (m: StoredMarket) => void,
+    private readonly to: number,
+  ) {}
+
+  next(): number {
+    const m = this.markets[this.i];
+    const t = m ? m.start_time - SCHEDULE_LEAD_MS : Infinity;
+    return t < this.to ? t : Infinity;
+  }
+
+  take(): void {
+    this.subscribe(this.markets[this.i++]);
+  }
+}
+
+const wallet: ReplayProtocol = {
+  // The venue pushes one book per frame.
+  frames: (messages) => messages,
+  open(ctx) {
+    const { session, request } = ctx;
+    const subscribe = (m: StoredMarket, topic: string) =>
+      session.subscribe(m.market_id, async (at) => new WalletWalk(await ctx.tape(m), at, request.to, topic));
+    const topics = ctx.query.topic.split('|');
+    for (const topic of topics) {
+      if (topic === WALLET_AGGREGATE_TOPIC) {
+        const markets = ctx.markets().filter((m) => m.end_time > request.from && m.start_time - SCHEDULE_LEAD_MS < request.to);
+        markets.sort((a, b) => a.start_time - b.start_time);
+        session.subscribe(`schedule:${topic}`, async () => new MarketSchedule(markets, (m) => subscribe(m, topic), request.to), false);
+      } else {
+        const m = ctx.market(topic.slice(WALLET_TOPIC_PREFIX.length));
+        if (m) subscribe(m, topic);
+      }
+    }
+    ctx.send(WALLET_ACK);
+    return {
+      // Binance's SApi socket takes no frames but its own control messages: nothing to answer.
+      message: () => undefined,
+      end: () => walletFrame(topics[0], JSON.stringify({ msgType: 'replay_end', from: request.from, to: request.to })),
+    };
+  },
+};
+
+export const PROTOCOLS: Record<Venue, ReplayProtocol> = { polymarket, 'wallet-prediction': wallet };

@@ -1,0 +1,92 @@
+// A market's tape as the wallet's signed order-book stream would have pushed it (UPSTREAMS.md C2):
+// one Yes-priced book per recorded instant (the first outcome's, as recorded), in a `DATA` frame
+// whose `data` is a JSON string, and a `replay_gap` payload where the record has a gap (it carries
+// no `updateTimestampMs`, so a venue client's book handling passes it by).
+import type { MarketTape } from './tape.js';
+import type { ReplayWalk } from './session.js';
+
+export const WALLET_AGGREGATE_TOPIC = 'web3_prediction_orderbook_data';
+export const WALLET_TOPIC_PREFIX = 'web3_prediction_orderbook_';
+
+/** The acknowledgement the venue sends when a connection's topics are subscribed. */
+export const WALLET_ACK = JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' });
+
+export const walletFrame = (topic: string, payload: string) => JSON.stringify({ type: 'DATA', topic, data: payload });
+
+const pairs = (prices: number[], sizes: number[]) => prices.map((p, i) => [String(p), String(sizes[i])]);
+
+export class WalletWalk implements ReplayWalk {
+  private book: number;
+  private gap: number;
+  private readonly gaps: MarketTape['gaps'];
+  private readonly yes: number;
+  private readonly initial: string[] = [];
+
+  constructor(
+    private readonly tape: MarketTape,
+    from: number,
+    private readonly to: number,
+    /** The topic the client subscribed the market by (its own, or the aggregate). */
+    private readonly topic: string,
+  ) {
+    this.yes = Math.min(...tape.market.outcomes.map((o) => o.index));
+    this.gaps = tape.gaps.filter((g) => g.dataset === 'books').sort((a, b) => a.from - b.from);
+    this.book = tape.books.findIndex((b) => b.ts >= from);
+    if (this.book < 0) this.book = tape.books.length;
+    this.gap = this.gaps.findIndex((g) => g.from >= from);
+    if (this.gap < 0) this.gap = this.gaps.length;
+    for (const g of this.gaps) if (g.from < from && g.to > from) this.initial.push(this.gapFrame(g, from));
+    // The book held at `from`: a client of the venue gets it from REST; a replay sends it first.
+    for (let i = this.book - 1; i >= 0; i--)
+      if (tape.books[i].outcome === this.yes) {
+        this.initial.push(this.bookFrame(i));
+        break;
+      }
+  }
+
+  next(): number {
+    if (this.initial.length) return -Infinity;
+    while (this.book < this.tape.books.length && this.tape.books[this.book].outcome !== this.yes) this.book++;
+    const t = Math.min(
+      this.book < this.tape.books.length ? this.tape.books[this.book].ts : Infinity,
+      this.gap < this.gaps.length ? this.gaps[this.gap].from : Infinity,
+    );
+    return t < this.to ? t : Infinity;
+  }
+
+  take(out: string[]): void {
+    if (this.initial.length) {
+      out.push(...this.initial.splice(0));
+      return;
+    }
+    const t = this.next();
+    if (t === Infinity) return;
+    if (this.gap < this.gaps.length && this.gaps[this.gap].from === t) out.push(this.gapFrame(this.gaps[this.gap++], t));
+    else out.push(this.bookFrame(this.book++));
+  }
+
+  private bookFrame(i: number): string {
+    const b = this.tape.books[i];
+    const payload = JSON.stringify({
+      msgType: 'orderbook',
+      marketId: Number(this.tape.market.market_id),
+      updateTimestampMs: b.ts,
+      bids: pairs(b.bidPrices, b.bidSizes),
+      asks: pairs(b.askPrices, b.askSizes),
+    });
+    return walletFrame(this.topic, payload);
+  }
+
+  private gapFrame(g: MarketTape['gaps'][number], at: number): string {
+    const payload = JSON.stringify({
+      msgType: 'replay_gap',
+      marketId: Number(this.tape.market.market_id),
+      dataset: g.dataset,
+      reason: g.reason,
+      from: g.from,
+      to: Number.isFinite(g.to) ? g.to : null,
+      timestamp: Math.max(g.from, at),
+    });
+    return walletFrame(this.topic, payload);
+  }
+}

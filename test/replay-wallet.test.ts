@@ -1,0 +1,106 @@
+// The wallet venue's replay: its signed socket's shape (topics in the URL, `DATA` frames whose
+// `data` is a JSON string, one Yes-priced book per push) from a lake capture recorded off the
+// stand-in's wallet stream with a disconnect; parsed by capture's own protocol code, and capture's
+// wallet recorder pointed at it records the original's books row for row.
+import t from 'tap';
+import WebSocket from 'ws';
+import { startApi } from '../src/api/server.js';
+import { createClock } from '../src/clock.js';
+import { SECOND } from '../src/time.js';
+import { walletTopics } from '../src/venues/wallet/channel.js';
+import { quiet, testConfig } from './helpers.js';
+import { roundTrip } from './replayrun.js';
+import { OPEN, streamRun } from './streamrun.js';
+
+const START = OPEN + 250 * SECOND;
+const DISCONNECT = { from: START + 40 * SECOND, to: START + 46 * SECOND };
+const run = await streamRun(t, { disconnects: [DISCONNECT] }, 5, 20, { venue: 'wallet-prediction', start: START, spanMs: 100 * SECOND });
+const END = run.end;
+
+const api = await startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' }), run.duck, createClock(END + 60 * SECOND, 1), quiet, {
+  port: 0,
+});
+t.teardown(() => api.stop());
+const paid = (await api.keys.issue('paid', 'replay')).key;
+const path = '/v3/replay/wallet-prediction/sapi/wss';
+const protocol = walletTopics('venue-key', 'venue-secret');
+
+/** Connects with the venue's signed URL shape, as capture's own client builds it, and collects the unwrapped pushes. */
+function replay(query: string, topics: string[]): Promise<{ pushes: Record<string, unknown>[]; frames: string[]; code: number }> {
+  return new Promise((resolve, reject) => {
+    const url = `${api.url.replace('http', 'ws')}${path}?${query}`;
+    const signed = walletTopics('venue-key', 'venue-secret').url!(url).replace(
+      /topic=[^&]*/,
+      `topic=${encodeURIComponent(topics.join('|'))}`,
+    );
+    const ws = new WebSocket(signed, { headers: { ...protocol.headers, Authorization: `Bearer ${paid}` } });
+    const got = { pushes: [] as Record<string, unknown>[], frames: [] as string[], code: 0 };
+    ws.on('message', (data) => {
+      const text = data.toString();
+      got.frames.push(text);
+      for (const m of protocol.unwrap(JSON.parse(text))) got.pushes.push(m as Record<string, unknown>);
+    });
+    ws.on('unexpected-response', (_req, res) => reject(new Error(`refused ${res.statusCode}`)));
+    ws.on('close', (code) => resolve({ ...got, code }));
+    ws.on('error', reject);
+  });
+}
+
+const ups = run.rows.filter((r) => r.outcome_index === 0 && r.ts >= START && r.ts < END);
+const markets = [...new Set(run.rows.map((r) => r.market_id))];
+
+t.test('the aggregate topic replays every market’s recorded Yes books, in the venue’s frames', async (t) => {
+  t.ok(markets.length >= 3, `${markets.length} markets`);
+  const got = await replay(`from=${START}&to=${END}&speed=max`, ['web3_prediction_orderbook_data']);
+  t.equal(got.code, 1000);
+  t.same(JSON.parse(got.frames[0]), { type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' }, 'acknowledged first');
+  for (const f of got.frames.slice(1)) {
+    const frame = JSON.parse(f) as { type: string; topic: string; data: unknown };
+    if (frame.type !== 'DATA' || frame.topic !== 'web3_prediction_orderbook_data' || typeof frame.data !== 'string')
+      t.fail(`frame ${f.slice(0, 200)}`);
+  }
+  const books = got.pushes.filter((p) => p.msgType === 'orderbook' && Number(p.updateTimestampMs) >= START);
+  const key = (market: string | number, ts: number, bids: unknown, asks: unknown) => `${market}@${ts}:${JSON.stringify([bids, asks])}`;
+  t.same(
+    books.map((p) => key(p.marketId as number, Number(p.updateTimestampMs), p.bids, p.asks)),
+    ups
+      .sort((a, b) => a.ts - b.ts || Number(a.market_id) - Number(b.market_id))
+      .map((r) =>
+        key(
+          Number(r.market_id),
+          r.ts,
+          r.bid_prices.map((p, i) => [String(p), String(r.bid_sizes[i])]),
+          r.ask_prices.map((p, i) => [String(p), String(r.ask_sizes[i])]),
+        ),
+      ),
+    `${ups.length} Yes books, each once, in time order`,
+  );
+  const gaps = got.frames
+    .slice(1)
+    .map((f) => JSON.parse(JSON.parse(f).data ?? 'null'))
+    .filter((d) => d?.msgType === 'replay_gap');
+  t.same(
+    gaps.map((g) => `${g.marketId}:${g.from}:${g.to}:${g.reason}`).sort(),
+    run.gaps
+      .filter((g) => g.t > START && g.f < END)
+      .map((g) => `${g.market_id}:${g.f}:${g.t}:${g.reason}`)
+      .sort(),
+    'every book gap announced, and passed by the venue client’s unwrap (no updateTimestampMs)',
+  );
+  t.notOk(got.pushes.some((p) => p.msgType === 'replay_gap'));
+});
+
+t.test('one market’s own topic replays that market alone; a malformed topic is refused', async (t) => {
+  const id = markets[0];
+  const got = await replay(`from=${START}&to=${END}&speed=max`, [`web3_prediction_orderbook_${id}`]);
+  t.ok(got.pushes.length > 0);
+  t.ok(got.pushes.every((p) => String(p.marketId) === id));
+  await t.rejects(replay(`from=${START}&to=${END}&speed=max`, ['orderbook_everything']), /refused 400/);
+});
+
+t.test('round trip: capture’s wallet recorder pointed at the replay records the original’s books, row for row', async (t) => {
+  const { compared, missing, extra } = await roundTrip(t, 'wallet-prediction', run, START, END);
+  t.ok(compared > 200, `${compared} rows of A compared`);
+  t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
+  t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);
+});

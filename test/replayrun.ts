@@ -1,0 +1,72 @@
+// The replay's round trip, shared by both venues' tests: capture B, with the venue's REST faces
+// from a stand-in of the same seed, takes the venue's stream from the replay of lake A, which
+// plays on B's own clock (`play_at` is B's start), so the replay is the venue as it was when A
+// recorded it; then B's books are compared with A's, row for row, where neither has a gap.
+import type { Test } from 'tap';
+import { startApi } from '../src/api/server.js';
+import { Capture } from '../src/capture/capture.js';
+import { pacedClock } from '../src/clock.js';
+import type { Venue } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { StandIn } from '../src/standin/server.js';
+import { SECOND } from '../src/time.js';
+import { createAdapters } from '../src/venues/index.js';
+import { quiet, sealAll, testConfig } from './helpers.js';
+import { type Gap, type Recorded, readStreamLake } from './streamaudit.js';
+import { COINS, venuesAt } from './streamrun.js';
+
+const REPLAY_PATH: Record<Venue, { env: string; path: string }> = {
+  polymarket: { env: 'POLYMARKET_WS_URL', path: '/v3/replay/polymarket/ws/market' },
+  'wallet-prediction': { env: 'WALLET_WS_URL', path: '/v3/replay/wallet-prediction/sapi/wss' },
+};
+
+export async function roundTrip(
+  t: Test,
+  venue: Venue,
+  a: { dir: string; duck: Duck; rows: Recorded[]; gaps: Gap[] },
+  start: number,
+  end: number,
+) {
+  const dirB = t.testdir();
+  let progress = () => start;
+  const clock = pacedClock(start, 20, Date.now(), Infinity, 1500, () => progress());
+  const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
+  const url = await standin.start();
+  t.teardown(() => standin.stop());
+  const replayApi = await startApi(testConfig(a.dir, { RATE_PAID_PER_SECOND: '1000' }), a.duck, clock, quiet, { port: 0 });
+  t.teardown(() => replayApi.stop());
+  const key = (await replayApi.keys.issue('paid', 'round trip')).key;
+  const { env, path } = REPLAY_PATH[venue];
+  const config = testConfig(dirB, {
+    CAPTURE_STREAM: venue,
+    CAPTURE_VENUES: venue,
+    ...venuesAt(url),
+    [env]: `${replayApi.url.replace('http', 'ws')}${path}?from=${start}&to=${end}&speed=1&play_at=${start}&api_key=${key}`,
+    WALLET_CONCURRENCY: '16',
+    STREAM_STALL_MS: '3000',
+    STREAM_BACKOFF_MIN_MS: '20',
+    STREAM_BACKOFF_MAX_MS: '200',
+  });
+  const duck = await Duck.open(2);
+  t.teardown(() => duck.close());
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  progress = () => capture.progress();
+  await capture.start();
+  while (clock.now() < end) await new Promise((r) => setTimeout(r, 50));
+  await capture.stop();
+  await sealAll(duck, dirB);
+  const b = await readStreamLake(duck, dirB);
+  // From a few seconds in (B's first subscriptions) to shortly before the end, outside both records' gaps.
+  const outside = (r: Recorded, gaps: Gap[]) => !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
+  const within = (r: Recorded) => r.ts >= start + 5 * SECOND && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
+  const keyOf = (r: Recorded) =>
+    `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
+  const inA = new Set(a.rows.map(keyOf));
+  const inB = new Set(b.rows.map(keyOf));
+  const compared = a.rows.filter(within);
+  return {
+    compared: compared.length,
+    missing: compared.filter((r) => !inB.has(keyOf(r))),
+    extra: b.rows.filter(within).filter((r) => !inA.has(keyOf(r))),
+  };
+}
