@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -81,6 +81,10 @@ download: install
 query: install
 	$(TSX) jobs/query.ts
 
+## make replay VENUE=polymarket FROM=2026-07-26T12:00:00Z TO=2026-07-26T12:15:00Z COIN=btc WINDOW=5m OUT=replay.ndjson (or MARKETS=id,id; SPEED=max)
+replay: install
+	@$(TSX) jobs/replay.ts --venue "$(or $(VENUE),polymarket)" --from "$(FROM)" --to "$(TO)" --speed "$(or $(SPEED),max)" --markets "$(MARKETS)" --coin "$(COIN)" --window "$(WINDOW)" --out "$(OUT)"
+
 bench-capture: install
 	$(TSX) bench/capture.ts
 	$(TSX) bench/stream.ts
@@ -101,6 +105,10 @@ bench-compare: install
 ## make bench-profile: where a cold page's time goes on the SQL path (book cache off), from a CPU profile of the API
 bench-profile: install
 	$(TSX) bench/profile.ts
+
+## make bench-replay: the WebSocket replay from a recorded lake: messages/s as fast as possible, time to the first message, memory per replay
+bench-replay: install
+	$(TSX) bench/replay.ts
 
 ## make bench-fairness: 64 paid keys within their rates against `make api`'s default admission, a bystander key's latency beside them
 bench-fairness: install

@@ -2,6 +2,9 @@
 // (with a disconnect, so the record has gaps): every message in the venue's documented shapes and
 // through capture's own protocol parser, books rebuilt from the messages equal to the lake's rows,
 // hashes reproducing, trades once each, gaps announced, refusals as the API's envelope.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import t from 'tap';
 import { Ajv } from 'ajv';
 import WebSocket from 'ws';
@@ -10,7 +13,7 @@ import { createClock } from '../src/clock.js';
 import { SECOND } from '../src/time.js';
 import { MARKET_CHANNEL } from '../src/venues/polymarket/channel.js';
 import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
-import { lakeTable, quiet, testConfig } from './helpers.js';
+import { CHILD_ENV, TS_NODE_ARGS, lakeTable, quiet, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
 import { OPEN, streamRun } from './streamrun.js';
 
@@ -397,4 +400,37 @@ t.test('round trip: capture’s own recorder pointed at the replay records the o
   t.ok(compared > 1000, `${compared} rows of A compared`);
   t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
   t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);
+});
+
+t.test('make replay writes the same messages as the socket, one per line', async (t) => {
+  const out = path.join(t.testdir(), 'replay.ndjson');
+  const child = spawn(
+    process.execPath,
+    [
+      ...TS_NODE_ARGS,
+      'jobs/replay.ts',
+      '--venue',
+      'polymarket',
+      '--from',
+      String(START),
+      '--to',
+      String(END),
+      '--coin',
+      'btc',
+      '--out',
+      out,
+    ],
+    {
+      env: { ...CHILD_ENV, DATA_DIR: run.dir },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  t.equal(await new Promise((r) => child.once('exit', r)), 0, stderr);
+  const lines = (await fs.readFile(out, 'utf8')).trimEnd().split('\n');
+  const socket = full.messages.filter((m) => m.event_type !== 'replay_end').map((m) => JSON.stringify(m));
+  t.equal(lines.length, socket.length, `${lines.length} messages`);
+  t.same([...lines].sort(), [...socket].sort(), 'the same messages');
+  t.match(stderr, new RegExp(`replay: ${lines.length} messages of \\d+ markets to `));
 });

@@ -357,7 +357,7 @@ function decimal(x: number): string {
  * public in the pinned @duckdb/node-api); reading it directly is ten times faster than getItem.
  * Lake ladders have no null elements, so validity is not consulted; other versions fall back.
  */
-function readDoubles(list: DuckDBListVector, row: number): number[] | Float64Array {
+export function readDoubles(list: DuckDBListVector, row: number): number[] | Float64Array {
   const offset = list.getEntryOffset(row);
   const length = list.getEntryLength(row);
   const child = list.childVector;

@@ -4,42 +4,56 @@
 // venue's best bid and ask and book hash after it, `last_trade_price` for every streamed trade,
 // `tick_size_change` where the market's tick moved, `market_resolved` at its resolution, and a
 // `replay_gap` control message where the record has a gap. Times are the archive's (`ts`).
-import { type ClobLevel, clobBookHash } from '../venues/polymarket/book.js';
+import { type ClobBookExtras, clobHashOfParts } from '../venues/polymarket/book.js';
 import type { MarketTape, TapeBook } from './tape.js';
 import type { ReplayWalk } from './session.js';
 
 const text = (n: number) => String(n);
 
-/** The lake keeps ladders best first; the venue writes them best last on both sides. */
-function venueLevels(prices: number[], sizes: number[]): ClobLevel[] {
-  const out: ClobLevel[] = new Array(prices.length);
-  for (let i = 0; i < prices.length; i++) out[prices.length - 1 - i] = { price: text(prices[i]), size: text(sizes[i]) };
-  return out;
+/**
+ * One side as the venue writes it (`"bids":[{"price":"0.48","size":"30"},...]`, best level last;
+ * the lake keeps it best first), built as text: numbers need no escaping, and a level object per
+ * price made rendering cost more than sending.
+ */
+function sideJson(name: 'bids' | 'asks', prices: ArrayLike<number>, sizes: ArrayLike<number>): string {
+  let json = `"${name}":[`;
+  for (let i = prices.length - 1; i >= 0; i--) json += `{"price":"${prices[i]}","size":"${sizes[i]}"}${i ? ',' : ''}`;
+  return `${json}]`;
 }
 
-interface Change {
-  price: number;
-  size: number;
-  side: 'BUY' | 'SELL';
-}
-
-/** The levels of one side that differ between two books, as the venue states them: the new aggregate size, 0 for a level gone. */
-function sideChanges(prevPrices: number[], prevSizes: number[], prices: number[], sizes: number[], side: 'BUY' | 'SELL', out: Change[]) {
-  const before = new Map<number, number>();
-  for (let i = 0; i < prevPrices.length; i++) before.set(prevPrices[i], prevSizes[i]);
-  for (let i = 0; i < prices.length; i++) {
-    const was = before.get(prices[i]);
-    if (was !== sizes[i]) out.push({ price: prices[i], size: sizes[i], side });
-    before.delete(prices[i]);
+/**
+ * The entries of one side that differ between two books (new aggregate size, "0" for a level
+ * gone), as JSON text: one merge walk over both ladders, best first (bids descending, asks ascending).
+ */
+function sideChanges(
+  prevPrices: ArrayLike<number>,
+  prevSizes: ArrayLike<number>,
+  prices: ArrayLike<number>,
+  sizes: ArrayLike<number>,
+  side: 'BUY' | 'SELL',
+  entry: (price: number, size: number, side: 'BUY' | 'SELL') => void,
+): void {
+  // Walking best first, a bid's "later" price is lower and an ask's higher.
+  const later = side === 'BUY' ? (a: number, b: number) => a < b : (a: number, b: number) => a > b;
+  let i = 0;
+  let j = 0;
+  while (i < prevPrices.length || j < prices.length) {
+    if (j >= prices.length || (i < prevPrices.length && later(prices[j], prevPrices[i]))) entry(prevPrices[i++], 0, side);
+    else if (i >= prevPrices.length || later(prevPrices[i], prices[j])) {
+      entry(prices[j], sizes[j], side);
+      j++;
+    } else {
+      if (prevSizes[i] !== sizes[j]) entry(prices[j], sizes[j], side);
+      i++;
+      j++;
+    }
   }
-  for (const price of before.keys()) out.push({ price, size: 0, side });
 }
 
-export function bookChanges(prev: TapeBook, next: TapeBook): Change[] {
-  const out: Change[] = [];
-  sideChanges(prev.bidPrices, prev.bidSizes, next.bidPrices, next.bidSizes, 'BUY', out);
-  sideChanges(prev.askPrices, prev.askSizes, next.askPrices, next.askSizes, 'SELL', out);
-  return out.sort((a, b) => a.price - b.price || (a.side < b.side ? -1 : 1));
+/** Every level two books of one token differ in, bids then asks, each as the venue's change states it. */
+export function bookChanges(prev: TapeBook, next: TapeBook, entry: (price: number, size: number, side: 'BUY' | 'SELL') => void): void {
+  sideChanges(prev.bidPrices, prev.bidSizes, next.bidPrices, next.bidSizes, 'BUY', entry);
+  sideChanges(prev.askPrices, prev.askSizes, next.askPrices, next.askSizes, 'SELL', entry);
 }
 
 /** Kinds in the order messages of one instant go: a gap's notice, the tick, trades, then books. */
@@ -70,16 +84,17 @@ function indexOf(tape: MarketTape): TapeIndex {
   const last = new Map<number, number>();
   const gaps = tape.gaps.filter((g) => g.dataset === 'books');
   for (let i = 0; i < n; i++) {
-    const b = tape.books[i];
-    const p = last.get(b.outcome);
-    last.set(b.outcome, i);
+    const outcome = tape.books.outcome[i];
+    const p = last.get(outcome);
+    last.set(outcome, i);
     if (p === undefined) {
       fresh[i] = 1;
       continue;
     }
     prev[i] = p;
-    const since = tape.books[p].ts;
-    fresh[i] = gaps.some((g) => g.from <= b.ts && g.to > since) ? 1 : 0;
+    const since = tape.books.ts[p];
+    const ts = tape.books.ts[i];
+    fresh[i] = gaps.some((g) => g.from <= ts && g.to > since) ? 1 : 0;
   }
   index = { prev, fresh };
   indexes.set(tape, index);
@@ -115,7 +130,7 @@ export class PolymarketWalk implements ReplayWalk {
     this.assets = [...m.outcomes].sort((a, b) => a.index - b.index).map((o) => o.token_id);
     this.negRisk = m.exchange_kind === 'neg_risk_ctf' ? true : m.exchange_kind === 'ctf' ? false : undefined;
     this.gaps = [...tape.gaps].sort((a, b) => a.from - b.from);
-    this.book = lowerBound(tape.books, from);
+    this.book = tape.books.lowerBound(from);
     this.trade = lowerBound(tape.trades, from);
     this.tick = lowerBound(tape.ticks, from);
     this.gap = this.gaps.findIndex((g) => g.from >= from);
@@ -125,17 +140,17 @@ export class PolymarketWalk implements ReplayWalk {
     // The book each outcome held at `from`: its newest row before it.
     const held = new Map<number, number>();
     for (let i = this.book - 1; i >= 0 && held.size < this.assets.length; i--) {
-      const o = tape.books[i].outcome;
+      const o = tape.books.outcome[i];
       if (!held.has(o)) held.set(o, i);
     }
-    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(tape.books[i], tape.books[i].ts));
+    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(tape.books.row(i)));
   }
 
   /** The time of the next message, or Infinity when none is left before `to`. */
   next(): number {
     if (this.initial.length) return -Infinity;
     const t = Math.min(
-      this.book < this.tape.books.length ? this.tape.books[this.book].ts : Infinity,
+      this.book < this.tape.books.length ? this.tape.books.ts[this.book] : Infinity,
       this.trade < this.tape.trades.length ? this.tape.trades[this.trade].ts : Infinity,
       this.tick < this.tape.ticks.length ? this.tape.ticks[this.tick].ts : Infinity,
       this.gap < this.gaps.length ? this.gaps[this.gap].from : Infinity,
@@ -159,7 +174,7 @@ export class PolymarketWalk implements ReplayWalk {
           ? TICK
           : this.trade < this.tape.trades.length && this.tape.trades[this.trade].ts === t
             ? TRADE
-            : this.book < this.tape.books.length && this.tape.books[this.book].ts === t
+            : this.book < this.tape.books.length && this.tape.books.ts[this.book] === t
               ? BOOK
               : RESOLVED;
     if (kind === GAP) out.push(this.gapMessage(this.gaps[this.gap++], t));
@@ -167,7 +182,7 @@ export class PolymarketWalk implements ReplayWalk {
     else if (kind === TRADE) this.memo(this.trade++ * 8 + TRADE, out, (i) => [this.tradeMessage(i >> 3)]);
     else if (kind === BOOK) {
       const first = this.book;
-      while (this.book < this.tape.books.length && this.tape.books[this.book].ts === t) this.book++;
+      while (this.book < this.tape.books.length && this.tape.books.ts[this.book] === t) this.book++;
       this.memo(first * 8 + BOOK, out, (i) => this.groupMessages(i >> 3, this.book));
     } else {
       this.resolvedSent = true;
@@ -183,6 +198,9 @@ export class PolymarketWalk implements ReplayWalk {
     }
     const messages = render(key);
     const joined = messages.join('\n');
+    // Kept for every later replay: flattened now (V8 does on a character read), or its concatenation's
+    // pieces stay behind it for the garbage collector to walk on every pass.
+    joined.charCodeAt(0);
     this.tape.rendered.set(key, joined);
     this.rendered(joined.length + 48);
     out.push(...messages);
@@ -203,70 +221,58 @@ export class PolymarketWalk implements ReplayWalk {
     return null;
   }
 
-  /** The venue's book hash over what the archive holds of its hashed fields (never `min_order_size`, which it does not keep). */
-  private hashOf(b: TapeBook, timestamp: string, bids: ClobLevel[], asks: ClobLevel[]): string {
+  /** The hashed fields beside the levels that the archive holds for a book (never `min_order_size`, which it does not keep). */
+  private extrasOf(b: TapeBook): ClobBookExtras {
     const tick = this.tickOf(b.ts);
     const trade = this.lastTradeOf(b.outcome, b.ts);
-    return clobBookHash({
-      market: this.condition,
-      asset_id: this.assets[b.outcome],
-      timestamp,
-      bids,
-      asks,
+    return {
       ...(tick === null ? {} : { tick_size: text(tick) }),
       ...(this.negRisk === undefined ? {} : { neg_risk: this.negRisk }),
       ...(trade === null ? {} : { last_trade_price: text(trade) }),
-    });
+    };
   }
 
-  private bookMessage(b: TapeBook, ts: number): string {
-    const timestamp = text(ts);
-    const bids = venueLevels(b.bidPrices, b.bidSizes);
-    const asks = venueLevels(b.askPrices, b.askSizes);
-    const trade = this.lastTradeOf(b.outcome, b.ts);
-    return JSON.stringify({
-      event_type: 'book',
-      asset_id: this.assets[b.outcome],
-      market: this.condition,
-      timestamp,
-      hash: this.hashOf(b, timestamp, bids, asks),
-      bids,
-      asks,
-      ...(trade === null ? {} : { last_trade_price: text(trade) }),
-    });
+  private bookMessage(b: TapeBook): string {
+    const timestamp = text(b.ts);
+    const asset = this.assets[b.outcome];
+    const bids = sideJson('bids', b.bidPrices, b.bidSizes);
+    const asks = sideJson('asks', b.askPrices, b.askSizes);
+    const extras = this.extrasOf(b);
+    const hash = clobHashOfParts(this.condition, asset, timestamp, bids, asks, extras);
+    const trade = extras.last_trade_price === undefined ? '' : `,"last_trade_price":"${extras.last_trade_price}"`;
+    return `{"event_type":"book","asset_id":${JSON.stringify(asset)},"market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","hash":"${hash}",${bids},${asks}${trade}}`;
   }
 
   /** One recorded instant of the market: fresh books where a client has no copy, then one `price_change` with every token's changes. */
   private groupMessages(first: number, end: number): string[] {
     const books = this.tape.books;
     const out: string[] = [];
-    const entries: Record<string, string>[] = [];
-    const timestamp = text(books[first].ts);
+    const timestamp = text(books.ts[first]);
+    let entries = '';
     for (let i = first; i < end; i++) {
-      const b = books[i];
+      const b = books.row(i);
       if (this.index.fresh[i]) {
-        out.push(this.bookMessage(b, b.ts));
+        out.push(this.bookMessage(b));
         continue;
       }
-      const changes = bookChanges(books[this.index.prev[i]], b);
+      const asset = JSON.stringify(this.assets[b.outcome]);
+      const changes: string[] = [];
+      bookChanges(books.row(this.index.prev[i]), b, (price, size, side) =>
+        changes.push(`{"asset_id":${asset},"price":"${price}","size":"${size}","side":"${side}"`),
+      );
       if (!changes.length) continue;
-      const hash = this.hashOf(b, timestamp, venueLevels(b.bidPrices, b.bidSizes), venueLevels(b.askPrices, b.askSizes));
-      const bestBid = b.bidPrices.length ? text(b.bidPrices[0]) : '0';
-      const bestAsk = b.askPrices.length ? text(b.askPrices[0]) : '1';
-      for (const c of changes)
-        entries.push({
-          asset_id: this.assets[b.outcome],
-          price: text(c.price),
-          size: text(c.size),
-          side: c.side,
-          hash,
-          best_bid: bestBid,
-          best_ask: bestAsk,
-        });
+      const bids = sideJson('bids', b.bidPrices, b.bidSizes);
+      const asks = sideJson('asks', b.askPrices, b.askSizes);
+      const hash = clobHashOfParts(this.condition, this.assets[b.outcome], timestamp, bids, asks, this.extrasOf(b));
+      const best = `,"hash":"${hash}","best_bid":"${b.bidPrices.length ? b.bidPrices[0] : '0'}","best_ask":"${b.askPrices.length ? b.askPrices[0] : '1'}"}`;
+      for (const c of changes) entries += `${entries ? ',' : ''}${c}${best}`;
     }
-    if (entries.length) out.push(JSON.stringify({ event_type: 'price_change', market: this.condition, timestamp, price_changes: entries }));
+    if (entries)
+      out.push(
+        `{"event_type":"price_change","market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","price_changes":[${entries}]}`,
+      );
     // A recorded instant that moved no level: the venue's book sent again after a trade.
-    if (!out.length) out.push(this.bookMessage(books[first], books[first].ts));
+    if (!out.length) out.push(this.bookMessage(books.row(first)));
     return out;
   }
 

@@ -37,6 +37,9 @@ const IDLE_MS = 10;
 /** As fast as possible, a replay waits this long (real ms) after a subscription before moving on from its start. */
 const SETTLE_MS = 20;
 
+/** A market whose walk is over: still subscribed (a repeated subscription does not start it again), holding nothing. */
+const DONE: ReplayWalk = { next: () => Infinity, take: () => undefined };
+
 interface Entry {
   t: number;
   key: string;
@@ -131,7 +134,8 @@ export class ReplaySession {
       if (this.loads.size) await Promise.all([...this.loads]);
       if (this.failed) throw this.failed;
       if (this.stopped) break;
-      const now = this.position();
+      // As fast as possible, a frame fills across instants once the subscriptions have settled.
+      const now = speed === Infinity && performance.now() - this.subscribedAt >= SETTLE_MS ? to - 1 : this.position();
       while (this.heap.length && this.heap[0].t <= now && out.length < maxPerFrame) {
         const e = this.pop();
         if (this.walks.get(e.key) !== e.walk) continue;
@@ -139,6 +143,8 @@ export class ReplaySession {
         if (e.t > this.reached) this.reached = Math.min(e.t, to);
         e.t = e.walk.next();
         if (e.t !== Infinity) this.push(e);
+        // Over: its tape is let go (a market of a week's replay is held while it plays, not after).
+        else this.walks.set(e.key, DONE);
       }
       if (out.length) {
         this.stats.messages += out.length;

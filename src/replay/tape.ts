@@ -2,7 +2,9 @@
 // versions and its gaps, loaded once per market (three bound statements) and shared by every
 // replay that subscribes to it while its files stay the same.
 import type { Venue } from '../config.js';
+import type { DuckDBDataChunk, DuckDBListVector } from '@duckdb/node-api';
 import type { JsonRow, Params } from '../lake/duckdb.js';
+import { readDoubles } from '../api/shape.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';
@@ -12,10 +14,94 @@ import { planPartitions } from '../api/plan.js';
 export interface TapeBook {
   ts: number;
   outcome: number;
-  bidPrices: number[];
-  bidSizes: number[];
-  askPrices: number[];
-  askSizes: number[];
+  bidPrices: ArrayLike<number>;
+  bidSizes: ArrayLike<number>;
+  askPrices: ArrayLike<number>;
+  askSizes: ArrayLike<number>;
+}
+
+/**
+ * A market's book rows in a few typed arrays (row i's ladders at `at[i]` in `levels`: bid prices,
+ * bid sizes, ask prices, ask sizes): an hour of every market is hundreds of thousands of rows, and
+ * as objects with number arrays the garbage collector's marking of them cost more than replaying.
+ */
+export class TapeBooks {
+  readonly ts: Float64Array;
+  readonly outcome: Int32Array;
+  private readonly at: Int32Array;
+  private readonly bids: Int32Array;
+  private readonly asks: Int32Array;
+  private readonly levels: Float64Array;
+
+  constructor(chunks: DuckDBDataChunk[]) {
+    const n = chunks.reduce((sum, c) => sum + c.rowCount, 0);
+    this.ts = new Float64Array(n);
+    this.outcome = new Int32Array(n);
+    this.at = new Int32Array(n);
+    this.bids = new Int32Array(n);
+    this.asks = new Int32Array(n);
+    let size = 0;
+    for (const c of chunks) {
+      const [bidList, , askList] = [2, 3, 4, 5].map((k) => c.getColumnVector(k) as DuckDBListVector);
+      for (let r = 0; r < c.rowCount; r++) size += 2 * (bidList.getEntryLength(r) + askList.getEntryLength(r));
+    }
+    this.levels = new Float64Array(size);
+    let i = 0;
+    let offset = 0;
+    for (const c of chunks) {
+      const ts = c.getColumnVector(0);
+      const outcome = c.getColumnVector(1);
+      const lists = [2, 3, 4, 5].map((k) => c.getColumnVector(k) as DuckDBListVector);
+      for (let r = 0; r < c.rowCount; r++, i++) {
+        this.ts[i] = ts.getItem(r) as number;
+        this.outcome[i] = outcome.getItem(r) as number;
+        this.at[i] = offset;
+        this.bids[i] = lists[0].getEntryLength(r);
+        this.asks[i] = lists[2].getEntryLength(r);
+        for (const list of lists) {
+          const values = readDoubles(list, r);
+          this.levels.set(values, offset);
+          offset += values.length;
+        }
+      }
+    }
+  }
+
+  get length(): number {
+    return this.ts.length;
+  }
+
+  get bytes(): number {
+    return this.levels.byteLength + this.ts.length * 24;
+  }
+
+  /** Row i as a book: views of its ladders, no copy. */
+  row(i: number): TapeBook {
+    const at = this.at[i];
+    const b = this.bids[i];
+    const a = this.asks[i];
+    const l = this.levels;
+    return {
+      ts: this.ts[i],
+      outcome: this.outcome[i],
+      bidPrices: l.subarray(at, at + b),
+      bidSizes: l.subarray(at + b, at + 2 * b),
+      askPrices: l.subarray(at + 2 * b, at + 2 * b + a),
+      askSizes: l.subarray(at + 2 * b + a, at + 2 * (a + b)),
+    };
+  }
+
+  /** The first row whose `ts` is at or after `t`. */
+  lowerBound(t: number): number {
+    let lo = 0;
+    let hi = this.ts.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.ts[mid] < t) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
 }
 
 export interface TapeTrade {
@@ -38,7 +124,7 @@ export interface TapeGap {
 
 export interface MarketTape {
   market: StoredMarket;
-  books: TapeBook[];
+  books: TapeBooks;
   /** Trades the venue's stream sent (never a REST last-trade price). */
   trades: TapeTrade[];
   /** The tick size from each market version on: a change is the venue's `tick_size_change`. */
@@ -50,7 +136,6 @@ export interface MarketTape {
   rendered: Map<number, string>;
 }
 
-const numbers = (v: unknown): number[] => (Array.isArray(v) ? v.map(Number) : []);
 const numberOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 
 /**
@@ -82,8 +167,15 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     return rel ? lake.duck.rows(`SELECT ${select} FROM (${rel}) WHERE ${where} ORDER BY ${order}`, bound) : [];
   };
   const tradeSpan = tapeSpan('trades', m).partitions;
-  const [bookRows, tradeRows, versions] = await Promise.all([
-    read(span.partitions, 'books', 'epoch_ms(ts)::DOUBLE AS ts, outcome_index, bid_prices, bid_sizes, ask_prices, ask_sizes', range),
+  const booksOf = async () => {
+    const rel = relation('books', await lake.files(span.partitions));
+    const select = 'epoch_ms(ts)::DOUBLE AS ts, outcome_index, bid_prices, bid_sizes, ask_prices, ask_sizes';
+    return new TapeBooks(
+      rel ? await lake.duck.chunks(`SELECT ${select} FROM (${rel}) WHERE ${range} ORDER BY ts, outcome_index`, params) : [],
+    );
+  };
+  const [books, tradeRows, versions] = await Promise.all([
+    booksOf(),
     read(
       tradeSpan,
       'trades',
@@ -98,14 +190,6 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
       { market_id: m.market_id },
     ),
   ]);
-  const books = bookRows.map((r: JsonRow) => ({
-    ts: Number(r.ts),
-    outcome: Number(r.outcome_index),
-    bidPrices: numbers(r.bid_prices),
-    bidSizes: numbers(r.bid_sizes),
-    askPrices: numbers(r.ask_prices),
-    askSizes: numbers(r.ask_sizes),
-  }));
   const trades = tradeRows.map((r: JsonRow) => ({
     ts: Number(r.ts),
     outcome: Number(r.outcome_index),
@@ -124,14 +208,13 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     .gaps({ venue, market_id: m.market_id }, span.from, Infinity)
     .filter((g) => g.market_id !== null && (g.dataset === 'books' || g.dataset === 'trades'))
     .map((g) => ({ dataset: g.dataset as 'books' | 'trades', from: g.from_ts, to: g.to_ts, reason: g.reason }));
-  const levels = books.reduce((n, b) => n + b.bidPrices.length + b.askPrices.length, 0);
   return {
     market: m,
     books,
     trades,
     ticks,
     gaps,
-    bytes: 200 + books.length * 120 + levels * 16 + trades.length * 150,
+    bytes: 200 + books.bytes + trades.length * 150,
     rendered: new Map(),
   };
 }

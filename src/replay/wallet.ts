@@ -13,7 +13,7 @@ export const WALLET_ACK = JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', sub
 
 export const walletFrame = (topic: string, payload: string) => JSON.stringify({ type: 'DATA', topic, data: payload });
 
-const pairs = (prices: number[], sizes: number[]) => prices.map((p, i) => [String(p), String(sizes[i])]);
+const pairs = (prices: ArrayLike<number>, sizes: ArrayLike<number>) => Array.from(prices, (p, i) => [String(p), String(sizes[i])]);
 
 export class WalletWalk implements ReplayWalk {
   private book: number;
@@ -31,14 +31,13 @@ export class WalletWalk implements ReplayWalk {
   ) {
     this.yes = Math.min(...tape.market.outcomes.map((o) => o.index));
     this.gaps = tape.gaps.filter((g) => g.dataset === 'books').sort((a, b) => a.from - b.from);
-    this.book = tape.books.findIndex((b) => b.ts >= from);
-    if (this.book < 0) this.book = tape.books.length;
+    this.book = tape.books.lowerBound(from);
     this.gap = this.gaps.findIndex((g) => g.from >= from);
     if (this.gap < 0) this.gap = this.gaps.length;
     for (const g of this.gaps) if (g.from < from && g.to > from) this.initial.push(this.gapFrame(g, from));
     // The book held at `from`: a client of the venue gets it from REST; a replay sends it first.
     for (let i = this.book - 1; i >= 0; i--)
-      if (tape.books[i].outcome === this.yes) {
+      if (tape.books.outcome[i] === this.yes) {
         this.initial.push(this.bookFrame(i));
         break;
       }
@@ -46,9 +45,9 @@ export class WalletWalk implements ReplayWalk {
 
   next(): number {
     if (this.initial.length) return -Infinity;
-    while (this.book < this.tape.books.length && this.tape.books[this.book].outcome !== this.yes) this.book++;
+    while (this.book < this.tape.books.length && this.tape.books.outcome[this.book] !== this.yes) this.book++;
     const t = Math.min(
-      this.book < this.tape.books.length ? this.tape.books[this.book].ts : Infinity,
+      this.book < this.tape.books.length ? this.tape.books.ts[this.book] : Infinity,
       this.gap < this.gaps.length ? this.gaps[this.gap].from : Infinity,
     );
     return t < this.to ? t : Infinity;
@@ -66,7 +65,7 @@ export class WalletWalk implements ReplayWalk {
   }
 
   private bookFrame(i: number): string {
-    const b = this.tape.books[i];
+    const b = this.tape.books.row(i);
     const payload = JSON.stringify({
       msgType: 'orderbook',
       marketId: Number(this.tape.market.market_id),

@@ -62,6 +62,22 @@ const sideJson = (name: 'bids' | 'asks', levels: ClobLevel[]) =>
   `"${name}":[${levels.map((l) => `{"price":${JSON.stringify(l.price)},"size":${JSON.stringify(l.size)}}`).join(',')}]`;
 
 /**
+ * The venue's book hash from its parts as JSON text (each side as `"bids":[...]`, levels in the
+ * venue's order): what a writer of many books uses instead of building level objects.
+ */
+export function clobHashOfParts(
+  market: string,
+  assetId: string,
+  timestamp: string,
+  bidsJson: string,
+  asksJson: string,
+  extras: ClobBookExtras,
+  layout: HashLayout = 'hash-fourth',
+): string {
+  return digest('sha1', hashText(opening(market, assetId), timestamp, bidsJson, asksJson, extrasJson(extras), layout), 'hex');
+}
+
+/**
  * The venue's book hash (UPSTREAMS.md C1): SHA-1 (hex) of the compact JSON of the summary with
  * `hash` set to "", values as the venue sent them, levels in the venue's order (bids ascending,
  * asks descending).
