@@ -12,6 +12,9 @@ import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { SECOND } from '../src/time.js';
 import { MARKET_CHANNEL } from '../src/venues/polymarket/channel.js';
+import { PolymarketWalk } from '../src/replay/polymarket.js';
+import { ReplaySession } from '../src/replay/session.js';
+import { TapeCache } from '../src/replay/tape.js';
 import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
 import { CHILD_ENV, TS_NODE_ARGS, lakeTable, quiet, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
@@ -433,4 +436,74 @@ t.test('make replay writes the same messages as the socket, one per line', async
   t.equal(lines.length, socket.length, `${lines.length} messages`);
   t.same([...lines].sort(), [...socket].sort(), 'the same messages');
   t.match(stderr, new RegExp(`replay: ${lines.length} messages of \\d+ markets to `));
+});
+
+t.test('replays of the same markets at once share one read of each tape', async (t) => {
+  // An hour on, every market of the lake is over, and its tape is kept once read.
+  const fresh = await startApi(
+    testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' }),
+    run.duck,
+    createClock(END + 3600 * SECOND, 1),
+    quiet,
+    {
+      port: 0,
+    },
+  );
+  t.teardown(() => fresh.stop());
+  const key = (await fresh.keys.issue('paid', 'sharing')).key;
+  const once = () =>
+    new Promise<number>((resolve, reject) => {
+      const ws = new WebSocket(`${fresh.url.replace('http', 'ws')}/v3/replay/polymarket/ws/market?from=${START}&to=${END}&speed=max`, {
+        headers: { Authorization: `Bearer ${key}` },
+      });
+      let n = 0;
+      ws.on('open', () => ws.send(MARKET_CHANNEL.subscribe(tokens, true)!));
+      ws.on('message', (d) => (n += MARKET_CHANNEL.unwrap(JSON.parse(d.toString())).length));
+      ws.on('close', () => resolve(n));
+      ws.on('error', reject);
+    });
+  const counts = await Promise.all([once(), once(), once()]);
+  t.same(counts, [full.messages.length, full.messages.length, full.messages.length], 'each replay whole');
+  const { tapes } = fresh.replays.stats();
+  t.equal(tapes.misses, markets.length / 2, 'each market read once');
+  t.equal(tapes.hits, markets.length, 'the other two replays took it from the first (its read in flight, or kept)');
+});
+
+t.test('a reader that stops reading holds 8 frames of the replay, and nothing more is made for it', async (t) => {
+  // The session as the socket drives it, with a socket that never drains until let go.
+  const waiting: (() => void)[] = [];
+  let handed = 0;
+  const tapes = new TapeCache(0);
+  const session = new ReplaySession(
+    { from: START, to: END, speed: Infinity, playAt: null, clock: createClock(), frames: (m) => [m.join('\n')], maxPerFrame: 4 },
+    {
+      send: (text, done) => {
+        handed += text.split('\n').length;
+        waiting.push(() => done());
+      },
+    },
+  );
+  for (const m of [...new Set(markets.map((x) => x.market_id))]) {
+    const market = api.lake.market('polymarket', m, END + 60 * SECOND)!;
+    session.subscribe(m, async (at) => new PolymarketWalk(await tapes.get(api.lake, 'polymarket', market, END), at, END, true));
+  }
+  const done = session.run();
+  for (let i = 0; i < 200 && waiting.length < 8; i++) await new Promise((r) => setTimeout(r, 10));
+  await new Promise((r) => setTimeout(r, 100));
+  t.equal(waiting.length, 8, '8 frames handed to the socket');
+  t.equal(session.stats.unsent, 8);
+  t.equal(session.stats.messages, handed, 'no message made beyond them');
+  t.ok(handed < full.messages.length / 4, `${handed} messages of ${full.messages.length}`);
+  while (waiting.length) {
+    waiting.shift()!();
+    await new Promise((r) => setImmediate(r));
+  }
+  // Drained one at a time, it goes on to the end.
+  for (let i = 0; i < 10_000 && session.stats.messages < full.messages.length - 1; i++) {
+    while (waiting.length) waiting.shift()!();
+    await new Promise((r) => setImmediate(r));
+  }
+  while (waiting.length) waiting.shift()!();
+  t.equal(await done, 'end');
+  t.equal(session.stats.messages, full.messages.length - 1, 'every message of the socket replay but its end');
 });

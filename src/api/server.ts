@@ -27,7 +27,7 @@ import { openApiDocument } from './openapi.js';
 import { LatestReads, preloadLatest } from './latest.js';
 import { buildRoutes } from './routes.js';
 import { sqlString } from '../lake/sql.js';
-import { replayEndpoint } from '../replay/server.js';
+import { type ReplayEndpoint, replayEndpoint } from '../replay/server.js';
 import { TapeCache } from '../replay/tape.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
@@ -56,6 +56,8 @@ export interface Api {
   lake: LakeReader;
   keys: KeyStore;
   server: http.Server;
+  /** The WebSocket replays this process serves. */
+  replays: ReplayEndpoint;
   /** Summarises refused requests every few seconds; `summarise()` writes the line now. */
   requestLog: { summarise(): void };
   stop(): Promise<void>;
@@ -205,6 +207,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     lake,
     keys,
     server,
+    replays,
     requestLog: app.requestLog,
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);

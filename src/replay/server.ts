@@ -154,11 +154,14 @@ export interface ReplayEndpoint {
   upgrade(req: http.IncomingMessage, socket: Duplex, head: Buffer): void;
   /** Ends every replay (the server stopping: an upgraded socket is no longer the HTTP server's to close). */
   close(): void;
+  /** The replays open now, each with what it has sent and how many frames wait for its socket; and the tapes' cache. */
+  stats(): { open: ReplaySession['stats'][]; tapes: { bytes: number; hits: number; misses: number } };
 }
 
 export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
   const wss = new WebSocketServer({ noServer: true, maxPayload: 1 << 20 });
   const open = new Map<string, number>();
+  const sessions = new Set<ReplaySession>();
   let total = 0;
   const tokens = new TokenIndex(deps.lake, 'polymarket');
 
@@ -230,7 +233,9 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
         finish('failed');
       },
     );
+    sessions.add(session);
     const finish = (how: string) => {
+      sessions.delete(session);
       deps.log.info(
         { req_id: requestId, key_id: keyId, how, ...session.stats, ms: Math.round(performance.now() - began) },
         'replay finished',
@@ -266,6 +271,10 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
 
   return {
     upgrade,
+    stats: () => ({
+      open: [...sessions].map((s) => ({ ...s.stats })),
+      tapes: { bytes: deps.tapes.usedBytes, hits: deps.tapes.hits, misses: deps.tapes.misses },
+    }),
     close: () => {
       for (const ws of wss.clients) {
         ws.close(1001, 'server stopping');

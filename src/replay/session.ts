@@ -59,7 +59,7 @@ export class ReplaySession {
   private failed: Error | null = null;
   private stopped = false;
   private subscribedAt = -Infinity;
-  readonly stats = { messages: 0, frames: 0, markets: 0, firstMessageMs: null as number | null };
+  readonly stats = { messages: 0, frames: 0, markets: 0, unsent: 0, firstMessageMs: null as number | null };
   private readonly began = performance.now();
 
   constructor(
@@ -182,8 +182,10 @@ export class ReplaySession {
     this.stats.frames++;
     this.stats.firstMessageMs ??= performance.now() - this.began;
     this.unsent++;
+    this.stats.unsent = this.unsent;
     this.sink.send(text, (err) => {
       this.unsent--;
+      this.stats.unsent = this.unsent;
       if (err) this.stop();
       const resume = this.drained;
       this.drained = null;

@@ -236,30 +236,31 @@ export class TapeCache {
   async get(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): Promise<MarketTape> {
     const partitions = tapeSpan('books', m).partitions;
     const signature = lake.signature(partitions);
-    const sealed = m.end_time + 60_000 < now && signature !== '' && !lake.spooled(partitions);
-    if (!sealed || this.maxBytes === 0) {
-      this.misses++;
-      return loadTape(lake, venue, m);
-    }
+    // Kept only when nothing more can come: the market is over and its rows are all in sealed files.
+    const keep = this.maxBytes > 0 && m.end_time + 60_000 < now && signature !== '' && !lake.spooled(partitions);
     const key = `${venue}:${m.market_id}`;
-    const hit = this.entries.get(key);
+    const hit = keep ? this.entries.get(key) : undefined;
     if (hit && hit.signature === signature) {
       this.hits++;
       this.entries.delete(key);
       this.entries.set(key, hit);
       return hit.tape;
     }
-    const flight = `${key}:${signature}`;
+    // Replays asking at once share one read, kept or not.
+    const flight = `${key}:${signature}:${keep}`;
     let load = this.loading.get(flight);
-    if (!load) {
-      this.misses++;
-      load = loadTape(lake, venue, m).finally(() => this.loading.delete(flight));
-      this.loading.set(flight, load);
+    if (load) {
+      this.hits++;
+      return load;
+    }
+    this.misses++;
+    load = loadTape(lake, venue, m).finally(() => this.loading.delete(flight));
+    this.loading.set(flight, load);
+    if (keep)
       void load.then(
         (tape) => this.keep(key, signature, tape),
         () => undefined,
       );
-    } else this.hits++;
     return load;
   }
 
