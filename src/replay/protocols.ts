@@ -38,14 +38,61 @@ export interface ReplayProtocol {
 /** A market's books are streamed from this long before its window opens (capture subscribes a minute ahead). */
 const SCHEDULE_LEAD_MS = 5 * 60_000;
 
+/**
+ * The messages of a market's walk for the tokens a client subscribed to, where that is not all of
+ * them (the venue sends only subscribed tokens' messages; rendered messages are shared, whole-market,
+ * so a partial subscription filters its copies).
+ */
+class TokenFilter implements ReplayWalk {
+  constructor(
+    private readonly walk: ReplayWalk,
+    private readonly tokens: number,
+    private readonly wanted: Set<string>,
+  ) {}
+
+  next(): number {
+    return this.walk.next();
+  }
+
+  take(out: string[]): void {
+    const start = out.length;
+    this.walk.take(out);
+    if (this.wanted.size >= this.tokens) return;
+    let kept = start;
+    for (let i = start; i < out.length; i++) {
+      const text = onlyTokens(out[i], this.wanted);
+      if (text !== null) out[kept++] = text;
+    }
+    out.length = kept;
+  }
+}
+
+/** A Polymarket message cut to the subscribed tokens, or null when none of it concerns them. */
+export function onlyTokens(text: string, wanted: Set<string>): string | null {
+  const m = JSON.parse(text) as Record<string, unknown>;
+  if (m.event_type === 'price_change') {
+    const entries = (m.price_changes as { asset_id: string }[]).filter((c) => wanted.has(c.asset_id));
+    return entries.length ? JSON.stringify({ ...m, price_changes: entries }) : null;
+  }
+  if (typeof m.asset_id === 'string') return wanted.has(m.asset_id) ? text : null;
+  // Market-wide: a gap names the subscribed tokens; a resolution names the market's, as the venue's does.
+  if (Array.isArray(m.asset_ids)) return JSON.stringify({ ...m, asset_ids: (m.asset_ids as string[]).filter((a) => wanted.has(a)) });
+  return text;
+}
+
 const polymarket: ReplayProtocol = {
   // One message as itself, several of one instant as a JSON array (as the venue frames its book dumps).
   frames: (messages) => [messages.length === 1 ? messages[0] : `[${messages.join(',')}]`],
   open(ctx) {
     let custom = false;
     const { session, request } = ctx;
-    const marketsOf = (assets: unknown) =>
-      (Array.isArray(assets) ? assets : []).map((a) => (typeof a === 'string' ? ctx.token(a) : null)).filter((m) => m !== null);
+    /** Per market, the tokens subscribed to. */
+    const wanted = new Map<string, Set<string>>();
+    const named = (assets: unknown) =>
+      (Array.isArray(assets) ? assets : []).flatMap((a) => {
+        const m = typeof a === 'string' ? ctx.token(a) : null;
+        return m ? [{ asset: a as string, m }] : [];
+      });
     return {
       message(text) {
         if (text === 'PING') return ctx.send('PONG');
@@ -59,14 +106,37 @@ const polymarket: ReplayProtocol = {
         if (!frame || typeof frame !== 'object') return ctx.send('INVALID OPERATION');
         if (frame.custom_feature_enabled === true) custom = true;
         if (frame.operation === 'unsubscribe') {
-          for (const m of marketsOf(frame.assets_ids)) session.unsubscribe(m.market_id);
+          for (const { asset, m } of named(frame.assets_ids)) {
+            const tokens = wanted.get(m.market_id);
+            tokens?.delete(asset);
+            if (tokens?.size === 0) {
+              wanted.delete(m.market_id);
+              session.unsubscribe(m.market_id);
+            }
+          }
           return;
         }
-        for (const m of marketsOf(frame.assets_ids))
+        // A frame's tokens by market: a market named with both its tokens is subscribed once.
+        const byMarket = new Map<string, { m: StoredMarket; assets: string[] }>();
+        for (const { asset, m } of named(frame.assets_ids)) {
+          const entry = byMarket.get(m.market_id) ?? { m, assets: [] };
+          entry.assets.push(asset);
+          byMarket.set(m.market_id, entry);
+        }
+        for (const { m, assets } of byMarket.values()) {
+          const tokens = wanted.get(m.market_id) ?? new Set<string>();
+          wanted.set(m.market_id, tokens);
+          const added = assets.filter((a) => !tokens.has(a));
+          if (!added.length) continue;
+          // A token added to a market already playing: the market starts again from now, a book per token first.
+          if (tokens.size) session.unsubscribe(m.market_id);
+          for (const a of added) tokens.add(a);
           session.subscribe(m.market_id, async (at) => {
             const tape = await ctx.tape(m);
-            return new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
+            const walk = new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
+            return new TokenFilter(walk, m.outcomes.length, tokens);
           });
+        }
       },
       end: () => JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }),
     };
