@@ -4,56 +4,76 @@
 // venue's best bid and ask and book hash after it, `last_trade_price` for every streamed trade,
 // `tick_size_change` where the market's tick moved, `market_resolved` at its resolution, and a
 // `replay_gap` control message where the record has a gap. Times are the archive's (`ts`).
-import { type ClobBookExtras, clobHashOfParts } from '../venues/polymarket/book.js';
-import type { MarketTape, TapeBook } from './tape.js';
+import { clobHashOfParts } from '../venues/polymarket/book.js';
+import type { MarketTape, TapeBooks } from './tape.js';
 import type { ReplayWalk } from './session.js';
 
 const text = (n: number) => String(n);
 
 /**
  * One side as the venue writes it (`"bids":[{"price":"0.48","size":"30"},...]`, best level last;
- * the lake keeps it best first), built as text: numbers need no escaping, and a level object per
- * price made rendering cost more than sending.
+ * the lake keeps it best first), built as text from the tape's levels (`n` prices at `p`, their
+ * sizes at `q`): numbers need no escaping, and level objects or array views per row made the
+ * garbage collector a third of rendering.
  */
-function sideJson(name: 'bids' | 'asks', prices: ArrayLike<number>, sizes: ArrayLike<number>): string {
+function sideJson(name: 'bids' | 'asks', l: Float64Array, p: number, q: number, n: number): string {
   let json = `"${name}":[`;
-  for (let i = prices.length - 1; i >= 0; i--) json += `{"price":"${prices[i]}","size":"${sizes[i]}"}${i ? ',' : ''}`;
+  for (let i = n - 1; i >= 0; i--) json += `{"price":"${l[p + i]}","size":"${l[q + i]}"}${i ? ',' : ''}`;
   return `${json}]`;
 }
 
+type Entry = (price: number, size: number, side: 'BUY' | 'SELL') => void;
+
 /**
- * The entries of one side that differ between two books (new aggregate size, "0" for a level
- * gone), as JSON text: one merge walk over both ladders, best first (bids descending, asks ascending).
+ * The levels of one side that differ between two books (new aggregate size, 0 for a level gone):
+ * one merge walk over both ladders, best first (bids descending, asks ascending). The previous
+ * book's `n0` prices are at `p0` with sizes at `q0`, the next one's likewise.
  */
 function sideChanges(
-  prevPrices: ArrayLike<number>,
-  prevSizes: ArrayLike<number>,
-  prices: ArrayLike<number>,
-  sizes: ArrayLike<number>,
+  l: Float64Array,
+  p0: number,
+  q0: number,
+  n0: number,
+  p1: number,
+  q1: number,
+  n1: number,
   side: 'BUY' | 'SELL',
-  entry: (price: number, size: number, side: 'BUY' | 'SELL') => void,
-): void {
+  entry: Entry,
+) {
   // Walking best first, a bid's "later" price is lower and an ask's higher.
-  const later = side === 'BUY' ? (a: number, b: number) => a < b : (a: number, b: number) => a > b;
+  const sign = side === 'BUY' ? -1 : 1;
   let i = 0;
   let j = 0;
-  while (i < prevPrices.length || j < prices.length) {
-    if (j >= prices.length || (i < prevPrices.length && later(prices[j], prevPrices[i]))) entry(prevPrices[i++], 0, side);
-    else if (i >= prevPrices.length || later(prevPrices[i], prices[j])) {
-      entry(prices[j], sizes[j], side);
+  while (i < n0 || j < n1) {
+    const was = i < n0 ? l[p0 + i] : NaN;
+    const now = j < n1 ? l[p1 + j] : NaN;
+    if (j >= n1 || (i < n0 && sign * (now - was) > 0)) {
+      entry(was, 0, side);
+      i++;
+    } else if (i >= n0 || sign * (was - now) > 0) {
+      entry(now, l[q1 + j], side);
       j++;
     } else {
-      if (prevSizes[i] !== sizes[j]) entry(prices[j], sizes[j], side);
+      if (l[q0 + i] !== l[q1 + j]) entry(now, l[q1 + j], side);
       i++;
       j++;
     }
   }
 }
 
-/** Every level two books of one token differ in, bids then asks, each as the venue's change states it. */
-export function bookChanges(prev: TapeBook, next: TapeBook, entry: (price: number, size: number, side: 'BUY' | 'SELL') => void): void {
-  sideChanges(prev.bidPrices, prev.bidSizes, next.bidPrices, next.bidSizes, 'BUY', entry);
-  sideChanges(prev.askPrices, prev.askSizes, next.askPrices, next.askSizes, 'SELL', entry);
+/** Every level two rows of one token differ in, bids then asks, each as the venue's change states it. */
+export function bookChanges(books: TapeBooks, prev: number, next: number, entry: Entry): void {
+  const l = books.levels;
+  const [a0, b0, s0] = [books.at[prev], books.bids[prev], books.asks[prev]];
+  const [a1, b1, s1] = [books.at[next], books.bids[next], books.asks[next]];
+  sideChanges(l, a0, a0 + b0, b0, a1, a1 + b1, b1, 'BUY', entry);
+  sideChanges(l, a0 + 2 * b0, a0 + 2 * b0 + s0, s0, a1 + 2 * b1, a1 + 2 * b1 + s1, s1, 'SELL', entry);
+}
+
+/** A row's two sides as the venue writes them. */
+function sidesJson(books: TapeBooks, i: number): [string, string] {
+  const [a, b, s] = [books.at[i], books.bids[i], books.asks[i]];
+  return [sideJson('bids', books.levels, a, a + b, b), sideJson('asks', books.levels, a + 2 * b, a + 2 * b + s, s)];
 }
 
 /** Kinds in the order messages of one instant go: a gap's notice, the tick, trades, then books. */
@@ -143,7 +163,7 @@ export class PolymarketWalk implements ReplayWalk {
       const o = tape.books.outcome[i];
       if (!held.has(o)) held.set(o, i);
     }
-    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(tape.books.row(i)));
+    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(i));
   }
 
   /** The time of the next message, or Infinity when none is left before `to`. */
@@ -221,25 +241,30 @@ export class PolymarketWalk implements ReplayWalk {
     return null;
   }
 
-  /** The hashed fields beside the levels that the archive holds for a book (never `min_order_size`, which it does not keep). */
-  private extrasOf(b: TapeBook): ClobBookExtras {
-    const tick = this.tickOf(b.ts);
-    const trade = this.lastTradeOf(b.outcome, b.ts);
-    return {
-      ...(tick === null ? {} : { tick_size: text(tick) }),
-      ...(this.negRisk === undefined ? {} : { neg_risk: this.negRisk }),
-      ...(trade === null ? {} : { last_trade_price: text(trade) }),
-    };
+  /**
+   * The hashed fields beside the levels that the archive holds for a row, as the hash's JSON tail
+   * (never `min_order_size`, which it does not keep), and the last trade's text.
+   */
+  private extrasOf(i: number): { json: string; trade: string | null } {
+    const ts = this.tape.books.ts[i];
+    const tick = this.tickOf(ts);
+    const price = this.lastTradeOf(this.tape.books.outcome[i], ts);
+    const trade = price === null ? null : text(price);
+    const json =
+      (tick === null ? '' : `,"tick_size":"${tick}"`) +
+      (this.negRisk === undefined ? '' : `,"neg_risk":${this.negRisk}`) +
+      (trade === null ? '' : `,"last_trade_price":"${trade}"`);
+    return { json, trade };
   }
 
-  private bookMessage(b: TapeBook): string {
-    const timestamp = text(b.ts);
-    const asset = this.assets[b.outcome];
-    const bids = sideJson('bids', b.bidPrices, b.bidSizes);
-    const asks = sideJson('asks', b.askPrices, b.askSizes);
-    const extras = this.extrasOf(b);
-    const hash = clobHashOfParts(this.condition, asset, timestamp, bids, asks, extras);
-    const trade = extras.last_trade_price === undefined ? '' : `,"last_trade_price":"${extras.last_trade_price}"`;
+  private bookMessage(i: number): string {
+    const books = this.tape.books;
+    const timestamp = text(books.ts[i]);
+    const asset = this.assets[books.outcome[i]];
+    const [bids, asks] = sidesJson(books, i);
+    const extras = this.extrasOf(i);
+    const hash = clobHashOfParts(this.condition, asset, timestamp, bids, asks, extras.json);
+    const trade = extras.trade === null ? '' : `,"last_trade_price":"${extras.trade}"`;
     return `{"event_type":"book","asset_id":${JSON.stringify(asset)},"market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","hash":"${hash}",${bids},${asks}${trade}}`;
   }
 
@@ -250,21 +275,23 @@ export class PolymarketWalk implements ReplayWalk {
     const timestamp = text(books.ts[first]);
     let entries = '';
     for (let i = first; i < end; i++) {
-      const b = books.row(i);
       if (this.index.fresh[i]) {
-        out.push(this.bookMessage(b));
+        out.push(this.bookMessage(i));
         continue;
       }
-      const asset = JSON.stringify(this.assets[b.outcome]);
+      const assetId = this.assets[books.outcome[i]];
+      const asset = JSON.stringify(assetId);
       const changes: string[] = [];
-      bookChanges(books.row(this.index.prev[i]), b, (price, size, side) =>
+      bookChanges(books, this.index.prev[i], i, (price, size, side) =>
         changes.push(`{"asset_id":${asset},"price":"${price}","size":"${size}","side":"${side}"`),
       );
       if (!changes.length) continue;
-      const bids = sideJson('bids', b.bidPrices, b.bidSizes);
-      const asks = sideJson('asks', b.askPrices, b.askSizes);
-      const hash = clobHashOfParts(this.condition, this.assets[b.outcome], timestamp, bids, asks, this.extrasOf(b));
-      const best = `,"hash":"${hash}","best_bid":"${b.bidPrices.length ? b.bidPrices[0] : '0'}","best_ask":"${b.askPrices.length ? b.askPrices[0] : '1'}"}`;
+      const [bids, asks] = sidesJson(books, i);
+      const hash = clobHashOfParts(this.condition, assetId, timestamp, bids, asks, this.extrasOf(i).json);
+      const at = books.at[i];
+      const bestBid = books.bids[i] ? books.levels[at] : '0';
+      const bestAsk = books.asks[i] ? books.levels[at + 2 * books.bids[i]] : '1';
+      const best = `,"hash":"${hash}","best_bid":"${bestBid}","best_ask":"${bestAsk}"}`;
       for (const c of changes) entries += `${entries ? ',' : ''}${c}${best}`;
     }
     if (entries)
@@ -272,7 +299,7 @@ export class PolymarketWalk implements ReplayWalk {
         `{"event_type":"price_change","market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","price_changes":[${entries}]}`,
       );
     // A recorded instant that moved no level: the venue's book sent again after a trade.
-    if (!out.length) out.push(this.bookMessage(books.row(first)));
+    if (!out.length) out.push(this.bookMessage(first));
     return out;
   }
 

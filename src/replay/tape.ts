@@ -28,10 +28,11 @@ export interface TapeBook {
 export class TapeBooks {
   readonly ts: Float64Array;
   readonly outcome: Int32Array;
-  private readonly at: Int32Array;
-  private readonly bids: Int32Array;
-  private readonly asks: Int32Array;
-  private readonly levels: Float64Array;
+  /** Row i's ladders: bid prices at `at[i]`, bid sizes after `bids[i]` of them, then ask prices and sizes (`asks[i]` each). */
+  readonly at: Int32Array;
+  readonly bids: Int32Array;
+  readonly asks: Int32Array;
+  readonly levels: Float64Array;
 
   /** From chunks of `TAPE_BOOK_SELECT`: ts, outcome, the four ladders as one list, and how many bids and asks. */
   constructor(chunks: DuckDBDataChunk[]) {

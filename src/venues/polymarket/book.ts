@@ -71,10 +71,11 @@ export function clobHashOfParts(
   timestamp: string,
   bidsJson: string,
   asksJson: string,
-  extras: ClobBookExtras,
+  /** The extras' JSON tail as `extrasJson` writes it. */
+  extras: string,
   layout: HashLayout = 'hash-fourth',
 ): string {
-  return digest('sha1', hashText(opening(market, assetId), timestamp, bidsJson, asksJson, extrasJson(extras), layout), 'hex');
+  return digest('sha1', hashText(opening(market, assetId), timestamp, bidsJson, asksJson, extras, layout), 'hex');
 }
 
 /**
