@@ -7,7 +7,7 @@ import type { Venue, Window } from '../config.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { PolymarketWalk } from './polymarket.js';
 import { ReplaySession } from './session.js';
-import { TapeCache } from './tape.js';
+import { PRE_OPEN_MS, TapeCache } from './tape.js';
 import { WALLET_TOPIC_PREFIX, WalletWalk } from './wallet.js';
 
 export interface FileReplay {
@@ -21,8 +21,7 @@ export interface FileReplay {
   window?: Window;
 }
 
-/** A market streams books from a minute before its window opens and until shortly after it ends. */
-const LEAD_MS = 5 * 60_000;
+/** Books come after a window's end for as long as capture's last answers take. */
 const LAG_MS = 5 * 60_000;
 
 export function marketsToReplay(lake: LakeReader, r: FileReplay, now: number): StoredMarket[] {
@@ -32,7 +31,7 @@ export function marketsToReplay(lake: LakeReader, r: FileReplay, now: number): S
     (m) =>
       (!r.coin || m.coin === r.coin) &&
       (!r.window || m.window === r.window) &&
-      m.start_time - LEAD_MS < r.to &&
+      m.start_time - PRE_OPEN_MS < r.to &&
       m.end_time + LAG_MS > r.from,
   );
 }

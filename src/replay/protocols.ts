@@ -6,7 +6,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import { PolymarketWalk } from './polymarket.js';
 import type { ReplayRequest } from './server.js';
 import type { ReplaySession, ReplayWalk } from './session.js';
-import type { MarketTape } from './tape.js';
+import { type MarketTape, PRE_OPEN_MS } from './tape.js';
 import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';
 
 /** What a protocol may ask of the replay it speaks for. */
@@ -34,9 +34,6 @@ export interface ReplayProtocol {
   frames(messages: string[]): string[];
   open(ctx: ReplayContext): ReplayClient;
 }
-
-/** A market's books are streamed from this long before its window opens (capture subscribes a minute ahead). */
-const SCHEDULE_LEAD_MS = 5 * 60_000;
 
 /**
  * The messages of a market's walk for the tokens a client subscribed to, where that is not all of
@@ -159,7 +156,7 @@ class MarketSchedule implements ReplayWalk {
 
   next(): number {
     const m = this.markets[this.i];
-    const t = m ? m.start_time - SCHEDULE_LEAD_MS : Infinity;
+    const t = m ? m.start_time - PRE_OPEN_MS : Infinity;
     return t < this.to ? t : Infinity;
   }
 
@@ -178,7 +175,7 @@ const wallet: ReplayProtocol = {
     const topics = ctx.query.topic.split('|');
     for (const topic of topics) {
       if (topic === WALLET_AGGREGATE_TOPIC) {
-        const markets = ctx.markets().filter((m) => m.end_time > request.from && m.start_time - SCHEDULE_LEAD_MS < request.to);
+        const markets = ctx.markets().filter((m) => m.end_time > request.from && m.start_time - PRE_OPEN_MS < request.to);
         markets.sort((a, b) => a.start_time - b.start_time);
         session.subscribe(`schedule:${topic}`, async () => new MarketSchedule(markets, (m) => subscribe(m, topic), request.to), false);
       } else {

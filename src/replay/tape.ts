@@ -137,11 +137,12 @@ export interface MarketTape {
 const numberOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 
 /**
- * Capture subscribes to a market a minute before its window opens, and the venue streams its book
- * then: a replay carries those books too (the REST routes start at the window), so it reads from
- * an hour before the open.
+ * Capture subscribes to a market a minute before its window opens (STREAM_LEAD_MS), and the venue
+ * streams its book then: a replay carries those books too (the REST routes start at the window), so
+ * it reads from five minutes before the open. An hour before (what it read first) opened the
+ * previous hour's files for most markets, for nothing.
  */
-const PRE_OPEN_MS = 3_600_000;
+export const PRE_OPEN_MS = 5 * 60_000;
 
 /** The hours a market's tape is read from. */
 function tapeSpan(dataset: 'books' | 'trades', m: StoredMarket) {
