@@ -93,7 +93,7 @@ export interface Config {
     /** What any client's sockets may hold (api/connections.ts). */
     connections: ConnectionLimits;
     /** WebSocket replays (replay/): open at once per process and per key, and the tapes kept for the next replay of a market. */
-    replay: { slots: number; perKey: number; cacheBytes: number };
+    replay: { slots: number; perKey: number; markets: number; cacheBytes: number };
   };
 }
 
@@ -322,6 +322,8 @@ export function loadConfig(env: Env = process.env): Config {
       replay: {
         slots: int(env, 'REPLAY_SLOTS', 64, 1, 100_000),
         perKey: int(env, 'REPLAY_PER_KEY', 8, 1, 100_000),
+        // Each market playing holds its tape (a few MB): what one connection may hold at once.
+        markets: int(env, 'REPLAY_MAX_MARKETS', 500, 1, 100_000),
         cacheBytes: int(env, 'REPLAY_CACHE_MB', 256, 0, 1_048_576) * 1024 * 1024,
       },
     },

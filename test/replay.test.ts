@@ -475,7 +475,16 @@ t.test('a reader that stops reading holds 8 frames of the replay, and nothing mo
   let handed = 0;
   const tapes = new TapeCache(0);
   const session = new ReplaySession(
-    { from: START, to: END, speed: Infinity, playAt: null, clock: createClock(), frames: (m) => [m.join('\n')], maxPerFrame: 4 },
+    {
+      from: START,
+      to: END,
+      speed: Infinity,
+      playAt: null,
+      clock: createClock(),
+      frames: (m) => [m.join('\n')],
+      maxPerFrame: 4,
+      maxMarkets: Infinity,
+    },
     {
       send: (text, done) => {
         handed += text.split('\n').length;
@@ -532,4 +541,36 @@ t.test('a client subscribed to one token of a market gets that token’s message
   }
   t.ok(compared > 1000);
   t.equal(unequal, 0, `${compared} rows of the subscribed tokens rebuilt`);
+});
+
+t.test('a replay plays at most REPLAY_MAX_MARKETS markets at once, and says which tokens it did not take', async (t) => {
+  const capped = await startApi(
+    testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000', REPLAY_MAX_MARKETS: '1' }),
+    run.duck,
+    createClock(END + 60 * SECOND, 1),
+    quiet,
+    { port: 0 },
+  );
+  t.teardown(() => capped.stop());
+  const key = (await capped.keys.issue('paid', 'capped')).key;
+  const texts: string[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const ws = new WebSocket(`${capped.url.replace('http', 'ws')}/v3/replay/polymarket/ws/market?from=${START}&to=${END}&speed=max`, {
+      headers: { Authorization: `Bearer ${key}` },
+    });
+    ws.on('open', () => ws.send(MARKET_CHANNEL.subscribe(tokens, true)!));
+    ws.on('message', (d) => texts.push(d.toString()));
+    ws.on('close', () => resolve());
+    ws.on('error', reject);
+  });
+  const messages = texts.flatMap((x) => [JSON.parse(x)].flat() as Record<string, unknown>[]);
+  const limit = messages.find((m) => m.event_type === 'replay_limit');
+  const first = tokenMarket.get(tokens[0]);
+  t.same(
+    limit?.asset_ids,
+    tokens.filter((x) => tokenMarket.get(x) !== first),
+    'the other markets’ tokens named',
+  );
+  const played = new Set(messages.filter((m) => m.event_type === 'book').map((m) => tokenMarket.get(String(m.asset_id))));
+  t.same([...played], [first], 'one market played');
 });

@@ -197,7 +197,12 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     rate,
     clock,
     log,
-    limits: { total: Math.ceil(replay.slots / workers), perKey: replay.perKey, maxRangeMs: config.api.maxRangeDays * 86_400_000 },
+    limits: {
+      total: Math.ceil(replay.slots / workers),
+      perKey: replay.perKey,
+      markets: replay.markets,
+      maxRangeMs: config.api.maxRangeDays * 86_400_000,
+    },
   });
   server.on('upgrade', replays.upgrade);
   await new Promise<void>((resolve) => server.once('listening', resolve));

@@ -42,7 +42,16 @@ export async function replayToFile(lake: LakeReader, clock: Clock, r: FileReplay
   // One pass over each market: no tape is read twice, so none is kept.
   const tapes = new TapeCache(0);
   const session = new ReplaySession(
-    { from: r.from, to: r.to, speed: r.speed, playAt: null, clock, frames: (messages) => [`${messages.join('\n')}\n`], maxPerFrame: 256 },
+    {
+      from: r.from,
+      to: r.to,
+      speed: r.speed,
+      playAt: null,
+      clock,
+      frames: (messages) => [`${messages.join('\n')}\n`],
+      maxPerFrame: 256,
+      maxMarkets: Infinity,
+    },
     { send: (text, done) => void out.write(text, (err) => done(err ?? undefined)) },
   );
   for (const m of markets)

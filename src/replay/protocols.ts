@@ -5,7 +5,7 @@ import type { Venue } from '../config.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { PolymarketWalk } from './polymarket.js';
 import type { ReplayRequest } from './server.js';
-import type { ReplaySession, ReplayWalk } from './session.js';
+import { type ReplaySession, type ReplayWalk, SCHEDULE } from './session.js';
 import { type MarketTape, PRE_OPEN_MS } from './tape.js';
 import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';
 
@@ -21,6 +21,8 @@ export interface ReplayContext {
   /** The venue's markets, by window start. */
   markets(): StoredMarket[];
   tape(m: StoredMarket): Promise<MarketTape>;
+  /** Markets a replay plays at once at most. */
+  maxMarkets: number;
   charge(tape: MarketTape, bytes: number): void;
 }
 
@@ -115,6 +117,7 @@ const polymarket: ReplayProtocol = {
         }
         // A frame's tokens by market: a market named with both its tokens is subscribed once.
         const byMarket = new Map<string, { m: StoredMarket; assets: string[] }>();
+        const refused: string[] = [];
         for (const { asset, m } of named(frame.assets_ids)) {
           const entry = byMarket.get(m.market_id) ?? { m, assets: [] };
           entry.assets.push(asset);
@@ -128,12 +131,25 @@ const polymarket: ReplayProtocol = {
           // A token added to a market already playing: the market starts again from now, a book per token first.
           if (tokens.size) session.unsubscribe(m.market_id);
           for (const a of added) tokens.add(a);
-          session.subscribe(m.market_id, async (at) => {
+          const subscribed = session.subscribe(m.market_id, async (at) => {
             const tape = await ctx.tape(m);
             const walk = new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
             return new TokenFilter(walk, m.outcomes.length, tokens);
           });
+          if (subscribed === 'full') {
+            wanted.delete(m.market_id);
+            refused.push(...tokens);
+          }
         }
+        // Not the venue's (it has no cap): said once per frame, naming what was not subscribed.
+        if (refused.length)
+          ctx.send(
+            JSON.stringify({
+              event_type: 'replay_limit',
+              message: `At most ${ctx.maxMarkets} markets play at once in a replay; these tokens were not subscribed`,
+              asset_ids: refused,
+            }),
+          );
       },
       end: () => JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }),
     };
@@ -177,7 +193,7 @@ const wallet: ReplayProtocol = {
       if (topic === WALLET_AGGREGATE_TOPIC) {
         const markets = ctx.markets().filter((m) => m.end_time > request.from && m.start_time - PRE_OPEN_MS < request.to);
         markets.sort((a, b) => a.start_time - b.start_time);
-        session.subscribe(`schedule:${topic}`, async () => new MarketSchedule(markets, (m) => subscribe(m, topic), request.to), false);
+        session.subscribe(`${SCHEDULE}${topic}`, async () => new MarketSchedule(markets, (m) => subscribe(m, topic), request.to), false);
       } else {
         const m = ctx.market(topic.slice(WALLET_TOPIC_PREFIX.length));
         if (m) subscribe(m, topic);

@@ -28,6 +28,8 @@ export interface ReplayLimits {
   /** Replays open at once in this process, and per key. */
   total: number;
   perKey: number;
+  /** Markets one replay plays at once. */
+  markets: number;
   maxRangeMs: number;
 }
 
@@ -192,7 +194,13 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
     );
     const protocol = PROTOCOLS[request.venue];
     const session = new ReplaySession(
-      { ...request, clock: deps.clock, frames: protocol.frames, maxPerFrame: request.speed === Infinity ? 64 : 256 },
+      {
+        ...request,
+        clock: deps.clock,
+        frames: protocol.frames,
+        maxPerFrame: request.speed === Infinity ? 64 : 256,
+        maxMarkets: deps.limits.markets,
+      },
       {
         send: (text, done) => {
           if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
@@ -209,6 +217,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       token: (id) => tokens.find(id, deps.clock.now()),
       markets: () => [...deps.lake.walk('asc', deps.clock.now())].filter((m) => m.venue === request.venue),
       tape: (m) => deps.tapes.get(deps.lake, request.venue, m, deps.clock.now()),
+      maxMarkets: deps.limits.markets,
       charge: (tape, bytes) => deps.tapes.charge(tape, bytes),
     });
     ws.on('message', (data, binary) => client.message(binary ? '' : data.toString()));

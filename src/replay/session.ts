@@ -28,6 +28,8 @@ export interface ReplayOptions {
   frames: (messages: string[]) => string[];
   /** Messages per frame at most. */
   maxPerFrame: number;
+  /** Markets playing at once at most (REPLAY_MAX_MARKETS). */
+  maxMarkets: number;
 }
 
 /** Frames written but not yet handed to the socket before the replay waits: what bounds a connection's memory. */
@@ -36,6 +38,9 @@ const MAX_UNSENT_FRAMES = 8;
 const IDLE_MS = 10;
 /** As fast as possible, a replay waits this long (real ms) after a subscription before moving on from its start. */
 const SETTLE_MS = 20;
+
+/** The key prefix of walks that subscribe markets themselves (a topic's schedule), not markets. */
+export const SCHEDULE = 'schedule:';
 
 /** A market whose walk is over: still subscribed (a repeated subscription does not start it again), holding nothing. */
 const DONE: ReplayWalk = { next: () => Infinity, take: () => undefined };
@@ -83,8 +88,10 @@ export class ReplaySession {
    * first messages are never skipped while its tape is read. `market`: false for a walk that
    * subscribes markets itself (a topic's schedule), not counted as one.
    */
-  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>, market = true): void {
-    if (this.walks.has(key) || this.stopped) return;
+  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>, market = true): 'subscribed' | 'full' {
+    if (this.walks.has(key) || this.stopped) return 'subscribed';
+    // Each market playing holds its tape: a replay holds at most `maxMarkets` at once (those played out hold nothing).
+    if (market && this.playing() >= this.options.maxMarkets) return 'full';
     this.playAt ??= this.options.clock.now();
     this.subscribedAt = performance.now();
     const placeholder: ReplayWalk = { next: () => Infinity, take: () => undefined };
@@ -107,6 +114,13 @@ export class ReplaySession {
       this.poke();
     });
     this.poke();
+    return 'subscribed';
+  }
+
+  private playing(): number {
+    let n = 0;
+    for (const [key, walk] of this.walks) if (walk !== DONE && !key.startsWith(SCHEDULE)) n++;
+    return n;
   }
 
   unsubscribe(key: string): void {
