@@ -156,8 +156,10 @@ t.test(
     t.equal(failing.body.capture.state, 'failing', 'judged from a heartbeat that stopped');
 
     // The API keeps serving what it can read; what needs disk says 503, not 500.
-    await until('the catalogue to list a market', () => api.lake.size > 0);
-    const m = api.lake.all(clock.now()).find((x) => x.venue === 'wallet-prediction' && x.start_time < clock.now())!;
+    // A wallet market that has opened: on a busy machine the catalogue's first markets may be another venue's or upcoming ones.
+    const opened = () => api.lake.all(clock.now()).find((x) => x.venue === 'wallet-prediction' && x.start_time < clock.now());
+    await until('the catalogue to list an opened wallet market', () => opened() !== undefined);
+    const m = opened()!;
     const page = await fetch(`${api.url}/v3/wallet-prediction/${m.market_id}/snapshots?limit=5`, {
       headers: { authorization: `Bearer ${key}` },
     });
