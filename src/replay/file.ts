@@ -24,7 +24,7 @@ export interface FileReplay {
 /** Books come after a window's end for as long as capture's last answers take. */
 const LAG_MS = 5 * 60_000;
 
-export function marketsToReplay(lake: LakeReader, r: FileReplay, now: number): StoredMarket[] {
+function marketsToReplay(lake: LakeReader, r: FileReplay, now: number): StoredMarket[] {
   const all = [...lake.walk('asc', now)].filter((m) => m.venue === r.venue);
   if (r.markets?.length) return r.markets.map((id) => all.find((m) => m.market_id === id)).filter((m) => m !== undefined);
   return all.filter(

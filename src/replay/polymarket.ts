@@ -5,7 +5,7 @@
 // `tick_size_change` where the market's tick moved, `market_resolved` at its resolution, and a
 // `replay_gap` control message where the record has a gap. Times are the archive's (`ts`).
 import { clobHashOfParts } from '../venues/polymarket/book.js';
-import type { MarketTape, TapeBooks } from './tape.js';
+import { type MarketTape, type TapeBooks, firstAt } from './tape.js';
 import type { ReplayWalk } from './session.js';
 
 const text = (n: number) => String(n);
@@ -62,7 +62,7 @@ function sideChanges(
 }
 
 /** Every level two rows of one token differ in, bids then asks, each as the venue's change states it. */
-export function bookChanges(books: TapeBooks, prev: number, next: number, entry: Entry): void {
+function bookChanges(books: TapeBooks, prev: number, next: number, entry: Entry): void {
   const l = books.levels;
   const [a0, b0, s0] = [books.at[prev], books.bids[prev], books.asks[prev]];
   const [a1, b1, s1] = [books.at[next], books.bids[next], books.asks[next]];
@@ -151,8 +151,8 @@ export class PolymarketWalk implements ReplayWalk {
     this.negRisk = m.exchange_kind === 'neg_risk_ctf' ? true : m.exchange_kind === 'ctf' ? false : undefined;
     this.gaps = [...tape.gaps].sort((a, b) => a.from - b.from);
     this.book = tape.books.lowerBound(from);
-    this.trade = lowerBound(tape.trades, from);
-    this.tick = lowerBound(tape.ticks, from);
+    this.trade = firstAt(tape.trades.length, (i) => tape.trades[i].ts, from);
+    this.tick = firstAt(tape.ticks.length, (i) => tape.ticks[i].ts, from);
     this.gap = this.gaps.findIndex((g) => g.from >= from);
     if (this.gap < 0) this.gap = this.gaps.length;
     this.resolvedSent = !custom || m.resolved_time === null || m.resolved_time < from;
@@ -236,8 +236,9 @@ export class PolymarketWalk implements ReplayWalk {
   }
 
   private lastTradeOf(outcome: number, t: number): number | null {
-    for (let i = upperBound(this.tape.trades, t) - 1; i >= 0; i--)
-      if (this.tape.trades[i].outcome === outcome) return this.tape.trades[i].price;
+    const trades = this.tape.trades;
+    for (let i = firstAt(trades.length, (k) => trades[k].ts, t, true) - 1; i >= 0; i--)
+      if (trades[i].outcome === outcome) return trades[i].price;
     return null;
   }
 
@@ -361,28 +362,4 @@ export class PolymarketWalk implements ReplayWalk {
       timestamp: text(Math.max(g.from, at)),
     });
   }
-}
-
-/** The first index whose `ts` is at or after `t`. */
-function lowerBound(rows: readonly { ts: number }[], t: number): number {
-  let lo = 0;
-  let hi = rows.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (rows[mid].ts < t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/** The first index whose `ts` is after `t`. */
-function upperBound(rows: readonly { ts: number }[], t: number): number {
-  let lo = 0;
-  let hi = rows.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (rows[mid].ts <= t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

@@ -67,7 +67,7 @@ class TokenFilter implements ReplayWalk {
 }
 
 /** A Polymarket message cut to the subscribed tokens, or null when none of it concerns them. */
-export function onlyTokens(text: string, wanted: Set<string>): string | null {
+function onlyTokens(text: string, wanted: Set<string>): string | null {
   const m = JSON.parse(text) as Record<string, unknown>;
   if (m.event_type === 'price_change') {
     const entries = (m.price_changes as { asset_id: string }[]).filter((c) => wanted.has(c.asset_id));

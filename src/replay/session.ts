@@ -127,10 +127,6 @@ export class ReplaySession {
     this.walks.delete(key);
   }
 
-  get subscribed(): number {
-    return this.walks.size;
-  }
-
   stop(): void {
     this.stopped = true;
     this.poke();

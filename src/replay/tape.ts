@@ -20,6 +20,18 @@ export interface TapeBook {
   askSizes: ArrayLike<number>;
 }
 
+/** The first of `n` rows in time order whose time (`tsOf`) is at or after `t`, or after it when `after`. */
+export function firstAt(n: number, tsOf: (i: number) => number, t: number, after = false): number {
+  let lo = 0;
+  let hi = n;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (tsOf(mid) < t || (after && tsOf(mid) === t)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /**
  * A market's book rows in a few typed arrays (row i's ladders at `at[i]` in `levels`: bid prices,
  * bid sizes, ask prices, ask sizes): an hour of every market is hundreds of thousands of rows, and
@@ -91,14 +103,7 @@ export class TapeBooks {
 
   /** The first row whose `ts` is at or after `t`. */
   lowerBound(t: number): number {
-    let lo = 0;
-    let hi = this.ts.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (this.ts[mid] < t) lo = mid + 1;
-      else hi = mid;
-    }
-    return lo;
+    return firstAt(this.ts.length, (i) => this.ts[i], t);
   }
 }
 
