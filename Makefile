@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness mirror-bucket rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -23,9 +23,10 @@ run: install
 	$(TSX) jobs/fill.ts
 	$(RAISE_FDS) $(TSX) jobs/run.ts
 
-## make test: the whole suite (typecheck, then tap; chromium from Debian for the explorer's browser test).
+## make test: the whole suite (typecheck, then tap; from Debian: chromium for the explorer's browser test, Ceph's RADOS Gateway for the bucket's).
 test: install
 	bash scripts/ensure-chromium.sh
+	bash scripts/rgw.sh install
 	npx prettier --check . --log-level warn
 	npx tsc --noEmit -p .
 	npx tap
@@ -73,6 +74,22 @@ migrate-timestamps: install
 ## make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12
 backfill: install
 	$(TSX) jobs/backfill.ts --venue "$(VENUE)" --coin "$(COIN)" --window "$(WINDOW)" --from "$(FROM)" --to "$(TO)" $(if $(filter live,$(UPSTREAM)),,--standin)
+
+## make mirror-bucket: the whole lake into the bucket S3_BUCKET names (S3_ENDPOINT, S3_ACCESS_KEY_ID, ...); idempotent
+mirror-bucket: install
+	$(TSX) jobs/mirror-bucket.ts
+
+## make rgw-start / rgw-stop: a local S3 server (Ceph's RADOS Gateway, single node, from Debian's packages; root installs them)
+export RGW_DIR ?= ./.rgw
+export RGW_PORT ?= 7480
+rgw-start:
+	bash scripts/rgw.sh install
+	bash scripts/rgw.sh start "$(RGW_DIR)" "$(RGW_PORT)" > "$(RGW_DIR).env"
+	@echo "S3 on http://127.0.0.1:$(RGW_PORT); its settings are in $(RGW_DIR).env (source it, then set S3_BUCKET)"
+
+rgw-stop:
+	bash scripts/rgw.sh stop "$(RGW_DIR)"
+	rm -f "$(RGW_DIR).env"
 
 ## make download DATASET=books COIN=btc WINDOW=15m FROM=2026-07-26 TO=2026-07-27 DEST=./mirror (key in PMH_API_KEY)
 download: install

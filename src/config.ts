@@ -2,6 +2,7 @@
 import os from 'node:os';
 import type { ConnectionLimits } from './api/connections.js';
 import path from 'node:path';
+import type { BucketConfig } from './bucket/s3.js';
 
 export const VENUES = ['wallet-prediction', 'polymarket'] as const;
 export type Venue = (typeof VENUES)[number];
@@ -66,6 +67,16 @@ export interface Config {
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string; wsUrl: string };
   polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string; wsUrl: string };
   backfill: { concurrency: number };
+  /** An S3-compatible bucket the lake is published to (capture) or served from (`LAKE_SOURCE=bucket`); null without S3_BUCKET. Credentials are never logged. */
+  bucket: BucketConfig | null;
+  /** How often capture publishes what it committed since. */
+  publishMs: number;
+  /** `local`: the lake in DATA_DIR. `bucket`: manifests and files from the bucket, DATA_DIR a cache of them. */
+  lakeSource: 'local' | 'bucket';
+  /** What a bucket-served API keeps of fetched files on its disk. */
+  bucketCacheBytes: number;
+  /** The API keys' store (hashes only): API processes on several machines share one. */
+  keysFile: string;
   api: {
     rateFree: number;
     ratePaid: number;
@@ -219,6 +230,27 @@ function exportSlots(env: Env): number {
   return slots;
 }
 
+/** A bucket when S3_BUCKET names one: endpoint, region and credentials beside it (AWS's variable names work too). */
+function bucket(env: Env): BucketConfig | null {
+  const name = env.S3_BUCKET;
+  if (!name) return null;
+  if (!/^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/.test(name)) throw new ConfigError(`S3_BUCKET=${JSON.stringify(name)} is not a bucket name`);
+  const region = env.S3_REGION || env.AWS_REGION || 'us-east-1';
+  const accessKeyId = env.S3_ACCESS_KEY_ID || env.AWS_ACCESS_KEY_ID;
+  const secretAccessKey = env.S3_SECRET_ACCESS_KEY || env.AWS_SECRET_ACCESS_KEY;
+  if (!accessKeyId || !secretAccessKey) throw new ConfigError('S3_BUCKET is set without S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY');
+  const prefix = (env.S3_PREFIX ?? '').replace(/^\/+/, '');
+  return {
+    endpoint: url(env, 'S3_ENDPOINT', `https://s3.${region}.amazonaws.com`),
+    region,
+    bucket: name,
+    prefix: prefix && !prefix.endsWith('/') ? `${prefix}/` : prefix,
+    accessKeyId,
+    secretAccessKey,
+    timeoutMs: int(env, 'S3_TIMEOUT_MS', 30_000, 100, 3_600_000),
+  };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const standinPort = int(env, 'STANDIN_PORT', 8090, 1, 65535);
   const standin = `http://127.0.0.1:${standinPort}`;
@@ -290,6 +322,11 @@ export function loadConfig(env: Env = process.env): Config {
       requestsPerSecond: num(env, 'POLYMARKET_RPS', 50, 0.01, 100_000),
     },
     backfill: { concurrency: int(env, 'BACKFILL_CONCURRENCY', 4, 1, 64) },
+    bucket: bucket(env),
+    publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
+    lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),
+    bucketCacheBytes: int(env, 'BUCKET_CACHE_MB', 4096, 1, 1_048_576) * 1024 * 1024,
+    keysFile: path.resolve(env.KEYS_FILE || path.join(env.DATA_DIR || './data', 'state', 'keys.json')),
     api: {
       rateFree: num(env, 'RATE_FREE_PER_SECOND', 2, 0.1, 100_000),
       ratePaid: num(env, 'RATE_PAID_PER_SECOND', 25, 0.1, 100_000),
@@ -328,6 +365,8 @@ export function loadConfig(env: Env = process.env): Config {
       },
     },
   };
+  if (config.lakeSource === 'bucket' && !config.bucket)
+    throw new ConfigError('LAKE_SOURCE=bucket needs S3_BUCKET (and its endpoint and credentials)');
   return deepFreeze(config);
 }
 

@@ -8,6 +8,7 @@ import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
 import { DuckError } from '../lake/duckdb.js';
+import { ObjectUnavailable } from '../bucket/replica.js';
 import type { Logger } from '../log.js';
 import type { Admission } from './admission.js';
 import { ApiError, echo, fail } from './errors.js';
@@ -381,6 +382,13 @@ function toApiError(err: unknown): ApiError {
       e.status === 404 ? 'NOT_FOUND' : 'INVALID_PARAMETER',
       e.expose && e.message ? e.message : 'Bad request',
     );
+  }
+  // The bucket a replica serves from is down, or lacks a file, or gave other bytes than its
+  // manifest names: nothing was kept, so a retry fetches again (the replica logged the cause).
+  if (err instanceof ObjectUnavailable) {
+    return new ApiError(503, 'UNAVAILABLE', 'Part of the archive cannot be fetched from storage right now; retry shortly', [], {
+      'Retry-After': '5',
+    });
   }
   // A lake file missing, unreadable or corrupt, or the disk failing under an export: the lake,
   // not the request, is at fault.

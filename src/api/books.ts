@@ -179,15 +179,17 @@ export function bookHandlers(kit: RouteKit) {
       if (latest) deps.latestReads.read(key, ctx.now);
       const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
       ctx.stats.rows = books.length;
-      if (!latest) return { data: null };
-      if (outcome !== null) return { data: { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) } };
+      const meta = { source: deps.latestSource };
+      if (!latest) return { data: null, meta };
+      if (outcome !== null)
+        return { data: { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) }, meta };
       // A book is rendered once, however often it is asked for until capture records the next.
       let rendered = latestRendered.get(latest);
       if (!rendered) {
         rendered = Buffer.from(JSON.stringify({ market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) }));
         latestRendered.set(latest, rendered);
       }
-      return { data: new RawJson(rendered) };
+      return { data: new RawJson(rendered), meta };
     };
 
   /**

@@ -118,6 +118,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
           { param: 'path', message: 'not in the files listing' },
         ]);
       }
+      await lake.ensure([file]);
       const absolute = path.join(lake.paths.lake, file.path);
       const real = await fs.realpath(absolute).catch(() => null);
       const root = await fs.realpath(lake.paths.lake);

@@ -4,7 +4,7 @@
 // request for one reads its newest hour once and keeps it again.
 import path from 'node:path';
 import { partitionDir } from '../lake/layout.js';
-import type { LakeReader } from '../lake/reader.js';
+import type { IndexedFile, LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import type { LatestBook } from '../records.js';
 import { newestBooksSql } from './plan.js';
@@ -45,16 +45,18 @@ export const PRELOAD_MS = 2 * HOUR;
  */
 export async function preloadLatest(lake: LakeReader, latest: Map<string, LatestBook>, now: number): Promise<number> {
   let loaded = 0;
-  const hours = new Map<string, { venue: string; files: string[] }>();
+  const hours = new Map<string, { venue: string; files: IndexedFile[] }>();
   for (const f of lake.sealedFiles()) {
     if (f.partition.dataset !== 'books' || f.partition.hour < now - PRELOAD_MS - HOUR || f.partition.hour > now) continue;
     const dir = partitionDir(f.partition);
     if (!hours.has(dir)) hours.set(dir, { venue: f.partition.venue, files: [] });
-    hours.get(dir)!.files.push(path.join(lake.paths.lake, f.path));
+    hours.get(dir)!.files.push(f);
   }
   for (const { venue, files } of hours.values()) {
+    await lake.ensure(files);
+    const sealed = files.map((f) => path.join(lake.paths.lake, f.path));
     const newest = new Map<string, LatestBook>();
-    for (const r of await lake.duck.rows(newestBooksSql(relation('books', { sealed: files, spool: [] }, BOOK_COLUMNS)!))) {
+    for (const r of await lake.duck.rows(newestBooksSql(relation('books', { sealed, spool: [] }, BOOK_COLUMNS)!))) {
       const id = `${venue}:${String(r.market_id)}`;
       const entry = newest.get(id) ?? { ts: Number(r.ts), books: [] };
       entry.books.push({ market_id: String(r.market_id), ...rowBook(r) });

@@ -121,6 +121,11 @@ export interface RouteDeps {
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;
   latestReads: LatestReads;
+  /**
+   * Where the latest books come from, said in the latest route's `meta.source`: `capture` (this
+   * machine's capture or its spool: up to the last second), `sealed` (a bucket's sealed hours only).
+   */
+  latestSource: 'capture' | 'sealed';
   rate: (plan: KeyRecord['plan']) => number;
   health: () => Promise<{ status: number; data: unknown }>;
   openapi: () => unknown;

@@ -29,6 +29,8 @@ import { buildRoutes } from './routes.js';
 import { sqlString } from '../lake/sql.js';
 import { type ReplayEndpoint, replayEndpoint } from '../replay/server.js';
 import { TapeCache } from '../replay/tape.js';
+import { S3 } from '../bucket/s3.js';
+import { BucketReplica } from '../bucket/replica.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -100,7 +102,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const shared = options.latest;
   const port = options.port ?? config.port;
   const paths = lakePaths(config.dataDir);
-  const lake = new LakeReader(duck, paths);
+  // Served from a bucket: DATA_DIR is this process's cache of it; manifests come first.
+  const s3 = config.lakeSource === 'bucket' && config.bucket ? new S3(config.bucket) : null;
+  const replica = s3 && new BucketReplica(paths, s3, Math.floor(config.bucketCacheBytes / (options.cluster?.workers ?? 1)), log);
+  if (replica) {
+    const synced = await replica.open();
+    log.info({ bucket: s3!.config.bucket, partitions: synced, error: replica.health().sync_error }, 'manifests read from the bucket');
+  }
+  const lake = new LakeReader(duck, paths, replica);
   // Sorts of large exports spill to disk instead of growing without bound.
   await duck.run(`SET GLOBAL memory_limit = ${sqlString(config.api.duckdbMemoryLimit)}`);
   await duck.run(`SET GLOBAL temp_directory = ${sqlString(path.join(config.dataDir, 'state', 'duckdb-tmp'))}`);
@@ -130,13 +139,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         // The full walk is a safety net behind the commit log (a line lost in a crash).
         const walk = Date.now() - reindexed > REINDEX_MS;
         if (walk) reindexed = Date.now();
+        await replica?.sync(walk);
         await lake.update(walk);
         latestReads.prune(latest, clock.now());
       },
       (err) => log.warn({ err }, 'lake update failed'),
     ),
   ];
-  const keys = KeyStore.at(config.dataDir);
+  const keys = new KeyStore(config.keysFile);
   const exports = await ExportPool.open(duck, config.api.exportSlots, config.api.exportMinRate);
   const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
   // Each worker of a cluster holds its share of the connections.
@@ -149,7 +159,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   };
   const connections: ConnectionStats = { open: 0, refused: 0 };
   const health = cached(HEALTH_CACHE_MS, () =>
-    checkHealth(config, duck, lake, latest, options.capture, admission, exports, { ...connections, max: connectionLimits.total }),
+    checkHealth(config, duck, lake, latest, options.capture, admission, exports, { ...connections, max: connectionLimits.total }, replica),
   );
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   const limiter = options.cluster ? new LeasedLimiter(options.cluster.rates) : new RateLimiter();
@@ -158,6 +168,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     lake,
     latest,
     latestReads,
+    latestSource: replica ? 'sealed' : 'capture',
     rate,
     exportDir: path.join(config.dataDir, 'state', 'exports'),
     cursors: new Cursors(await cursorSecret(config)),
@@ -219,6 +230,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       app.requestLog.stop();
       if (limiter instanceof LeasedLimiter) limiter.close();
       replays.close();
+      s3?.close();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -266,14 +278,19 @@ async function checkHealth(
   admission: Admission,
   exports: ExportPool,
   connections: ConnectionStats & { max: number },
+  replica: BucketReplica | null,
 ) {
   const now = Date.now();
   const bound = config.api.healthMaxFlushAgeMs;
   const captureState = capture ? capture.health() : await heartbeatHealth(config, now, bound);
   const files = lake.sealedFiles();
   const newestFile = files.reduce<(typeof files)[number] | null>((a, f) => (!a || f.partition.hour > a.partition.hour ? f : a), null);
+  const bucket = replica?.health() ?? null;
   const [lakeError, engine] = await Promise.all([
-    lakeReadable(lake.paths.lake, newestFile && path.join(lake.paths.lake, newestFile.path)),
+    // A replica's files are fetched when asked for: its lake is readable while its bucket is.
+    bucket
+      ? bucket.sync_error && `bucket: ${bucket.sync_error}`
+      : lakeReadable(lake.paths.lake, newestFile && path.join(lake.paths.lake, newestFile.path)),
     within(
       ENGINE_TIMEOUT_MS,
       duck.rows('SELECT 1 AS ok').then(
@@ -286,7 +303,10 @@ async function checkHealth(
   for (const l of latest.values()) newest = Math.max(newest, l.ts);
   const stale = captureState !== null && captureState.state !== 'stopped' && (captureState.flush_age_ms ?? Infinity) > bound;
   const failing = stale || lakeError !== null || engine !== 'ok';
-  const degraded = captureState !== null && (captureState.state !== 'running' || captureState.seal_error !== null);
+  const degraded =
+    (captureState !== null &&
+      (captureState.state !== 'running' || captureState.seal_error !== null || Boolean(captureState.publish?.last_error))) ||
+    Boolean(bucket?.sync_error);
   const status = failing ? 'failing' : degraded ? 'degraded' : 'ok';
   return {
     status: failing ? 503 : 200,
@@ -300,6 +320,7 @@ async function checkHealth(
         newest_capture: Number.isFinite(newest) ? new Date(newest).toISOString() : null,
         files: files.length,
         markets: lake.size,
+        ...(bucket ? { source: 'bucket', bucket } : { source: 'local' }),
       },
       api: {
         in_flight: admission.inFlight,
@@ -333,6 +354,7 @@ async function heartbeatHealth(config: Config, now: number, bound: number): Prom
     dropped_rows: beat.health?.dropped_rows ?? 0,
     seal_backlog: beat.health?.seal_backlog ?? 0,
     seal_error: beat.health?.seal_error ?? null,
+    ...(beat.health?.publish ? { publish: beat.health.publish } : {}),
   };
 }
 

@@ -32,6 +32,8 @@ import { type BookStream, type StreamSink } from './stream.js';
 import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
+import { type PublishHealth, Publisher } from '../bucket/publish.js';
+import { S3 } from '../bucket/s3.js';
 
 interface Heartbeat {
   ts: number;
@@ -40,7 +42,7 @@ interface Heartbeat {
   /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
   stopped?: boolean;
   /** Capture's own figures at that flush, for a separate API process's health. */
-  health: Pick<CaptureHealth, 'buffered_rows' | 'dropped_rows' | 'seal_backlog' | 'seal_error'>;
+  health: Pick<CaptureHealth, 'buffered_rows' | 'dropped_rows' | 'seal_backlog' | 'seal_error' | 'publish'>;
   segment: string;
   open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
   gaps: OpenGap[];
@@ -56,6 +58,8 @@ export interface CaptureHealth {
   dropped_rows: number;
   seal_backlog: number;
   seal_error: string | null;
+  /** Publishing to the bucket, when there is one. */
+  publish?: PublishHealth;
 }
 
 /** How long before a market's open its tokens are subscribed. */
@@ -76,6 +80,8 @@ export class Capture {
   readonly paths: LakePaths;
   /** What the spool keeps, drops and gaps for storage. */
   private readonly keeper: SpoolKeeper;
+  /** Publishes committed partitions to the bucket, when one is configured. */
+  readonly publisher: Publisher | null;
   private readonly gaps: GapLedger;
   private readonly tradeEvents: ReadonlySet<Venue>;
   private readonly lastTrades = new LastTrades();
@@ -108,6 +114,7 @@ export class Capture {
     this.spool = new Spool(this.paths.spool);
     this.gaps = new GapLedger(this.spool, log, this.stats);
     this.keeper = new SpoolKeeper(this.spool, config.capture.spoolMaxBufferBytes, this.gaps, log);
+    this.publisher = config.bucket ? new Publisher(this.paths, new S3(config.bucket), log) : null;
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
     const sink: StreamSink = {
       books: (m, ts, recvTs, books) => {
@@ -200,6 +207,9 @@ export class Capture {
     this.loops = this.adapters.map((a) => this.venueLoop(a));
     this.timers.push(setInterval(() => void this.flushDue(), this.config.capture.flushMs));
     this.timers.push(setInterval(() => void this.seal(), 2000));
+    // Publishing runs beside sealing and never holds it: a bucket that is down only grows the backlog.
+    const publisher = this.publisher;
+    if (publisher) this.timers.push(setInterval(() => void publisher.pass().catch(() => undefined), this.config.publishMs));
   }
 
   async stop(): Promise<void> {
@@ -281,12 +291,12 @@ export class Capture {
     const open = [...this.known.values()]
       .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
       .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
-    const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
+    const { buffered_rows, dropped_rows, seal_backlog, seal_error, publish } = this.health();
     const beat: Heartbeat = {
       ts,
       flushed_at: flushedAt,
       ...(stopped ? { stopped } : {}),
-      health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
+      health: { buffered_rows, dropped_rows, seal_backlog, seal_error, ...(publish ? { publish } : {}) },
       segment: this.spool.segment,
       open,
       gaps: this.gaps.all(),
@@ -303,6 +313,7 @@ export class Capture {
       ...storage,
       seal_backlog: this.sealFailure?.backlog ?? 0,
       seal_error: this.sealFailure?.error ?? null,
+      ...(this.publisher ? { publish: this.publisher.health() } : {}),
     };
   }
 

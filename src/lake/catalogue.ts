@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Venue } from '../config.js';
 import type { Market, MarketStatus } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
-import type { FileIndex } from './fileindex.js';
+import type { FileIndex, IndexedFile } from './fileindex.js';
 import { listFiles, writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { type Files, parquetSource, relation, sqlIdent } from './sql.js';
@@ -31,6 +31,7 @@ export class Catalogue {
     private readonly duck: Duck,
     private readonly index: FileIndex,
     private readonly files: (partitions: Partition[]) => Promise<Files>,
+    private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
   private get checkpointFile(): string {
@@ -45,13 +46,11 @@ export class Catalogue {
    */
   async load(): Promise<void> {
     const covered = await this.readCheckpoint();
-    const sealed = this.index
-      .all()
-      .filter((f) => f.partition.dataset === 'markets' && !covered.has(`${f.path}@${f.sha256}`))
-      .map((f) => path.join(this.paths.lake, f.path));
+    const sealed = this.index.all().filter((f) => f.partition.dataset === 'markets' && !covered.has(`${f.path}@${f.sha256}`));
     // One scan per 500 files (measured fastest), not one query per partition.
     for (let i = 0; i < sealed.length; i += 500) {
-      const files = sealed.slice(i, i + 500);
+      await this.ensure(sealed.slice(i, i + 500));
+      const files = sealed.slice(i, i + 500).map((f) => path.join(this.paths.lake, f.path));
       for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT}, filename FROM ${parquetSource(files, 'filename = true')}`)) {
         const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(row.filename))));
         if (p) this.upsert(toMarket(row, p));

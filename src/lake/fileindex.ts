@@ -171,7 +171,7 @@ export class FileIndex {
 }
 
 /** The partition a commit line names; a damaged line names none (the hourly walk covers it). */
-function commitPartition(line: string): string {
+export function commitPartition(line: string): string {
   try {
     return String((JSON.parse(line) as { partition?: unknown }).partition);
   } catch {

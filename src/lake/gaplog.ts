@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { Venue, Window } from '../config.js';
 import { filesSignature } from './catalogue.js';
 import type { Duck, JsonRow } from './duckdb.js';
-import type { FileIndex } from './fileindex.js';
+import type { FileIndex, IndexedFile } from './fileindex.js';
 import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from './layout.js';
 import type { SpoolPart } from './spool.js';
 import { type Files, parquetSource, spoolSource } from './sql.js';
@@ -31,6 +31,7 @@ export class GapLog {
     private readonly duck: Duck,
     private readonly index: FileIndex,
     private readonly files: (partitions: Partition[]) => Promise<Files>,
+    private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
   /** Re-reads the gaps when their files (sealed, or spool parts in `spool`) changed. */
@@ -42,6 +43,7 @@ export class GapLog {
     this.signature = signature;
     const rows: GapRecord[] = [];
     for (let i = 0; i < files.length; i += 4000) {
+      await this.ensure(files.slice(i, i + 4000));
       const list = files.slice(i, i + 4000).map((f) => path.join(this.paths.lake, f.path));
       const found = await this.duck.rows(
         `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM ${parquetSource(list, 'filename = true')}`,

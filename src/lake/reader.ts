@@ -15,6 +15,11 @@ import type { Files } from './sql.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
 
+/** Where sealed files come from when the lake is not on this disk (bucket/replica.ts); locally they are always there. */
+export interface SealedFetcher {
+  ensure(files: readonly IndexedFile[]): Promise<void>;
+}
+
 export class LakeReader {
   private readonly index: FileIndex;
   private readonly catalogue: Catalogue;
@@ -23,11 +28,18 @@ export class LakeReader {
   constructor(
     readonly duck: Duck,
     readonly paths: LakePaths,
+    private readonly fetcher: SealedFetcher | null = null,
   ) {
     this.index = new FileIndex(paths);
     const files = (partitions: Partition[]) => this.files(partitions);
-    this.catalogue = new Catalogue(paths, duck, this.index, files);
-    this.gapLog = new GapLog(paths, duck, this.index, files);
+    const ensure = (list: readonly IndexedFile[]) => this.ensure(list);
+    this.catalogue = new Catalogue(paths, duck, this.index, files, ensure);
+    this.gapLog = new GapLog(paths, duck, this.index, files, ensure);
+  }
+
+  /** Makes sure sealed files are on this disk before DuckDB opens them (a no-op for a local lake). */
+  async ensure(files: readonly IndexedFile[]): Promise<void> {
+    if (this.fetcher && files.length) await this.fetcher.ensure(files);
   }
 
   /** Loads everything at start: the index (checkpoint or walk), the catalogue, the gaps; says how long each took. */
@@ -84,15 +96,16 @@ export class LakeReader {
       listed.push({ p, parts });
     }
     await this.index.follow();
-    const sealed: string[] = [];
+    const sealed: IndexedFile[] = [];
     const spool: string[] = [];
     for (const { p, parts } of listed) {
       const indexed = this.index.of(p);
       const done = new Set(indexed.flatMap((f) => f.sources));
-      for (const f of indexed) sealed.push(path.join(this.paths.lake, f.path));
+      sealed.push(...indexed);
       for (const part of parts) if (!done.has(part.source)) spool.push(part.file);
     }
-    return { sealed, spool };
+    await this.ensure(sealed);
+    return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool };
   }
 
   /** The sealed files of one partition, as the index has them (no commit log followed). */

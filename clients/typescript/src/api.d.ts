@@ -1153,6 +1153,14 @@ export interface components {
                 dropped_rows: number;
                 seal_backlog: number;
                 seal_error: string | null;
+                publish?: {
+                    bucket: string;
+                    backlog_partitions: number;
+                    waiting_since: string | null;
+                    last_published_at: string | null;
+                    last_error: string | null;
+                    files_put: number;
+                };
             } | null;
             lake: {
                 readable: boolean;
@@ -1161,6 +1169,21 @@ export interface components {
                 newest_capture: string | null;
                 files: number;
                 markets: number;
+                /** @enum {string} */
+                source: "local" | "bucket";
+                bucket?: {
+                    bucket: string;
+                    last_sync: string | null;
+                    sync_error: string | null;
+                    cache: {
+                        files: number;
+                        bytes: number;
+                        max_bytes: number;
+                        fetched: number;
+                        fetch_errors: number;
+                        evicted: number;
+                    };
+                };
             };
             api: {
                 in_flight: number;

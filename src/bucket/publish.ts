@@ -1,0 +1,195 @@
+// Publishes the lake to a bucket after the local commit: the sealed files of every partition the
+// commit log names, then its manifest, then one commit object naming the partitions. Capture
+// never waits for it: a bucket that is down leaves the commit log's offset where it was, the
+// backlog grows in health, and the next pass starts again from there. Every step is idempotent
+// (a file already there with the manifest's sha256 is not sent again), so a crash between
+// steps only repeats work.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { commitPartition } from '../lake/fileindex.js';
+import { followLines, listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
+import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from '../lake/layout.js';
+import { COMMIT_LOG, type PartitionManifest, readManifest } from '../lake/manifest.js';
+import type { Logger } from '../log.js';
+import { type CommitObject, commitKey, dataKey, manifestKey } from './layout.js';
+import { type S3, S3Error } from './s3.js';
+
+/** What `/v3/health` reports of publishing. */
+export interface PublishHealth {
+  bucket: string;
+  /** Partitions committed locally and not yet in the bucket. */
+  backlog_partitions: number;
+  /** Since when the oldest of them waits (the first failed pass), or null. */
+  waiting_since: string | null;
+  last_published_at: string | null;
+  last_error: string | null;
+  files_put: number;
+}
+
+export interface PublishReport {
+  partitions: number;
+  files_put: number;
+  files_present: number;
+  files_deleted: number;
+}
+
+/** Partitions published at once: each is a few requests, most of them small. */
+const PARALLEL = 4;
+
+export class Publisher {
+  private offset: number | null = null;
+  private backlog = 0;
+  private waitingSince: number | null = null;
+  private lastPublishedAt: number | null = null;
+  private lastError: string | null = null;
+  private filesPut = 0;
+  private running: Promise<PublishReport> | null = null;
+
+  constructor(
+    private readonly paths: LakePaths,
+    private readonly s3: S3,
+    private readonly log: Logger,
+  ) {}
+
+  private get stateFile(): string {
+    return path.join(this.paths.state, 'publish.json');
+  }
+
+  health(): PublishHealth {
+    return {
+      bucket: this.s3.config.bucket,
+      backlog_partitions: this.backlog,
+      waiting_since: this.waitingSince === null ? null : new Date(this.waitingSince).toISOString(),
+      last_published_at: this.lastPublishedAt === null ? null : new Date(this.lastPublishedAt).toISOString(),
+      last_error: this.lastError,
+      files_put: this.filesPut,
+    };
+  }
+
+  /** Publishes what the local commit log named since the last successful pass; concurrent callers share one pass. */
+  pass(): Promise<PublishReport> {
+    this.running ??= this.passOnce().finally(() => {
+      this.running = null;
+    });
+    return this.running;
+  }
+
+  private async passOnce(): Promise<PublishReport> {
+    this.offset ??= (await readJson<{ offset: number }>(this.stateFile))?.offset ?? 0;
+    const named = new Map<string, Partition>();
+    const at = await followLines(path.join(this.paths.manifest, COMMIT_LOG), this.offset, (line) => {
+      const p = parsePartitionDir(commitPartition(line));
+      if (p) named.set(partitionDir(p), p);
+    });
+    this.backlog = named.size;
+    if (at === null || at === this.offset) return { partitions: 0, files_put: 0, files_present: 0, files_deleted: 0 };
+    try {
+      const report = await this.publish([...named.values()]);
+      this.offset = at;
+      await writeFileAtomic(this.stateFile, JSON.stringify({ offset: at }));
+      if (this.lastError) this.log.info({ bucket: this.s3.config.bucket, backlog: this.backlog }, 'publishing recovered');
+      this.backlog = 0;
+      this.waitingSince = null;
+      this.lastError = null;
+      this.lastPublishedAt = Date.now();
+      return report;
+    } catch (err) {
+      this.waitingSince ??= Date.now();
+      const message = describe(err);
+      // Once per streak: a bucket down for an hour is one line, not 1,800.
+      if (this.lastError === null)
+        this.log.warn({ bucket: this.s3.config.bucket, backlog: this.backlog, error: message }, 'publishing failed; retried');
+      this.lastError = message;
+      throw err;
+    }
+  }
+
+  /** Every partition of the local lake, whatever the commit log says: `make mirror-bucket`. */
+  async mirror(): Promise<PublishReport> {
+    const partitions = (await listFiles(this.paths.manifest, '.json'))
+      .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
+      .filter((p): p is Partition => p !== null);
+    return this.publish(partitions, true);
+  }
+
+  /**
+   * Files, then manifests, then the commit object: a reader that sees a manifest finds its files,
+   * and one that follows commits finds the manifests. `check` asks the bucket about every file
+   * (a mirror into a bucket someone may have changed); otherwise a file the bucket's previous
+   * manifest already named with the same sha256 is taken as there.
+   */
+  private async publish(partitions: Partition[], check = false): Promise<PublishReport> {
+    const report: PublishReport = { partitions: 0, files_put: 0, files_present: 0, files_deleted: 0 };
+    const done: string[] = [];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: PARALLEL }, async () => {
+        while (next < partitions.length) {
+          const p = partitions[next++];
+          await this.publishPartition(p, check, report);
+          done.push(partitionDir(p));
+          report.partitions++;
+        }
+      }),
+    );
+    if (done.length) {
+      const commit: CommitObject = { at: Date.now(), partitions: done.sort() };
+      await this.s3.put(commitKey(this.s3.config.prefix, commit.at), Buffer.from(JSON.stringify(commit)));
+    }
+    return report;
+  }
+
+  private async publishPartition(p: Partition, check: boolean, report: PublishReport): Promise<void> {
+    const prefix = this.s3.config.prefix;
+    const previous = await this.s3
+      .get(manifestKey(prefix, p))
+      .then((b) => (b ? (JSON.parse(b.toString('utf8')) as PartitionManifest) : null));
+    const before = new Map((previous?.files ?? []).map((f) => [f.name, f.sha256]));
+    // A compaction may swap the manifest while its files go up: the file it replaced is then in
+    // the trash, and the partition is published again from the new manifest.
+    for (let attempt = 0; ; attempt++) {
+      const manifestBytes = await fs.readFile(path.join(this.paths.manifest, `${partitionDir(p)}.json`)).catch(() => null);
+      const manifest: PartitionManifest = manifestBytes
+        ? (JSON.parse(manifestBytes.toString('utf8')) as PartitionManifest)
+        : await readManifest(this.paths.manifest, p);
+      try {
+        for (const f of manifest.files) {
+          const key = dataKey(prefix, `${partitionDir(p)}/${f.name}`);
+          if (!check && before.get(f.name) === f.sha256) continue;
+          const there = check || before.has(f.name) ? await this.s3.head(key) : null;
+          if (there && there.size === f.bytes && there.meta.sha256 === f.sha256) {
+            report.files_present++;
+            continue;
+          }
+          await this.s3.put(
+            key,
+            { file: path.join(this.paths.lake, partitionDir(p), f.name), size: f.bytes, sha256: f.sha256 },
+            { sha256: f.sha256 },
+          );
+          report.files_put++;
+          this.filesPut++;
+        }
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' && attempt < 3) continue;
+        throw err;
+      }
+      await this.s3.put(manifestKey(prefix, p), manifestBytes ?? Buffer.from(JSON.stringify(manifest, null, 1)));
+      // Replaced files leave the bucket as they left the lake: a glob over the bucket must not
+      // read a compacted hour twice.
+      const kept = new Set(manifest.files.map((f) => f.name));
+      for (const name of before.keys()) {
+        if (kept.has(name)) continue;
+        await this.s3.delete(dataKey(prefix, `${partitionDir(p)}/${name}`));
+        report.files_deleted++;
+      }
+      return;
+    }
+  }
+}
+
+/** An error as one line for health and the log: never a URL with a signature, never a key. */
+export function describe(err: unknown): string {
+  if (err instanceof S3Error) return `${err.code}${err.status ? ` (HTTP ${err.status})` : ''}: ${err.message.slice(0, 160)}`;
+  const e = err as NodeJS.ErrnoException;
+  return `${e.code ?? 'ERROR'}: ${String(e.message).slice(0, 160)}`;
+}

@@ -1,0 +1,259 @@
+// An API process serving from a bucket alone. Manifests are brought into the process's own
+// DATA_DIR as if sealed there (each with a line in the local commit log), so the index, the
+// catalogue and every query work unchanged; sealed files are fetched when a request first needs
+// them, checked against the manifest's size and sha256, and kept on a bounded disk cache.
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
+import type { IndexedFile } from '../lake/fileindex.js';
+import { type LakePaths, type Partition, partitionDir } from '../lake/layout.js';
+import { type PartitionManifest, writeManifest } from '../lake/manifest.js';
+import type { Logger } from '../log.js';
+import { type CommitObject, commitPrefix, dataKey, manifestKey, manifestPrefix, partitionOfManifestKey } from './layout.js';
+import { describe } from './publish.js';
+import { type S3, S3Error } from './s3.js';
+
+/** A sealed file the bucket could not give (down, missing, or not the bytes its manifest names): a 503, retried later. */
+export class ObjectUnavailable extends Error {
+  override name = 'ObjectUnavailable';
+}
+
+export interface ReplicaHealth {
+  bucket: string;
+  last_sync: string | null;
+  sync_error: string | null;
+  cache: { files: number; bytes: number; max_bytes: number; fetched: number; fetch_errors: number; evicted: number };
+}
+
+/**
+ * A commit object written a little before one already applied (two publishers, or a slow PUT)
+ * is still found: each listing starts this far before the newest applied key.
+ */
+const RELIST_MS = 60_000;
+/**
+ * A file used this recently is never evicted, whatever the cache's size: a query that planned
+ * it may not have opened it yet (requests time out well within this).
+ */
+const MIN_IDLE_MS = 120_000;
+const FETCH_PARALLEL = 8;
+
+interface Cached {
+  bytes: number;
+  usedAt: number;
+}
+
+interface State {
+  /** Manifest ETags as last read, for the full walk. */
+  etags: Record<string, string>;
+  /** The newest commit object applied. */
+  commit: string | null;
+}
+
+export class BucketReplica {
+  private state: State = { etags: {}, commit: null };
+  /** Commit objects applied within RELIST_MS of the newest: skipped when listed again. */
+  private applied = new Set<string>();
+  private readonly cached = new Map<string, Cached>();
+  private cachedBytes = 0;
+  private readonly fetching = new Map<string, Promise<void>>();
+  private lastSync: number | null = null;
+  private syncError: string | null = null;
+  private fetched = 0;
+  private fetchErrors = 0;
+  private evicted = 0;
+  private syncing: Promise<number> | null = null;
+
+  constructor(
+    private readonly paths: LakePaths,
+    private readonly s3: S3,
+    private readonly maxBytes: number,
+    private readonly log: Logger,
+  ) {}
+
+  private get stateFile(): string {
+    return path.join(this.paths.state, 'bucket.json');
+  }
+
+  /** At start: the files already cached (each was checked when fetched), then every manifest the bucket has changed since. */
+  async open(): Promise<number> {
+    this.state = (await readJson<State>(this.stateFile)) ?? { etags: {}, commit: null };
+    for (const rel of await listFiles(this.paths.lake, '.parquet')) {
+      const st = await fs.stat(path.join(this.paths.lake, rel)).catch(() => null);
+      if (!st) continue;
+      this.cached.set(rel.split(path.sep).join('/'), { bytes: st.size, usedAt: st.mtimeMs });
+      this.cachedBytes += st.size;
+    }
+    return this.sync(true);
+  }
+
+  health(): ReplicaHealth {
+    return {
+      bucket: this.s3.config.bucket,
+      last_sync: this.lastSync === null ? null : new Date(this.lastSync).toISOString(),
+      sync_error: this.syncError,
+      cache: {
+        files: this.cached.size,
+        bytes: this.cachedBytes,
+        max_bytes: this.maxBytes,
+        fetched: this.fetched,
+        fetch_errors: this.fetchErrors,
+        evicted: this.evicted,
+      },
+    };
+  }
+
+  /**
+   * Brings the manifests the bucket changed into the local lake: after the commit objects since
+   * the last applied, or (`walk`) every manifest whose ETag changed. Returns how many partitions
+   * changed; a bucket that cannot be read leaves everything as it was and says so in health.
+   */
+  sync(walk = false): Promise<number> {
+    this.syncing ??= this.syncOnce(walk)
+      .then(
+        (n) => {
+          if (this.syncError) this.log.info({ bucket: this.s3.config.bucket }, 'bucket readable again');
+          this.syncError = null;
+          this.lastSync = Date.now();
+          return n;
+        },
+        (err: unknown) => {
+          if (this.syncError === null)
+            this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'bucket sync failed; the lake stays as last read');
+          this.syncError = describe(err);
+          return 0;
+        },
+      )
+      .finally(() => {
+        this.syncing = null;
+      });
+    return this.syncing;
+  }
+
+  private async syncOnce(walk: boolean): Promise<number> {
+    const prefix = this.s3.config.prefix;
+    const changed = new Map<string, { p: Partition; etag?: string }>();
+    // Commits are listed before a walk: whatever is committed during it is applied next time.
+    const commits: string[] = [];
+    const newest = this.state.commit;
+    const after = newest ? commitPrefix(prefix) + String(Math.max(0, commitTime(newest) - RELIST_MS)).padStart(15, '0') : undefined;
+    for await (const o of this.s3.list(commitPrefix(prefix), after)) if (!this.applied.has(o.key)) commits.push(o.key);
+    if (walk) {
+      for await (const o of this.s3.list(manifestPrefix(prefix))) {
+        const p = partitionOfManifestKey(prefix, o.key);
+        if (p && this.state.etags[partitionDir(p)] !== o.etag) changed.set(partitionDir(p), { p, etag: o.etag });
+      }
+    } else {
+      for (const key of commits) {
+        const body = await this.s3.get(key);
+        if (!body) continue;
+        for (const dir of (JSON.parse(body.toString('utf8')) as CommitObject).partitions) {
+          const p = partitionOfManifestKey(prefix, `${manifestPrefix(prefix)}${dir}.json`);
+          if (p) changed.set(dir, { p });
+        }
+      }
+    }
+    let next = 0;
+    const list = [...changed.values()];
+    await Promise.all(
+      Array.from({ length: FETCH_PARALLEL }, async () => {
+        while (next < list.length) {
+          const { p, etag } = list[next++];
+          await this.bringManifest(p, etag);
+        }
+      }),
+    );
+    for (const key of commits) this.applied.add(key);
+    const last = commits.reduce<string | null>((a, k) => (a === null || k > a ? k : a), newest);
+    this.state.commit = last;
+    if (last) for (const key of this.applied) if (commitTime(key) < commitTime(last) - 2 * RELIST_MS) this.applied.delete(key);
+    if (list.length || last !== newest) await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+    return list.length;
+  }
+
+  /** `etag` as the listing gave it; after a commit object, the MD5 of the body (S3's ETag of a single-part upload). */
+  private async bringManifest(p: Partition, etag?: string): Promise<void> {
+    const body = await this.s3.get(manifestKey(this.s3.config.prefix, p));
+    if (!body) return;
+    await writeManifest(this.paths.manifest, p, JSON.parse(body.toString('utf8')) as PartitionManifest);
+    this.state.etags[partitionDir(p)] = etag ?? createHash('md5').update(body).digest('hex');
+  }
+
+  /**
+   * Makes sure `files` are on this disk, fetching those that are not (one fetch per file however
+   * many requests want it). Throws ObjectUnavailable when the bucket cannot give one.
+   */
+  async ensure(files: readonly Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[]): Promise<void> {
+    const now = Date.now();
+    const missing: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[] = [];
+    // Another worker of a cluster shares this directory and may have evicted a file this one holds.
+    const present = await Promise.all(
+      files.map((f) =>
+        fs.access(path.join(this.paths.lake, f.path)).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
+    files.forEach((f, i) => {
+      const c = this.cached.get(f.path);
+      if (c && c.bytes === f.bytes && present[i]) c.usedAt = now;
+      else missing.push(f);
+    });
+    if (!missing.length) return;
+    let next = 0;
+    const failures: unknown[] = [];
+    await Promise.all(
+      Array.from({ length: Math.min(FETCH_PARALLEL, missing.length) }, async () => {
+        while (next < missing.length) {
+          const f = missing[next++];
+          let fetch = this.fetching.get(f.path);
+          if (!fetch) {
+            fetch = this.fetch(f).finally(() => this.fetching.delete(f.path));
+            this.fetching.set(f.path, fetch);
+          }
+          await fetch.catch((err: unknown) => failures.push(err));
+        }
+      }),
+    );
+    if (failures.length) throw failures[0];
+    this.evict();
+  }
+
+  private async fetch(f: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>): Promise<void> {
+    const key = dataKey(this.s3.config.prefix, f.path);
+    try {
+      const found = await this.s3.download(key, path.join(this.paths.lake, f.path), { size: f.bytes, sha256: f.sha256 });
+      if (!found) throw new S3Error(404, 'NoSuchKey', `${key} is not in the bucket`);
+    } catch (err) {
+      this.fetchErrors++;
+      this.log.warn({ key, error: describe(err) }, 'sealed file not fetched');
+      throw new ObjectUnavailable(describe(err));
+    }
+    const old = this.cached.get(f.path);
+    if (old) this.cachedBytes -= old.bytes;
+    this.cached.set(f.path, { bytes: f.bytes, usedAt: Date.now() });
+    this.cachedBytes += f.bytes;
+    this.fetched++;
+  }
+
+  /** Least recently used first, down to the bound; a file used within MIN_IDLE_MS stays even over it. */
+  private evict(): void {
+    if (this.cachedBytes <= this.maxBytes) return;
+    const now = Date.now();
+    const byAge = [...this.cached].sort((a, b) => a[1].usedAt - b[1].usedAt);
+    for (const [rel, c] of byAge) {
+      if (this.cachedBytes <= this.maxBytes || now - c.usedAt < MIN_IDLE_MS) break;
+      if (this.fetching.has(rel)) continue;
+      this.cached.delete(rel);
+      this.cachedBytes -= c.bytes;
+      this.evicted++;
+      // Unlinked, not truncated: a reader that has it open keeps its bytes.
+      void fs.rm(path.join(this.paths.lake, rel), { force: true });
+    }
+  }
+}
+
+function commitTime(key: string): number {
+  return Number(/_commits\/(\d{15})-/.exec(key)?.[1] ?? 0);
+}

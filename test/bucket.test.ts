@@ -1,0 +1,223 @@
+// The lake on object storage, against a real S3 server (Ceph's RADOS Gateway, test/rgw.ts):
+// capture publishes what it seals; a gateway outage during capture delays publishing and loses
+// nothing; two `make api` processes with their own caches serve from the bucket alone and answer
+// what the local lake answers; an object missing or corrupt in the bucket is a 503, then fetched
+// again once it is whole.
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { Publisher } from '../src/bucket/publish.js';
+import { dataKey, manifestKey } from '../src/bucket/layout.js';
+import { S3 } from '../src/bucket/s3.js';
+import { startApi } from '../src/api/server.js';
+import { fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { type IndexedFile, FileIndex } from '../src/lake/fileindex.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
+import { type ApiProcess, quiet, sealAll, startApiProcess, testConfig } from './helpers.js';
+import { startRgw } from './rgw.js';
+
+const START = Date.parse('2026-08-04T10:00:00Z');
+const MIDDLE = START + 20 * 60_000;
+const END = START + 40 * 60_000;
+const CURSOR_SECRET = 'bucket-test-cursor-secret-0123456789';
+
+const rgw = await startRgw(t);
+const bucketEnv = { ...rgw.env, S3_BUCKET: 'pmh-lake', S3_PREFIX: 'archive', PUBLISH_MS: '200' };
+const dir = t.testdir();
+const config = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000' });
+const s3 = new S3(config.bucket!);
+t.teardown(() => s3.close());
+await s3.ensureBucket();
+const duck = await Duck.open(2);
+t.teardown(() => duck.close());
+const paths = lakePaths(dir);
+
+/** Capture over [from, to) from the stand-in into the lake, publishing as it goes, then the rest sealed. */
+async function capture(from: number, to: number) {
+  const run = await fill(config, duck, quiet, { hours: 0, speed: 400, pollMs: 3000, start: from, until: to }, new StandInUpstream({}));
+  await sealAll(duck, dir);
+  return run;
+}
+
+async function localFiles(): Promise<IndexedFile[]> {
+  const index = new FileIndex(paths);
+  await index.walk();
+  return index.all();
+}
+
+t.test('capture publishes; a gateway outage delays it, loses nothing, and is caught up', async (t) => {
+  const first = await capture(START, MIDDLE);
+  await first.capture.publisher!.pass();
+  t.equal(first.capture.health().publish?.backlog_partitions, 0);
+
+  await rgw.gatewayStop();
+  const second = await capture(MIDDLE, END);
+  const publisher = second.capture.publisher!;
+  await t.rejects(publisher.pass(), 'the bucket is down');
+  const down = second.capture.health().publish!;
+  t.ok(down.backlog_partitions > 0, `backlog while down: ${down.backlog_partitions} partitions`);
+  t.match(down.last_error, /ECONNREFUSED|Network|Timeout/);
+  t.ok(down.waiting_since);
+  t.ok(second.capture.stats.books > 0, 'capture recorded while the bucket was down');
+
+  await rgw.gatewayStart();
+  const caughtUp = await publisher.pass();
+  t.ok(caughtUp.files_put > 0, `${caughtUp.files_put} files sent after the outage`);
+  t.same(
+    { backlog: second.capture.health().publish!.backlog_partitions, error: second.capture.health().publish!.last_error },
+    { backlog: 0, error: null },
+  );
+
+  // Every sealed file is in the bucket with the manifest's sha256, every manifest byte for byte.
+  const files = await localFiles();
+  t.ok(files.length > 20, `${files.length} sealed files`);
+  for (const f of files) {
+    const head = await s3.head(dataKey(s3.config.prefix, f.path));
+    if (head?.meta.sha256 !== f.sha256 || head.size !== f.bytes) t.fail(`${f.path} is not in the bucket as sealed`);
+  }
+  for (const p of new Map(files.map((f) => [f.path.split('/').slice(0, -1).join('/'), f.partition])).values()) {
+    const local = await fs.readFile(path.join(paths.manifest, `${manifestKey('', p).slice('_manifest/'.length)}`));
+    t.same(await s3.get(manifestKey(s3.config.prefix, p)), local);
+  }
+  // A mirror afterwards finds everything there and sends nothing.
+  const mirror = await new Publisher(paths, s3, quiet).mirror();
+  t.same({ put: mirror.files_put, present: mirror.files_present }, { put: 0, present: files.length });
+});
+
+t.test("the analyst guide's bucket statements answer over a copy of the bucket", async (t) => {
+  // What `aws s3 sync` would bring down: every key under the prefix, at its key.
+  const copy = path.join(t.testdir(), 'copy');
+  let objects = 0;
+  for await (const o of s3.list(s3.config.prefix)) {
+    const dest = path.join(copy, o.key.slice(s3.config.prefix.length));
+    await fs.mkdir(path.dirname(dest), { recursive: true });
+    await fs.writeFile(dest, (await s3.get(o.key))!);
+    objects++;
+  }
+  t.ok(objects > 20, `${objects} objects`);
+  const guide = await fs.readFile(path.resolve('docs/ANALYSTS.md'), 'utf8');
+  const blocks = [...guide.matchAll(/```sql\n-- bucket\n([\s\S]*?)```/g)].map((m) => m[1].replaceAll('s3://BUCKET/PREFIX/', `${copy}/`));
+  t.ok(blocks.length >= 3, `${blocks.length} statements`);
+  for (const block of blocks) {
+    for (const sql of block
+      .split(/;\s*\n/)
+      .map((q) => q.replace(/^-- bucket\n/gm, '').trim())
+      .filter(Boolean)) {
+      if (/^SET VARIABLE/.test(sql)) await duck.run(sql);
+      else t.ok((await duck.rows(sql)).length > 0, sql.split('\n')[0].slice(0, 70));
+    }
+  }
+});
+
+t.test('two API processes serve from the bucket alone, as the local lake does', async (t) => {
+  // On the wall clock, as the replicas are: a window's status and coverage depend on the time of asking.
+  const local = await startApi(config, duck, createClock(Date.now(), 1), quiet, { port: 0 });
+  t.teardown(() => local.stop());
+  const key = (await local.keys.issue('paid', 'bucket test')).key;
+  const replicaEnv = {
+    ...bucketEnv,
+    LAKE_SOURCE: 'bucket',
+    KEYS_FILE: config.keysFile,
+    CURSOR_SECRET,
+    API_WORKERS: '1',
+    RATE_PAID_PER_SECOND: '100000',
+    BUCKET_CACHE_MB: '64',
+  };
+  const replicas: ApiProcess[] = [];
+  for (let i = 0; i < 2; i++) {
+    const r = await startApiProcess(path.join(t.testdir(), `replica-${i}`), replicaEnv);
+    t.teardown(() => void r.child.kill('SIGTERM'));
+    replicas.push(r);
+  }
+  const get = async (base: string, route: string) => {
+    const res = await fetch(`${base}${route}`, { headers: { authorization: `Bearer ${key}` } });
+    const body = res.headers.get('content-type')?.includes('json') ? ((await res.json()) as Record<string, unknown>) : null;
+    return { status: res.status, body, res };
+  };
+  const same = async (route: string) => {
+    const want = await get(local.url, route);
+    t.equal(want.status, 200, `${route} locally`);
+    for (const r of replicas) {
+      const got = await get(r.url, route);
+      t.same(
+        { status: got.status, data: got.body?.data, pagination: got.body?.pagination },
+        { status: 200, data: want.body?.data, pagination: want.body?.pagination },
+        `${route} from the bucket`,
+      );
+    }
+    return want.body!;
+  };
+
+  const health = await get(replicas[0].url, '/v3/health');
+  t.match(health.body, { data: { lake: { source: 'bucket', readable: true, bucket: { bucket: 'pmh-lake', sync_error: null } } } });
+
+  const listed = await same(`/v3/wallet-prediction/markets?order=asc&limit=50&start_time=${START}&end_time=${END}`);
+  const markets = listed.data as { market_id: string }[];
+  t.ok(markets.length > 4, `${markets.length} markets`);
+  const [m0, m1] = markets.map((m) => m.market_id);
+  await same(`/v3/wallet-prediction/${m0}`);
+  const page = await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc`);
+  const cursor = (page.pagination as { next_cursor: string | null }).next_cursor;
+  t.ok(cursor, 'a second page');
+  // A cursor from one process pages on another: they share the cursor secret.
+  await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc&cursor=${encodeURIComponent(cursor!)}`);
+  await same(`/v3/wallet-prediction/${m1}/timeseries?metric=chance&interval=1m`);
+  await same(`/v3/wallet-prediction/${m1}/certificate`);
+  await same(`/v3/wallet-prediction/coverage`);
+  const polyMarkets = await same(`/v3/btc/markets?order=asc&limit=5&start_time=${START}&end_time=${END}`);
+  const pm = (polyMarkets.data as { market_id: string }[])[0].market_id;
+  await same(`/v3/btc/markets/${pm}/snapshots?limit=3&include_orderbook=true`);
+  await same(`/v3/btc/markets/${pm}/trades?limit=10`);
+  const latest = await get(replicas[1].url, `/v3/wallet-prediction/${m0}/orderbook/latest`);
+  t.same(latest.body?.data, (await get(local.url, `/v3/wallet-prediction/${m0}/orderbook/latest`)).body?.data);
+  t.equal((latest.body?.meta as { source: string }).source, 'sealed', 'a replica says its latest book is from sealed hours');
+
+  const files = await same(`/v3/wallet-prediction/files?dataset=books&limit=1`);
+  const file = (files.data as { url: string; sha256: string }[])[0];
+  const body = await fetch(`${replicas[1].url}${file.url}`, { headers: { authorization: `Bearer ${key}` } });
+  t.equal(body.status, 200);
+  t.equal(
+    createHash('sha256')
+      .update(Buffer.from(await body.arrayBuffer()))
+      .digest('hex'),
+    file.sha256,
+    'a file downloaded from a replica is the sealed file',
+  );
+
+  t.test('an object missing or corrupt in the bucket is a 503, then fetched again', async (t) => {
+    const all = await localFiles();
+    const booksOf = (id: string) => all.find((f) => f.partition.dataset === 'books' && f.markets && id in f.markets)!;
+    // Markets whose books hour no request has read yet: neither replica holds those files.
+    const read = new Set([m0, m1].map((id) => booksOf(id).path));
+    const unread = new Map<string, string>();
+    for (const { market_id } of markets) if (!read.has(booksOf(market_id).path)) unread.set(booksOf(market_id).path, market_id);
+    t.ok(unread.size >= 2, `${unread.size} books files not read yet`);
+    const [[corruptPath, corruptMarket], [missingPath, missingMarket]] = [...unread];
+    const original = await fs.readFile(path.join(paths.lake, corruptPath));
+    await s3.put(
+      dataKey(s3.config.prefix, corruptPath),
+      Buffer.concat([original.subarray(0, original.length - 8), Buffer.from('corrupt!')]),
+    );
+    await s3.delete(dataKey(s3.config.prefix, missingPath));
+    for (const [id, replica] of [
+      [corruptMarket, replicas[0]],
+      [missingMarket, replicas[1]],
+    ] as const) {
+      const refused = await get(replica.url, `/v3/wallet-prediction/${id}/snapshots?limit=3`);
+      t.equal(refused.status, 503);
+      t.equal(refused.res.headers.get('retry-after'), '5');
+      t.match(refused.body, { error: { code: 'UNAVAILABLE' } });
+      t.notMatch(JSON.stringify(refused.body), /sha256|archive\/|pmh-lake|NoSuchKey|BadDigest/, 'nothing internal in the answer');
+    }
+    // A mirror repairs both (the corrupt object lacks the sha256 its manifest names); both are fetched again.
+    t.equal((await new Publisher(paths, s3, quiet).mirror()).files_put, 2);
+    await same(`/v3/wallet-prediction/${corruptMarket}/snapshots?limit=3`);
+    await same(`/v3/wallet-prediction/${missingMarket}/snapshots?limit=3`);
+    const fetched = (await get(replicas[0].url, '/v3/health')).body as { data: { lake: { bucket: { cache: { fetch_errors: number } } } } };
+    t.ok(fetched.data.lake.bucket.cache.fetch_errors >= 1);
+  });
+});
