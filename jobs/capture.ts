@@ -1,5 +1,6 @@
 // Long-running capture. SIGINT/SIGTERM flush the spool and stop; a restart resumes.
 import { Capture } from '../src/capture/capture.js';
+import { startLatestFeed } from '../src/capture/feed.js';
 import { clockFrom } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -15,10 +16,16 @@ const clock = clockFrom(config.clock);
 const duck = await Duck.open(1, sealingDuck(config));
 const capture = new Capture(config, clock, duck, createAdapters(config, clock), log);
 await capture.start();
+const { port, host, secret } = config.captureFeed;
+const feed =
+  port === null
+    ? null
+    : await startLatestFeed({ latest: capture.latest, health: () => capture.health(), host, port, secret: secret!, log });
 let stopping = false;
 const stop = async () => {
   if (stopping) return;
   stopping = true;
+  await feed?.close();
   await capture.stop();
   duck.close();
   await release();

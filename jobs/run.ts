@@ -3,6 +3,7 @@
 // (The fill of an empty lake runs before this, as its own job.)
 import { startApi } from '../src/api/server.js';
 import { Capture } from '../src/capture/capture.js';
+import { startLatestFeed } from '../src/capture/feed.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -31,6 +32,11 @@ const captureDuck = await duck.fork(1);
 const capture = new Capture(cfg, clock, captureDuck, createAdapters(cfg, clock), log);
 await capture.start();
 const api = await startApi(config, duck, clock, log, { latest: capture.latest, capture });
+const { port, host, secret } = config.captureFeed;
+const feed =
+  port === null
+    ? null
+    : await startLatestFeed({ latest: capture.latest, health: () => capture.health(), host, port, secret: secret!, log });
 const { key, issued } = await runKey(api.keys, config.dataDir);
 const market = api.lake.all(clock.now()).find((m) => m.venue === 'wallet-prediction' && m.status === 'open');
 log.info({ standin: url, api: api.url, lake: `${config.dataDir}/lake`, markets: api.lake.size }, 'capturing and serving; Ctrl-C stops');
@@ -49,6 +55,7 @@ let stopping = false;
 const stop = async () => {
   if (stopping) return;
   stopping = true;
+  await feed?.close();
   await api.stop();
   await capture.stop();
   await standin.stop();

@@ -75,6 +75,11 @@ export interface Config {
   lakeSource: 'local' | 'bucket';
   /** What a bucket-served API keeps of fetched files on its disk. */
   bucketCacheBytes: number;
+  /**
+   * Capture's newest books over the network: capture serves them on `port` (null: not at all) to
+   * bucket-served API processes, which poll `url`. Both ends hold `secret`, which is never logged.
+   */
+  captureFeed: { port: number | null; host: string; secret: string | null; url: string | null };
   /** The API keys' store (hashes only): API processes on several machines share one. */
   keysFile: string;
   api: {
@@ -251,6 +256,15 @@ function bucket(env: Env): BucketConfig | null {
   };
 }
 
+function captureFeed(env: Env): Config['captureFeed'] {
+  const port = env.CAPTURE_FEED_PORT ? int(env, 'CAPTURE_FEED_PORT', 0, 0, 65535) : null;
+  const feedUrl = env.CAPTURE_FEED_URL ? url(env, 'CAPTURE_FEED_URL', '') : null;
+  const secret = env.CAPTURE_FEED_SECRET || null;
+  if ((port !== null || feedUrl !== null) && (!secret || secret.length < 16))
+    throw new ConfigError('CAPTURE_FEED_PORT and CAPTURE_FEED_URL need CAPTURE_FEED_SECRET, of 16 characters or more');
+  return { port, host: env.CAPTURE_FEED_HOST || '127.0.0.1', secret, url: feedUrl };
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const standinPort = int(env, 'STANDIN_PORT', 8090, 1, 65535);
   const standin = `http://127.0.0.1:${standinPort}`;
@@ -326,6 +340,7 @@ export function loadConfig(env: Env = process.env): Config {
     publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
     lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),
     bucketCacheBytes: int(env, 'BUCKET_CACHE_MB', 4096, 1, 1_048_576) * 1024 * 1024,
+    captureFeed: captureFeed(env),
     keysFile: path.resolve(env.KEYS_FILE || path.join(env.DATA_DIR || './data', 'state', 'keys.json')),
     api: {
       rateFree: num(env, 'RATE_FREE_PER_SECOND', 2, 0.1, 100_000),

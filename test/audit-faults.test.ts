@@ -116,11 +116,21 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
       env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
     },
   );
-  const { expected, recorded, unknowable } = auditStream(t, run);
+  const { expected, recorded, unknowable, withheld } = auditStream(t, run);
   t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
+  // The audit counts a change the venue withheld and capture did not record, outside every gap, as
+  // unknowable. Withheld in a pause or a disconnect, it was knowable: the silence and REST's newer
+  // book tell, so none of those may be missing. Only a push dropped at random and overwritten before
+  // any poll saw its book is invisible to any recorder: at most the changes of the dropped pushes
+  // (how many a poll catches depends on REST's round trips in simulated time, so on the load).
+  const faults = [...freezes, ...disconnects];
+  const inFault = (at: number) => faults.some((f) => f.from <= at && at < f.to);
+  t.same(withheld.filter((w) => inFault(w.at)).slice(0, 3), [], 'no change withheld in a pause or disconnect is missing outside a gap');
+  // A dropped push is one market's book: the change of each of its two outcomes.
+  const droppedChanges = 2 * run.standin.walletStream.stats.dropped;
   t.ok(
-    unknowable <= expected * 0.001 + 2,
-    `changes missing without a gap (${unknowable} of ${expected}) are only ones withheld and overwritten`,
+    unknowable <= droppedChanges,
+    `changes missing without a gap (${unknowable} of ${expected}) are only ones dropped at random (${droppedChanges}) and overwritten`,
   );
   t.ok(recorded > expected * 0.8, `${recorded} of ${expected} change instants recorded`);
   const reasons = new Set(run.gaps.map((g) => g.reason));
@@ -141,11 +151,12 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
     'each has books of both outcomes',
   );
 
-  const faults = [...freezes, ...disconnects];
   const { injected, gapped, inside } = faultTime(run, faults, closed);
-  // Fault time in which a market's book did not change lost nothing and needs no gap: within 10% of it may lie outside.
+  // Fault time in which a market's book did not change lost nothing and needs no gap (a poll proving
+  // the book unchanged inside a pause ends the need), and every change lost in one is checked above,
+  // so this only asks that pauses are gapped at all: most of their time, whatever the load.
   t.ok(
-    inside >= 0.9 * injected,
+    inside >= 0.5 * injected,
     `${(inside / 1000).toFixed(1)} s of the ${(injected / 1000).toFixed(1)} s of injected pauses and disconnects over ${closed.length} markets' lives lie in gaps`,
   );
   // Past the windows a gap reaches back to the last proof of the book before a pause (a poll's, or the last push: silence

@@ -11,6 +11,8 @@ import { Publisher } from '../src/bucket/publish.js';
 import { dataKey, manifestKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import { startApi } from '../src/api/server.js';
+import type { Capture } from '../src/capture/capture.js';
+import { startLatestFeed } from '../src/capture/feed.js';
 import { fill } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -35,6 +37,9 @@ await s3.ensureBucket();
 const duck = await Duck.open(2);
 t.teardown(() => duck.close());
 const paths = lakePaths(dir);
+/** The capture of the last stretch: its newest books and health are what its feed serves. */
+let captured: Capture | null = null;
+const FEED_SECRET = 'bucket-test-feed-secret-0123456789';
 
 /** Capture over [from, to) from the stand-in into the lake, publishing as it goes, then the rest sealed. */
 async function capture(from: number, to: number) {
@@ -56,6 +61,7 @@ t.test('capture publishes; a gateway outage delays it, loses nothing, and is cau
 
   await rgw.gatewayStop();
   const second = await capture(MIDDLE, END);
+  captured = second.capture;
   const publisher = second.capture.publisher!;
   await t.rejects(publisher.pass(), 'the bucket is down');
   const down = second.capture.health().publish!;
@@ -114,8 +120,10 @@ t.test("the analyst guide's bucket statements answer over a copy of the bucket",
 });
 
 t.test('two API processes serve from the bucket alone, as the local lake does', async (t) => {
-  // On the wall clock, as the replicas are: a window's status and coverage depend on the time of asking.
-  const local = await startApi(config, duck, createClock(Date.now(), 1), quiet, { port: 0 });
+  // One clock for all three processes (a window's status and coverage depend on the time of asking),
+  // an hour past the lake: every window is over, and capture's books are still recent enough to be kept.
+  const clock = { start: END + 3_600_000, anchor: Date.now() };
+  const local = await startApi(config, duck, createClock(clock.start, 1, clock.anchor), quiet, { port: 0 });
   t.teardown(() => local.stop());
   const key = (await local.keys.issue('paid', 'bucket test')).key;
   const replicaEnv = {
@@ -126,10 +134,24 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     API_WORKERS: '1',
     RATE_PAID_PER_SECOND: '100000',
     BUCKET_CACHE_MB: '64',
+    CLOCK_START: String(clock.start),
+    CLOCK_ANCHOR: String(clock.anchor),
   };
+  // Capture's newest books over the network, for the first replica; the second has no feed.
+  const feed = await startLatestFeed({
+    latest: captured!.latest,
+    health: () => captured!.health(),
+    host: '127.0.0.1',
+    port: 0,
+    secret: FEED_SECRET,
+    log: quiet,
+  });
+  t.teardown(() => feed.close());
   const replicas: ApiProcess[] = [];
+  const replicaDirs = [0, 1].map((i) => path.join(t.testdir(), `replica-${i}`));
   for (let i = 0; i < 2; i++) {
-    const r = await startApiProcess(path.join(t.testdir(), `replica-${i}`), replicaEnv);
+    const feedEnv: Record<string, string> = i === 0 ? { CAPTURE_FEED_URL: feed.url, CAPTURE_FEED_SECRET: FEED_SECRET } : {};
+    const r = await startApiProcess(replicaDirs[i], { ...replicaEnv, ...feedEnv });
     t.teardown(() => void r.child.kill('SIGTERM'));
     replicas.push(r);
   }
@@ -156,7 +178,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   t.match(health.body, { data: { lake: { source: 'bucket', readable: true, bucket: { bucket: 'pmh-lake', sync_error: null } } } });
 
   const listed = await same(`/v3/wallet-prediction/markets?order=asc&limit=50&start_time=${START}&end_time=${END}`);
-  const markets = listed.data as { market_id: string }[];
+  const markets = listed.data as { market_id: string; coin: string; window: string; start_time: string; end_time: string }[];
   t.ok(markets.length > 4, `${markets.length} markets`);
   const [m0, m1] = markets.map((m) => m.market_id);
   await same(`/v3/wallet-prediction/${m0}`);
@@ -172,9 +194,35 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   const pm = (polyMarkets.data as { market_id: string }[])[0].market_id;
   await same(`/v3/btc/markets/${pm}/snapshots?limit=3&include_orderbook=true`);
   await same(`/v3/btc/markets/${pm}/trades?limit=10`);
-  const latest = await get(replicas[1].url, `/v3/wallet-prediction/${m0}/orderbook/latest`);
-  t.same(latest.body?.data, (await get(local.url, `/v3/wallet-prediction/${m0}/orderbook/latest`)).body?.data);
-  t.equal((latest.body?.meta as { source: string }).source, 'sealed', 'a replica says its latest book is from sealed hours');
+  // The newest book of a market: the sealed one, or capture's over its feed; the same book either way here.
+  const live = markets.map((m) => m.market_id).find((id) => captured!.latest.has(`wallet-prediction:${id}`))!;
+  t.ok(live, 'a market the last capture holds a book of');
+  const sealedLatest = (await get(local.url, `/v3/wallet-prediction/${live}/orderbook/latest`)).body;
+  t.match(sealedLatest?.meta, { source: 'sealed' }, 'a market read from the lake says so');
+  const noFeed = await get(replicas[1].url, `/v3/wallet-prediction/${live}/orderbook/latest`);
+  t.same(noFeed.body?.data, sealedLatest?.data);
+  t.match(noFeed.body?.meta, { source: 'sealed', capture_reachable: false }, 'a replica without capture says its latest book is sealed');
+  const fromFeed = await get(replicas[0].url, `/v3/wallet-prediction/${live}/orderbook/latest`);
+  t.same(fromFeed.body?.data, sealedLatest?.data);
+  t.match(fromFeed.body?.meta, { source: 'capture', capture_reachable: true }, "the other has capture's over the network");
+  const feedHealth = (await get(replicas[0].url, '/v3/health')).body as {
+    data: { capture: { state: string }; lake: { bucket: { capture_feed: { reachable: boolean } } } };
+  };
+  t.match(
+    feedHealth.data,
+    { capture: { state: 'stopped' }, lake: { bucket: { capture_feed: { reachable: true, error: null } } } },
+    "capture's health as its feed says it",
+  );
+  await feed.close();
+  // Unreachable once the feed has been silent for its bound: the books stay, no longer vouched for.
+  for (let i = 0; i < 100; i++) {
+    const again = await get(replicas[0].url, `/v3/wallet-prediction/${live}/orderbook/latest`);
+    if ((again.body?.meta as { capture_reachable: boolean }).capture_reachable === false) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  t.match((await get(replicas[0].url, '/v3/health')).body, {
+    data: { capture: null, lake: { bucket: { capture_feed: { reachable: false } } } },
+  });
 
   const files = await same(`/v3/wallet-prediction/files?dataset=books&limit=1`);
   const file = (files.data as { url: string; sha256: string }[])[0];
@@ -190,12 +238,29 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
 
   t.test('an object missing or corrupt in the bucket is a 503, then fetched again', async (t) => {
     const all = await localFiles();
-    const booksOf = (id: string) => all.find((f) => f.partition.dataset === 'books' && f.markets && id in f.markets)!;
-    // Markets whose books hour no request has read yet: neither replica holds those files.
-    const read = new Set([m0, m1].map((id) => booksOf(id).path));
+    // Metrics hours neither replica has fetched yet (each keeps its files at their lake paths).
+    const held = async (f: IndexedFile) =>
+      (
+        await Promise.all(
+          replicaDirs.map((d) =>
+            fs.access(path.join(d, 'lake', f.path)).then(
+              () => true,
+              () => false,
+            ),
+          ),
+        )
+      ).some(Boolean);
     const unread = new Map<string, string>();
-    for (const { market_id } of markets) if (!read.has(booksOf(market_id).path)) unread.set(booksOf(market_id).path, market_id);
-    t.ok(unread.size >= 2, `${unread.size} books files not read yet`);
+    for (const f of all) {
+      if (f.partition.dataset !== 'metrics' || f.partition.venue !== 'wallet-prediction' || (await held(f))) continue;
+      const p = f.partition;
+      const id = markets.find(
+        (m) =>
+          m.coin === p.coin && m.window === p.window && Date.parse(m.start_time) >= p.hour && Date.parse(m.end_time) <= p.hour + 3_600_000,
+      )?.market_id;
+      if (id) unread.set(f.path, id);
+    }
+    t.ok(unread.size >= 2, `${unread.size} metrics files not read yet`);
     const [[corruptPath, corruptMarket], [missingPath, missingMarket]] = [...unread];
     const original = await fs.readFile(path.join(paths.lake, corruptPath));
     await s3.put(
@@ -207,7 +272,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
       [corruptMarket, replicas[0]],
       [missingMarket, replicas[1]],
     ] as const) {
-      const refused = await get(replica.url, `/v3/wallet-prediction/${id}/snapshots?limit=3`);
+      const refused = await get(replica.url, `/v3/wallet-prediction/${id}/timeseries?metric=chance&interval=1m`);
       t.equal(refused.status, 503);
       t.equal(refused.res.headers.get('retry-after'), '5');
       t.match(refused.body, { error: { code: 'UNAVAILABLE' } });
@@ -215,8 +280,8 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     }
     // A mirror repairs both (the corrupt object lacks the sha256 its manifest names); both are fetched again.
     t.equal((await new Publisher(paths, s3, quiet).mirror()).files_put, 2);
-    await same(`/v3/wallet-prediction/${corruptMarket}/snapshots?limit=3`);
-    await same(`/v3/wallet-prediction/${missingMarket}/snapshots?limit=3`);
+    await same(`/v3/wallet-prediction/${corruptMarket}/timeseries?metric=chance&interval=1m`);
+    await same(`/v3/wallet-prediction/${missingMarket}/timeseries?metric=chance&interval=1m`);
     const fetched = (await get(replicas[0].url, '/v3/health')).body as { data: { lake: { bucket: { cache: { fetch_errors: number } } } } };
     t.ok(fetched.data.lake.bucket.cache.fetch_errors >= 1);
   });

@@ -61,7 +61,7 @@ t.test('the bucket layout: data at the lake path, manifests and commits under _-
   t.match(a, /^_commits\/000000000001000-[0-9a-f]{8}\.json$/);
 });
 
-t.test('bucket settings are validated and the prefix normalised', async (t) => {
+t.test('bucket and capture-feed settings are validated and the prefix normalised', async (t) => {
   const env = { S3_BUCKET: 'lake', S3_ACCESS_KEY_ID: 'id', S3_SECRET_ACCESS_KEY: 'secret', S3_PREFIX: '/archive' };
   const c = loadConfig(env);
   t.same(
@@ -80,4 +80,12 @@ t.test('bucket settings are validated and the prefix normalised', async (t) => {
   t.throws(() => loadConfig({ S3_BUCKET: 'lake' }), /without S3_ACCESS_KEY_ID/);
   t.throws(() => loadConfig({ ...env, S3_BUCKET: 'Not_A_Bucket' }), /not a bucket name/);
   t.throws(() => loadConfig({ LAKE_SOURCE: 'bucket' }), /needs S3_BUCKET/);
+  t.throws(() => loadConfig({ CAPTURE_FEED_URL: 'http://capture:9090' }), /need CAPTURE_FEED_SECRET/);
+  t.throws(() => loadConfig({ CAPTURE_FEED_PORT: '9090', CAPTURE_FEED_SECRET: 'short' }), /16 characters/);
+  t.same(loadConfig({ CAPTURE_FEED_PORT: '9090', CAPTURE_FEED_SECRET: 'a-long-enough-secret' }).captureFeed, {
+    port: 9090,
+    host: '127.0.0.1',
+    secret: 'a-long-enough-secret',
+    url: null,
+  });
 });

@@ -140,6 +140,8 @@ export function auditStream(
   let expected = 0;
   let recorded = 0;
   let unknowable = 0;
+  /** The changes behind `unknowable`: withheld by the venue (a drop, a reorder, a pause) and not recorded. */
+  const withheld: { market_id: string; at: number }[] = [];
   let audited = 0;
   const uncovered: string[] = [];
   let firstUncovered: object | undefined;
@@ -160,8 +162,10 @@ export function auditStream(
       for (const at of instants) {
         if (seen.has(at)) recorded++;
         else if (covered(known.market_id, at)) continue;
-        else if (run.undelivered.has(`${m.tokenIds[index]}@${at}`)) unknowable++;
-        else {
+        else if (run.undelivered.has(`${m.tokenIds[index]}@${at}`)) {
+          unknowable++;
+          withheld.push({ market_id: known.market_id, at });
+        } else {
           uncovered.push(`${key}@${at}`);
           // What a failure needs to be read: the token's audited span, its rows' span and its market's gaps.
           firstUncovered ??= {
@@ -190,7 +194,7 @@ export function auditStream(
     last.set(r.market_id, r.ts);
   }
   t.equal(backwards, 0, "a market's snapshot times only move forward");
-  return { expected, recorded, unknowable, wrong: wrong.length };
+  return { expected, recorded, unknowable, withheld, wrong: wrong.length };
 }
 
 /** The stand-in's record of when it took each outcome's subscription, as the audit asks for it. */

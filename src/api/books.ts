@@ -154,6 +154,7 @@ export function bookHandlers(kit: RouteKit) {
       const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
       if (!rows.length) continue;
       const read: LatestBook = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
+      deps.sealedLatest.add(read);
       const meanwhile = deps.latest.get(key);
       if (meanwhile && meanwhile.ts >= read.ts) return meanwhile;
       deps.latest.set(key, read);
@@ -179,7 +180,7 @@ export function bookHandlers(kit: RouteKit) {
       if (latest) deps.latestReads.read(key, ctx.now);
       const books = latest?.books.filter((b) => outcome === null || b.outcome_index === outcome) ?? [];
       ctx.stats.rows = books.length;
-      const meta = { source: deps.latestSource };
+      const meta = deps.latestMeta(latest);
       if (!latest) return { data: null, meta };
       if (outcome !== null)
         return { data: { market_id: m.market_id, timestamp: iso(latest.ts), books: books.map((b) => bookJson(b)) }, meta };

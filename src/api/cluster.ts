@@ -25,12 +25,21 @@ export function startCluster(workers: number, log: Logger): Promise<ApiCluster> 
     log.error({ pid: worker.process.pid, code, signal }, 'api worker died; starting another');
     cluster.fork();
   });
-  const stop = () =>
-    new Promise<void>((resolve) => {
-      stopping = true;
-      for (const worker of Object.values(cluster.workers ?? {})) worker?.kill('SIGTERM');
-      cluster.disconnect(() => resolve());
-    });
+  // Resolves when every worker has exited, not when they disconnected: a worker still finishing its
+  // requests (and its files in DATA_DIR) must not outlive a primary that said it stopped.
+  const stop = async () => {
+    stopping = true;
+    const running = Object.values(cluster.workers ?? {}).filter((w) => w !== undefined && !w.isDead());
+    await Promise.all(
+      running.map(
+        (worker) =>
+          new Promise<void>((resolve) => {
+            worker!.once('exit', () => resolve());
+            worker!.kill('SIGTERM');
+          }),
+      ),
+    );
+  };
   return new Promise((resolve, reject) => {
     let listening = 0;
     const onExit = (_w: unknown, code: number) => {

@@ -43,7 +43,12 @@ export const PRELOAD_MS = 2 * HOUR;
  * (the spool tail or capture bring the open hours), so the latest book of a market that just
  * closed is memory from the first request after a restart. Never replaces a newer book.
  */
-export async function preloadLatest(lake: LakeReader, latest: Map<string, LatestBook>, now: number): Promise<number> {
+export async function preloadLatest(
+  lake: LakeReader,
+  latest: Map<string, LatestBook>,
+  now: number,
+  fromFiles: WeakSet<LatestBook>,
+): Promise<number> {
   let loaded = 0;
   const hours = new Map<string, { venue: string; files: IndexedFile[] }>();
   for (const f of lake.sealedFiles()) {
@@ -65,6 +70,7 @@ export async function preloadLatest(lake: LakeReader, latest: Map<string, Latest
     for (const [id, book] of newest) {
       if ((latest.get(id)?.ts ?? -Infinity) >= book.ts) continue;
       latest.set(id, book);
+      fromFiles.add(book);
       loaded++;
     }
   }

@@ -171,6 +171,8 @@ export const SCHEMAS: Record<string, unknown> = {
             fetch_errors: { type: 'integer' },
             evicted: { type: 'integer' },
           }),
+          // Capture's latest-book feed, where one is configured (CAPTURE_FEED_URL).
+          capture_feed: nullable(obj({ url: str, reachable: { type: 'boolean' }, last_ok: nullable(time), error: nullable(str) })),
         }),
       },
       ['readable', 'error', 'query_engine', 'newest_capture', 'files', 'markets', 'source'],

@@ -122,10 +122,13 @@ export interface RouteDeps {
   latest: Map<string, LatestBook>;
   latestReads: LatestReads;
   /**
-   * Where the latest books come from, said in the latest route's `meta.source`: `capture` (this
-   * machine's capture or its spool: up to the last second), `sealed` (a bucket's sealed hours only).
+   * The latest route's `meta` for a book: `source` says where it came from (`capture`: capture's
+   * memory, spool or feed; `sealed`: the sealed files), and a bucket-served process says whether
+   * capture's feed is reachable (`capture_reachable`).
    */
-  latestSource: 'capture' | 'sealed';
+  latestMeta: (book: LatestBook | undefined) => Record<string, unknown>;
+  /** Books read from sealed files, as opposed to those capture handed over. */
+  sealedLatest: WeakSet<LatestBook>;
   rate: (plan: KeyRecord['plan']) => number;
   health: () => Promise<{ status: number; data: unknown }>;
   openapi: () => unknown;

@@ -30,7 +30,8 @@ import { sqlString } from '../lake/sql.js';
 import { type ReplayEndpoint, replayEndpoint } from '../replay/server.js';
 import { TapeCache } from '../replay/tape.js';
 import { S3 } from '../bucket/s3.js';
-import { BucketReplica } from '../bucket/replica.js';
+import { BucketReplica, type ReplicaHealth } from '../bucket/replica.js';
+import { type FeedHealth, FeedTail } from '../bucket/feedtail.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -82,7 +83,7 @@ export interface ApiOptions {
   /** Capture's own map when capture runs in this process; without it the API follows the spool. */
   latest?: Map<string, LatestBook>;
   /** Capture in this process, for health; without it, health reads capture's heartbeat file. */
-  capture?: { health(): CaptureHealth };
+  capture?: { health(): CaptureHealth | null };
   port?: number;
   /** One of `workers` API processes (jobs/api.ts): keys' limits are leased through `rates`, and the primary prepared the state (prepareApiState). */
   cluster?: { workers: number; rates: RateChannel };
@@ -120,10 +121,13 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   log.info({ files: lake.sealedFiles().length, markets: lake.size, ...loaded }, 'lake loaded');
   const latest = shared ?? new Map<string, LatestBook>();
   const latestReads = new LatestReads();
-  const tail = shared ? null : new SpoolTail(paths.spool, latest);
+  // Capture's newest books: its own map in this process, its spool beside it, or over the network from its feed.
+  const feed = replica && config.captureFeed.url ? new FeedTail(config.captureFeed.url, config.captureFeed.secret!, latest, log) : null;
+  const tail = shared ? null : (feed ?? (replica ? null : new SpoolTail(paths.spool, latest)));
   await tail?.poll();
+  const sealedLatest = new WeakSet<LatestBook>();
   const preloading = performance.now();
-  const preloaded = await preloadLatest(lake, latest, clock.now());
+  const preloaded = await preloadLatest(lake, latest, clock.now(), sealedLatest);
   log.info({ preloaded, in_memory: latest.size, ms: ms(preloading, performance.now()) }, 'latest books loaded');
   let reindexed = Date.now();
   const timers = [
@@ -159,7 +163,17 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   };
   const connections: ConnectionStats = { open: 0, refused: 0 };
   const health = cached(HEALTH_CACHE_MS, () =>
-    checkHealth(config, duck, lake, latest, options.capture, admission, exports, { ...connections, max: connectionLimits.total }, replica),
+    checkHealth(
+      config,
+      duck,
+      lake,
+      latest,
+      options.capture ?? (feed ? { health: () => feed.capture() } : undefined),
+      admission,
+      exports,
+      { ...connections, max: connectionLimits.total },
+      replica && { ...replica.health(), capture_feed: feed?.health() ?? null },
+    ),
   );
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
   const limiter = options.cluster ? new LeasedLimiter(options.cluster.rates) : new RateLimiter();
@@ -168,7 +182,11 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     lake,
     latest,
     latestReads,
-    latestSource: replica ? 'sealed' : 'capture',
+    sealedLatest,
+    latestMeta: (book) => ({
+      ...(book ? { source: sealedLatest.has(book) ? 'sealed' : 'capture' } : {}),
+      ...(replica ? { capture_reachable: feed?.reachable ?? false } : {}),
+    }),
     rate,
     exportDir: path.join(config.dataDir, 'state', 'exports'),
     cursors: new Cursors(await cursorSecret(config)),
@@ -278,14 +296,13 @@ async function checkHealth(
   admission: Admission,
   exports: ExportPool,
   connections: ConnectionStats & { max: number },
-  replica: BucketReplica | null,
+  bucket: (ReplicaHealth & { capture_feed: FeedHealth | null }) | null,
 ) {
   const now = Date.now();
   const bound = config.api.healthMaxFlushAgeMs;
   const captureState = capture ? capture.health() : await heartbeatHealth(config, now, bound);
   const files = lake.sealedFiles();
   const newestFile = files.reduce<(typeof files)[number] | null>((a, f) => (!a || f.partition.hour > a.partition.hour ? f : a), null);
-  const bucket = replica?.health() ?? null;
   const [lakeError, engine] = await Promise.all([
     // A replica's files are fetched when asked for: its lake is readable while its bucket is.
     bucket

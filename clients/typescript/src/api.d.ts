@@ -1183,6 +1183,12 @@ export interface components {
                         fetch_errors: number;
                         evicted: number;
                     };
+                    capture_feed: {
+                        url: string;
+                        reachable: boolean;
+                        last_ok: string | null;
+                        error: string | null;
+                    } | null;
                 };
             };
             api: {

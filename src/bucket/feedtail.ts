@@ -1,0 +1,82 @@
+// A bucket-served API's newest books: from capture's feed over the network (capture/feed.ts)
+// while it answers, otherwise from the sealed hours. What it last heard of capture's health is
+// kept, so the API's health can show capture on another machine.
+import type { CaptureHealth } from '../capture/capture.js';
+import type { FeedAnswer } from '../capture/feed.js';
+import type { Logger } from '../log.js';
+import type { LatestBook } from '../records.js';
+
+export interface FeedHealth {
+  url: string;
+  reachable: boolean;
+  last_ok: string | null;
+  error: string | null;
+}
+
+/** A feed silent this long is unreachable: its books may still be the newest known, but capture is not vouching for them. */
+const STALE_MS = 5_000;
+
+export class FeedTail {
+  private seq = 0;
+  private lastOk: number | null = null;
+  private error: string | null = null;
+  private captureHealth: CaptureHealth | null = null;
+
+  constructor(
+    private readonly url: string,
+    private readonly secret: string,
+    readonly latest: Map<string, LatestBook>,
+    private readonly log: Logger,
+    private readonly timeoutMs = 2_000,
+  ) {}
+
+  /** Applies what changed since the last poll; a failure is kept for health, logged once per streak. */
+  async poll(): Promise<number> {
+    try {
+      const res = await fetch(`${this.url}/latest?after=${this.seq}`, {
+        headers: { authorization: `Bearer ${this.secret}` },
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      const answer = (await res.json()) as FeedAnswer;
+      // A restarted capture counts from zero again: everything it has is new to us.
+      if (answer.seq < this.seq) this.seq = 0;
+      let applied = 0;
+      for (const [key, book] of answer.books) {
+        if ((this.latest.get(key)?.ts ?? -Infinity) > book.ts) continue;
+        this.latest.set(key, book);
+        applied++;
+      }
+      this.seq = answer.seq;
+      this.captureHealth = answer.health;
+      if (this.error) this.log.info({ url: this.url }, 'capture feed reachable again');
+      this.error = null;
+      this.lastOk = Date.now();
+      return applied;
+    } catch (err) {
+      const message =
+        (err as Error).name === 'TimeoutError' ? `no answer in ${this.timeoutMs} ms` : String((err as Error).message).slice(0, 160);
+      if (this.error === null) this.log.warn({ url: this.url, error: message }, 'capture feed unreachable; latest books from sealed hours');
+      this.error = message;
+      return 0;
+    }
+  }
+
+  get reachable(): boolean {
+    return this.lastOk !== null && Date.now() - this.lastOk < STALE_MS;
+  }
+
+  /** Capture's health as it last said it, while the feed is reachable. */
+  capture(): CaptureHealth | null {
+    return this.reachable ? this.captureHealth : null;
+  }
+
+  health(): FeedHealth {
+    return {
+      url: this.url,
+      reachable: this.reachable,
+      last_ok: this.lastOk === null ? null : new Date(this.lastOk).toISOString(),
+      error: this.error,
+    };
+  }
+}
