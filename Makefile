@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness mirror-bucket rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -126,6 +126,10 @@ bench-profile: install
 ## make bench-replay: the WebSocket replay from a recorded lake: messages/s as fast as possible, time to the first message, memory per replay
 bench-replay: install
 	$(TSX) bench/replay.ts
+
+## make bench-bucket: page latency served from a bucket (Ceph's RADOS Gateway here), cache cold and warm, against the local-disk lake
+bench-bucket: install
+	$(TSX) bench/bucket.ts
 
 ## make bench-fairness: 64 paid keys within their rates against `make api`'s default admission, a bystander key's latency beside them
 bench-fairness: install

@@ -150,7 +150,9 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   const replicas: ApiProcess[] = [];
   const replicaDirs = [0, 1].map((i) => path.join(t.testdir(), `replica-${i}`));
   for (let i = 0; i < 2; i++) {
-    const feedEnv: Record<string, string> = i === 0 ? { CAPTURE_FEED_URL: feed.url, CAPTURE_FEED_SECRET: FEED_SECRET } : {};
+    // The first with capture's feed; the second without, as `make api` runs by default on two cores: two workers sharing its cache.
+    const feedEnv: Record<string, string> =
+      i === 0 ? { CAPTURE_FEED_URL: feed.url, CAPTURE_FEED_SECRET: FEED_SECRET } : { API_WORKERS: '2' };
     const r = await startApiProcess(replicaDirs[i], { ...replicaEnv, ...feedEnv });
     t.teardown(() => void r.child.kill('SIGTERM'));
     replicas.push(r);
