@@ -3,9 +3,11 @@
 // nothing; two `make api` processes with their own caches serve from the bucket alone and answer
 // what the local lake answers; an object missing or corrupt in the bucket is a 503, then fetched
 // again once it is whole.
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import t from 'tap';
 import { Publisher } from '../src/bucket/publish.js';
 import { dataKey, manifestKey } from '../src/bucket/layout.js';
@@ -33,7 +35,6 @@ const dir = t.testdir();
 const config = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000' });
 const s3 = new S3(config.bucket!);
 t.teardown(() => s3.close());
-await s3.ensureBucket();
 const duck = await Duck.open(2);
 t.teardown(() => duck.close());
 const paths = lakePaths(dir);
@@ -56,6 +57,8 @@ async function localFiles(): Promise<IndexedFile[]> {
 
 t.test('capture publishes; a gateway outage delays it, loses nothing, and is caught up', async (t) => {
   const first = await capture(START, MIDDLE);
+  // Nobody created the bucket: the first pass fails on it and creates it, the next publishes.
+  await t.rejects(first.capture.publisher!.pass(), { code: 'NoSuchBucket' });
   await first.capture.publisher!.pass();
   t.equal(first.capture.health().publish?.backlog_partitions, 0);
 
@@ -238,6 +241,19 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     'a file downloaded from a replica is the sealed file',
   );
 
+  t.test("the repository's Python client's suite passes against a bucket-served API", async (t) => {
+    const run = promisify(execFile);
+    const out = await run('python3', ['-m', 'unittest', '-v', 'clients/python/tests/test_client.py'], {
+      env: { ...process.env, PMH_API_URL: replicas[1].url, PMH_API_KEY: key, PMH_MARKET_ID: m0, PYTHONDONTWRITEBYTECODE: '1' },
+    }).then(
+      (r) => ({ code: 0, text: r.stderr }),
+      (err: { code: number; stderr?: string }) => ({ code: err.code, text: String(err.stderr ?? err) }),
+    );
+    t.equal(out.code, 0, out.code === 0 ? 'unittest passed' : out.text);
+    const ran = /Ran (\d+) tests?/.exec(out.text);
+    t.ok(ran && Number(ran[1]) >= 10, `ran ${ran?.[1]} Python tests`);
+  });
+
   t.test('an object missing or corrupt in the bucket is a 503, then fetched again', async (t) => {
     const all = await localFiles();
     // Metrics hours neither replica has fetched yet (each keeps its files at their lake paths).
@@ -286,5 +302,25 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     await same(`/v3/wallet-prediction/${missingMarket}/timeseries?metric=chance&interval=1m`);
     const fetched = (await get(replicas[0].url, '/v3/health')).body as { data: { lake: { bucket: { cache: { fetch_errors: number } } } } };
     t.ok(fetched.data.lake.bucket.cache.fetch_errors >= 1);
+  });
+
+  t.test('with the bucket down, a replica serves what it holds and says it is degraded', async (t) => {
+    await rgw.gatewayStop();
+    type Health = { status: number; body: { data: { status: string; lake: { bucket: { sync_error: string | null } } } } };
+    let health = (await get(replicas[0].url, '/v3/health')) as unknown as Health;
+    // The next sync (every 2 s) finds the bucket gone.
+    for (let i = 0; i < 100 && !health.body.data.lake.bucket.sync_error; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      health = (await get(replicas[0].url, '/v3/health')) as unknown as Health;
+    }
+    t.match(health.body.data, { status: 'degraded', lake: { bucket: { sync_error: /ECONNREFUSED|Network/ } } });
+    t.equal(health.status, 200, 'degraded, not failing: restarting it would not bring the bucket back');
+    await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc`);
+    await rgw.gatewayStart();
+    for (let i = 0; i < 100 && health.body.data.lake.bucket.sync_error; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      health = (await get(replicas[0].url, '/v3/health')) as unknown as Health;
+    }
+    t.match(health.body.data, { status: 'ok', lake: { bucket: { sync_error: null } } }, 'and recovers with it');
   });
 });

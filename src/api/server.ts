@@ -319,7 +319,8 @@ async function checkHealth(
   let newest = -Infinity;
   for (const l of latest.values()) newest = Math.max(newest, l.ts);
   const stale = captureState !== null && captureState.state !== 'stopped' && (captureState.flush_age_ms ?? Infinity) > bound;
-  const failing = stale || lakeError !== null || engine !== 'ok';
+  // A replica whose bucket cannot be read still serves what it holds: degraded, not a process to restart.
+  const failing = stale || (lakeError !== null && !bucket) || engine !== 'ok';
   const degraded =
     (captureState !== null &&
       (captureState.state !== 'running' || captureState.seal_error !== null || Boolean(captureState.publish?.last_error))) ||

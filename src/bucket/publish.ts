@@ -94,6 +94,8 @@ export class Publisher {
       this.lastPublishedAt = Date.now();
       return report;
     } catch (err) {
+      // A bucket not created yet is created (where the credentials may), and the next pass goes on.
+      if (err instanceof S3Error && err.code === 'NoSuchBucket') await this.s3.ensureBucket().catch(() => undefined);
       this.waitingSince ??= Date.now();
       const message = describe(err);
       // Once per streak: a bucket down for an hour is one line, not 1,800.
