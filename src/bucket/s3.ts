@@ -55,7 +55,8 @@ export class S3 {
   constructor(readonly config: BucketConfig) {
     this.url = new URL(config.endpoint);
     const Agent = this.url.protocol === 'https:' ? https.Agent : http.Agent;
-    this.agent = new Agent({ keepAlive: true, maxSockets: 16 });
+    // As many as a replica asks for at once (its manifest walk).
+    this.agent = new Agent({ keepAlive: true, maxSockets: 32 });
   }
 
   /** The full key of a path below the prefix. */
