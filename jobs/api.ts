@@ -35,7 +35,7 @@ if (cluster.isPrimary && workers > 1) {
   const stop = () =>
     (stopping ??= (async () => {
       await api.stop();
-      duck.close();
+      await duck.shutdown();
       process.exit(0);
     })());
   process.once('SIGINT', stop);

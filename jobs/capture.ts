@@ -27,7 +27,7 @@ const stop = async () => {
   stopping = true;
   await feed?.close();
   await capture.stop();
-  duck.close();
+  await duck.shutdown();
   await release();
   process.exit(0);
 };

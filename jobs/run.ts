@@ -59,8 +59,8 @@ const stop = async () => {
   await api.stop();
   await capture.stop();
   await standin.stop();
-  captureDuck.closeLanes();
-  duck.close();
+  // The fork's lanes are the instance's too: one shutdown waits for both.
+  await duck.shutdown();
   await release();
   process.exit(0);
 };

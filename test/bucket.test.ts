@@ -21,7 +21,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { type IndexedFile, FileIndex } from '../src/lake/fileindex.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
-import { type ApiProcess, quiet, sealAll, startApiProcess, testConfig } from './helpers.js';
+import { type ApiProcess, quiet, sealAll, startApiProcess, stopProcess, testConfig } from './helpers.js';
 import { startRgw } from './rgw.js';
 
 const START = Date.parse('2026-08-04T10:00:00Z');
@@ -157,7 +157,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     const feedEnv: Record<string, string> =
       i === 0 ? { CAPTURE_FEED_URL: feed.url, CAPTURE_FEED_SECRET: FEED_SECRET } : { API_WORKERS: '2' };
     const r = await startApiProcess(replicaDirs[i], { ...replicaEnv, ...feedEnv });
-    t.teardown(() => void r.child.kill('SIGTERM'));
+    t.teardown(() => stopProcess(r.child));
     replicas.push(r);
   }
   const get = async (base: string, route: string) => {
@@ -244,6 +244,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   t.test("the repository's Python client's suite passes against a bucket-served API", async (t) => {
     const run = promisify(execFile);
     const out = await run('python3', ['-m', 'unittest', '-v', 'clients/python/tests/test_client.py'], {
+      timeout: 120_000,
       env: { ...process.env, PMH_API_URL: replicas[1].url, PMH_API_KEY: key, PMH_MARKET_ID: m0, PYTHONDONTWRITEBYTECODE: '1' },
     }).then(
       (r) => ({ code: 0, text: r.stderr }),

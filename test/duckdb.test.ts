@@ -33,3 +33,17 @@ t.test('missing and corrupt files are unreadable lake; bad SQL is not', async (t
   t.equal(binder.unreadable, false);
   t.ok(binder.cause instanceof Error, 'the original error is kept as the cause');
 });
+
+t.test('shutdown interrupts running statements, waits for them, then closes (a close under one deadlocked exit)', async (t) => {
+  const own = await Duck.open(2);
+  const forked = await own.fork(1);
+  const long = forked.rows('SELECT count(*) AS n FROM range(10000000000) a');
+  const quick = own.rows('SELECT 1 AS one');
+  // Running, not merely queued: shutdown must interrupt it rather than wait out ten billion rows.
+  while (forked.pending === 0) await new Promise((r) => setTimeout(r, 5));
+  await new Promise((r) => setTimeout(r, 50));
+  await own.shutdown();
+  await t.rejects(long, /interrupt/i, 'the running statement was interrupted');
+  t.same(await quick, [{ one: 1 }], 'a statement that finished kept its result');
+  await t.rejects(own.rows('SELECT 1'), 'the instance is closed after');
+});

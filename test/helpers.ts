@@ -130,6 +130,19 @@ export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildPr
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** SIGTERM, then SIGKILL if it has not exited within `ms`: a teardown that never waits forever, nor leaves a process behind. */
+export function stopProcess(child: ChildProcess, ms = 20_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const killer = setTimeout(() => child.kill('SIGKILL'), ms);
+    child.once('exit', () => {
+      clearTimeout(killer);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
 export const exited = (p: ChildProcess) => new Promise((r) => p.once('exit', r));
 
 /** At least `ms`, then until `enough` holds (a loaded machine starts processes slowly), at most 25 s. */

@@ -12,6 +12,8 @@ export interface ApiCluster {
 }
 
 /** Forks `workers` (running the entry point again, as workers) and resolves once all listen. */
+const STOP_MS = 15_000;
+
 export function startCluster(workers: number, log: Logger): Promise<ApiCluster> {
   const bank = new RateBank();
   let stopping = false;
@@ -27,6 +29,7 @@ export function startCluster(workers: number, log: Logger): Promise<ApiCluster> 
   });
   // Resolves when every worker has exited, not when they disconnected: a worker still finishing its
   // requests (and its files in DATA_DIR) must not outlive a primary that said it stopped.
+  // A worker that has not exited once its own drain (5 s) is long over is killed.
   const stop = async () => {
     stopping = true;
     const running = Object.values(cluster.workers ?? {}).filter((w) => w !== undefined && !w.isDead());
@@ -34,8 +37,13 @@ export function startCluster(workers: number, log: Logger): Promise<ApiCluster> 
       running.map(
         (worker) =>
           new Promise<void>((resolve) => {
-            worker!.once('exit', () => resolve());
-            worker!.kill('SIGTERM');
+            const killer = setTimeout(() => worker!.process.kill('SIGKILL'), STOP_MS);
+            worker!.process.once('exit', () => {
+              clearTimeout(killer);
+              resolve();
+            });
+            if (worker!.isDead()) resolve();
+            else worker!.kill('SIGTERM');
           }),
       ),
     );

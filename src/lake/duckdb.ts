@@ -45,6 +45,11 @@ export class Lane {
   pending = 0;
   constructor(readonly connection: DuckDBConnection) {}
 
+  /** Resolves once every statement queued so far has ended. */
+  idle(): Promise<unknown> {
+    return this.tail;
+  }
+
   run<T>(task: (c: DuckDBConnection) => Promise<T>, signal?: AbortSignal): Promise<T> {
     this.pending++;
     const result = this.tail
@@ -72,17 +77,19 @@ export class Duck {
   private constructor(
     private readonly instance: DuckDBInstance,
     private readonly lanes: Lane[],
+    /** Every lane of the instance, forks' included: what `shutdown` waits for. */
+    private readonly all: Set<Lane>,
     private readonly signal?: AbortSignal,
   ) {}
 
   /** The same lanes, with every statement cancelled when `signal` fires (a request whose client left). */
   for(signal: AbortSignal): Duck {
-    return new Duck(this.instance, this.lanes, signal);
+    return new Duck(this.instance, this.lanes, this.all, signal);
   }
 
   static async open(lanes = 2, options: Record<string, string> = {}): Promise<Duck> {
     const instance = await DuckDBInstance.create(':memory:', { threads: '2', ...options });
-    const duck = await new Duck(instance, []).fork(lanes);
+    const duck = await new Duck(instance, [], new Set()).fork(lanes);
     // Footers are read once per file instead of once per query.
     await duck.run('SET GLOBAL parquet_metadata_cache = true');
     // Lake times are TIMESTAMPTZ: casts, comparisons and strftime are in UTC whatever the
@@ -97,10 +104,9 @@ export class Duck {
    */
   async fork(lanes: number): Promise<Duck> {
     const connections = await Promise.all(Array.from({ length: lanes }, () => this.instance.connect()));
-    return new Duck(
-      this.instance,
-      connections.map((c) => new Lane(c)),
-    );
+    const forked = connections.map((c) => new Lane(c));
+    for (const lane of forked) this.all.add(lane);
+    return new Duck(this.instance, forked, this.all);
   }
 
   /** Statements queued or running on these lanes. */
@@ -137,6 +143,27 @@ export class Duck {
 
   close(): void {
     this.closeLanes();
+    this.instance.closeSync();
+  }
+
+  /**
+   * Closes the instance once no statement runs on any of its lanes: running ones are interrupted,
+   * and each gets up to `waitMs` to end. Closing a connection under a running statement leaves
+   * DuckDB's worker waiting on its own lock (seen: \`make api\` never exiting on SIGTERM, its
+   * process.exit joining that thread forever).
+   */
+  async shutdown(waitMs = 10_000): Promise<void> {
+    const lanes = [...this.all];
+    for (const lane of lanes) if (lane.pending > 0) lane.connection.interrupt();
+    let timer: NodeJS.Timeout | undefined;
+    const idle = await Promise.race([
+      Promise.all(lanes.map((l) => l.idle())).then(() => true),
+      new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs))),
+    ]);
+    clearTimeout(timer);
+    // Still running past the bound: leave the instance open rather than hang in its close; the process is ending.
+    if (!idle) return;
+    for (const lane of lanes) lane.connection.closeSync();
     this.instance.closeSync();
   }
 }
