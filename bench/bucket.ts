@@ -48,6 +48,7 @@ try {
     S3_BUCKET: 'bench-lake',
     S3_PREFIX: 'archive',
     BOOK_CACHE_MB: '0',
+    SERVING_COPIES: 'off',
     RATE_PAID_PER_SECOND: '100000',
     CURSOR_SECRET: 'bench-bucket-cursor-secret-0123456789',
     KEYS_FILE: path.join(lake.dir, 'state', 'keys.json'),

@@ -27,7 +27,14 @@ if (commandMissing('wrk')) aptInstall(['wrk']);
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-profile-')));
 const duck = await Duck.open(2);
 const lake = await buildLake(duck, root, 1);
-const config = loadConfig({ ...process.env, DATA_DIR: lake.dir, RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0', LOG_LEVEL: 'info' });
+const config = loadConfig({
+  ...process.env,
+  DATA_DIR: lake.dir,
+  RATE_PAID_PER_SECOND: '100000',
+  BOOK_CACHE_MB: '0',
+  SERVING_COPIES: 'off',
+  LOG_LEVEL: 'info',
+});
 const api = await startApi(config, duck, createClock(END, 1), createLogger('info', 'api', openSync('/dev/null', 'w')), { port: 0 });
 const { key } = await api.keys.issue('paid', 'bench-profile');
 const auth = { authorization: `Bearer ${key}` };

@@ -102,6 +102,11 @@ export interface Config {
     healthMaxFlushAgeMs: number;
     /** Decoded books of recently read markets kept in memory. */
     bookCacheBytes: number;
+    /**
+     * Pages of markets that are over from the books files' serving copies (pages/copy.ts), written
+     * by the API where one is missing; off: every page not in the book cache by SQL.
+     */
+    servingCopies: boolean;
     /** Browser origins allowed to call the API (CORS); the service's own pages need none. */
     corsOrigins: string[];
     /** Processes `make api` serves with (one per core by default); keys' limits hold across them. */
@@ -360,6 +365,7 @@ export function loadConfig(env: Env = process.env): Config {
       },
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
+      servingCopies: oneOf(env, 'SERVING_COPIES', ['on', 'off'], 'on') === 'on',
       corsOrigins: origins(env, 'CORS_ORIGINS'),
       workers: int(env, 'API_WORKERS', os.availableParallelism(), 1, 64),
       connections: {

@@ -28,8 +28,9 @@ const config = testConfig(dir, {
   API_MAX_INFLIGHT: '2',
   API_QUEUE: '2',
   API_QUEUE_WAIT_MS: '200',
-  // Every page through DuckDB (slow enough to fill the in-flight limit), not the book cache.
+  // Every page through DuckDB (slow enough to fill the in-flight limit), not the book cache or the serving copies.
   BOOK_CACHE_MB: '0',
+  SERVING_COPIES: 'off',
 });
 const api = await startApi(config, duck, createClock(START + 2 * HOUR, 1), log, { port: 0 });
 const key = (await api.keys.issue('paid', 'hardening')).key;
@@ -229,6 +230,7 @@ t.test('idle sockets from one address cannot take the API from another: capped, 
       API_HEADERS_TIMEOUT_MS: '3000',
       API_IDLE_MS: '3000',
       BOOK_CACHE_MB: '0',
+      SERVING_COPIES: 'off',
       RATE_PAID_PER_SECOND: '100000',
     }),
     duck,
@@ -312,6 +314,7 @@ t.test('under overload each key gets its share: a bystander is answered while 64
     API_QUEUE: '4',
     API_QUEUE_WAIT_MS: '5000',
     BOOK_CACHE_MB: '0',
+    SERVING_COPIES: 'off',
   });
   t.teardown(() => {
     fair.child.kill('SIGKILL');

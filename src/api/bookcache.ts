@@ -3,7 +3,7 @@
 // DuckDB statement costs about 2 ms before it reads anything), no list decoding, no rendering.
 // An entry is valid for one set of sealed files (its signature: paths and sha256 from the
 // in-memory index); a compaction or a backfill changes the set, and the next read reloads.
-import type { MarketBooks } from './shape.js';
+import type { MarketBooks } from '../pages/render.js';
 import { singleFlight } from './singleflight.js';
 
 interface Entry {
@@ -56,9 +56,14 @@ export class BookCache {
     return singleFlight(this.loading, `${key}\n${signature}`, async () => {
       this.loads++;
       const books = await read();
-      if (books && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
+      if (books) this.keep(key, signature, books);
       return books;
     });
+  }
+
+  /** Keeps books read elsewhere (a serving copy), within the same bound as those loaded here. */
+  keep(key: string, signature: string, books: MarketBooks): void {
+    if (this.maxBytes > 0 && books.bytes <= this.maxBytes / 4) this.put(key, signature, books);
   }
 
   private put(key: string, signature: string, books: MarketBooks): void {

@@ -2,6 +2,7 @@
 // cache for markets that are over, else one SQL statement), and the book in force at an instant.
 import type { Venue } from '../config.js';
 import type { Partition } from '../lake/layout.js';
+import path from 'node:path';
 import type { StoredMarket } from '../lake/reader.js';
 import { BOOK_COLUMNS, TIME_COLUMNS, relation } from '../lake/sql.js';
 import type { LatestBook } from '../records.js';
@@ -37,12 +38,13 @@ export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
 
   /**
-   * Decoded books of a market that is over and wholly sealed, from the cache (loaded at its second
-   * page, then kept while its files are the same); null for a market still recording, one whose
-   * rows are (partly) in the spool, or one asked for the first time lately: those take the SQL path.
+   * Decoded books of a market that is over and wholly sealed: from the cache, else from its files'
+   * serving copies (then kept in the cache), else (copies missing: queued to be written) decoded
+   * by SQL at its second page. Null for a market still recording, one whose rows are (partly) in
+   * the spool, or a first page without copies: those take the SQL path.
    */
   const marketBooksOf = async (venue: Venue, m: StoredMarket, now: number): Promise<MarketBooks | null> => {
-    if (deps.books.maxBytes === 0 || m.end_time + CAPTURE_LAG_MS >= now) return null;
+    if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time + CAPTURE_LAG_MS >= now) return null;
     const span = planPartitions('books', m, null, null);
     const signature = lake.signature(span.partitions);
     // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
@@ -50,7 +52,17 @@ export function bookHandlers(kit: RouteKit) {
     const key = `${venue}:${m.market_id}`;
     const cached = deps.books.peek(key, signature);
     if (cached) return cached;
-    if (!deps.books.askedBefore(key)) return null;
+    if (deps.serving) {
+      const sealed = span.partitions.flatMap((p) => lake.sealedOf(p));
+      const copied = await deps.serving.market(sealed, m.market_id, span.from, span.to);
+      if (copied) {
+        deps.books.keep(key, signature, copied);
+        return copied;
+      }
+      const missing = await deps.serving.missing(sealed);
+      deps.serving.schedule(missing.map((f) => ({ sha256: f.sha256, parquet: path.join(lake.paths.lake, f.path) })));
+    }
+    if (deps.books.maxBytes === 0 || !deps.books.askedBefore(key)) return null;
     return deps.books.load(key, signature, async () => {
       const files = await lake.files(span.partitions);
       if (files.spool.length) return null;

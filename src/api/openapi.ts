@@ -185,6 +185,15 @@ export const SCHEMAS: Record<string, unknown> = {
       exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' }, slow_readers_cut: { type: 'integer' } }),
       // This process's: in a cluster each worker answers for its share.
       connections: obj({ open: { type: 'integer' }, refused: { type: 'integer' }, max: { type: 'integer' } }),
+      // Where pages of markets that are over come from: the book cache, the serving copies, SQL.
+      pages: obj({
+        book_cache_bytes: { type: 'integer' },
+        book_cache_hits: { type: 'integer' },
+        serving_copies: { type: 'boolean' },
+        copy_reads: { type: 'integer' },
+        copies_written: { type: 'integer' },
+        copies_queued: { type: 'integer' },
+      }),
     }),
   }),
   Coverage: obj({

@@ -6,6 +6,7 @@ import { coverageStart } from '../coverage.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
+import type { ServingCopies } from '../pages/copy.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { ExportPool } from './exports.js';
@@ -117,6 +118,8 @@ export interface RouteDeps {
   exports: ExportPool;
   /** Decoded books of recently read markets that are over. */
   books: BookCache;
+  /** Books files' serving copies: pages of markets that are over, never read before (null: off). */
+  serving: ServingCopies | null;
   cursors: Cursors;
   /** Newest books per `<venue>:<market_id>`, kept current by capture. */
   latest: Map<string, LatestBook>;

@@ -19,6 +19,7 @@ import { Admission } from './admission.js';
 import { type ConnectionStats, boundedServer, connectionCap, openFileLimit } from './connections.js';
 import { createApp } from './app.js';
 import { BookCache } from './bookcache.js';
+import { ServingCopies, writeServingCopy } from '../pages/copy.js';
 import { ExportPool } from './exports.js';
 import { Cursors } from './cursor.js';
 import { LeasedLimiter, type RateChannel, RateLimiter } from './ratelimit.js';
@@ -162,6 +163,25 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     perAddress: Math.ceil(configured.perAddress / workers),
   };
   const connections: ConnectionStats = { open: 0, refused: 0 };
+  // Missing serving copies are written on a lane of their own, one at a time, never queuing a page's
+  // statement. A bucket-served process reads none: its cache on disk holds Parquet files alone.
+  const copyLane = config.api.servingCopies && !replica ? await duck.fork(1) : null;
+  const serving =
+    copyLane &&
+    new ServingCopies(paths.serving, async ({ sha256, parquet }) => {
+      const began = performance.now();
+      const written = await writeServingCopy(copyLane, parquet, sha256, paths.serving).catch((err: unknown) => {
+        log.warn({ err, parquet: path.relative(paths.root, parquet) }, 'serving copy not written');
+        throw err;
+      });
+      log.info(
+        { parquet: path.relative(paths.root, parquet), ...written, file: undefined, ms: ms(began, performance.now()) },
+        'serving copy written',
+      );
+      return written !== null;
+    });
+  // BOOK_CACHE_MB is the service's: each worker keeps its share.
+  const books = new BookCache(Math.floor(config.api.bookCacheBytes / workers));
   const health = cached(HEALTH_CACHE_MS, () =>
     checkHealth(
       config,
@@ -173,6 +193,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       exports,
       { ...connections, max: connectionLimits.total },
       replica && { ...replica.health(), capture_feed: feed?.health() ?? null },
+      {
+        book_cache_bytes: books.bytes,
+        book_cache_hits: books.hits,
+        serving_copies: serving !== null,
+        copy_reads: serving?.reads ?? 0,
+        copies_written: serving?.written ?? 0,
+        copies_queued: serving?.queued ?? 0,
+      },
     ),
   );
   const rate = (plan: 'free' | 'paid') => (plan === 'paid' ? config.api.ratePaid : config.api.rateFree);
@@ -194,8 +222,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     openapi: () => document,
     health,
     exports,
-    // BOOK_CACHE_MB is the service's: each worker keeps its share.
-    books: new BookCache(Math.floor(config.api.bookCacheBytes / (options.cluster?.workers ?? 1))),
+    books,
+    serving,
   });
   document = openApiDocument(routes);
   const app = createApp({
@@ -297,6 +325,7 @@ async function checkHealth(
   exports: ExportPool,
   connections: ConnectionStats & { max: number },
   bucket: (ReplicaHealth & { capture_feed: FeedHealth | null }) | null,
+  pages: Record<string, number | boolean>,
 ) {
   const now = Date.now();
   const bound = config.api.healthMaxFlushAgeMs;
@@ -347,6 +376,7 @@ async function checkHealth(
         shed: admission.shed,
         exports: { in_use: exports.inUse, slots: exports.size, slow_readers_cut: exports.slowReaders },
         connections,
+        pages,
       },
     },
   };

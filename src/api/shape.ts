@@ -1,7 +1,7 @@
 // JSON shapes of CONTRACT.md section 4, built once per row in the cheapest place.
-import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
+import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
-import { type BookSelected, bookColumn } from '../lake/sql.js';
+import { HEAD, type MarketBooks, bookFragment, columnsOf } from '../pages/render.js';
 import type { Coverage } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
@@ -147,90 +147,6 @@ export function snapshotsJson(chunks: DuckDBDataChunk[], ladders: boolean, order
   return { json: `[${parts.join('')}]`, books, times, last };
 }
 
-type BookColumns = Record<'ts' | 'outcome_index' | 'outcome' | 'token_id' | 'exchange_ts', DuckDBVector> & {
-  lists: DuckDBListVector[];
-};
-
-/** The vectors of a chunk selected by `bookSelect`, by name. */
-function columnsOf(chunk: DuckDBDataChunk): BookColumns {
-  const at = (name: BookSelected) => chunk.getColumnVector(bookColumn(name));
-  return {
-    ts: at('ts'),
-    outcome_index: at('outcome_index'),
-    outcome: at('outcome'),
-    token_id: at('token_id'),
-    exchange_ts: at('exchange_ts'),
-    lists: (['bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'] as const).map((name) => at(name) as DuckDBListVector),
-  };
-}
-
-/** One book of a snapshot as JSON text: with its ladders, or (include_orderbook=false) best levels and depth. */
-function bookFragment(columns: BookColumns, row: number, ladders: boolean): string {
-  const { outcome_index: index, outcome, token_id: token, exchange_ts: exchange } = columns;
-  const ex = exchange.getItem(row) as number | null;
-  const head = `{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`;
-  const levels = columns.lists.map((l) => readDoubles(l, row));
-  if (ladders)
-    return `${head},"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`;
-  const depth = (xs: ArrayLike<number>) => {
-    let sum = 0;
-    for (let i = 0; i < xs.length; i++) sum += xs[i];
-    return Math.round(sum * 1e8) / 1e8;
-  };
-  return `${head},"best_bid":${levels[0][0] ?? null},"best_ask":${levels[2][0] ?? null},"bid_depth":${depth(levels[1])},"ask_depth":${depth(levels[3])}}`;
-}
-
-/**
- * Every recorded book of one market, decoded once and rendered both ways into two buffers
- * (fragment i is bytes [at[i], at[i + 1])), with each row's `{"timestamp":...,"books":[` head.
- * Rows are in (time, outcome) order. A page is then a binary search and a few hundred copies
- * into one buffer: no statement, no list decoding, no rendering, no string to encode.
- */
-export interface MarketBooks {
-  ts: Float64Array;
-  outcome: Int32Array;
-  ladder: Buffer;
-  ladderAt: Uint32Array;
-  summary: Buffer;
-  summaryAt: Uint32Array;
-  heads: Buffer;
-  /** Approximate memory held, for the cache's bound. */
-  bytes: number;
-}
-
-/** `{"timestamp":"2026-07-26T12:00:00.000Z","books":[`: the same length for every time in years 0-9999. */
-const HEAD = Buffer.byteLength('{"timestamp":"2026-07-26T12:00:00.000Z","books":[');
-
-/** Rows as `marketBooksSql` selects them (ordered by time, then outcome). */
-export function marketBooks(chunks: DuckDBDataChunk[]): MarketBooks {
-  const n = chunks.reduce((sum, c) => sum + c.rowCount, 0);
-  const ts = new Float64Array(n);
-  const outcome = new Int32Array(n);
-  const ladders: string[] = new Array<string>(n);
-  const summaries: string[] = new Array<string>(n);
-  const heads = Buffer.allocUnsafe(n * HEAD);
-  let i = 0;
-  for (const chunk of chunks) {
-    const columns = columnsOf(chunk);
-    const { ts: time, outcome_index: index } = columns;
-    for (let row = 0; row < chunk.rowCount; row++, i++) {
-      ts[i] = time.getItem(row) as number;
-      outcome[i] = index.getItem(row) as number;
-      ladders[i] = bookFragment(columns, row, true);
-      summaries[i] = bookFragment(columns, row, false);
-      heads.write(`{"timestamp":"${new Date(ts[i]).toISOString()}","books":[`, i * HEAD, 'latin1');
-    }
-  }
-  const packed = (fragments: string[]): [Buffer, Uint32Array] => {
-    const at = new Uint32Array(n + 1);
-    for (let k = 0; k < n; k++) at[k + 1] = at[k] + Buffer.byteLength(fragments[k]);
-    return [Buffer.from(fragments.join('')), at];
-  };
-  const [ladder, ladderAt] = packed(ladders);
-  const [summary, summaryAt] = packed(summaries);
-  return { ts, outcome, ladder, ladderAt, summary, summaryAt, heads, bytes: ladder.length + summary.length + heads.length + n * 20 + 256 };
-}
-
 /** First index whose time is >= t (or > t when `strict`). */
 function search(ts: Float64Array, t: number, strict: boolean): number {
   let lo = 0;
@@ -326,46 +242,5 @@ export function pageFromBooks(b: MarketBooks, q: PageSpec, ladders: boolean, max
   return { json: out, books, times: groups.length, last: shown.length ? ts[shown[shown.length - 1][0]] : null };
 }
 
-/**
- * A JSON array of doubles, exactly as JSON.stringify writes it. Prices and sizes are decimals
- * with a few places; those are written from their scaled integer, about twice as fast as the
- * general conversion, which the rest (and anything not exactly such a decimal) still takes.
- */
-export function numbers(xs: ArrayLike<number>): string {
-  let out = '[';
-  for (let i = 0; i < xs.length; i++) {
-    if (i) out += ',';
-    out += decimal(xs[i]);
-  }
-  return out + ']';
-}
-
-const SCALE = 10_000;
-/** ".0001" to ".9999" without trailing zeros, and "" for none: the fraction part of the short form. */
-const FRACTIONS = Array.from({ length: SCALE }, (_, f) => (f === 0 ? '' : `.${String(f).padStart(4, '0').replace(/0+$/, '')}`));
-
-function decimal(x: number): string {
-  const scaled = Math.round(x * SCALE);
-  // Only when x is exactly the double nearest scaled / 10^4 is the short form its shortest form.
-  if (scaled / SCALE !== x || scaled < 0 || scaled > 1e15) return JSON.stringify(x);
-  const whole = Math.floor(scaled / SCALE);
-  return `${whole}${FRACTIONS[scaled - whole * SCALE]}`;
-}
-
-/**
- * A row's list of doubles. The double vector keeps its values in a Float64Array (`items`, not
- * public in the pinned @duckdb/node-api); reading it directly is ten times faster than getItem.
- * Lake ladders have no null elements, so validity is not consulted; other versions fall back.
- */
-export function readDoubles(list: DuckDBListVector, row: number): number[] | Float64Array {
-  const offset = list.getEntryOffset(row);
-  const length = list.getEntryLength(row);
-  const child = list.childVector;
-  const items = (child as unknown as { items?: unknown }).items;
-  if (items instanceof Float64Array) return items.subarray(offset, offset + length);
-  const out = new Array<number>(length);
-  for (let i = 0; i < length; i++) out[i] = child.getItem(offset + i) as number;
-  return out;
-}
-
 export { iso };
+export { type MarketBooks, marketBooks, numbers, readDoubles } from '../pages/render.js';

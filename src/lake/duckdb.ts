@@ -136,6 +136,17 @@ export class Duck {
     return this.lane().run(async (c) => (await c.run(sql, params, types)).fetchAllChunks(), this.signal);
   }
 
+  /**
+   * The result a chunk at a time, each handed to `each` before the next is read: a whole file's
+   * rows never sit in memory at once.
+   */
+  async stream(sql: string, each: (chunk: DuckDBDataChunk) => Promise<void> | void, params?: Params): Promise<void> {
+    return this.lane().run(async (c) => {
+      const result = await c.stream(sql, params);
+      for (let chunk = await result.fetchChunk(); chunk && chunk.rowCount > 0; chunk = await result.fetchChunk()) await each(chunk);
+    }, this.signal);
+  }
+
   /** Closes these lanes' connections (a fork's); `close` also closes the instance. */
   closeLanes(): void {
     for (const lane of this.lanes) lane.connection.closeSync();

@@ -151,6 +151,8 @@ export interface LakePaths {
   spool: string;
   manifest: string;
   state: string;
+  /** Serving copies of sealed books files (pages/copy.ts): derived, rebuilt when missing. */
+  serving: string;
 }
 
 export function lakePaths(dataDir: string): LakePaths {
@@ -160,5 +162,11 @@ export function lakePaths(dataDir: string): LakePaths {
     spool: path.join(dataDir, 'spool'),
     manifest: path.join(dataDir, 'manifest'),
     state: path.join(dataDir, 'state'),
+    serving: servingDirOf(path.join(dataDir, 'lake')),
   };
+}
+
+/** Where the serving copies of a lake's books files live: beside the lake, never inside it (analysts glob the lake). */
+export function servingDirOf(lakeDir: string): string {
+  return path.join(path.dirname(lakeDir), 'serving');
 }

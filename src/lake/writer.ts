@@ -5,7 +5,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
-import { type Partition, SCHEMAS, SORT_KEYS, partitionDir } from './layout.js';
+import { type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
+import { writeServingCopy } from '../pages/copy.js';
 import { type ManifestFile, type MarketRows, SPANNED_DATASETS, readManifest, writeManifest } from './manifest.js';
 import { sqlPath } from './sql.js';
 
@@ -68,6 +69,10 @@ export async function writeParquet(
   }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
+  // Before the commit, so a reader planning from the new manifest finds the copy. A copy that
+  // cannot be written (a full disk, say) never fails the seal: the API serves those pages by
+  // SQL and writes the copy itself (api/books.ts).
+  if (p.dataset === 'books' && rows > 0) await writeServingCopy(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
   await fs.rename(tmp, file);
   await fsyncDir(dir);
   return {

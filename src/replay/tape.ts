@@ -4,7 +4,7 @@
 import type { Venue } from '../config.js';
 import type { DuckDBDataChunk, DuckDBListVector } from '@duckdb/node-api';
 import type { JsonRow, Params } from '../lake/duckdb.js';
-import { readDoubles } from '../api/shape.js';
+import { readDoubles } from '../pages/render.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';

@@ -1206,6 +1206,14 @@ export interface components {
                     refused: number;
                     max: number;
                 };
+                pages: {
+                    book_cache_bytes: number;
+                    book_cache_hits: number;
+                    serving_copies: boolean;
+                    copy_reads: number;
+                    copies_written: number;
+                    copies_queued: number;
+                };
             };
         };
         Coverage: {

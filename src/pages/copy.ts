@@ -1,0 +1,342 @@
+// Serving copies: every sealed books file's markets rendered once, when the file is written, into a
+// file beside the lake (DATA_DIR/serving/books/<sha256 of the Parquet file>.v<N>.pages). A page
+// of a market never read before is then one read of its block and a slice, where the Parquet
+// path costs a DuckDB statement that decodes the market's four ladder lists (BENCHMARKS.md,
+// "Where a cold page goes"). The Parquet files stay the lake: analysts, exports and every other
+// route read them; a copy is derived data, named by its file's content, so it is never stale,
+// two writers of one copy write the same bytes, and a missing one only means the SQL path.
+//
+// Layout: market blocks, then the index (JSON: market -> [offset, length, rows]), then a
+// 16-byte trailer (index length, format version, magic). A block is one market's `MarketBooks`
+// as stored: u32 rows, u32 0, f64 ts[n], i32 outcome[n], u32 ladderAt[n+1], u32 summaryAt[n+1],
+// heads, ladder text, summary text; read into a fresh buffer it is used in place.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Duck } from '../lake/duckdb.js';
+import { bookSelect, parquetSource } from '../lake/sql.js';
+import { HEAD, type MarketBooks, MarketBooksBuilder, columnsOf, withBytes } from './render.js';
+
+/** Bumped whenever rendering changes: copies of an older rendering are then simply not found. */
+export const SERVING_VERSION = 1;
+const MAGIC = Buffer.from('PMBOOKPG');
+const TRAILER = 16;
+
+export function servingCopyPath(servingDir: string, sha256: string): string {
+  return path.join(servingDir, 'books', sha256.slice(0, 2), `${sha256}.v${SERVING_VERSION}.pages`);
+}
+
+interface CopyIndex {
+  version: number;
+  rows: number;
+  /** market_id -> [offset, length, rows] */
+  markets: Record<string, [number, number, number]>;
+}
+
+export interface WrittenCopy {
+  file: string;
+  markets: number;
+  rows: number;
+  bytes: number;
+}
+
+/** A file whose rows are not in (market, time, outcome) order: its copy cannot be streamed. */
+class NotInOrder extends Error {}
+
+function encode(b: MarketBooks): Buffer {
+  const n = b.ts.length;
+  const fixed = 8 + 8 * n + 4 * n + 8 * (n + 1);
+  const out = Buffer.allocUnsafe(fixed + b.heads.length + b.ladder.length + b.summary.length);
+  out.writeUInt32LE(n, 0);
+  out.writeUInt32LE(0, 4);
+  let w = 8;
+  for (const array of [b.ts, b.outcome, b.ladderAt, b.summaryAt]) {
+    w += Buffer.from(array.buffer, array.byteOffset, array.byteLength).copy(out, w);
+  }
+  w += b.heads.copy(out, w);
+  w += b.ladder.copy(out, w);
+  b.summary.copy(out, w);
+  return out;
+}
+
+/** A block read into a buffer of its own (byteOffset 0, so every typed array is aligned). */
+function decode(block: Buffer): MarketBooks {
+  const n = block.readUInt32LE(0);
+  const { buffer, byteOffset: base } = block;
+  let at = base + 8;
+  const ts = new Float64Array(buffer, at, n);
+  at += 8 * n;
+  const outcome = new Int32Array(buffer, at, n);
+  at += 4 * n;
+  const ladderAt = new Uint32Array(buffer, at, n + 1);
+  at += 4 * (n + 1);
+  const summaryAt = new Uint32Array(buffer, at, n + 1);
+  at += 4 * (n + 1);
+  const heads = block.subarray(at - base, at - base + n * HEAD);
+  at += n * HEAD;
+  const ladder = block.subarray(at - base, at - base + ladderAt[n]);
+  at += ladderAt[n];
+  const summary = block.subarray(at - base, at - base + summaryAt[n]);
+  return withBytes({ ts, outcome, ladder, ladderAt, summary, summaryAt, heads });
+}
+
+/**
+ * Writes the serving copy of one sealed books file (`parquet`, whose content hashes to
+ * `sha256`). Streams the file a chunk at a time, one market rendered at once, so memory is
+ * bounded by the largest market, not the file. Returns null when the file is not in the order
+ * the writer gives (then pages of its markets take the SQL path).
+ */
+export async function writeServingCopy(duck: Duck, parquet: string, sha256: string, servingDir: string): Promise<WrittenCopy | null> {
+  const file = servingCopyPath(servingDir, sha256);
+  await fs.mkdir(path.dirname(file), { recursive: true });
+  const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
+  const handle = await fs.open(tmp, 'w');
+  const index: CopyIndex = { version: SERVING_VERSION, rows: 0, markets: {} };
+  let offset = 0;
+  let market: string | null = null;
+  let builder = new MarketBooksBuilder();
+  let lastTs = -Infinity;
+  let lastOutcome = -Infinity;
+  const flush = async () => {
+    if (market === null || builder.rows === 0) return;
+    const block = encode(builder.finish());
+    await handle.write(block, 0, block.length, offset);
+    index.markets[market] = [offset, block.length, builder.rows];
+    index.rows += builder.rows;
+    offset += block.length;
+    builder = new MarketBooksBuilder();
+  };
+  try {
+    // market_id last, so the renderers find the book columns where bookSelect puts them.
+    await duck.stream(`SELECT ${bookSelect()}, market_id FROM ${parquetSource([parquet])}`, async (chunk) => {
+      const columns = columnsOf(chunk);
+      const ids = chunk.getColumnVector(chunk.columnCount - 1);
+      for (let row = 0; row < chunk.rowCount; row++) {
+        const id = ids.getItem(row) as string;
+        const ts = columns.ts.getItem(row) as number;
+        const outcome = columns.outcome_index.getItem(row) as number;
+        if (id !== market) {
+          await flush();
+          if (index.markets[id]) throw new NotInOrder();
+          market = id;
+        } else if (ts < lastTs || (ts === lastTs && outcome < lastOutcome)) {
+          throw new NotInOrder();
+        }
+        lastTs = ts;
+        lastOutcome = outcome;
+        builder.add(columns, row);
+      }
+    });
+    await flush();
+    const json = Buffer.from(JSON.stringify(index));
+    const trailer = Buffer.alloc(TRAILER);
+    trailer.writeUInt32LE(json.length, 0);
+    trailer.writeUInt32LE(SERVING_VERSION, 4);
+    MAGIC.copy(trailer, 8);
+    await handle.write(Buffer.concat([json, trailer]), 0, json.length + TRAILER, offset);
+    await handle.sync();
+    await handle.close();
+    await fs.rename(tmp, file);
+    return { file, markets: Object.keys(index.markets).length, rows: index.rows, bytes: offset + json.length + TRAILER };
+  } catch (err) {
+    await handle.close().catch(() => undefined);
+    await fs.rm(tmp, { force: true });
+    if (err instanceof NotInOrder) return null;
+    throw err;
+  }
+}
+
+/** What a page of one market needs: its books in the given files, from their serving copies. */
+export interface CopiedFile {
+  sha256: string;
+}
+
+/** Indexes of copies read lately; a few hundred bytes each. */
+const INDEXES_KEPT = 8192;
+
+/** Writes one missing copy (the API's: its own DuckDB lane, a log line); false when the file cannot have one. */
+export type CopyWriter = (file: { sha256: string; parquet: string }) => Promise<boolean>;
+
+export class ServingCopies {
+  private readonly indexes = new Map<string, Promise<CopyIndex | null>>();
+  /** Copies to write, by sha256, one at a time. */
+  private readonly queue = new Map<string, string>();
+  private writing = false;
+  /** Files that cannot have a copy (not in the writer's order): never queued again. */
+  private readonly unwritable = new Set<string>();
+  reads = 0;
+  written = 0;
+
+  constructor(
+    readonly dir: string,
+    private readonly writer: CopyWriter | null = null,
+  ) {}
+
+  /**
+   * Queues the copies of `files` to be written in the background, one after another (a lake
+   * sealed before copies existed, or a copy lost): the page that found them missing took the
+   * SQL path, the next one will not.
+   */
+  schedule(files: readonly { sha256: string; parquet: string }[]): void {
+    if (!this.writer) return;
+    for (const f of files) if (!this.unwritable.has(f.sha256)) this.queue.set(f.sha256, f.parquet);
+    if (this.writing) return;
+    this.writing = true;
+    void (async () => {
+      for (let next = this.queue.entries().next(); !next.done; next = this.queue.entries().next()) {
+        const [sha256, parquet] = next.value;
+        if (!(await this.index(sha256))) {
+          // A failure (a full disk, a file compacted away) is tried again when a page next finds the copy missing.
+          const written = await this.writer!({ sha256, parquet }).catch(() => true);
+          if (!written) this.unwritable.add(sha256);
+          else this.written++;
+        }
+        this.queue.delete(sha256);
+      }
+      this.writing = false;
+    })();
+  }
+
+  get queued(): number {
+    return this.queue.size;
+  }
+
+  /** The copy's index; null when the copy is missing or damaged (not remembered: it may be built later). */
+  private index(sha256: string): Promise<CopyIndex | null> {
+    let found = this.indexes.get(sha256);
+    if (found) {
+      this.indexes.delete(sha256);
+      this.indexes.set(sha256, found);
+      return found;
+    }
+    found = this.readIndex(sha256);
+    this.indexes.set(sha256, found);
+    void found.then((i) => {
+      if (!i) this.indexes.delete(sha256);
+    });
+    if (this.indexes.size > INDEXES_KEPT) this.indexes.delete(this.indexes.keys().next().value!);
+    return found;
+  }
+
+  private async readIndex(sha256: string): Promise<CopyIndex | null> {
+    const handle = await fs.open(servingCopyPath(this.dir, sha256), 'r').catch(() => null);
+    if (!handle) return null;
+    try {
+      const { size } = await handle.stat();
+      if (size < TRAILER) return null;
+      const trailer = Buffer.alloc(TRAILER);
+      await handle.read(trailer, 0, TRAILER, size - TRAILER);
+      const length = trailer.readUInt32LE(0);
+      if (!trailer.subarray(8).equals(MAGIC) || trailer.readUInt32LE(4) !== SERVING_VERSION || length > size - TRAILER) return null;
+      const json = Buffer.alloc(length);
+      await handle.read(json, 0, length, size - TRAILER - length);
+      return JSON.parse(json.toString('utf8')) as CopyIndex;
+    } catch {
+      return null;
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** Those of `files` whose copy is not there (yet). */
+  async missing<F extends CopiedFile>(files: readonly F[]): Promise<F[]> {
+    const out: F[] = [];
+    for (const f of files) if (!(await this.index(f.sha256))) out.push(f);
+    return out;
+  }
+
+  /**
+   * One market's books in [from, to) across `files` (a market's partitions, in time order), or
+   * null when any file has no copy. Rows come out in (time, outcome) order, as `marketBooksSql`
+   * orders them, whatever the files' order.
+   */
+  async market(files: readonly CopiedFile[], marketId: string, from: number, to: number): Promise<MarketBooks | null> {
+    const parts: MarketBooks[] = [];
+    for (const f of files) {
+      const index = await this.index(f.sha256);
+      if (!index) return null;
+      const entry = index.markets[marketId];
+      if (!entry) continue;
+      const [offset, length] = entry;
+      const block = Buffer.allocUnsafeSlow(length);
+      const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
+      if (!handle) {
+        // Removed since its index was read: missing again, to be written again.
+        this.indexes.delete(f.sha256);
+        return null;
+      }
+      try {
+        const { bytesRead } = await handle.read(block, 0, length, offset);
+        if (bytesRead !== length) return null;
+      } finally {
+        await handle.close();
+      }
+      parts.push(decode(block));
+    }
+    this.reads++;
+    return composeBooks(parts, from, to);
+  }
+}
+
+/** First index whose time is >= t. */
+function lowerBound(ts: Float64Array, t: number): number {
+  let lo = 0;
+  let hi = ts.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ts[mid] < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** Rows [lo, hi) of one market's books, sharing its buffers. */
+function slice(b: MarketBooks, lo: number, hi: number): MarketBooks {
+  if (lo === 0 && hi === b.ts.length) return b;
+  return withBytes({
+    ts: b.ts.subarray(lo, hi),
+    outcome: b.outcome.subarray(lo, hi),
+    ladder: b.ladder,
+    ladderAt: b.ladderAt.subarray(lo, hi + 1),
+    summary: b.summary,
+    summaryAt: b.summaryAt.subarray(lo, hi + 1),
+    heads: b.heads.subarray(lo * HEAD, hi * HEAD),
+  });
+}
+
+/**
+ * One market's books from several files: the rows in [from, to), in (time, outcome) order. One
+ * file (most markets) is a slice of its block; several are copied into one set of buffers.
+ */
+export function composeBooks(parts: MarketBooks[], from: number, to: number): MarketBooks {
+  const ranged = parts.map((b) => slice(b, lowerBound(b.ts, from), lowerBound(b.ts, to))).filter((b) => b.ts.length > 0);
+  if (ranged.length === 1) return ranged[0];
+  const rows: [part: number, row: number][] = [];
+  ranged.forEach((b, p) => {
+    for (let i = 0; i < b.ts.length; i++) rows.push([p, i]);
+  });
+  // Files of one partition may interleave in time (a busy hour sealed in stretches): sort, stably.
+  const key = ([p, i]: [number, number]) => ranged[p].ts[i];
+  rows.sort((x, y) => key(x) - key(y) || ranged[x[0]].outcome[x[1]] - ranged[y[0]].outcome[y[1]]);
+  const n = rows.length;
+  const ts = new Float64Array(n);
+  const outcome = new Int32Array(n);
+  const ladderAt = new Uint32Array(n + 1);
+  const summaryAt = new Uint32Array(n + 1);
+  const heads = Buffer.allocUnsafe(n * HEAD);
+  rows.forEach(([p, i], k) => {
+    const b = ranged[p];
+    ts[k] = b.ts[i];
+    outcome[k] = b.outcome[i];
+    ladderAt[k + 1] = ladderAt[k] + b.ladderAt[i + 1] - b.ladderAt[i];
+    summaryAt[k + 1] = summaryAt[k] + b.summaryAt[i + 1] - b.summaryAt[i];
+    b.heads.copy(heads, k * HEAD, i * HEAD, (i + 1) * HEAD);
+  });
+  const ladder = Buffer.allocUnsafe(ladderAt[n]);
+  const summary = Buffer.allocUnsafe(summaryAt[n]);
+  rows.forEach(([p, i], k) => {
+    const b = ranged[p];
+    b.ladder.copy(ladder, ladderAt[k], b.ladderAt[i], b.ladderAt[i + 1]);
+    b.summary.copy(summary, summaryAt[k], b.summaryAt[i], b.summaryAt[i + 1]);
+  });
+  return withBytes({ ts, outcome, ladder, ladderAt, summary, summaryAt, heads });
+}

@@ -1,0 +1,160 @@
+// Serving copies (pages/copy.ts): pages of markets that are over, answered from the copies the
+// seal wrote, equal the pages of the SQL path byte for byte, through real HTTP over a lake real
+// capture wrote from the stand-in; a copy that is missing means the SQL path, and the API writes
+// it again; a market in several files, interleaved in time, comes out as SQL orders it.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import t from 'tap';
+import { startApi } from '../src/api/server.js';
+import { marketBooksSql } from '../src/api/plan.js';
+import { marketBooks } from '../src/api/shape.js';
+import { createClock } from '../src/clock.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { parquetSource } from '../src/lake/sql.js';
+import { ServingCopies, servingCopyPath, writeServingCopy } from '../src/pages/copy.js';
+import { lakeServer, quiet, testConfig } from './helpers.js';
+
+// Across midnight, so markets span hours and dates (and so more than one file).
+const START = Date.parse('2026-07-27T23:35:00Z');
+const END = START + 40 * 60_000;
+const {
+  dir,
+  duck,
+  api,
+  key: issue,
+} = await lakeServer(t, {
+  start: START,
+  end: END,
+  env: { RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0' },
+});
+const key = await issue('paid');
+// The same lake, keys and cursor secret, every page by SQL.
+const sqlApi = await startApi(
+  testConfig(dir, { RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0', SERVING_COPIES: 'off' }),
+  duck,
+  createClock(END, 1),
+  quiet,
+  { port: 0 },
+);
+t.teardown(() => sqlApi.stop());
+
+/** The response up to its `meta` (which holds the request id and time): `data` and `pagination` as sent. */
+async function page(base: string, url: string): Promise<{ status: number; text: string; cursor: string | null }> {
+  const res = await fetch(`${base}${url}`, { headers: { authorization: `Bearer ${key}` } });
+  const text = await res.text();
+  const body = JSON.parse(text) as { pagination?: { next_cursor: string | null } };
+  const at = text.indexOf(',"meta":');
+  return { status: res.status, text: at < 0 ? text : text.slice(0, at), cursor: body.pagination?.next_cursor ?? null };
+}
+
+const health = async (base: string) =>
+  ((await (await fetch(`${base}/v3/health`)).json()) as { data: { api: { pages: Record<string, number | boolean> } } }).data.api.pages;
+
+const snapshotsPath = (m: { venue: string; coin: string; market_id: string }) =>
+  m.venue === 'wallet-prediction' ? `/v3/wallet-prediction/${m.market_id}/snapshots` : `/v3/${m.coin}/markets/${m.market_id}/snapshots`;
+
+const over = api.lake.all(END).filter((m) => m.end_time + 60_000 < END);
+const books = api.lake.sealedFiles().filter((f) => f.partition.dataset === 'books' && f.rows > 0);
+
+t.test('the seal wrote a serving copy of every books file', async (t) => {
+  t.ok(books.length >= 2, `${books.length} books files`);
+  for (const f of books) t.ok(await fs.stat(servingCopyPath(api.lake.paths.serving, f.sha256)).catch(() => null), f.path);
+});
+
+t.test('every page of every market that is over equals the SQL path, byte for byte', async (t) => {
+  t.ok(over.length >= 8, `${over.length} markets over`);
+  const venues = new Set(over.map((m) => m.venue));
+  t.same([...venues].sort(), ['polymarket', 'wallet-prediction'], 'both venues');
+  const before = (await health(api.url)).copy_reads as number;
+  let compared = 0;
+  for (const [i, m] of over.entries()) {
+    const base = snapshotsPath(m);
+    const mid = new Date((m.start_time + m.end_time) / 2).toISOString();
+    // Wallet pages always carry ladders; the coin routes' default is the summary.
+    const ladders = m.venue === 'wallet-prediction' ? [] : ['limit=7&include_orderbook=true'];
+    const variants = [
+      'limit=100',
+      ...ladders,
+      'limit=13&order=desc',
+      `limit=5&interval=15s&outcome=${m.outcomes[1]?.label ?? 'Up'}`,
+      `limit=9&start_time=${encodeURIComponent(mid)}&order=${i % 2 ? 'asc' : 'desc'}`,
+    ];
+    for (const query of variants) {
+      // Walk both servers' pages in step: same bytes, then the copy side's cursor on both.
+      let cursor: string | null = null;
+      for (let n = 0; n < 400; n++) {
+        const url: string = `${base}?${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+        const [a, b]: Awaited<ReturnType<typeof page>>[] = await Promise.all([page(api.url, url), page(sqlApi.url, url)]);
+        if (a.status !== 200 || a.text !== b.text) {
+          t.fail(`${url}: ${a.status} ${a.text.slice(0, 200)} vs ${b.status} ${b.text.slice(0, 200)}`);
+          return;
+        }
+        compared++;
+        cursor = a.cursor;
+        if (!cursor) break;
+      }
+    }
+    const at = await Promise.all([api.url, sqlApi.url].map((u) => page(u, `${snapshotsPath(m)}/at?timestamp=${encodeURIComponent(mid)}`)));
+    t.equal(at[0].text, at[1].text, `${m.market_id}: the book at an instant`);
+  }
+  t.ok(compared > 100, `${compared} pages compared`);
+  const after = await health(api.url);
+  t.ok((after.copy_reads as number) - before >= over.length, `pages read from copies (${after.copy_reads})`);
+  t.equal((await health(sqlApi.url)).copy_reads, 0, 'the other side never read one');
+});
+
+t.test('a copy that is missing: the page by SQL, the copy written again, then read', async (t) => {
+  const m = over.find((x) => x.venue === 'wallet-prediction')!;
+  const file = books.find((f) => f.markets?.[m.market_id])!;
+  const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
+  await fs.rm(copy);
+  const url = `${snapshotsPath(m)}?limit=50`;
+  const expected = (await page(sqlApi.url, url)).text;
+  const reads = (await health(api.url)).copy_reads as number;
+  t.equal((await page(api.url, url)).text, expected, 'served by SQL meanwhile');
+  // Written in the background; health is cached for a second, the file is not.
+  for (let i = 0; i < 600 && !(await fs.stat(copy).catch(() => null)); i++) await new Promise((r) => setTimeout(r, 50));
+  t.ok(await fs.stat(copy).catch(() => null), 'written again by the API');
+  t.equal((await page(api.url, url)).text, expected, 'and the same page from it');
+  await new Promise((r) => setTimeout(r, 1100));
+  const now = await health(api.url);
+  t.ok((now.copy_reads as number) > reads, 'read from the copy');
+  t.ok((now.copies_written as number) >= 1, 'counted in health');
+});
+
+t.test('a market in several files, interleaved in time, comes out in SQL order; a file out of order has no copy', async (t) => {
+  const work = t.testdir();
+  const scratch = await Duck.open(1);
+  t.teardown(() => scratch.close());
+  const T0 = Date.parse('2026-07-26T12:00:00Z');
+  const table = (keep: string) => `SELECT epoch_ms(${T0} + i * 1000)::TIMESTAMPTZ AS ts, m AS market_id, 'tok-' || o AS token_id,
+      o::INTEGER AS outcome_index, CASE o WHEN 0 THEN 'Up' ELSE 'Down' END AS outcome,
+      CASE WHEN i % 5 = 0 THEN NULL ELSE epoch_ms(${T0} + i * 1000 - 40)::TIMESTAMPTZ END AS exchange_ts,
+      [round(0.5 - i % 7 * 0.01, 2), 0.4]::DOUBLE[] AS bid_prices, [i * 1.5, 10.25]::DOUBLE[] AS bid_sizes,
+      [0.6, 0.61]::DOUBLE[] AS ask_prices, [o + 0.5, 3.0]::DOUBLE[] AS ask_sizes
+    FROM range(300) r(i), range(2) x(o), (VALUES ('m1'), ('m2')) v(m) WHERE ${keep}`;
+  const files = ['a', 'b'].map((name) => path.join(work, `${name}.parquet`));
+  // Interleaved stretches of time: a busy hour sealed in pieces, or a late file.
+  await scratch.run(`COPY (${table('i % 40 < 20')} ORDER BY market_id, ts, outcome_index) TO '${files[0]}' (FORMAT parquet)`);
+  await scratch.run(`COPY (${table('i % 40 >= 20')} ORDER BY market_id, ts, outcome_index) TO '${files[1]}' (FORMAT parquet)`);
+  for (const [i, f] of files.entries()) t.ok(await writeServingCopy(scratch, f, `sha-${i}`, work), `copy of ${f}`);
+  const copies = new ServingCopies(work);
+  const [from, to] = [T0 + 15_000, T0 + 250_000];
+  const got = await copies.market([{ sha256: 'sha-0' }, { sha256: 'sha-1' }], 'm2', from, to);
+  const { sql, params } = marketBooksSql(`SELECT * FROM ${parquetSource(files)}`, 'm2', from, to);
+  const want = marketBooks(await scratch.chunks(sql, params));
+  t.ok(got && want.ts.length > 400);
+  t.same(Array.from(got!.ts), Array.from(want.ts), 'times');
+  t.same(Array.from(got!.outcome), Array.from(want.outcome), 'outcomes');
+  const text = (b: typeof want, i: number) =>
+    `${b.heads.subarray(i * 47, (i + 1) * 47).toString()}${b.ladder.subarray(b.ladderAt[i], b.ladderAt[i + 1]).toString()}${b.summary.subarray(b.summaryAt[i], b.summaryAt[i + 1]).toString()}`;
+  let same = 0;
+  for (let i = 0; i < want.ts.length; i++) if (text(got!, i) === text(want, i)) same++;
+  t.equal(same, want.ts.length, 'every book rendered the same');
+  t.equal(await copies.market([{ sha256: 'sha-0' }, { sha256: 'none' }], 'm2', from, to), null, 'a file without a copy: null');
+  t.same(await copies.missing([{ sha256: 'sha-0' }, { sha256: 'none' }]), [{ sha256: 'none' }]);
+  const unordered = path.join(work, 'c.parquet');
+  await scratch.run(`COPY (${table('true')} ORDER BY ts, market_id) TO '${unordered}' (FORMAT parquet)`);
+  t.equal(await writeServingCopy(scratch, unordered, 'sha-c', work), null, 'rows not in (market, time) order: no copy');
+  t.notOk(await fs.stat(servingCopyPath(work, 'sha-c')).catch(() => null), 'and nothing left behind');
+});
