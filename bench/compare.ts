@@ -72,20 +72,20 @@ async function serveService(dir: string): Promise<void> {
 }
 
 /** The minimal PostgreSQL server: prepared statements, JSON from json_agg spliced into the same envelope. */
-async function servePg(port: number): Promise<void> {
+async function servePg(port: number, table: string): Promise<void> {
   const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'postgres', database: 'postgres', max: 4 });
   const latest = {
     name: 'latest',
     text: `SELECT json_build_object('market_id', $1::text, 'timestamp', ${ts('max(ts)')}, 'books', json_agg(${BOOK} ORDER BY outcome_index))::text AS j
-      FROM books WHERE market_id = $1 AND ts = (SELECT max(ts) FROM books WHERE market_id = $1)`,
+      FROM ${table} WHERE market_id = $1 AND ts = (SELECT max(ts) FROM ${table} WHERE market_id = $1)`,
   };
   const page = {
     name: 'page',
-    text: `WITH t AS (SELECT DISTINCT ts FROM books WHERE market_id = $1 AND ts > to_timestamp($2::float8 / 1000) ORDER BY ts LIMIT $3 + 1),
+    text: `WITH t AS (SELECT DISTINCT ts FROM ${table} WHERE market_id = $1 AND ts > to_timestamp($2::float8 / 1000) ORDER BY ts LIMIT $3 + 1),
       p AS (SELECT ts FROM t ORDER BY ts LIMIT $3)
       SELECT (SELECT count(*) FROM t) AS n, (SELECT (extract(epoch FROM max(ts)) * 1000)::bigint FROM p) AS last,
         coalesce((SELECT json_agg(json_build_object('timestamp', ${ts('s.ts')}, 'books', s.books) ORDER BY s.ts)
-          FROM (SELECT b.ts, json_agg(${BOOK} ORDER BY outcome_index) AS books FROM books b JOIN p USING (ts) WHERE b.market_id = $1 GROUP BY b.ts) s), '[]'::json)::text AS j`,
+          FROM (SELECT b.ts, json_agg(${BOOK} ORDER BY outcome_index) AS books FROM ${table} b JOIN p USING (ts) WHERE b.market_id = $1 GROUP BY b.ts) s), '[]'::json)::text AS j`,
   };
   const server = http.createServer(async (req, res) => {
     const url = new URL(req.url!, 'http://x');
@@ -121,7 +121,7 @@ if (process.env.COMPARE_CHILD === 'service') {
   process.exit(0);
 }
 if (process.env.COMPARE_CHILD === 'pg') {
-  await servePg(Number(process.env.COMPARE_PG_PORT));
+  await servePg(Number(process.env.COMPARE_PG_PORT), process.env.COMPARE_PG_TABLE ?? 'books');
   process.exit(0);
 }
 
@@ -202,22 +202,30 @@ const stopPg = () => {
 };
 process.on('exit', stopPg);
 
-const loadStarted = performance.now();
-const csv = path.join(root, 'books.csv');
-const utc = (c: string) => `strftime(make_timestamp(epoch_ms(${c}) * 1000), '%Y-%m-%d %H:%M:%S.%g') || '+00'`;
-const arr = (c: string) => `'{' || array_to_string(${c}, ',') || '}'`;
-await duck.run(`COPY (SELECT ${utc('ts')}, market_id, token_id, outcome_index, outcome, ${utc('exchange_ts')}, ${utc('recv_ts')},
-    ${arr('bid_prices')}, ${arr('bid_sizes')}, ${arr('ask_prices')}, ${arr('ask_sizes')}
-  FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])) TO '${csv}' (FORMAT csv, HEADER false)`);
-psql(`CREATE TABLE books (ts timestamptz NOT NULL, market_id text NOT NULL, token_id text, outcome_index int, outcome text,
-  exchange_ts timestamptz, recv_ts timestamptz, bid_prices float8[], bid_sizes float8[], ask_prices float8[], ask_sizes float8[])`);
-psql(`\\copy books FROM '${csv}' WITH (FORMAT csv)`);
-psql('CREATE INDEX books_market_ts ON books (market_id, ts)');
-psql('VACUUM ANALYZE books');
-await fs.rm(csv);
-const pgRows = Number(psql('SELECT count(*) FROM books').trim());
-const pgBytes = Number(psql(`SELECT pg_total_relation_size('books')`).trim());
-const loadSeconds = (performance.now() - loadStarted) / 1000;
+/** Loads the books of `parquet` into `table` (btree on (market_id, ts)); its rows, bytes and seconds. */
+async function loadPg(table: string, parquet: string[]): Promise<{ rows: number; bytes: number; seconds: number }> {
+  const began = performance.now();
+  const csv = path.join(root, `${table}.csv`);
+  const utc = (c: string) => `strftime(make_timestamp(epoch_ms(${c}) * 1000), '%Y-%m-%d %H:%M:%S.%g') || '+00'`;
+  const arr = (c: string) => `'{' || array_to_string(${c}, ',') || '}'`;
+  await duck.run(`COPY (SELECT ${utc('ts')}, market_id, token_id, outcome_index, outcome, ${utc('exchange_ts')}, ${utc('recv_ts')},
+      ${arr('bid_prices')}, ${arr('bid_sizes')}, ${arr('ask_prices')}, ${arr('ask_sizes')}
+    FROM read_parquet([${parquet.map((f) => `'${f}'`).join(',')}])) TO '${csv}' (FORMAT csv, HEADER false)`);
+  psql(`CREATE TABLE ${table} (ts timestamptz NOT NULL, market_id text NOT NULL, token_id text, outcome_index int, outcome text,
+    exchange_ts timestamptz, recv_ts timestamptz, bid_prices float8[], bid_sizes float8[], ask_prices float8[], ask_sizes float8[])`);
+  psql(`\\copy ${table} FROM '${csv}' WITH (FORMAT csv)`);
+  psql(`CREATE INDEX ${table}_market_ts ON ${table} (market_id, ts)`);
+  psql(`VACUUM ANALYZE ${table}`);
+  await fs.rm(csv);
+  return {
+    rows: Number(psql(`SELECT count(*) FROM ${table}`).trim()),
+    bytes: Number(psql(`SELECT pg_total_relation_size('${table}')`).trim()),
+    seconds: (performance.now() - began) / 1000,
+  };
+}
+
+const loaded = await loadPg('books', files);
+const [pgRows, pgBytes, loadSeconds] = [loaded.rows, loaded.bytes, loaded.seconds];
 if (pgRows !== lakeRows) throw new Error(`PostgreSQL has ${pgRows} rows, the lake ${lakeRows}`);
 let lakeBytes = 0;
 for (const f of files) lakeBytes += (await fs.stat(f)).size;
@@ -329,6 +337,167 @@ for (const encoding of ['br', 'gzip']) {
 const identity = await wrk(svc.url, ours.first, 1, auth);
 const pgPage = await wrk(pgs.url, theirs.first, 1, {});
 
+// --- The book cache off: every page a market's first, from the serving copies ----------------
+const best = (xs: Figure[]) => xs.reduce((x, y) => (y.rps > x.rps ? y : x));
+const fig = (x: Figure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
+/** Each side twice, in turns; the better run of each. */
+async function turns(a: () => Promise<Figure>, b: () => Promise<Figure>): Promise<[Figure, Figure]> {
+  const xs: Figure[] = [];
+  const ys: Figure[] = [];
+  for (let round = 0; round < 2; round++) {
+    xs.push(await a());
+    ys.push(await b());
+  }
+  return [best(xs), best(ys)];
+}
+const verdict = (s: Figure, p: Figure, ratio: number) =>
+  s.p50 <= p.p50 * ratio && (ratio < 1 ? s.rps >= p.rps / ratio : true) ? 'met' : '**missed**';
+
+const coldChild = child('service', { COMPARE_DIR: lake.dir, BOOK_CACHE_MB: '0' });
+const cold = await coldChild.ready;
+const coldAuth = { authorization: `Bearer ${cold.key}` };
+for (const [i, m] of chosen.entries()) {
+  for (const route of ['first', 'deep'] as const) {
+    const a = await getJson(`${cold.url}${ours[route][i]}`, coldAuth);
+    const b = await getJson(`${pgs.url}${theirs[route][i]}`);
+    if (JSON.stringify(a.data) !== JSON.stringify(b.data))
+      throw new Error(`cache off, market ${m.market_id} ${route}: the two servers disagree`);
+  }
+}
+const coldRows: string[] = [];
+for (const [route, label] of routes.filter(([r]) => r !== 'latest')) {
+  for (const connections of [1, 4]) {
+    const [identity, p] = await turns(
+      () => wrk(cold.url, ours[route], connections, coldAuth),
+      () => wrk(pgs.url, theirs[route], connections, {}),
+    );
+    const gzip = best([
+      await wrk(cold.url, ours[route], connections, { ...coldAuth, 'accept-encoding': 'gzip' }),
+      await wrk(cold.url, ours[route], connections, { ...coldAuth, 'accept-encoding': 'gzip' }),
+    ]);
+    for (const [encoding, s] of [
+      ['identity', identity],
+      ['gzip', gzip],
+    ] as const) {
+      coldRows.push(
+        `| ${label} | ${encoding} | ${connections} | ${fig(s)} | ${fig(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} | ${verdict(s, p, 0.5)} |`,
+      );
+      console.log('cache off', label, encoding, connections, fig(s), fig(p));
+    }
+  }
+}
+coldChild.proc.stdin!.end();
+await new Promise((r) => coldChild.proc.once('exit', r));
+
+// --- A longer lake, markets drawn uniformly over all of it, the cache on at its default -----------
+const DAYS = Number(process.env.BENCH_LONG_DAYS ?? 7);
+const long = await buildLake(duck, root, DAYS);
+const longFiles = (await listFiles(lakePaths(long.dir).lake, '.parquet'))
+  .filter((f) => f.startsWith('books/'))
+  .map((f) => path.join(lakePaths(long.dir).lake, f));
+const longPgLoad = await loadPg('books_long', longFiles);
+let servingBytes = 0;
+for (const f of await listFiles(lakePaths(long.dir).serving, '.pages'))
+  servingBytes += (await fs.stat(path.join(lakePaths(long.dir).serving, f))).size;
+let longLakeBytes = 0;
+for (const f of longFiles) longLakeBytes += (await fs.stat(f)).size;
+const longChild = child('service', { COMPARE_DIR: long.dir });
+// Cursors for deep pages come from a process of their own, so walking them warms nothing measured.
+const walkerChild = child('service', { COMPARE_DIR: long.dir, BOOK_CACHE_MB: '0' });
+const longPgChild = child('pg', { COMPARE_PG_PORT: String(pgPort), COMPARE_PG_TABLE: 'books_long' });
+const [lsvc, walker, lpg] = [await longChild.ready, await walkerChild.ready, await longPgChild.ready];
+const longAuth = { authorization: `Bearer ${lsvc.key}` };
+const walkerAuth = { authorization: `Bearer ${walker.key}` };
+const all: { market_id: string; window: string }[] = [];
+for (let cursor = ''; ;) {
+  const res = await getJson(
+    `${walker.url}/v3/wallet-prediction/markets?limit=1000&end_time=${END}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+    walkerAuth,
+  );
+  all.push(...res.data);
+  if (!res.pagination.next_cursor) break;
+  cursor = res.pagination.next_cursor;
+}
+// A fixed seed: every run draws the same order.
+let seed = 42;
+const random = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31;
+const drawn = [...all];
+for (let i = drawn.length - 1; i > 0; i--) {
+  const j = Math.floor(random() * (i + 1));
+  [drawn[i], drawn[j]] = [drawn[j], drawn[i]];
+}
+const longOurs = { first: drawn.map((m) => `/v3/wallet-prediction/${m.market_id}/snapshots?limit=100`), deep: [] as string[] };
+const longTheirs = { first: drawn.map((m) => `/snapshots/${m.market_id}?limit=100`), deep: [] as string[] };
+const DEEP = Number(process.env.BENCH_DEEP_MARKETS ?? 400);
+for (const m of drawn.filter((x) => x.window === '15m').slice(0, DEEP)) {
+  let cursor = '';
+  let after = '0';
+  for (let p = 0; p < 4; p++) {
+    const a = await getJson(
+      `${walker.url}/v3/wallet-prediction/${m.market_id}/snapshots?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+      walkerAuth,
+    );
+    const b = await getJson(`${lpg.url}/snapshots/${m.market_id}?limit=100&after=${after}`);
+    if (JSON.stringify(a.data) !== JSON.stringify(b.data))
+      throw new Error(`long lake, market ${m.market_id} page ${p + 1}: the two servers disagree`);
+    cursor = a.pagination.next_cursor;
+    after = b.pagination.next_cursor;
+  }
+  longOurs.deep.push(`/v3/wallet-prediction/${m.market_id}/snapshots?limit=100&cursor=${encodeURIComponent(cursor)}`);
+  longTheirs.deep.push(`/snapshots/${m.market_id}?limit=100&after=${after}`);
+}
+walkerChild.proc.stdin!.end();
+// 16 pages of the measured process checked equal to PostgreSQL's before timing (they warm 16 of the markets).
+for (let i = 0; i < 8; i++) {
+  for (const route of ['first', 'deep'] as const) {
+    const k = drawn.length - 1 - i;
+    const [ourPath, theirPath] =
+      route === 'first' ? [longOurs.first[k], longTheirs.first[k]] : [longOurs.deep.at(-1 - i)!, longTheirs.deep.at(-1 - i)!];
+    const a = await getJson(`${lsvc.url}${ourPath}`, longAuth);
+    const b = await getJson(`${lpg.url}${theirPath}`);
+    if (JSON.stringify(a.data) !== JSON.stringify(b.data)) throw new Error(`long lake ${route} ${ourPath}: the two servers disagree`);
+  }
+}
+// Each run starts where the side's last run stopped in the drawn order, so no run asks again for what an earlier one read.
+const rotation = () => {
+  let offset = 0;
+  return (paths: string[], n: number) => {
+    const start = offset % paths.length;
+    offset += n;
+    return [...paths.slice(start), ...paths.slice(0, start)];
+  };
+};
+const fresh = { ours: rotation(), theirs: rotation() };
+const longRows: string[] = [];
+let longRequests = 0;
+for (const [route, label, targetRatio] of [
+  ['first', 'first page', 1],
+  ['deep', 'page after 4 cursors', 0.5],
+] as const) {
+  const list = { ours: longOurs[route], theirs: longTheirs[route] };
+  for (const connections of [1, 4]) {
+    const share = Math.floor(list.ours.length / 4);
+    const [s, p] = await turns(
+      async () => {
+        const f = await wrk(lsvc.url, fresh.ours(list.ours, share), connections, longAuth);
+        longRequests += Math.round(f.rps * SECONDS);
+        return f;
+      },
+      () => wrk(lpg.url, fresh.theirs(list.theirs, share), connections, {}),
+    );
+    longRows.push(
+      `| ${label} | ${connections} | ${fig(s)} | ${fig(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} | p50 at most ${targetRatio === 1 ? "PostgreSQL's" : 'half of it'}: ${s.p50 <= p.p50 * targetRatio ? 'met' : '**missed**'} |`,
+    );
+    console.log('long lake', label, connections, fig(s), fig(p));
+  }
+}
+const cacheHealth = await getJson(`${lsvc.url}/v3/health`);
+const pagesOf = (h: any) => h.data.api.pages as { book_cache_hits: number; copy_reads: number };
+for (const s of [longChild, longPgChild]) s.proc.stdin!.end();
+await Promise.all(
+  [longChild, longPgChild, walkerChild].map((s) => new Promise((r) => (s.proc.exitCode !== null ? r(null) : s.proc.once('exit', r)))),
+);
+
 for (const s of [service, pgServer]) s.proc.stdin!.end();
 await Promise.all([service, pgServer].map((s) => new Promise((r) => s.proc.once('exit', r))));
 stopPg();
@@ -359,6 +528,33 @@ a page (PostgreSQL's ${Math.round(pgPage.bytes).toLocaleString('en')}), at ${ide
 | encoding | connections | p50 / p99, req/s | bytes per response | compression inside the targets (half PostgreSQL's p50, twice its req/s) |
 |---|---|---|---|---|
 ${compressed.join('\n')}
+
+### The book cache off (\`BOOK_CACHE_MB=0\`)
+
+The same 50 markets and pages, the same PostgreSQL, a second service process with no book cache: every page of
+a market that is over is read from its files' serving copies (\`DATA_DIR/serving\`, written when each Parquet file
+is sealed: the market's books rendered once, so a page is one read, a binary search and a slice). Every page was
+checked equal to PostgreSQL's first. PostgreSQL sends identity; its figure is the better of its four runs.
+
+| route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
+|---|---|---|---|---|---|---|---|
+${coldRows.join('\n')}
+
+### ${DAYS} days, markets drawn uniformly over all of them, the cache on at its default
+
+A ${DAYS}-day lake (${longPgLoad.rows.toLocaleString('en')} book rows, ${all.length.toLocaleString('en')} markets; Parquet ${(longLakeBytes / 2 ** 20).toFixed(0)} MiB of books, serving copies
+${(servingBytes / 2 ** 20).toFixed(0)} MiB, ${(servingBytes / longPgLoad.rows).toFixed(0)} bytes a row; PostgreSQL ${(longPgLoad.bytes / 2 ** 20).toFixed(0)} MiB with its index, loaded in ${longPgLoad.seconds.toFixed(0)} s). The markets are
+drawn in a random order over the whole span; first pages cycle over all of them, deep pages (the fifth of a 15-minute
+market, its cursor walked by another process) over ${longOurs.deep.length}. Each run starts where the last one stopped
+in the drawn order, so no run asks for what an earlier one read: of the ${longRequests.toLocaleString('en')} requests the
+service answered, a page could find its market in the book cache (\`BOOK_CACHE_MB\` 512, shared by the workers) only
+when a run went round its whole share. The worker that answered the health check afterwards had served
+${pagesOf(cacheHealth).book_cache_hits.toLocaleString('en')} pages from its book cache and ${pagesOf(cacheHealth).copy_reads.toLocaleString('en')} markets from serving copies: a hit rate of
+${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealth).book_cache_hits + pagesOf(cacheHealth).copy_reads)).toFixed(1)}% (the rest of a page's books came from a copy, none from SQL). 16 pages of this process were checked equal to PostgreSQL's before timing.
+
+| route | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
+|---|---|---|---|---|---|---|
+${longRows.join('\n')}
 
 Where the difference comes from: a page of a market that is over is served from a bounded cache of decoded books
 (\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page

@@ -7,11 +7,11 @@ import path from 'node:path';
 import t from 'tap';
 import { startApi } from '../src/api/server.js';
 import { marketBooksSql } from '../src/api/plan.js';
-import { marketBooks } from '../src/api/shape.js';
+import { marketBooks, pageFromBooks } from '../src/api/shape.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { parquetSource } from '../src/lake/sql.js';
-import { ServingCopies, servingCopyPath, writeServingCopy } from '../src/pages/copy.js';
+import { ServingCopies, refreshServingCopies, servingCopyPath, writeServingCopy } from '../src/pages/copy.js';
 import { lakeServer, quiet, testConfig } from './helpers.js';
 
 // Across midnight, so markets span hours and dates (and so more than one file).
@@ -36,7 +36,12 @@ const sqlApi = await startApi(
   quiet,
   { port: 0 },
 );
-t.teardown(() => sqlApi.stop());
+// And with the book cache on: a market's second page loads it whole from the copies into the cache.
+const cacheApi = await startApi(testConfig(dir, { RATE_PAID_PER_SECOND: '100000' }), duck, createClock(END, 1), quiet, { port: 0 });
+t.teardown(async () => {
+  await sqlApi.stop();
+  await cacheApi.stop();
+});
 
 /** The response up to its `meta` (which holds the request id and time): `data` and `pagination` as sent. */
 async function page(base: string, url: string): Promise<{ status: number; text: string; cursor: string | null }> {
@@ -84,9 +89,13 @@ t.test('every page of every market that is over equals the SQL path, byte for by
       let cursor: string | null = null;
       for (let n = 0; n < 400; n++) {
         const url: string = `${base}?${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
-        const [a, b]: Awaited<ReturnType<typeof page>>[] = await Promise.all([page(api.url, url), page(sqlApi.url, url)]);
-        if (a.status !== 200 || a.text !== b.text) {
-          t.fail(`${url}: ${a.status} ${a.text.slice(0, 200)} vs ${b.status} ${b.text.slice(0, 200)}`);
+        const [a, b, c]: Awaited<ReturnType<typeof page>>[] = await Promise.all([
+          page(api.url, url),
+          page(sqlApi.url, url),
+          page(cacheApi.url, url),
+        ]);
+        if (a.status !== 200 || a.text !== b.text || c.text !== b.text) {
+          t.fail(`${url}: ${a.status} ${a.text.slice(0, 200)} / ${c.text.slice(0, 200)} vs ${b.status} ${b.text.slice(0, 200)}`);
           return;
         }
         compared++;
@@ -101,6 +110,8 @@ t.test('every page of every market that is over equals the SQL path, byte for by
   const after = await health(api.url);
   t.ok((after.copy_reads as number) - before >= over.length, `pages read from copies (${after.copy_reads})`);
   t.equal((await health(sqlApi.url)).copy_reads, 0, 'the other side never read one');
+  const cached = await health(cacheApi.url);
+  t.ok((cached.book_cache_hits as number) > 0 && (cached.copy_reads as number) > 0, `with the cache on: ${JSON.stringify(cached)}`);
 });
 
 t.test('a copy that is missing: the page by SQL, the copy written again, then read', async (t) => {
@@ -151,10 +162,42 @@ t.test('a market in several files, interleaved in time, comes out in SQL order; 
   let same = 0;
   for (let i = 0; i < want.ts.length; i++) if (text(got!, i) === text(want, i)) same++;
   t.equal(same, want.ts.length, 'every book rendered the same');
+  // A page read piecewise from interleaved files falls back to the whole market, merged.
+  for (const order of ['asc', 'desc'] as const) {
+    const q = { from, to, order, after: null, intervalMs: null, outcomeIndex: null };
+    const piecewise = await copies.page([{ sha256: 'sha-0' }, { sha256: 'sha-1' }], 'm2', { from, to }, q, true, 50);
+    t.equal(piecewise!.json.toString(), pageFromBooks(want, q, true, 50).json.toString(), `a page ${order}`);
+  }
   t.equal(await copies.market([{ sha256: 'sha-0' }, { sha256: 'none' }], 'm2', from, to), null, 'a file without a copy: null');
   t.same(await copies.missing([{ sha256: 'sha-0' }, { sha256: 'none' }]), [{ sha256: 'none' }]);
   const unordered = path.join(work, 'c.parquet');
   await scratch.run(`COPY (${table('true')} ORDER BY ts, market_id) TO '${unordered}' (FORMAT parquet)`);
   t.equal(await writeServingCopy(scratch, unordered, 'sha-c', work), null, 'rows not in (market, time) order: no copy');
   t.notOk(await fs.stat(servingCopyPath(work, 'sha-c')).catch(() => null), 'and nothing left behind');
+});
+
+t.test('make serving-copies writes what is missing, removes what no file names, and is idempotent', async (t) => {
+  const files = api.lake.sealedFiles().map((f) => ({ ...f, dataset: f.partition.dataset }));
+  const serving = api.lake.paths.serving;
+  const lost = books[books.length - 1];
+  await fs.rm(servingCopyPath(serving, lost.sha256));
+  // A copy of a file compacted away an hour ago, and one a seal wrote a moment ago before its commit.
+  const [old, young] = ['0'.repeat(64), '1'.repeat(64)].map((sha) => servingCopyPath(serving, sha));
+  for (const f of [old, young]) {
+    await fs.mkdir(path.dirname(f), { recursive: true });
+    await fs.writeFile(f, 'stale');
+  }
+  const hourAgo = new Date(Date.now() - 2 * 3_600_000);
+  await fs.utimes(old, hourAgo, hourAgo);
+  const first = await refreshServingCopies(duck, api.lake.paths.lake, serving, files);
+  t.same(first, { written: 1, present: books.length - 1, unwritable: 0, removed: 1 });
+  t.ok(await fs.stat(servingCopyPath(serving, lost.sha256)), 'the lost copy is back');
+  t.notOk(await fs.stat(old).catch(() => null), 'the orphan is gone');
+  t.ok(await fs.stat(young), 'a fresh copy stays (its commit may be on its way)');
+  t.same(await refreshServingCopies(duck, api.lake.paths.lake, serving, files), {
+    written: 0,
+    present: books.length,
+    unwritable: 0,
+    removed: 0,
+  });
 });

@@ -20,17 +20,7 @@ import {
   snapshotTimesSql,
 } from './plan.js';
 import { RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
-import {
-  type BookLike,
-  type MarketBooks,
-  type RenderedSnapshots,
-  bookJson,
-  iso,
-  marketBooks,
-  pageFromBooks,
-  rowBook,
-  snapshotsJson,
-} from './shape.js';
+import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
 
@@ -38,12 +28,19 @@ export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
 
   /**
-   * Decoded books of a market that is over and wholly sealed: from the cache, else from its files'
-   * serving copies (then kept in the cache), else (copies missing: queued to be written) decoded
-   * by SQL at its second page. Null for a market still recording, one whose rows are (partly) in
-   * the spool, or a first page without copies: those take the SQL path.
+   * A page of a market that is over and wholly sealed, without a statement: from the book cache;
+   * else, asked the first time lately, the page's rows alone from its files' serving copies; asked
+   * again (a client walking it), the whole market from the copies (by SQL without copies) into the
+   * cache. Null for a market still recording or with rows (partly) in the spool, and for a first
+   * page whose copies are missing (then queued to be written): those take the SQL path.
    */
-  const marketBooksOf = async (venue: Venue, m: StoredMarket, now: number): Promise<MarketBooks | null> => {
+  const bookPage = async (
+    venue: Venue,
+    m: StoredMarket,
+    pq: PageQuery,
+    ladders: boolean,
+    now: number,
+  ): Promise<RenderedSnapshots | null> => {
     if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time + CAPTURE_LAG_MS >= now) return null;
     const span = planPartitions('books', m, null, null);
     const signature = lake.signature(span.partitions);
@@ -51,24 +48,31 @@ export function bookHandlers(kit: RouteKit) {
     if (!signature || lake.spooled(span.partitions)) return null;
     const key = `${venue}:${m.market_id}`;
     const cached = deps.books.peek(key, signature);
-    if (cached) return cached;
+    if (cached) return pageFromBooks(cached, pq, ladders, pq.limit);
+    const again = deps.books.maxBytes > 0 && deps.books.askedBefore(key);
     if (deps.serving) {
       const sealed = span.partitions.flatMap((p) => lake.sealedOf(p));
-      const copied = await deps.serving.market(sealed, m.market_id, span.from, span.to);
-      if (copied) {
-        deps.books.keep(key, signature, copied);
-        return copied;
+      if (!again) {
+        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit);
+        if (page) return page;
+      } else {
+        const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);
+        if (whole) {
+          deps.books.keep(key, signature, whole);
+          return pageFromBooks(whole, pq, ladders, pq.limit);
+        }
       }
       const missing = await deps.serving.missing(sealed);
       deps.serving.schedule(missing.map((f) => ({ sha256: f.sha256, parquet: path.join(lake.paths.lake, f.path) })));
     }
-    if (deps.books.maxBytes === 0 || !deps.books.askedBefore(key)) return null;
-    return deps.books.load(key, signature, async () => {
+    if (!again) return null;
+    const loaded = await deps.books.load(key, signature, async () => {
       const files = await lake.files(span.partitions);
       if (files.spool.length) return null;
       const wide = relation('books', files, BOOK_COLUMNS);
       return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
     });
+    return loaded && pageFromBooks(loaded, pq, ladders, pq.limit);
   };
 
   const snapshots =
@@ -83,8 +87,7 @@ export function bookHandlers(kit: RouteKit) {
       ctx.stats.partitions = plan.partitions.length;
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
-      const cached = await marketBooksOf(venue, m, ctx.now);
-      const rendered = cached ? pageFromBooks(cached, pq, ladders, limit) : await sqlPage(ctx, m, plan.partitions, pq, ladders, limit);
+      const rendered = (await bookPage(venue, m, pq, ladders, ctx.now)) ?? (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
       return {
         data: new RawJson(rendered.json),

@@ -14,7 +14,19 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Duck } from '../lake/duckdb.js';
 import { bookSelect, parquetSource } from '../lake/sql.js';
-import { HEAD, type MarketBooks, MarketBooksBuilder, columnsOf, withBytes } from './render.js';
+import {
+  HEAD,
+  type MarketBooks,
+  MarketBooksBuilder,
+  type PageSpec,
+  type RenderedSnapshots,
+  columnsOf,
+  pageFromBooks,
+  renderPage,
+  selectPage,
+  selectedRows,
+  withBytes,
+} from './render.js';
 
 /** Bumped whenever rendering changes: copies of an older rendering are then simply not found. */
 export const SERVING_VERSION = 1;
@@ -275,6 +287,135 @@ export class ServingCopies {
     this.reads++;
     return composeBooks(parts, from, to);
   }
+  /**
+   * One page of a market from its files' copies, reading only what the page shows: each block's
+   * times, outcomes and offsets, then the shown rows' heads and text (a few KiB of a block that
+   * may hold megabytes). The same bytes as `pageFromBooks` over the whole market. Null when a
+   * file has no copy.
+   */
+  async page(
+    files: readonly CopiedFile[],
+    marketId: string,
+    span: { from: number; to: number },
+    q: PageSpec,
+    ladders: boolean,
+    maxTimes: number,
+  ): Promise<RenderedSnapshots | null> {
+    const parts: Skeleton[] = [];
+    try {
+      for (const f of files) {
+        const index = await this.index(f.sha256);
+        if (!index) return null;
+        const entry = index.markets[marketId];
+        if (!entry) continue;
+        const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
+        if (!handle) {
+          this.indexes.delete(f.sha256);
+          return null;
+        }
+        parts.push(await skeleton(handle, entry[0], entry[2], span));
+      }
+      const ranged = parts.filter((p) => p.hi > p.lo);
+      // Files whose rows of this market interleave in time (a busy hour sealed in stretches): the whole market, merged.
+      for (let k = 1; k < ranged.length; k++) {
+        if (ranged[k - 1].ts[ranged[k - 1].hi - 1] >= ranged[k].ts[ranged[k].lo]) {
+          const whole = await this.market(files, marketId, span.from, span.to);
+          return whole && pageFromBooks(whole, q, ladders, maxTimes);
+        }
+      }
+      const n = ranged.reduce((sum, p) => sum + p.hi - p.lo, 0);
+      const ts = new Float64Array(n);
+      const outcome = new Int32Array(n);
+      let k = 0;
+      for (const p of ranged) {
+        ts.set(p.ts.subarray(p.lo, p.hi), k);
+        outcome.set(p.outcome.subarray(p.lo, p.hi), k);
+        k += p.hi - p.lo;
+      }
+      const selection = selectPage(ts, outcome, q, maxTimes);
+      const [lo, hi] = selectedRows(selection);
+      // The shown rows [lo, hi) of the joined times, read from each part they fall in.
+      const heads: Buffer[] = [];
+      const texts: Buffer[] = [];
+      const at = new Uint32Array(hi - lo + 1);
+      let start = 0;
+      let row = 0;
+      for (const p of ranged) {
+        const [a, b] = [Math.max(lo, start), Math.min(hi, start + p.hi - p.lo)];
+        if (a < b) {
+          const [first, end] = [p.lo + a - start, p.lo + b - start];
+          const offsets = ladders ? p.ladderAt : p.summaryAt;
+          const region = ladders ? p.ladderStart : p.ladderStart + p.ladderAt[p.n];
+          heads.push(await readAt(p.handle, p.headsStart + first * HEAD, (end - first) * HEAD));
+          texts.push(await readAt(p.handle, region + offsets[first], offsets[end] - offsets[first]));
+          const base = at[row] - offsets[first];
+          for (let i = first; i < end; i++) at[++row] = offsets[i + 1] + base;
+        }
+        start += p.hi - p.lo;
+      }
+      const text = Buffer.concat(texts);
+      const shown = withBytes({
+        ts: ts.subarray(lo, hi),
+        outcome: outcome.subarray(lo, hi),
+        heads: Buffer.concat(heads),
+        ladder: text,
+        ladderAt: at,
+        summary: text,
+        summaryAt: at,
+      });
+      this.reads++;
+      return renderPage(shown, selection, q, ladders, lo);
+    } finally {
+      await Promise.all(parts.map((p) => p.handle.close()));
+    }
+  }
+}
+
+/** A block's fixed part (times, outcomes, offsets) and where its rows in a span lie. */
+interface Skeleton {
+  handle: fs.FileHandle;
+  n: number;
+  ts: Float64Array;
+  outcome: Int32Array;
+  ladderAt: Uint32Array;
+  summaryAt: Uint32Array;
+  headsStart: number;
+  ladderStart: number;
+  /** Rows [lo, hi) of the block are in the span. */
+  lo: number;
+  hi: number;
+}
+
+async function readAt(handle: fs.FileHandle, position: number, length: number): Promise<Buffer> {
+  const out = Buffer.allocUnsafe(length);
+  const { bytesRead } = length ? await handle.read(out, 0, length, position) : { bytesRead: 0 };
+  if (bytesRead !== length) throw new Error(`serving copy: ${bytesRead} of ${length} bytes at ${position}`);
+  return out;
+}
+
+async function skeleton(handle: fs.FileHandle, offset: number, n: number, span: { from: number; to: number }): Promise<Skeleton> {
+  const fixed = 8 + 8 * n + 4 * n + 8 * (n + 1);
+  // A buffer of its own (byteOffset 0): the typed arrays over it are aligned.
+  const block = Buffer.allocUnsafeSlow(fixed);
+  const { bytesRead } = await handle.read(block, 0, fixed, offset);
+  if (bytesRead !== fixed) throw new Error(`serving copy: ${bytesRead} of ${fixed} bytes at ${offset}`);
+  const ts = new Float64Array(block.buffer, 8, n);
+  const outcome = new Int32Array(block.buffer, 8 + 8 * n, n);
+  const ladderAt = new Uint32Array(block.buffer, 8 + 12 * n, n + 1);
+  const summaryAt = new Uint32Array(block.buffer, 8 + 12 * n + 4 * (n + 1), n + 1);
+  const headsStart = offset + fixed;
+  return {
+    handle,
+    n,
+    ts,
+    outcome,
+    ladderAt,
+    summaryAt,
+    headsStart,
+    ladderStart: headsStart + n * HEAD,
+    lo: lowerBound(ts, span.from),
+    hi: lowerBound(ts, span.to),
+  };
 }
 
 /** First index whose time is >= t. */
@@ -339,4 +480,41 @@ export function composeBooks(parts: MarketBooks[], from: number, to: number): Ma
     b.summary.copy(summary, summaryAt[k], b.summaryAt[i], b.summaryAt[i + 1]);
   });
   return withBytes({ ts, outcome, ladder, ladderAt, summary, summaryAt, heads });
+}
+
+/** A copy no manifest names for this long is left from a replaced file (a compaction, a migration). */
+const ORPHAN_AGE_MS = 3_600_000;
+
+/**
+ * Brings the copies in line with the lake (`make serving-copies`): writes those missing (a lake
+ * sealed before copies existed, a copy lost or of an older rendering) and removes those no
+ * manifest names any more. A fresh copy is never removed: a seal writes it before its commit.
+ */
+export async function refreshServingCopies(
+  duck: Duck,
+  lakeDir: string,
+  servingDir: string,
+  files: readonly { sha256: string; path: string; rows: number; dataset: string }[],
+  now = Date.now(),
+): Promise<{ written: number; present: number; unwritable: number; removed: number }> {
+  const books = files.filter((f) => f.dataset === 'books' && f.rows > 0);
+  const copies = new ServingCopies(servingDir);
+  const missing = await copies.missing(books);
+  let [written, unwritable] = [0, 0];
+  for (const f of missing) {
+    if (await writeServingCopy(duck, path.join(lakeDir, f.path), f.sha256, servingDir)) written++;
+    else unwritable++;
+  }
+  const named = new Set(books.map((f) => path.basename(servingCopyPath(servingDir, f.sha256))));
+  let removed = 0;
+  const root = path.join(servingDir, 'books');
+  for (const entry of await fs.readdir(root, { recursive: true, withFileTypes: true }).catch(() => [])) {
+    if (!entry.isFile() || named.has(entry.name)) continue;
+    const file = path.join(entry.parentPath, entry.name);
+    const { mtimeMs } = await fs.stat(file);
+    if (now - mtimeMs < ORPHAN_AGE_MS) continue;
+    await fs.rm(file, { force: true });
+    removed++;
+  }
+  return { written, present: books.length - missing.length, unwritable, removed };
 }

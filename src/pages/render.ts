@@ -156,3 +156,137 @@ export function readDoubles(list: DuckDBListVector, row: number): number[] | Flo
   for (let i = 0; i < length; i++) out[i] = child.getItem(offset + i) as number;
   return out;
 }
+
+export interface RenderedSnapshots {
+  /** Text from the SQL path; a buffer ready to send from the book cache. */
+  json: string | Buffer;
+  /** Books rendered. */
+  books: number;
+  /** Distinct capture times among all rows given, rendered or not. */
+  times: number;
+  /** The last rendered capture time: the next page's keyset. */
+  last: number | null;
+}
+
+/** First index whose time is >= t (or > t when `strict`). */
+function search(ts: Float64Array, t: number, strict: boolean): number {
+  let lo = 0;
+  let hi = ts.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ts[mid] < t || (strict && ts[mid] === t)) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export interface PageSpec {
+  from: number;
+  to: number;
+  order: 'asc' | 'desc';
+  /** Keyset: the last time of the previous page. */
+  after: number | null;
+  intervalMs: number | null;
+  outcomeIndex: number | null;
+}
+
+/** The capture times a page shows, each as its rows [first, end), and how many times were found (up to one more than shown). */
+export interface PageSelection {
+  shown: [first: number, end: number][];
+  times: number;
+}
+
+/**
+ * The same page as the SQL path (snapshotPageSql / snapshotTimesSql + snapshotsJson), chosen
+ * from a market's times and outcomes alone: the times in [from, to) after the keyset (with
+ * `interval`, the newest time of each UTC-aligned bucket among the rows the outcome filter
+ * keeps), `maxTimes` of them shown and up to one more counted, so the caller knows whether there
+ * is a next page. Pure: a serving copy reads only the rows it picks.
+ */
+export function selectPage(ts: Float64Array, outcome: Int32Array, q: PageSpec, maxTimes: number): PageSelection {
+  const keep = (i: number) => q.outcomeIndex === null || outcome[i] === q.outcomeIndex;
+  const groups: [number, number][] = [];
+  const interval = q.intervalMs;
+  const bucket = (t: number) => (interval === null ? t : Math.floor(t / interval));
+  if (q.order === 'asc') {
+    // Every row after the keyset is in a later bucket than the keyset's: its bucket's newest row is the keyset.
+    let i = Math.max(search(ts, q.from, false), q.after === null ? 0 : search(ts, q.after, true));
+    while (i < ts.length && ts[i] < q.to && groups.length <= maxTimes) {
+      const key = bucket(ts[i]);
+      let newest = -1;
+      for (; i < ts.length && ts[i] < q.to && bucket(ts[i]) === key; i++) if (keep(i)) newest = i;
+      if (newest < 0) continue;
+      let first = newest;
+      while (first > 0 && ts[first - 1] === ts[newest]) first--;
+      groups.push([first, newest + 1]);
+    }
+  } else {
+    // Rows of the keyset's own bucket are left out whole: its newest row was the keyset.
+    const bound = q.after === null ? q.to : Math.min(q.to, interval === null ? q.after : Math.floor(q.after / interval) * interval);
+    let i = search(ts, bound, false) - 1;
+    while (i >= 0 && ts[i] >= q.from && groups.length <= maxTimes) {
+      const key = bucket(ts[i]);
+      let newest = -1;
+      for (; i >= 0 && ts[i] >= q.from && bucket(ts[i]) === key; i--) if (newest < 0 && keep(i)) newest = i;
+      if (newest < 0) continue;
+      let last = newest;
+      while (last + 1 < ts.length && ts[last + 1] === ts[newest]) last++;
+      let first = newest;
+      while (first > 0 && ts[first - 1] === ts[newest]) first--;
+      groups.push([first, last + 1]);
+    }
+  }
+  return { shown: groups.slice(0, maxTimes), times: groups.length };
+}
+
+/** The rows [lo, hi) a selection's shown times cover: all a page renders. */
+export function selectedRows(selection: PageSelection): [lo: number, hi: number] {
+  let [lo, hi] = [Infinity, -Infinity];
+  for (const [first, end] of selection.shown) [lo, hi] = [Math.min(lo, first), Math.max(hi, end)];
+  return lo < hi ? [lo, hi] : [0, 0];
+}
+
+/**
+ * A selected page as JSON, from books that hold at least its rows: `b`'s row 0 is the market's
+ * row `base` (a serving copy reads only the rows shown), so the selection's rows are shifted by it.
+ */
+export function renderPage(b: MarketBooks, selection: PageSelection, q: PageSpec, ladders: boolean, base = 0): RenderedSnapshots {
+  const { outcome } = b;
+  const keep = (i: number) => q.outcomeIndex === null || outcome[i] === q.outcomeIndex;
+  const shown = selection.shown.map(([first, end]) => [first - base, end - base] as const);
+  const [fragments, at] = ladders ? [b.ladder, b.ladderAt] : [b.summary, b.summaryAt];
+  // Sized first, then copied once: a page is one buffer the response sends as it is.
+  let size = 2 + Math.max(0, shown.length - 1);
+  let books = 0;
+  for (const [first, end] of shown) {
+    size += HEAD + 2;
+    let inGroup = 0;
+    for (let i = first; i < end; i++) {
+      if (!keep(i)) continue;
+      size += at[i + 1] - at[i] + (inGroup++ ? 1 : 0);
+    }
+    books += inGroup;
+  }
+  const out = Buffer.allocUnsafe(size);
+  let w = 0;
+  out[w++] = 0x5b; // [
+  shown.forEach(([first, end], g) => {
+    if (g) out[w++] = 0x2c; // ,
+    w += b.heads.copy(out, w, first * HEAD, (first + 1) * HEAD);
+    let inGroup = 0;
+    for (let i = first; i < end; i++) {
+      if (!keep(i)) continue;
+      if (inGroup++) out[w++] = 0x2c;
+      w += fragments.copy(out, w, at[i], at[i + 1]);
+    }
+    out[w++] = 0x5d; // ]
+    out[w++] = 0x7d; // }
+  });
+  out[w++] = 0x5d;
+  return { json: out, books, times: selection.times, last: shown.length ? b.ts[shown[shown.length - 1][0]] : null };
+}
+
+/** A page from a market's decoded books (the cache's, or a whole block of a serving copy). */
+export function pageFromBooks(b: MarketBooks, q: PageSpec, ladders: boolean, maxTimes: number): RenderedSnapshots {
+  return renderPage(b, selectPage(b.ts, b.outcome, q, maxTimes), q, ladders);
+}
