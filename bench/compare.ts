@@ -388,6 +388,18 @@ for (const [route, label] of routes.filter(([r]) => r !== 'latest')) {
 }
 coldChild.proc.stdin!.end();
 await new Promise((r) => coldChild.proc.once('exit', r));
+// The SQL path alone (no cache, no copies: what a market still recording takes), for how it scales with connections.
+const sqlChild = child('service', { COMPARE_DIR: lake.dir, BOOK_CACHE_MB: '0', SERVING_COPIES: 'off' });
+const sqlSvc = await sqlChild.ready;
+const sqlRows: string[] = [];
+for (const connections of [1, 2, 4]) {
+  const auth2 = { authorization: `Bearer ${sqlSvc.key}` };
+  const f = best([await wrk(sqlSvc.url, ours.first, connections, auth2), await wrk(sqlSvc.url, ours.first, connections, auth2)]);
+  sqlRows.push(`| ${connections} | ${fig(f)} |`);
+  console.log('SQL path', connections, fig(f));
+}
+sqlChild.proc.stdin!.end();
+await new Promise((r) => sqlChild.proc.once('exit', r));
 
 // --- A longer lake, markets drawn uniformly over all of it, the cache on at its default -----------
 const DAYS = Number(process.env.BENCH_LONG_DAYS ?? 7);
@@ -539,6 +551,13 @@ checked equal to PostgreSQL's first. PostgreSQL sends identity; its figure is th
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
 |---|---|---|---|---|---|---|---|
 ${coldRows.join('\n')}
+
+The SQL path alone (\`SERVING_COPIES=off\` as well: what a page of a market still recording takes), first pages of the
+same 50 markets, for how it scales with connections (${svc.workers} worker processes):
+
+| connections | p50 / p99, req/s |
+|---|---|
+${sqlRows.join('\n')}
 
 ### ${DAYS} days, markets drawn uniformly over all of them, the cache on at its default
 

@@ -176,6 +176,28 @@ t.test('a market in several files, interleaved in time, comes out in SQL order; 
   t.notOk(await fs.stat(servingCopyPath(work, 'sha-c')).catch(() => null), 'and nothing left behind');
 });
 
+t.test('a copy damaged on disk: the page by SQL, the copy removed and written again', async (t) => {
+  const m = over.find((x) => x.venue === 'polymarket')!;
+  const file = books.find((f) => f.markets?.[m.market_id])!;
+  const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
+  const whole = await fs.readFile(copy);
+  // The index and trailer intact, the blocks they point at gone.
+  const indexLength = whole.readUInt32LE(whole.length - 16);
+  await fs.writeFile(copy, Buffer.concat([Buffer.alloc(64), whole.subarray(whole.length - 16 - indexLength)]));
+  const url = `${snapshotsPath(m)}?limit=20&include_orderbook=true`;
+  const expected = (await page(sqlApi.url, url)).text;
+  // Another API over the lake: this one has not read the damaged copy's index before.
+  const fresh = await startApi(testConfig(dir, { RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0' }), duck, createClock(END, 1), quiet, {
+    port: 0,
+  });
+  t.teardown(() => fresh.stop());
+  t.equal((await page(fresh.url, url)).text, expected, 'served by SQL');
+  for (let i = 0; i < 600 && (await fs.stat(copy).catch(() => null))?.size !== whole.length; i++)
+    await new Promise((r) => setTimeout(r, 50));
+  t.ok((await fs.readFile(copy)).equals(whole), 'written again, the same bytes as the seal wrote');
+  t.equal((await page(fresh.url, url)).text, expected, 'and the page from it');
+});
+
 t.test('make serving-copies writes what is missing, removes what no file names, and is idempotent', async (t) => {
   const files = api.lake.sealedFiles().map((f) => ({ ...f, dataset: f.partition.dataset }));
   const serving = api.lake.paths.serving;
