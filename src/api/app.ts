@@ -18,7 +18,7 @@ import { type Limiter, RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { SlowReader } from './exports.js';
 import { pages } from './pages.js';
-import { type FileBody, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
+import { type FileBody, PAGE_FRAME, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
 
 export interface AppOptions {
   routes: Route[];
@@ -35,7 +35,7 @@ export interface AppOptions {
   limiter?: Limiter;
 }
 
-const DATA_OPEN = Buffer.from('{"data":');
+const DATA_OPEN = PAGE_FRAME.before;
 const COMPRESS_MIN_BYTES = 1024;
 const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
@@ -287,7 +287,10 @@ export function createApp(options: AppOptions): App {
         const { text } = result.data;
         const tail = `,${JSON.stringify(rest).slice(1)}`;
         ctx.type = 'application/json';
-        ctx.body = typeof text === 'string' ? `{"data":${text}${tail}` : Buffer.concat([DATA_OPEN, text, Buffer.from(tail)]);
+        const framed = result.data.framed;
+        const end = framed && Buffer.isBuffer(text) ? PAGE_FRAME.before.length + text.length : 0;
+        if (framed && Buffer.byteLength(tail) <= framed.length - end) ctx.body = framed.subarray(0, end + framed.write(tail, end));
+        else ctx.body = typeof text === 'string' ? `{"data":${text}${tail}` : Buffer.concat([DATA_OPEN, text, Buffer.from(tail)]);
       } else {
         ctx.body = { data: result.data, ...rest };
       }

@@ -19,7 +19,7 @@ import {
   snapshotPageSql,
   snapshotTimesSql,
 } from './plan.js';
-import { RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
+import { PAGE_FRAME, RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
 import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
@@ -48,18 +48,18 @@ export function bookHandlers(kit: RouteKit) {
     if (!signature || lake.spooled(span.partitions)) return null;
     const key = `${venue}:${m.market_id}`;
     const cached = deps.books.peek(key, signature);
-    if (cached) return pageFromBooks(cached, pq, ladders, pq.limit);
+    if (cached) return pageFromBooks(cached, pq, ladders, pq.limit, PAGE_FRAME);
     const again = deps.books.maxBytes > 0 && deps.books.askedBefore(key);
     if (deps.serving) {
       const sealed = span.partitions.flatMap((p) => lake.sealedOf(p));
       if (!again) {
-        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit);
+        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME);
         if (page) return page;
       } else {
         const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);
         if (whole) {
           deps.books.keep(key, signature, whole);
-          return pageFromBooks(whole, pq, ladders, pq.limit);
+          return pageFromBooks(whole, pq, ladders, pq.limit, PAGE_FRAME);
         }
       }
       const missing = await deps.serving.missing(sealed);
@@ -72,7 +72,7 @@ export function bookHandlers(kit: RouteKit) {
       const wide = relation('books', files, BOOK_COLUMNS);
       return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
     });
-    return loaded && pageFromBooks(loaded, pq, ladders, pq.limit);
+    return loaded && pageFromBooks(loaded, pq, ladders, pq.limit, PAGE_FRAME);
   };
 
   const snapshots =
@@ -90,7 +90,7 @@ export function bookHandlers(kit: RouteKit) {
       const rendered = (await bookPage(venue, m, pq, ladders, ctx.now)) ?? (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
       return {
-        data: new RawJson(rendered.json),
+        data: new RawJson(rendered.json, rendered.framed ?? null),
         pagination: page(
           limit,
           rendered.times,

@@ -78,8 +78,15 @@ export interface RequestContext {
 
 /** Data already serialized (by DuckDB), spliced into the envelope as it is. */
 export class RawJson {
-  constructor(readonly text: string | Buffer) {}
+  /** `framed`: the allocation `text` sits in, after PAGE_FRAME.before and with PAGE_FRAME.room after it. */
+  constructor(
+    readonly text: string | Buffer,
+    readonly framed: Buffer | null = null,
+  ) {}
 }
+
+/** How pages are rendered for the envelope: sent from their own buffer, the rest of the envelope written after them. */
+export const PAGE_FRAME = { before: Buffer.from('{"data":'), room: 4096 } as const;
 
 /** A file to send: a sealed lake file (ETag, If-None-Match, Range) or an export being written. */
 export type FileBody = { filename: string; contentType: string } & (

@@ -18,6 +18,7 @@ import {
   HEAD,
   type MarketBooks,
   MarketBooksBuilder,
+  type PageFrame,
   type PageSpec,
   type RenderedSnapshots,
   columnsOf,
@@ -306,8 +307,9 @@ export class ServingCopies {
     q: PageSpec,
     ladders: boolean,
     maxTimes: number,
+    frame: PageFrame | null = null,
   ): Promise<RenderedSnapshots | null> {
-    return this.guarded(files, () => this.readPage(files, marketId, span, q, ladders, maxTimes));
+    return this.guarded(files, () => this.readPage(files, marketId, span, q, ladders, maxTimes, frame));
   }
 
   /**
@@ -333,6 +335,7 @@ export class ServingCopies {
     q: PageSpec,
     ladders: boolean,
     maxTimes: number,
+    frame: PageFrame | null,
   ): Promise<RenderedSnapshots | null> {
     const parts: Skeleton[] = [];
     const arena = Arena.take();
@@ -354,7 +357,7 @@ export class ServingCopies {
       for (let k = 1; k < ranged.length; k++) {
         if (ranged[k - 1].ts[ranged[k - 1].hi - 1] >= ranged[k].ts[ranged[k].lo]) {
           const whole = await this.readMarket(files, marketId, span.from, span.to);
-          return whole && pageFromBooks(whole, q, ladders, maxTimes);
+          return whole && pageFromBooks(whole, q, ladders, maxTimes, frame);
         }
       }
       const n = ranged.reduce((sum, p) => sum + p.hi - p.lo, 0);
@@ -411,7 +414,7 @@ export class ServingCopies {
       });
       this.reads++;
       // Rendered into a buffer of its own: the arena goes back to be reused once this returns.
-      return renderPage(shown, selection, q, ladders, lo);
+      return renderPage(shown, selection, q, ladders, lo, frame);
     } finally {
       Arena.give(arena);
       await Promise.all(parts.map((p) => p.handle.close()));

@@ -160,6 +160,8 @@ export function readDoubles(list: DuckDBListVector, row: number): number[] | Flo
 export interface RenderedSnapshots {
   /** Text from the SQL path; a buffer ready to send from the book cache. */
   json: string | Buffer;
+  /** When rendered in a frame: the whole allocation, `json` inside it after the frame's `before`. */
+  framed?: Buffer;
   /** Books rendered. */
   books: number;
   /** Distinct capture times among all rows given, rendered or not. */
@@ -250,7 +252,14 @@ export function selectedRows(selection: PageSelection): [lo: number, hi: number]
  * A selected page as JSON, from books that hold at least its rows: `b`'s row 0 is the market's
  * row `base` (a serving copy reads only the rows shown), so the selection's rows are shifted by it.
  */
-export function renderPage(b: MarketBooks, selection: PageSelection, q: PageSpec, ladders: boolean, base = 0): RenderedSnapshots {
+export function renderPage(
+  b: MarketBooks,
+  selection: PageSelection,
+  q: PageSpec,
+  ladders: boolean,
+  base = 0,
+  frame: PageFrame | null = null,
+): RenderedSnapshots {
   const { outcome } = b;
   const keep = (i: number) => q.outcomeIndex === null || outcome[i] === q.outcomeIndex;
   const shown = selection.shown.map(([first, end]) => [first - base, end - base] as const);
@@ -267,7 +276,10 @@ export function renderPage(b: MarketBooks, selection: PageSelection, q: PageSpec
     }
     books += inGroup;
   }
-  const out = Buffer.allocUnsafe(size);
+  const before = frame?.before.length ?? 0;
+  const framed = Buffer.allocUnsafe(before + size + (frame?.room ?? 0));
+  frame?.before.copy(framed, 0);
+  const out = framed.subarray(before, before + size);
   let w = 0;
   out[w++] = 0x5b; // [
   shown.forEach(([first, end], g) => {
@@ -283,10 +295,32 @@ export function renderPage(b: MarketBooks, selection: PageSelection, q: PageSpec
     out[w++] = 0x7d; // }
   });
   out[w++] = 0x5d;
-  return { json: out, books, times: selection.times, last: shown.length ? b.ts[shown[shown.length - 1][0]] : null };
+  return {
+    json: out,
+    ...(frame ? { framed } : {}),
+    books,
+    times: selection.times,
+    last: shown.length ? b.ts[shown[shown.length - 1][0]] : null,
+  };
+}
+
+/**
+ * Room around a rendered page for the response it goes out in (`{"data":` before, the rest of the
+ * envelope after): the page is then sent from the buffer it was rendered into, not copied into
+ * another (a page's buffers are what keeps the garbage collector busy).
+ */
+export interface PageFrame {
+  before: Buffer;
+  room: number;
 }
 
 /** A page from a market's decoded books (the cache's, or a whole block of a serving copy). */
-export function pageFromBooks(b: MarketBooks, q: PageSpec, ladders: boolean, maxTimes: number): RenderedSnapshots {
-  return renderPage(b, selectPage(b.ts, b.outcome, q, maxTimes), q, ladders);
+export function pageFromBooks(
+  b: MarketBooks,
+  q: PageSpec,
+  ladders: boolean,
+  maxTimes: number,
+  frame: PageFrame | null = null,
+): RenderedSnapshots {
+  return renderPage(b, selectPage(b.ts, b.outcome, q, maxTimes), q, ladders, 0, frame);
 }
