@@ -545,8 +545,13 @@ ${compressed.join('\n')}
 
 The same 50 markets and pages, the same PostgreSQL, a second service process with no book cache: every page of
 a market that is over is read from its files' serving copies (\`DATA_DIR/serving\`, written when each Parquet file
-is sealed: the market's books rendered once, so a page is one read, a binary search and a slice). Every page was
-checked equal to PostgreSQL's first. PostgreSQL sends identity; its figure is the better of its four runs.
+is sealed: the market's books rendered once; a first page reads the block's times and offsets, then only the rows it
+shows, and is sent from the buffer it was rendered into). Every page was checked equal to PostgreSQL's first.
+PostgreSQL sends identity; its figure is the better of its two runs. Compression is done in the worker, synchronously
+(gzip level 1, about 0.3 ms of CPU for a 114 KB page): on one connection that is a third of the page's time, which is
+why gzip misses twice PostgreSQL's throughput there; brotli (which clients that list it get) costs less (first section).
+The p99 is higher than PostgreSQL's: a market asked a second time is read whole into the book cache (here none: the
+cache is off) and the garbage collector still pauses a worker now and then; not yet profiled further.
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
 |---|---|---|---|---|---|---|---|
@@ -575,7 +580,8 @@ ${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealt
 |---|---|---|---|---|---|---|
 ${longRows.join('\n')}
 
-Where the difference comes from: a page of a market that is over is served from a bounded cache of decoded books
+Where the difference comes from: a page of a market that is over is served without a statement, from the serving
+copies written at seal (the cache off and the 7-day sections) or from a bounded cache of decoded books
 (\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page
 is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
 walks the index and builds JSON per request. A market still being recorded (rows in the spool) takes the SQL path.
