@@ -192,6 +192,18 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   t.ok(cursor, 'a second page');
   // A cursor from one process pages on another: they share the cursor secret.
   await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc&cursor=${encodeURIComponent(cursor!)}`);
+  // Each replica writes the serving copies of the files it fetched (counted in its cache), then pages read them.
+  for (const r of replicas) {
+    let pages = { copy_reads: 0, copies_written: 0 };
+    for (let i = 0; i < 150 && pages.copy_reads === 0; i++) {
+      await get(r.url, `/v3/wallet-prediction/${m0}/snapshots?limit=5&order=desc`);
+      pages = ((await get(r.url, '/v3/health')).body as { data: { api: { pages: typeof pages } } }).data.api.pages;
+      if (pages.copy_reads === 0) await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    t.ok(pages.copy_reads > 0, `a replica's pages from its serving copies: ${JSON.stringify(pages)}`);
+  }
+  await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=desc`);
+  await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc&cursor=${encodeURIComponent(cursor!)}`);
   await same(`/v3/wallet-prediction/${m1}/timeseries?metric=chance&interval=1m`);
   await same(`/v3/wallet-prediction/${m1}/certificate`);
   await same(`/v3/wallet-prediction/coverage`);

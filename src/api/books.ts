@@ -2,7 +2,6 @@
 // cache for markets that are over, else one SQL statement), and the book in force at an instant.
 import type { Venue } from '../config.js';
 import type { Partition } from '../lake/layout.js';
-import path from 'node:path';
 import type { StoredMarket } from '../lake/reader.js';
 import { BOOK_COLUMNS, TIME_COLUMNS, relation } from '../lake/sql.js';
 import type { LatestBook } from '../records.js';
@@ -52,6 +51,8 @@ export function bookHandlers(kit: RouteKit) {
     const again = deps.books.maxBytes > 0 && deps.books.askedBefore(key);
     if (deps.serving) {
       const sealed = span.partitions.flatMap((p) => lake.sealedOf(p));
+      // A bucket-served process: its files (and so their copies) kept as used, or fetched again if evicted.
+      await lake.ensure(sealed);
       if (!again) {
         const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME);
         if (page) return page;
@@ -63,7 +64,7 @@ export function bookHandlers(kit: RouteKit) {
         }
       }
       const missing = await deps.serving.missing(sealed);
-      deps.serving.schedule(missing.map((f) => ({ sha256: f.sha256, parquet: path.join(lake.paths.lake, f.path) })));
+      deps.serving.schedule(missing);
     }
     if (!again) return null;
     const loaded = await deps.books.load(key, signature, async () => {

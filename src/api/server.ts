@@ -164,20 +164,22 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   };
   const connections: ConnectionStats = { open: 0, refused: 0 };
   // Missing serving copies are written on a lane of their own, one at a time, never queuing a page's
-  // statement. A bucket-served process reads none: its cache on disk holds Parquet files alone.
-  const copyLane = config.api.servingCopies && !replica ? await duck.fork(1) : null;
+  // statement. A bucket-served process fetches the file first and counts the copy in its disk cache.
+  const copyLane = config.api.servingCopies ? await duck.fork(1) : null;
   const serving =
     copyLane &&
-    new ServingCopies(paths.serving, async ({ sha256, parquet }) => {
+    new ServingCopies(paths.serving, async (file) => {
       const began = performance.now();
-      const written = await writeServingCopy(copyLane, parquet, sha256, paths.serving).catch((err: unknown) => {
-        log.warn({ err, parquet: path.relative(paths.root, parquet) }, 'serving copy not written');
-        throw err;
-      });
-      log.info(
-        { parquet: path.relative(paths.root, parquet), ...written, file: undefined, ms: ms(began, performance.now()) },
-        'serving copy written',
-      );
+      const parquet = path.join(paths.lake, file.path);
+      const written = await lake
+        .ensure([lake.sealedFile(file.path)].filter((f) => f !== null))
+        .then(() => writeServingCopy(copyLane, parquet, file.sha256, paths.serving))
+        .catch((err: unknown) => {
+          log.warn({ err, parquet: file.path }, 'serving copy not written');
+          throw err;
+        });
+      if (written) replica?.copyWritten(file.path, file.sha256, written.bytes);
+      log.info({ parquet: file.path, ...written, file: undefined, ms: ms(began, performance.now()) }, 'serving copy written');
       return written !== null;
     });
   // BOOK_CACHE_MB is the service's: each worker keeps its share.

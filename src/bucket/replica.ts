@@ -12,6 +12,7 @@ import { type PartitionManifest, writeManifest } from '../lake/manifest.js';
 import type { Logger } from '../log.js';
 import { type CommitObject, commitPrefix, dataKey, manifestKey, manifestPrefix, partitionOfManifestKey } from './layout.js';
 import { describe } from './publish.js';
+import { servingCopyPath } from '../pages/copy.js';
 import { type S3, S3Error } from './s3.js';
 
 /** A sealed file the bucket could not give (down, missing, or not the bytes its manifest names): a 503, retried later. */
@@ -46,6 +47,8 @@ const FETCH_PARALLEL = 16;
 interface Cached {
   bytes: number;
   usedAt: number;
+  /** Its serving copy, once written here: removed with the file, its bytes counted in the cache's. */
+  copy?: { sha256: string; bytes: number };
 }
 
 interface State {
@@ -83,6 +86,8 @@ export class BucketReplica {
   /** At start: the files already cached (each was checked when fetched), then every manifest the bucket has changed since. */
   async open(): Promise<number> {
     this.state = (await readJson<State>(this.stateFile)) ?? { etags: {}, commit: null };
+    // Serving copies left by an earlier process are not in this one's count: derived data, written again when pages ask.
+    await fs.rm(this.paths.serving, { recursive: true, force: true });
     for (const rel of await listFiles(this.paths.lake, '.parquet')) {
       const st = await fs.stat(path.join(this.paths.lake, rel)).catch(() => null);
       if (!st) continue;
@@ -242,6 +247,15 @@ export class BucketReplica {
     this.fetched++;
   }
 
+  /** A serving copy written of a cached file: it counts toward the bound and goes when the file does. */
+  copyWritten(rel: string, sha256: string, bytes: number): void {
+    const c = this.cached.get(rel);
+    if (!c) return;
+    this.cachedBytes += bytes - (c.copy?.bytes ?? 0);
+    c.copy = { sha256, bytes };
+    this.evict();
+  }
+
   /** Least recently used first, down to the bound; a file used within MIN_IDLE_MS stays even over it. */
   private evict(): void {
     if (this.cachedBytes <= this.maxBytes) return;
@@ -251,10 +265,11 @@ export class BucketReplica {
       if (this.cachedBytes <= this.maxBytes || now - c.usedAt < MIN_IDLE_MS) break;
       if (this.fetching.has(rel)) continue;
       this.cached.delete(rel);
-      this.cachedBytes -= c.bytes;
+      this.cachedBytes -= c.bytes + (c.copy?.bytes ?? 0);
       this.evicted++;
       // Unlinked, not truncated: a reader that has it open keeps its bytes.
       void fs.rm(path.join(this.paths.lake, rel), { force: true });
+      if (c.copy) void fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
     }
   }
 }

@@ -168,13 +168,19 @@ export interface CopiedFile {
 /** Indexes of copies read lately; a few hundred bytes each. */
 const INDEXES_KEPT = 8192;
 
+/** A sealed books file whose copy is to be written: its content's sha256 and its path below the lake. */
+export interface CopySource {
+  sha256: string;
+  path: string;
+}
+
 /** Writes one missing copy (the API's: its own DuckDB lane, a log line); false when the file cannot have one. */
-export type CopyWriter = (file: { sha256: string; parquet: string }) => Promise<boolean>;
+export type CopyWriter = (file: CopySource) => Promise<boolean>;
 
 export class ServingCopies {
   private readonly indexes = new Map<string, Promise<CopyIndex | null>>();
   /** Copies to write, by sha256, one at a time. */
-  private readonly queue = new Map<string, string>();
+  private readonly queue = new Map<string, CopySource>();
   private writing = false;
   /** Files that cannot have a copy (not in the writer's order): never queued again. */
   private readonly unwritable = new Set<string>();
@@ -191,17 +197,17 @@ export class ServingCopies {
    * sealed before copies existed, or a copy lost): the page that found them missing took the
    * SQL path, the next one will not.
    */
-  schedule(files: readonly { sha256: string; parquet: string }[]): void {
+  schedule(files: readonly CopySource[]): void {
     if (!this.writer) return;
-    for (const f of files) if (!this.unwritable.has(f.sha256)) this.queue.set(f.sha256, f.parquet);
+    for (const f of files) if (!this.unwritable.has(f.sha256)) this.queue.set(f.sha256, f);
     if (this.writing) return;
     this.writing = true;
     void (async () => {
       for (let next = this.queue.entries().next(); !next.done; next = this.queue.entries().next()) {
-        const [sha256, parquet] = next.value;
+        const [sha256, source] = next.value;
         if (!(await this.index(sha256))) {
           // A failure (a full disk, a file compacted away) is tried again when a page next finds the copy missing.
-          const written = await this.writer!({ sha256, parquet }).catch(() => null);
+          const written = await this.writer!(source).catch(() => null);
           if (written === false) this.unwritable.add(sha256);
           else if (written) this.written++;
         }
