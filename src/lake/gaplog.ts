@@ -40,7 +40,6 @@ export class GapLog {
     const spoolParts = spool.filter((s) => s.partition.dataset === 'gaps');
     const signature = files.map((f) => f.sha256).join(',') + (await filesSignature({ sealed: [], spool: spoolParts.map((s) => s.file) }));
     if (signature === this.signature) return;
-    this.signature = signature;
     const rows: GapRecord[] = [];
     for (let i = 0; i < files.length; i += 4000) {
       await this.ensure(files.slice(i, i + 4000));
@@ -65,6 +64,8 @@ export class GapLog {
     }
     this.rows = rows.sort((a, b) => a.from_ts - b.from_ts);
     this.byMarket = null;
+    // Only once read: a load that failed half way is tried again by the next.
+    this.signature = signature;
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
