@@ -24,6 +24,7 @@ import {
   columnsOf,
   pageFromBooks,
   renderPage,
+  search,
   selectPage,
   selectedRows,
   withBytes,
@@ -57,7 +58,7 @@ class NotInOrder extends Error {}
 
 function encode(b: MarketBooks): Buffer {
   const n = b.ts.length;
-  const fixed = 8 + 8 * n + 4 * n + 8 * (n + 1);
+  const fixed = fixedBytes(n);
   const out = Buffer.allocUnsafe(fixed + b.heads.length + b.ladder.length + b.summary.length);
   out.writeUInt32LE(n, 0);
   out.writeUInt32LE(0, 4);
@@ -71,26 +72,34 @@ function encode(b: MarketBooks): Buffer {
   return out;
 }
 
-/** A block read into a buffer of its own (byteOffset 0, so every typed array is aligned). */
-function decode(block: Buffer): MarketBooks {
-  const n = block.readUInt32LE(0);
+/** The fixed part of a block (its first `fixedBytes(n)` bytes) as typed arrays over `block`, whose byteOffset is 8-aligned. */
+function fixedPart(block: Buffer, n: number) {
   const { buffer, byteOffset: base } = block;
-  let at = base + 8;
-  const ts = new Float64Array(buffer, at, n);
-  at += 8 * n;
-  const outcome = new Int32Array(buffer, at, n);
-  at += 4 * n;
-  const ladderAt = new Uint32Array(buffer, at, n + 1);
-  at += 4 * (n + 1);
-  const summaryAt = new Uint32Array(buffer, at, n + 1);
-  at += 4 * (n + 1);
-  const heads = block.subarray(at - base, at - base + n * HEAD);
-  at += n * HEAD;
-  const ladder = block.subarray(at - base, at - base + ladderAt[n]);
-  at += ladderAt[n];
-  const summary = block.subarray(at - base, at - base + summaryAt[n]);
-  if (at - base + summaryAt[n] !== block.length)
-    throw new Error(`serving copy: a block of ${block.length} bytes does not hold its ${n} rows`);
+  return {
+    ts: new Float64Array(buffer, base + 8, n),
+    outcome: new Int32Array(buffer, base + 8 + 8 * n, n),
+    ladderAt: new Uint32Array(buffer, base + 8 + 12 * n, n + 1),
+    summaryAt: new Uint32Array(buffer, base + 8 + 12 * n + 4 * (n + 1), n + 1),
+  };
+}
+
+const fixedBytes = (n: number) => 8 + 8 * n + 4 * n + 8 * (n + 1);
+
+/** Whether a block of `length` bytes holds exactly the rows its fixed part says (a copy damaged on disk does not). */
+function checkBlock(block: Buffer, n: number, ladderAt: Uint32Array, summaryAt: Uint32Array, length: number): void {
+  if (block.readUInt32LE(0) !== n || fixedBytes(n) + n * HEAD + ladderAt[n] + summaryAt[n] !== length)
+    throw new Error(`serving copy: a block of ${length} bytes does not hold its ${n} rows`);
+}
+
+/** A block read into a buffer of its own (byteOffset 0, so every typed array is aligned). */
+function decode(block: Buffer, n: number): MarketBooks {
+  const { ts, outcome, ladderAt, summaryAt } = fixedPart(block, n);
+  checkBlock(block, n, ladderAt, summaryAt, block.length);
+  const headsAt = fixedBytes(n);
+  const ladderStart = headsAt + n * HEAD;
+  const heads = block.subarray(headsAt, ladderStart);
+  const ladder = block.subarray(ladderStart, ladderStart + ladderAt[n]);
+  const summary = block.subarray(ladderStart + ladderAt[n], block.length);
   return withBytes({ ts, outcome, ladder, ladderAt, summary, summaryAt, heads });
 }
 
@@ -160,7 +169,7 @@ export async function writeServingCopy(duck: Duck, parquet: string, sha256: stri
   }
 }
 
-/** What a page of one market needs: its books in the given files, from their serving copies. */
+/** A sealed books file, as far as its serving copy is concerned: its content's sha256 names the copy. */
 export interface CopiedFile {
   sha256: string;
 }
@@ -281,7 +290,7 @@ export class ServingCopies {
       if (!index) return null;
       const entry = index.markets[marketId];
       if (!entry) continue;
-      const [offset, length] = entry;
+      const [offset, length, n] = entry;
       const block = Buffer.allocUnsafeSlow(length);
       const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
       if (!handle) {
@@ -295,7 +304,7 @@ export class ServingCopies {
       } finally {
         await handle.close();
       }
-      parts.push(decode(block));
+      parts.push(decode(block, n));
     }
     this.reads++;
     return composeBooks(parts, from, to);
@@ -366,19 +375,10 @@ export class ServingCopies {
           return whole && pageFromBooks(whole, q, ladders, maxTimes, frame);
         }
       }
-      const n = ranged.reduce((sum, p) => sum + p.hi - p.lo, 0);
-      let [ts, outcome] =
+      const [ts, outcome] =
         ranged.length === 1
           ? [ranged[0].ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].outcome.subarray(ranged[0].lo, ranged[0].hi)]
-          : [arena.doubles(n), arena.ints(n)];
-      if (ranged.length !== 1) {
-        let k = 0;
-        for (const p of ranged) {
-          ts.set(p.ts.subarray(p.lo, p.hi), k);
-          outcome.set(p.outcome.subarray(p.lo, p.hi), k);
-          k += p.hi - p.lo;
-        }
-      }
+          : joined(ranged, arena);
       const selection = selectPage(ts, outcome, q, maxTimes);
       const [lo, hi] = selectedRows(selection);
       // The shown rows [lo, hi) of the joined times: where each part's share lies, then one read each for heads and text.
@@ -473,6 +473,19 @@ class Arena {
   }
 }
 
+/** The parts' rows in the span, one after another (the parts do not interleave in time). */
+function joined(parts: Skeleton[], arena: Arena): [Float64Array, Int32Array] {
+  const n = parts.reduce((sum, p) => sum + p.hi - p.lo, 0);
+  const [ts, outcome] = [arena.doubles(n), arena.ints(n)];
+  let k = 0;
+  for (const p of parts) {
+    ts.set(p.ts.subarray(p.lo, p.hi), k);
+    outcome.set(p.outcome.subarray(p.lo, p.hi), k);
+    k += p.hi - p.lo;
+  }
+  return [ts, outcome];
+}
+
 /** A block's fixed part (times, outcomes, offsets) and where its rows in a span lie. */
 interface Skeleton {
   handle: fs.FileHandle;
@@ -499,17 +512,12 @@ async function skeleton(
   span: { from: number; to: number },
   arena: Arena,
 ): Promise<Skeleton> {
-  const fixed = 8 + 8 * n + 4 * n + 8 * (n + 1);
+  const fixed = fixedBytes(n);
   const block = arena.bytes(fixed);
   await readInto(handle, block, 0, offset, fixed);
-  const base = block.byteOffset;
-  const ts = new Float64Array(block.buffer, base + 8, n);
-  const outcome = new Int32Array(block.buffer, base + 8 + 8 * n, n);
-  const ladderAt = new Uint32Array(block.buffer, base + 8 + 12 * n, n + 1);
-  const summaryAt = new Uint32Array(block.buffer, base + 8 + 12 * n + 4 * (n + 1), n + 1);
+  const { ts, outcome, ladderAt, summaryAt } = fixedPart(block, n);
+  checkBlock(block, n, ladderAt, summaryAt, length);
   const headsStart = offset + fixed;
-  if (block.readUInt32LE(0) !== n || fixed + n * HEAD + ladderAt[n] + summaryAt[n] !== length)
-    throw new Error(`serving copy: a block of ${length} bytes does not hold its ${n} rows`);
   return {
     handle,
     n,
@@ -519,21 +527,9 @@ async function skeleton(
     summaryAt,
     headsStart,
     ladderStart: headsStart + n * HEAD,
-    lo: lowerBound(ts, span.from),
-    hi: lowerBound(ts, span.to),
+    lo: search(ts, span.from, false),
+    hi: search(ts, span.to, false),
   };
-}
-
-/** First index whose time is >= t. */
-function lowerBound(ts: Float64Array, t: number): number {
-  let lo = 0;
-  let hi = ts.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (ts[mid] < t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** Rows [lo, hi) of one market's books, sharing its buffers. */
@@ -555,7 +551,7 @@ function slice(b: MarketBooks, lo: number, hi: number): MarketBooks {
  * file (most markets) is a slice of its block; several are copied into one set of buffers.
  */
 export function composeBooks(parts: MarketBooks[], from: number, to: number): MarketBooks {
-  const ranged = parts.map((b) => slice(b, lowerBound(b.ts, from), lowerBound(b.ts, to))).filter((b) => b.ts.length > 0);
+  const ranged = parts.map((b) => slice(b, search(b.ts, from, false), search(b.ts, to, false))).filter((b) => b.ts.length > 0);
   if (ranged.length === 1) return ranged[0];
   const rows: [part: number, row: number][] = [];
   ranged.forEach((b, p) => {
