@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -71,8 +71,8 @@ serving-copies: install
 client-ts: install
 	$(TSX) jobs/client-ts.ts
 
-## make migrate-timestamps: rewrite files written before 2026-11-23 with UTC-adjusted times (idempotent)
-migrate-timestamps: install
+## make migrate: rewrite files in an older form (naive times before 2026-11-23, books without verified_by before 2026-11-26; idempotent)
+migrate migrate-timestamps: install
 	$(TSX) jobs/migrate.ts
 
 ## make backfill VENUE=wallet-prediction COIN=btc WINDOW=15m FROM=2026-05-05 TO=2026-05-12

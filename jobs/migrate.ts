@@ -1,5 +1,5 @@
-// make migrate-timestamps: rewrites sealed files written with naive times (before 2026-11-23)
-// with UTC-adjusted ones, and gives a lake without gaps an empty gaps file. Idempotent; safe
+// make migrate: rewrites sealed files in an older form (naive times before 2026-11-23, books
+// without verified_by before 2026-11-26), and gives a lake without gaps an empty gaps file. Idempotent; safe
 // while the API reads and capture records (capture writes only UTC-adjusted files).
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -13,6 +13,6 @@ const log = createLogger(config.logLevel, 'migrate', 1, config.logFormat);
 // Compaction rewrites the same partitions: one or the other at a time.
 const release = await acquireLock(config.dataDir, 'compact');
 const duck = await Duck.open(1);
-log.info(await migrateTimestamps(duck, lakePaths(config.dataDir)), 'timestamps migrated');
+log.info(await migrateTimestamps(duck, lakePaths(config.dataDir)), 'lake migrated');
 duck.close();
 await release();

@@ -55,7 +55,18 @@ export interface Book {
   bid_sizes: number[];
   ask_prices: number[];
   ask_sizes: number[];
+  /**
+   * What vouched for the book when it was recorded (strongest first): `snapshot`, the venue's own
+   * whole book (a stream snapshot, a push, a REST answer); `hash`, rebuilt from changes and the
+   * venue's hash of it reproduced; `rest`, rebuilt and equal to a REST book of the same instant;
+   * `best_bid_ask`, rebuilt and only its best levels were the venue's; `none`, nothing checked it.
+   * Absent (null in the lake) for books recorded before checks were kept.
+   */
+  verified_by?: VerifiedBy | null;
 }
+
+export const VERIFICATIONS = ['snapshot', 'hash', 'rest', 'best_bid_ask', 'none'] as const;
+export type VerifiedBy = (typeof VERIFICATIONS)[number];
 
 /** The newest book of a market: every outcome captured at `ts`. */
 export interface LatestBook {
@@ -82,6 +93,7 @@ export function bookRows(ts: number, recvTs: number, books: readonly Book[]): Bo
     bid_sizes: b.bid_sizes,
     ask_prices: b.ask_prices,
     ask_sizes: b.ask_sizes,
+    verified_by: b.verified_by ?? null,
   }));
 }
 

@@ -76,6 +76,7 @@ t.test('book columns and types', async (t) => {
     bid_sizes: 'DOUBLE[]',
     ask_prices: 'DOUBLE[]',
     ask_sizes: 'DOUBLE[]',
+    verified_by: 'VARCHAR',
     venue: 'VARCHAR',
     coin: 'VARCHAR',
     window: 'VARCHAR',

@@ -1,8 +1,12 @@
 // The completeness certificate of a market window: its coverage from the first recorded book and
 // the gaps (pure), then the route over a lake capture filled with an upstream outage inside a
 // market, every figure checked against an independent count over the lake's files.
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import t from 'tap';
 import { causeOf, coverageOf } from '../src/lake/certificate.js';
+import { listFiles } from '../src/lake/fsutil.js';
+import type { PartitionManifest } from '../src/lake/manifest.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
 import { lakeServer, lakeTable } from './helpers.js';
 
@@ -99,6 +103,45 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
   )) as { n: number; first: number }[];
   t.equal(cert.books.recorded, books.n, `${books.n} books recorded in the window`);
   t.equal(Date.parse(cert.books.first), books.first, 'from the first recorded book');
+  const checks = await duck.rows(
+    `SELECT coalesce(verified_by, 'unknown') AS by, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')}
+     WHERE market_id = $id AND ts >= epoch_ms($s::BIGINT) AND ts < epoch_ms($e::BIGINT) GROUP BY ALL`,
+    window,
+  );
+  t.same(
+    cert.books.verified_by,
+    { snapshot: 0, hash: 0, rest: 0, best_bid_ask: 0, none: 0, unknown: 0, ...Object.fromEntries(checks.map((r) => [r.by, r.n])) },
+    `the window's books by what vouched for them, as the lake's verified_by says: ${JSON.stringify(cert.books.verified_by)}`,
+  );
+  t.equal(cert.books.verified_by.snapshot, books.n, 'every polled book is the venue’s own (a REST answer)');
+  // Each books file's manifest entry counts its books by label, as the file holds them.
+  const entries = (await listFiles(path.join(dir, 'manifest', 'books'), '.json')).flatMap(
+    (rel) => (JSON.parse(readFileSync(path.join(dir, 'manifest', 'books', rel), 'utf8')) as PartitionManifest).files,
+  );
+  const labelled = Object.fromEntries(
+    (
+      await duck.rows(`SELECT coalesce(verified_by, 'unknown') AS by, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL`)
+    ).map((r) => [r.by, r.n]),
+  );
+  const summed: Record<string, number> = {};
+  for (const f of entries) for (const [k, v] of Object.entries(f.verified_by ?? {})) if (v) summed[k] = (summed[k] ?? 0) + v;
+  t.same(summed, labelled, `manifest entries count ${entries.length} files' books by label`);
+  const spans = entries.flatMap((f) =>
+    Object.entries(f.markets ?? {})
+      .filter(([id]) => id === market.market_id)
+      .map(([, s]) => s),
+  );
+  t.equal(
+    spans.reduce((n, s) => n + (s[3] ?? 0), 0),
+    Number(
+      (
+        await duck.rows(`SELECT count(*) FILTER (WHERE verified_by <> 'none') AS n FROM ${lakeTable(dir, 'books')} WHERE market_id = $id`, {
+          id: window.id,
+        })
+      )[0].n,
+    ),
+    "the market's spans count its checked books",
+  );
   const trades = await duck.rows(
     `SELECT source, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'trades')}
      WHERE market_id = $id AND ts >= epoch_ms($s::BIGINT) AND ts < epoch_ms($e::BIGINT) GROUP BY source`,

@@ -126,6 +126,13 @@ t.test('a key, a filtered list, a market opened', async (t) => {
     { timeout: 30_000 },
   );
   t.match(await page.textContent('#market-facts'), /BTC 15m, 2026-07-27 23:45:00 to 2026-07-28 00:00:00 UTC/);
+  const cert = (await get(`/v3/wallet-prediction/${market.market_id}/certificate`)).data.books;
+  await page.waitForSelector('#market-certificate[data-books]');
+  t.equal(
+    await page.textContent('#market-certificate'),
+    `${cert.recorded} books recorded in the window: ${cert.verified_by.snapshot} the venue’s own book`,
+    'the certificate says what vouched for the books (polled: every one a REST answer)',
+  );
   await page.screenshot({ path: path.join(ARTIFACTS, 'explorer-market.png'), fullPage: true });
 });
 

@@ -91,6 +91,7 @@ t.test('downloads match the listing and read back with an independent Parquet re
         'bid_sizes',
         'ask_prices',
         'ask_sizes',
+        'verified_by',
       ],
     );
     const rows = await parquetReadObjects({ file, compressors, rowEnd: 3 });

@@ -10,7 +10,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';
 import { type Partition, SCHEMAS, isTime, lakePaths, parsePartitionDir, partitionDir } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
-import { ensureGapsDataset, migrateTimestamps, utcAdjusted } from '../src/lake/migrate.js';
+import { ensureGapsDataset, hasEveryColumn, migrateTimestamps, utcAdjusted } from '../src/lake/migrate.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { commitFiles } from '../src/lake/writer.js';
 import { HOUR } from '../src/time.js';
@@ -30,13 +30,17 @@ async function partitions(): Promise<Partition[]> {
     .filter((p): p is Partition => p !== null);
 }
 
-/** Rewrites a sealed file as the writer did before 2026-11-23: times as naive TIMESTAMP_MS. */
+/** Rewrites a sealed file as the writer did before 2026-11-23: times as naive TIMESTAMP_MS, and no `verified_by`. */
 async function makeNaive(p: Partition, name: string): Promise<void> {
   const file = path.join(paths.lake, partitionDir(p), name);
   const old = path.join(paths.lake, partitionDir(p), `old-${name}`);
-  const columns = SCHEMAS[p.dataset].map((c) => (isTime(c) ? `"${c.name}"::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`)).join(', ');
+  const columns = SCHEMAS[p.dataset]
+    .filter((c) => c.name !== 'verified_by')
+    .map((c) => (isTime(c) ? `"${c.name}"::TIMESTAMP_MS AS "${c.name}"` : `"${c.name}"`))
+    .join(', ');
   await duck.run(`COPY (SELECT ${columns} FROM read_parquet(${sqlPath(file)})) TO ${sqlPath(old)} (FORMAT parquet, COMPRESSION zstd)`);
-  const entry = (await readManifest(paths.manifest, p)).files.find((f) => f.name === name)!;
+  const { verified_by: _, ...entry } = (await readManifest(paths.manifest, p)).files.find((f) => f.name === name)!;
+  if (entry.markets) entry.markets = Object.fromEntries(Object.entries(entry.markets).map(([id, [n, lo, hi]]) => [id, [n, lo, hi]]));
   await commitFiles(
     paths.lake,
     paths.manifest,
@@ -74,6 +78,7 @@ async function answers(): Promise<string[]> {
       'snapshots?limit=20&order=desc&interval=1m',
       'snapshots?format=csv',
       'orderbook/latest',
+      'certificate',
     ]) {
       const res = await fetch(`${api.url}/v3/wallet-prediction/${id}/${q}`, { headers: { authorization: `Bearer ${key}` } });
       t.equal(res.status, 200, `${id}/${q}`);
@@ -93,6 +98,9 @@ t.test('old, mixed and migrated lakes answer alike', async (t) => {
   t.match(before[2], /^timestamp,/, 'the CSV export has its header');
   t.match(before[2].split('\n')[1], /^2026-07-26T12:00:00\.000Z,/, 'CSV times are ISO UTC from old files');
 
+  const cert = JSON.parse(before[4]).data.books;
+  t.same(cert.verified_by.unknown, cert.recorded, 'books of files sealed before labels were kept: what vouched for them is not known');
+
   const report = await migrateTimestamps(duck, paths);
   t.equal(report.rewritten, naive, 'every naive file was rewritten');
   t.equal(report.current, (await partitions()).filter((q) => q.dataset === 'books').length, 'the new files were left alone');
@@ -100,6 +108,7 @@ t.test('old, mixed and migrated lakes answer alike', async (t) => {
     for (const f of (await readManifest(paths.manifest, q)).files) {
       const file = path.join(paths.lake, partitionDir(q), f.name);
       t.ok(await utcAdjusted(duck, file, q), `${partitionDir(q)}/${f.name} is UTC-adjusted`);
+      t.ok(await hasEveryColumn(duck, file, q), `${f.name} has every column`);
       t.equal(await sha256File(file), f.sha256, `${f.name}: the manifest's sha256 is the file's`);
     }
   }

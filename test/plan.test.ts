@@ -78,6 +78,19 @@ t.test('relation: exactly the computed files, quoted; none is null', async (t) =
   t.notMatch(sql, /\*\*|\*\.parquet/, 'never a glob');
 });
 
+t.test('relation: files sealed before a column was added read it as NULL, only when it is selected', async (t) => {
+  const files = { sealed: ['/lake/old.parquet', '/lake/new.parquet'], spool: [], older: new Set(['/lake/old.parquet']) };
+  t.equal(
+    relation('books', files, ['ts', 'verified_by']),
+    `SELECT "ts", "verified_by" FROM read_parquet(['/lake/new.parquet']) UNION ALL SELECT "ts", NULL::VARCHAR AS "verified_by" FROM read_parquet(['/lake/old.parquet'])`,
+  );
+  t.equal(
+    relation('books', files, ['ts', 'market_id']),
+    `SELECT "ts", "market_id" FROM read_parquet(['/lake/old.parquet', '/lake/new.parquet'])`,
+    'one scan, in the planned order, when the column is not asked for',
+  );
+});
+
 const hostile = "x' OR 1=1; DROP TABLE books; --";
 const page = (over: Partial<PageQuery> = {}): PageQuery => ({
   marketId: hostile,

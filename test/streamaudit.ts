@@ -20,6 +20,7 @@ export interface Recorded {
   bid_sizes: number[];
   ask_prices: number[];
   ask_sizes: number[];
+  verified_by: string | null;
 }
 
 export interface Gap {
@@ -41,7 +42,7 @@ export interface Known {
 /** The books, book gaps and known markets of a sealed lake, times as epoch milliseconds. */
 export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: Recorded[]; gaps: Gap[]; markets: Known[] }> {
   const rows = (await duck.rows(
-    `SELECT market_id, token_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes
+    `SELECT market_id, token_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes, verified_by
      FROM ${lakeTable(dir, 'books')} ORDER BY ts, outcome_index`,
   )) as unknown as Recorded[];
   const gapFiles = await fs.readdir(path.join(dir, 'lake', 'gaps')).catch(() => []);
@@ -89,8 +90,9 @@ export function auditStream(
   const venue = run.venue ?? 'polymarket';
   // Market ids as the stand-in's venues number them.
   const market = (id: string) => sim.byCode(venue, Number(id) - (venue === 'polymarket' ? 1_000_000 : 50_000_000))!;
+  const truthOf = (r: Recorded) => sim.book(market(r.market_id), r.outcome_index as 0 | 1, r.ex);
   const wrong = rows.filter((r) => {
-    const truth = sim.book(market(r.market_id), r.outcome_index as 0 | 1, r.ex);
+    const truth = truthOf(r);
     return (
       truth.timestamp !== r.ex ||
       JSON.stringify([
@@ -128,6 +130,28 @@ export function auditStream(
         }
       : {},
   );
+  // What the lake says vouched for a book must be true of it, inside a gap or not: a whole book of
+  // the venue's, a reproduced hash or an equal REST book mean the venue's book; best levels, its best levels.
+  const labels: Record<string, number> = {};
+  for (const r of rows) labels[r.verified_by ?? 'unknown'] = (labels[r.verified_by ?? 'unknown'] ?? 0) + 1;
+  const falseProofs = wrong.filter((r) => r.verified_by === 'snapshot' || r.verified_by === 'hash' || r.verified_by === 'rest');
+  t.same(
+    falseProofs.slice(0, 3).map((r) => `${r.market_id}:${r.outcome_index}@${r.ex} by ${r.verified_by}`),
+    [],
+    `every book vouched for by a whole book, a hash or REST is the venue's (${JSON.stringify(labels)})`,
+    falseProofs.length ? { first: falseProofs[0], venue: truthOf(falseProofs[0]) } : {},
+  );
+  const falseBest = rows.filter((r) => {
+    if (r.verified_by !== 'best_bid_ask') return false;
+    const truth = truthOf(r);
+    return truth.bids[0]?.[0] !== r.bid_prices[0] || truth.asks[0]?.[0] !== r.ask_prices[0];
+  });
+  t.same(
+    falseBest.slice(0, 3).map((r) => `${r.market_id}:${r.outcome_index}@${r.ex}`),
+    [],
+    "every book vouched for by its best levels has the venue's best bid and ask",
+  );
+  t.equal(labels.unknown ?? 0, 0, 'every book recorded says what vouched for it');
   const byToken = new Map<string, Recorded[]>();
   for (const r of rows) {
     const key = `${r.market_id}:${r.outcome_index}`;
@@ -194,7 +218,7 @@ export function auditStream(
     last.set(r.market_id, r.ts);
   }
   t.equal(backwards, 0, "a market's snapshot times only move forward");
-  return { expected, recorded, unknowable, withheld, wrong: wrong.length };
+  return { expected, recorded, unknowable, withheld, wrong: wrong.length, labels };
 }
 
 /** The stand-in's record of when it took each outcome's subscription, as the audit asks for it. */

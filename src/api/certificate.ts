@@ -9,7 +9,9 @@ import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { listSpool } from '../lake/spool.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
-import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
+import { CAPTURE_LAG_MS, certificateBooksSql, certificateChecksSql, certificateTradesSql, planPartitions } from './plan.js';
+import { VERIFICATIONS } from '../records.js';
+import type { Verifications } from '../lake/manifest.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
 import { iso } from './shape.js';
 
@@ -98,6 +100,13 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
     }));
 }
 
+/** Books by label, every label present (0 when none), `unknown` for books recorded before labels were kept. */
+export function verificationsOf(rows: Record<string, unknown>[]): Verifications {
+  const by = Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, 0])) as Verifications;
+  for (const r of rows) by[(r.verified_by as keyof Verifications | null) ?? 'unknown'] += r.n as number;
+  return by;
+}
+
 export function certificateHandlers({ lake, findMarket }: RouteKit) {
   const certificate =
     (venue: Venue) =>
@@ -105,7 +114,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const m = findMarket(venue, ctx);
       // From an hour before the open: a book recorded before it holds at the open.
       const plan = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
-      const books = relation('books', await lake.files(plan.partitions), ['ts', 'market_id', 'exchange_ts', 'recv_ts']);
+      const books = relation('books', await lake.files(plan.partitions), ['ts', 'market_id', 'exchange_ts', 'recv_ts', 'verified_by']);
       const trades = relation('trades', await lake.files(planPartitions('trades', m, null, null).partitions), [
         'ts',
         'market_id',
@@ -113,6 +122,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       ]);
       const params = { market_id: m.market_id, start: m.start_time, end: m.end_time, recorded_until: m.end_time + CAPTURE_LAG_MS };
       const [figures] = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateBooksSql(books, params))) : [];
+      const checks = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateChecksSql(books, params))) : [];
       const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
       const first = (figures?.first as number | null | undefined) ?? null;
@@ -130,7 +140,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
             to: iso(Math.min(g.to_ts, m.end_time)),
             reason: g.reason,
           })),
-          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first) },
+          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first), verified_by: verificationsOf(checks) },
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },

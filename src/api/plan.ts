@@ -228,6 +228,15 @@ export function certificateBooksSql(source: string, params: CertificateParams) {
   };
 }
 
+/** A market's books in its window, counted by what vouched for them (`verified_by`; null: not known). */
+export function certificateChecksSql(source: string, { recorded_until: _, ...params }: CertificateParams) {
+  return {
+    sql: `SELECT verified_by, count(*)::DOUBLE AS n FROM (${source})
+      WHERE market_id = $market_id AND ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT) GROUP BY verified_by`,
+    params,
+  };
+}
+
 /** A market's trades in its window, counted by source. */
 export function certificateTradesSql(source: string, { recorded_until: _, ...params }: CertificateParams) {
   return {

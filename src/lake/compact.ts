@@ -57,7 +57,11 @@ export async function compact(
       paths.lake,
       partition,
       name,
-      parquetSource(manifest.files.map((f) => path.join(dir, f.name))),
+      // Files sealed before a column was added lack it: read by name, it is NULL in them.
+      parquetSource(
+        manifest.files.map((f) => path.join(dir, f.name)),
+        'union_by_name=true',
+      ),
       sources,
     );
     await commitFiles(

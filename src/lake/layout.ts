@@ -23,7 +23,7 @@ export interface Column {
 /**
  * Times are UTC-adjusted (Parquet isAdjustedToUTC=true, microseconds), so pandas, pyarrow and
  * Polars read them as UTC and compare them with UTC times. Files written before 2026-11-23 hold
- * naive TIMESTAMP_MS; `make migrate-timestamps` rewrites them, and reads accept both meanwhile.
+ * naive TIMESTAMP_MS; `make migrate` rewrites them, and reads accept both meanwhile.
  */
 export const TIME_TYPE = 'TIMESTAMPTZ';
 const ts = (name: string): Column => ({ name, type: TIME_TYPE });
@@ -46,6 +46,8 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     col('bid_sizes', 'DOUBLE[]'),
     col('ask_prices', 'DOUBLE[]'),
     col('ask_sizes', 'DOUBLE[]'),
+    // Added 2026-11-26: files sealed before lack it (read as NULL, `make migrate` adds it).
+    col('verified_by', 'VARCHAR'),
   ],
   metrics: [
     ts('ts'),

@@ -5,6 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { readJson, writeFileAtomic } from './fsutil.js';
 import { type Partition, partitionDir } from './layout.js';
+import type { VerifiedBy } from '../records.js';
 
 export interface ManifestFile {
   name: string;
@@ -22,10 +23,21 @@ export interface ManifestFile {
    * files sealed before 2026-11-25 and in other datasets.
    */
   markets?: Record<string, MarketRows>;
+  /**
+   * Books files: the file's books by what vouched for them when recorded (`verified_by`), `unknown`
+   * for books recorded before that was kept. Present exactly when the file has the column.
+   */
+  verified_by?: Verifications;
 }
 
-/** One market's rows in one file: how many, and the first and last `ts` (epoch ms). */
-export type MarketRows = [rows: number, first: number, last: number];
+export type Verifications = Record<VerifiedBy | 'unknown', number>;
+
+/**
+ * One market's rows in one file: how many, the first and last `ts` (epoch ms), and for books
+ * files with `verified_by`, how many a venue check vouched for (every label but `none`) and how
+ * many nothing checked (`none`); the rest were recorded before labels were kept.
+ */
+export type MarketRows = [rows: number, first: number, last: number, verified?: number, unverified?: number];
 
 /** Datasets whose manifest entries carry `markets`. */
 export const SPANNED_DATASETS: ReadonlySet<string> = new Set(['books', 'trades']);

@@ -27,9 +27,16 @@ export async function utcAdjusted(duck: Duck, file: string, p: Partition): Promi
   return found.length === times.size && found.every((r) => String(r.logical_type ?? '').includes('isAdjustedToUTC=1'));
 }
 
+/** Whether a file has every column of its dataset (books files sealed before 2026-11-26 lack `verified_by`). */
+export async function hasEveryColumn(duck: Duck, file: string, p: Partition): Promise<boolean> {
+  const names = new Set((await duck.rows(`SELECT name FROM parquet_schema(${sqlPath(file)})`)).map((r) => String(r.name)));
+  return SCHEMAS[p.dataset].every((c) => names.has(c.name));
+}
+
 /**
- * Rewrites files whose times are naive (TIMESTAMP_MS, written before 2026-11-23) with
- * UTC-adjusted times: same rows, same order, same sources, a new name.
+ * Rewrites files in an older form: naive times (TIMESTAMP_MS, written before 2026-11-23) become
+ * UTC-adjusted, and a column added since is written as NULL (books' `verified_by`: not known).
+ * Same rows, same order, same sources, a new name.
  */
 export async function migrateTimestamps(duck: Duck, paths: LakePaths, trashDir = path.join(paths.root, 'trash')): Promise<MigrationReport> {
   const report: MigrationReport = { partitions: 0, rewritten: 0, rows: 0, current: 0 };
@@ -43,11 +50,12 @@ export async function migrateTimestamps(duck: Duck, paths: LakePaths, trashDir =
     const replaced = [];
     for (const f of manifest.files) {
       const file = path.join(dir, f.name);
-      if (await utcAdjusted(duck, file, partition)) {
+      const utc = await utcAdjusted(duck, file, partition);
+      if (utc && (await hasEveryColumn(duck, file, partition))) {
         report.current++;
         continue;
       }
-      const name = f.name.replace(/\.parquet$/, '-utc.parquet');
+      const name = f.name.replace(/\.parquet$/, utc ? '-cols.parquet' : '-utc.parquet');
       const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource([file]), f.sources);
       if (entry.rows !== f.rows) throw new Error(`${partitionDir(partition)}/${f.name}: rewrote ${entry.rows} rows of ${f.rows}`);
       added.push(entry);

@@ -115,7 +115,10 @@ export class LakeReader {
       for (const part of parts) if (!done.has(part.source)) spool.push(part.file);
     }
     await this.ensure(sealed);
-    return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool };
+    const older = new Set(
+      sealed.filter((f) => f.partition.dataset === 'books' && !f.verified_by).map((f) => path.join(this.paths.lake, f.path)),
+    );
+    return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool, ...(older.size ? { older } : {}) };
   }
 
   /** The sealed files of one partition, as the index has them (no commit log followed). */

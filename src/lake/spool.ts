@@ -121,7 +121,9 @@ function bookHead(r: BookRow): { text: string; ascii: boolean } {
     bookHeads.set(r.token_id, head);
   }
   const ex = r.exchange_ts === null ? 'null' : r.exchange_ts;
-  return { text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},`, ascii: head.ascii };
+  // One of a few known words: no escaping needed.
+  const by = r.verified_by ? `"${r.verified_by}"` : 'null';
+  return { text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},"verified_by":${by},`, ascii: head.ascii };
 }
 
 /** A book row's NDJSON line: its head, then its ladders' bytes as encoded once per array set. */

@@ -41,7 +41,12 @@ export interface Files {
   sealed: string[];
   /** Parts of open hours, read leniently: the writer may be mid-line. */
   spool: string[];
+  /** Of `sealed`, files written before the dataset's later columns (`LATER_COLUMNS`) were added: they lack them. */
+  older?: ReadonlySet<string>;
 }
+
+/** Columns added to a dataset after files were sealed without them; such files read them as NULL. */
+export const LATER_COLUMNS: Partial<Record<Dataset, readonly string[]>> = { books: ['verified_by'] };
 
 /** The columns of `dataset` as a SELECT list (all of them by default). */
 export function selectList(dataset: Dataset, columns?: readonly string[]): string {
@@ -52,7 +57,15 @@ export function selectList(dataset: Dataset, columns?: readonly string[]): strin
 export function relation(dataset: Dataset, files: Files, columns?: readonly string[]): string | null {
   const cols = selectList(dataset, columns);
   const parts: string[] = [];
-  if (files.sealed.length) parts.push(`SELECT ${cols} FROM ${parquetSource(files.sealed)}`);
+  const later = (columns ?? SCHEMAS[dataset].map((c) => c.name)).filter((c) => LATER_COLUMNS[dataset]?.includes(c));
+  const older = later.length && files.older?.size ? files.sealed.filter((f) => files.older!.has(f)) : [];
+  const current = older.length ? files.sealed.filter((f) => !files.older!.has(f)) : files.sealed;
+  if (current.length) parts.push(`SELECT ${cols} FROM ${parquetSource(current)}`);
+  if (older.length) {
+    const types = new Map(SCHEMAS[dataset].map((c) => [c.name, c.type]));
+    const filled = (columns ?? [...types.keys()]).map((c) => (later.includes(c) ? `NULL::${types.get(c)} AS ${sqlIdent(c)}` : sqlIdent(c)));
+    parts.push(`SELECT ${filled.join(', ')} FROM ${parquetSource(older)}`);
+  }
   if (files.spool.length) parts.push(`SELECT ${cols} FROM ${spoolSource(dataset, files.spool, true)}`);
   return parts.length ? parts.join(' UNION ALL ') : null;
 }

@@ -7,13 +7,26 @@ import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
 import { writeServingCopy } from '../pages/copy.js';
-import { type ManifestFile, type MarketRows, SPANNED_DATASETS, readManifest, writeManifest } from './manifest.js';
+import { type ManifestFile, type MarketRows, SPANNED_DATASETS, type Verifications, readManifest, writeManifest } from './manifest.js';
+import { VERIFICATIONS } from '../records.js';
 import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
 
 function timeColumn(p: Partition): string {
   return p.dataset === 'gaps' ? 'from_ts' : 'ts';
+}
+
+/** A market's books some venue check vouched for: every label but `none` (and null, not known). */
+function verifiedRows(r: Record<string, unknown>): number {
+  return VERIFICATIONS.filter((v) => v !== 'none').reduce((n, v) => n + Number(r[v]), 0);
+}
+
+/** A file's books by label; `unknown` for those recorded before labels were kept. */
+function verificationsOf(spans: Record<string, unknown>[], rows: number): Verifications {
+  const by = Object.fromEntries(VERIFICATIONS.map((v) => [v, spans.reduce((n, r) => n + Number(r[v]), 0)])) as Verifications;
+  by.unknown = rows - VERIFICATIONS.reduce((n, v) => n + by[v], 0);
+  return by;
 }
 
 /**
@@ -34,8 +47,12 @@ export async function writeParquet(
   const file = path.join(dir, name);
   const tmp = path.join(dir, `.${name}.tmp`);
   const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
-  // Every file gets exactly the dataset's columns and types, whatever the source produced.
-  const columns = SCHEMAS[p.dataset].map((c) => `CAST("${c.name}" AS ${c.type}) AS "${c.name}"`).join(', ');
+  // Every file gets exactly the dataset's columns and types, whatever the source produced; a
+  // column the source lacks (files sealed before it was added) is written as NULL.
+  const given = new Set((await duck.rows(`DESCRIBE SELECT * FROM ${source}`)).map((r) => String(r.column_name)));
+  const columns = SCHEMAS[p.dataset]
+    .map((c) => (given.has(c.name) ? `CAST("${c.name}" AS ${c.type})` : `NULL::${c.type}`) + ` AS "${c.name}"`)
+    .join(', ');
   // A source already in order is streamed: DuckDB keeps the order of the files listed and of
   // their rows (preserve_insertion_order, on by default), and holds a few row groups at a time.
   const query = sorted ? `SELECT ${columns} FROM ${source}` : `SELECT ${columns} FROM ${source} ORDER BY ${order}`;
@@ -59,13 +76,24 @@ export async function writeParquet(
     max_ts = Number(stats.hi);
   }
   let markets: Record<string, MarketRows> | undefined;
+  let verified: Verifications | undefined;
   if (SPANNED_DATASETS.has(p.dataset) && rows > 0) {
-    // Two columns of a file just written (its footer and pages are in the OS cache): a few ms an hour's file.
+    const books = p.dataset === 'books';
+    // A few columns of a file just written (its footer and pages are in the OS cache): a few ms an hour's file.
     const spans = await duck.rows(
       `SELECT market_id, count(*)::DOUBLE AS n, epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi
+       ${books ? `, ${VERIFICATIONS.map((v) => `count(*) FILTER (WHERE verified_by = '${v}')::DOUBLE AS "${v}"`).join(', ')}` : ''}
        FROM read_parquet(${sqlPath(tmp)}) GROUP BY market_id ORDER BY market_id`,
     );
-    markets = Object.fromEntries(spans.map((r) => [String(r.market_id), [Number(r.n), Number(r.lo), Number(r.hi)] as MarketRows]));
+    markets = Object.fromEntries(
+      spans.map((r) => [
+        String(r.market_id),
+        (books
+          ? [Number(r.n), Number(r.lo), Number(r.hi), verifiedRows(r), Number(r.none)]
+          : [Number(r.n), Number(r.lo), Number(r.hi)]) as MarketRows,
+      ]),
+    );
+    if (books) verified = verificationsOf(spans, rows);
   }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
@@ -85,6 +113,7 @@ export async function writeParquet(
     max_ts,
     written_at: Date.now(),
     ...(markets ? { markets } : {}),
+    ...(verified ? { verified_by: verified } : {}),
   };
 }
 

@@ -177,8 +177,32 @@ async function openMarket(m, row) {
       scrubTo(state.view[0] + ((e.clientX - r.left) / r.width) * (state.view[1] - state.view[0]));
     });
   }
+  loadCertificate(m);
   await setView(wholeMarket(m));
   loadFiles();
+}
+
+/** What vouched for the window's recorded books, from its certificate: checked against the venue, or not. */
+async function loadCertificate(m) {
+  const el = $('market-certificate');
+  el.textContent = '';
+  try {
+    const { data } = await api(`${base(m)}/certificate`);
+    if (state.market !== m) return;
+    const { recorded, verified_by: by } = data.books;
+    const checks = [
+      ['the venue’s own book', by.snapshot],
+      ['hash', by.hash],
+      ['REST', by.rest],
+      ['best bid/ask only', by.best_bid_ask],
+      ['unchecked', by.none],
+      ['not known', by.unknown],
+    ].filter(([, n]) => n > 0);
+    el.textContent = `${recorded} books recorded in the window${checks.length ? `: ${checks.map(([what, n]) => `${n} ${what}`).join(', ')}` : ''}`;
+    el.dataset.books = String(recorded);
+  } catch (err) {
+    el.textContent = `certificate: ${err.message}`;
+  }
 }
 
 /** The smallest interval that keeps the view to about two columns per canvas pixel; none when every record fits. */

@@ -1311,7 +1311,7 @@ export interface components {
             /** @enum {string} */
             source: "stream" | "rest_last_trade";
         };
-        /** @description The completeness of a market window, from the lake. `coverage.share`: the part of the window (up to now while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
+        /** @description The completeness of a market window, from the lake. `coverage.share`: the part of the window (up to now while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
         Certificate: {
             market_id: string;
             window: {
@@ -1347,6 +1347,14 @@ export interface components {
             books: {
                 recorded: number;
                 first: string | null;
+                verified_by: {
+                    snapshot: number;
+                    hash: number;
+                    rest: number;
+                    best_bid_ask: number;
+                    none: number;
+                    unknown: number;
+                };
             };
             /** @description Trades in the window by source (stream, rest_last_trade). */
             trades: {

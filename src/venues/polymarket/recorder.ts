@@ -9,7 +9,7 @@
 import type { Clock } from '../../clock.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
-import type { Book, Market } from '../../records.js';
+import type { Book, Market, VerifiedBy } from '../../records.js';
 import type { MarketPoll, Quote } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { displayedPrice } from './rest.js';
@@ -37,6 +37,8 @@ import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 
 const MAX_PENDING = 10_000;
+/** Checks by strength, strongest first: a later check replaces a weaker one only. */
+const STRENGTH: Record<VerifiedBy, number> = { snapshot: 0, hash: 1, rest: 2, best_bid_ask: 3, none: 4 };
 /** Books kept per token for checks that arrive late (a REST answer for an instant the stream has passed). */
 const HISTORY = 128;
 /** How far the venue's hashed timestamp may be from the message's (public recorders see a few ms). */
@@ -67,6 +69,8 @@ interface Token {
   synced: boolean;
   /** Venue time of the newest book proved equal to the venue's (snapshot, hash match, REST agreement). */
   verifiedTs: number;
+  /** What vouches for the copy's current book: written with each row of it (`verified_by`). */
+  check: VerifiedBy;
   /** Whether the stream ever sent this token's book. */
   streamed: boolean;
   /** Clock time capture asked for the token: a gap for a snapshot that never came starts there. */
@@ -231,6 +235,7 @@ export class StreamRecorder implements BookStream {
             book: new LocalBook(m.condition_id ?? '', o.token_id),
             synced: false,
             verifiedTs: -Infinity,
+            check: 'none',
             recordedTs: this.spooled.get(m.market_id) ?? -Infinity,
             trackedAt: now,
             restAhead: null,
@@ -383,6 +388,7 @@ export class StreamRecorder implements BookStream {
     this.stats.restProofs++;
     t.restAhead = null;
     this.prove(t, at);
+    if (at >= t.book.ts) this.vouch(t, 'rest');
   }
 
   /**
@@ -425,6 +431,15 @@ export class StreamRecorder implements BookStream {
     if (ts > t.verifiedTs) t.verifiedTs = ts;
   }
 
+  /**
+   * A check vouched for the copy's current book: rows of it from now on carry the strongest check
+   * it passed. Rows already written keep the check of their writing (a proof that comes later
+   * never rewrites the spool), so the lake's labels are a lower bound.
+   */
+  private vouch(t: Token, by: VerifiedBy): void {
+    if (STRENGTH[by] < STRENGTH[t.check]) t.check = by;
+  }
+
   /** Where a gap of the token starts: its last proof, or before the first book in doubt since. */
   private lastProof(t: Token): number {
     return t.doubt ? Math.min(t.doubt.from, t.verifiedTs) : t.verifiedTs;
@@ -451,6 +466,7 @@ export class StreamRecorder implements BookStream {
       this.hashMisses = 0;
       this.stats.lateProofs++;
       this.prove(t, u.ts);
+      if (u.ts >= t.book.ts) this.vouch(t, 'hash');
       return false;
     });
     if (!d.books.length) t.doubt = null;
@@ -640,8 +656,10 @@ export class StreamRecorder implements BookStream {
     if (t.synced && ts <= t.book.ts) {
       // Not newer than the copy (a book after a trade, a stale resubscribe): a check of that instant.
       const then = this.stateAt(t, ts);
-      if (then && sameLevels(s, stateLadders(then))) this.prove(t, ts);
-      else if (then) {
+      if (then && sameLevels(s, stateLadders(then))) {
+        this.prove(t, ts);
+        if (ts >= t.book.ts) this.vouch(t, 'snapshot');
+      } else if (then) {
         this.stats.mismatches++;
         this.desync(t, 'stream_resync', `a full book at ${ts} differs from the streamed copy of that instant`);
         this.requestBook(t.book.assetId);
@@ -651,6 +669,7 @@ export class StreamRecorder implements BookStream {
         this.sink.lost(t.market, 'stream_resync', this.lastProof(t), `a full book at ${ts} differs from the copy at ${t.book.ts}`);
       } else if (t.synced && t.doubt) this.proveByHash(t, ts);
       t.book.reset(s, ts);
+      t.check = 'snapshot';
       t.history = [];
       this.remember(t);
       t.doubt = null;
@@ -737,11 +756,14 @@ export class StreamRecorder implements BookStream {
       return this.missedBefore(t, timestamp, ts, hash);
     }
     this.remember(t);
+    // A new book: what vouched for the last one says nothing of it.
+    t.check = 'none';
     // Settled before this instant's proof: an earlier instant REST disproved is a gap up to this one
     // when the hash proves it, and a resync when nothing does.
     const disproof = this.settleRestAhead(t);
     if (hash !== undefined && this.hashMatches(t, timestamp, ts, hash)) {
       this.stats.verified++;
+      this.vouch(t, 'hash');
       if (disproof) this.lostBefore(t, ts, disproof);
       else this.proveByHash(t, ts);
     } else if (disproof) {
@@ -766,6 +788,7 @@ export class StreamRecorder implements BookStream {
       }
       if (best) this.stats.bestChecked++;
       else this.stats.unverified++;
+      if (best) this.vouch(t, 'best_bid_ask');
     }
     return 'vouched';
   }
@@ -790,6 +813,7 @@ export class StreamRecorder implements BookStream {
       return 'desynced';
     }
     this.stats.verified++;
+    this.vouch(t, 'hash');
     this.remember(t);
     this.lostBefore(t, ts, detail);
     return 'vouched';
@@ -877,6 +901,7 @@ export class StreamRecorder implements BookStream {
         bid_sizes: l.bid_sizes,
         ask_prices: l.ask_prices,
         ask_sizes: l.ask_sizes,
+        verified_by: t.check,
       });
     }
     if (!books.length) return;

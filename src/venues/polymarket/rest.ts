@@ -187,6 +187,7 @@ export class PolymarketAdapter implements VenueAdapter {
             outcome: o.label,
             exchange_ts: b.timestamp ? decimal(b.timestamp, 'timestamp') : null,
             ...ladders(b.bids, b.asks, `book ${o.token_id}`),
+            verified_by: 'snapshot',
           };
         });
       } catch (err) {

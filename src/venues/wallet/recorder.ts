@@ -11,7 +11,7 @@
 import type { Clock } from '../../clock.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
-import type { Book, Market } from '../../records.js';
+import type { Book, Market, VerifiedBy } from '../../records.js';
 import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
@@ -310,16 +310,19 @@ export class WalletStreamRecorder implements BookStream {
       return;
     }
     const [up, down] = [...h.market.outcomes].sort((a, b) => a.index - b.index);
-    const book = (o: typeof up, l: ReturnType<typeof ladders>): Book => ({
+    const book = (o: typeof up, l: ReturnType<typeof ladders>, verified_by: VerifiedBy): Book => ({
       market_id: h.market.market_id,
       token_id: o.token_id,
       outcome_index: o.index,
       outcome: o.label,
       exchange_ts: ts,
       ...l,
+      verified_by,
     });
-    const books = [book(up, yes)];
-    if (down && h.mirror !== 'broken') books.push(book(down, mirrorLadders(yes, this.decimals(h.market))));
+    const books = [book(up, yes, 'snapshot')];
+    // The No book derived from the Yes book is the venue's once REST showed the mapping holds.
+    if (down && h.mirror !== 'broken')
+      books.push(book(down, mirrorLadders(yes, this.decimals(h.market)), h.mirror === 'holds' ? 'snapshot' : 'none'));
     this.take(h, books, ts, recvTs, false);
     this.settleRestAhead(h);
     this.resume(h, recvTs);

@@ -222,6 +222,7 @@ export class WalletAdapter implements VenueAdapter {
       outcome: label,
       exchange_ts: typeof body.timestamp === 'number' ? body.timestamp : null,
       ...ladders(body.bids, body.asks, `order-book ${tokenId}`),
+      verified_by: 'snapshot',
     };
   }
 
