@@ -367,7 +367,7 @@ export class StreamRecorder implements BookStream {
       const then = this.stateAt(t, ts);
       // Older than the books kept: nothing to compare with.
       if (!then) return;
-      if (sameLevels(s, stateLadders(then))) return this.proveByRest(t, ts);
+      if (sameLevels(s, stateLadders(then))) return this.proveByRest(t, ts, ts);
       this.stats.mismatches++;
       this.desync(t, 'stream_resync', `REST book at ${ts} differs from the streamed copy of that instant`);
       this.snapshot(t, s, ts, recvTs, 'rest');
@@ -375,7 +375,7 @@ export class StreamRecorder implements BookStream {
     }
     // Newer than the copy: equal levels prove the copy as of its own time (REST may stamp its
     // answer later than the book's last change); otherwise the change is on its way, or was lost.
-    if (sameLevels(s, t.book.ladders())) return this.proveByRest(t, t.book.ts);
+    if (sameLevels(s, t.book.ladders())) return this.proveByRest(t, t.book.ts, ts);
     if (!t.restAhead || t.restAhead.ts < ts) t.restAhead = { summary: s, ts, at: t.restAhead?.at ?? recvTs };
     if (recvTs - t.restAhead.at > this.stallMs) {
       this.desync(t, 'stream_resync', `the stream never delivered the change REST showed at ${ts}; streamed copy at ${t.book.ts}`);
@@ -383,12 +383,16 @@ export class StreamRecorder implements BookStream {
     }
   }
 
-  /** A REST book held the copy's levels at `at`: the copy is proved there. */
-  private proveByRest(t: Token, at: number): void {
+  /**
+   * A REST book (of the venue's instant `restTs`) held the copy's levels at `at`: the copy is
+   * proved there. Its rows say so only when REST's instant is the current book's own: a later
+   * REST book equal to the copy proves the levels then, not that none changed and changed back since.
+   */
+  private proveByRest(t: Token, at: number, restTs: number): void {
     this.stats.restProofs++;
     t.restAhead = null;
     this.prove(t, at);
-    if (at >= t.book.ts) this.vouch(t, 'rest');
+    if (restTs === t.book.ts) this.vouch(t, 'rest');
   }
 
   /**
@@ -399,7 +403,7 @@ export class StreamRecorder implements BookStream {
     const ahead = t.restAhead;
     if (!ahead) return null;
     if (sameLevels(ahead.summary, t.book.ladders())) {
-      this.proveByRest(t, t.book.ts);
+      this.proveByRest(t, t.book.ts, ahead.ts);
       return null;
     }
     if (t.book.ts <= ahead.ts) return null;
@@ -408,7 +412,7 @@ export class StreamRecorder implements BookStream {
     // Passed so far that the book of that instant is no longer kept: nothing to compare with.
     if (!then) return null;
     if (sameLevels(ahead.summary, stateLadders(then))) {
-      this.proveByRest(t, ahead.ts);
+      this.proveByRest(t, ahead.ts, ahead.ts);
       return null;
     }
     this.stats.mismatches++;
