@@ -114,7 +114,7 @@ export interface Config {
     /** What any client's sockets may hold (api/connections.ts). */
     connections: ConnectionLimits;
     /** WebSocket replays (replay/): open at once per process and per key, and the tapes kept for the next replay of a market. */
-    replay: { slots: number; perKey: number; markets: number; cacheBytes: number };
+    replay: { slots: number; perKey: number; markets: number; cacheBytes: number; copies: boolean };
   };
 }
 
@@ -383,6 +383,8 @@ export function loadConfig(env: Env = process.env): Config {
         // Each market playing holds its tape (a few MB): what one connection may hold at once.
         markets: int(env, 'REPLAY_MAX_MARKETS', 500, 1, 100_000),
         cacheBytes: int(env, 'REPLAY_CACHE_MB', 256, 0, 1_048_576) * 1024 * 1024,
+        // Finished markets' messages rendered once into DATA_DIR/serving/replay (replay/copy.ts).
+        copies: oneOf(env, 'REPLAY_COPIES', ['on', 'off'], 'on') === 'on',
       },
     },
   };

@@ -23,6 +23,9 @@ export function testConfig(dataDir: string, env: Record<string, string> = {}): C
     WALLET_TIMEOUT_MS: '1000',
     POLYMARKET_TIMEOUT_MS: '1000',
     CAPTURE_STREAM: 'none',
+    // The API writes replay copies in the background from its start: in a test that ends first, into
+    // a fixture directory tap is removing. Tests of the copies turn them on and wait for them.
+    REPLAY_COPIES: 'off',
     ...env,
   });
 }
@@ -111,7 +114,7 @@ export function captureEnv(
  * the runner's loader starts a child a second slower, which clock-driven tests cannot spare.
  */
 export const TS_NODE_ARGS: readonly string[] = ['--import', 'tsx'];
-export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0' };
+export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', REPLAY_COPIES: 'off' };
 
 /** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {

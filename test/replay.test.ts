@@ -574,3 +574,78 @@ t.test('a replay plays at most REPLAY_MAX_MARKETS markets at once, and says whic
   const played = new Set(messages.filter((m) => m.event_type === 'book').map((m) => tokenMarket.get(String(m.asset_id))));
   t.same([...played], [first], 'one market played');
 });
+
+t.test('replay copies: written once for a finished market, read by later replays, the same messages as from the lake', async (t) => {
+  // An hour on, every market of the lake is over; no tape is kept, so each replay reads one.
+  const at = END + 3600 * SECOND;
+  const start = (env: Record<string, string>) =>
+    startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000', REPLAY_CACHE_MB: '0', ...env }), run.duck, createClock(at, 1), quiet, {
+      port: 0,
+    });
+  // Earlier tests' APIs (an hour on too) wrote copies into the same lake: none to begin with.
+  await fs.rm(path.join(run.dir, 'serving', 'replay'), { recursive: true, force: true });
+  const lakeApi = await start({ REPLAY_COPIES: 'off' });
+  t.teardown(() => lakeApi.stop());
+  const copyApi = await start({ REPLAY_COPIES: 'on' });
+  t.teardown(() => copyApi.stop());
+  const copies = copyApi.replayCopies!;
+  await copies.idle();
+  const files = (await fs.readdir(path.join(run.dir, 'serving', 'replay'), { recursive: true })).filter((f) =>
+    String(f).endsWith('.replay'),
+  );
+  t.equal(copies.stats.failed, 0);
+  t.equal(files.length, copies.stats.written, 'one file per copy');
+  const recorded = new Set(markets.map((m) => m.market_id));
+  t.same(
+    [...recorded].filter((id) => !files.some((f) => path.basename(String(f)).startsWith(`${id}.`))),
+    [],
+    `the sweep at start wrote a copy of every finished market (${copies.stats.written}, ${recorded.size} with books)`,
+  );
+
+  const texts = async (api: typeof lakeApi, query: string) => {
+    const key = (await api.keys.issue('paid', 'copies')).key;
+    return new Promise<string[]>((resolve, reject) => {
+      const got: string[] = [];
+      const ws = new WebSocket(`${api.url.replace('http', 'ws')}/v3/replay/polymarket/ws/market?${query}`, {
+        headers: { Authorization: `Bearer ${key}` },
+      });
+      ws.on('open', () => ws.send(MARKET_CHANNEL.subscribe(tokens, true)!));
+      // Messages, not frames: how many go in a frame depends on what is ready when the socket takes one.
+      ws.on('message', (d) => got.push(...MARKET_CHANNEL.unwrap(JSON.parse(d.toString())).map((m) => JSON.stringify(m))));
+      ws.on('close', () => resolve(got));
+      ws.on('error', reject);
+    });
+  };
+  // Each market's messages in order; markets' first books all come at once, in no defined order between them.
+  const byMarket = (messages: string[]) => {
+    const by: Record<string, string[]> = {};
+    for (const m of messages) (by[String(JSON.parse(m).market)] ??= []).push(m);
+    return by;
+  };
+  // From the start, and from the middle (each token's book as it stood then, read from the lake for the copy).
+  for (const query of [`from=${START}&to=${END}&speed=max`, `from=${START + 30 * SECOND + 123}&to=${END}&speed=max`]) {
+    const reads = copies.stats.reads;
+    const fromCopies = await texts(copyApi, query);
+    t.ok(copies.stats.reads - reads >= recorded.size, `${query}: every market read from its copy`);
+    t.same(
+      byMarket(fromCopies),
+      byMarket(await texts(lakeApi, query)),
+      `${query}: the same ${fromCopies.length} messages as rendered from the lake`,
+    );
+  }
+
+  // A damaged copy is never played: removed, the replay rendered from the lake, and the copy written again.
+  const damaged = path.join(run.dir, 'serving', 'replay', String(files[0]));
+  const bytes = await fs.readFile(damaged);
+  await fs.writeFile(damaged, bytes.subarray(0, bytes.length - 7));
+  const query = `from=${START}&to=${END}&speed=max`;
+  const written = copies.stats.written;
+  t.same(
+    byMarket(await texts(copyApi, query)),
+    byMarket(await texts(lakeApi, query)),
+    'a truncated copy: the same messages, from the lake',
+  );
+  await copies.idle();
+  t.equal(copies.stats.written, written + 1, 'and its copy written again');
+  t.same(await fs.readFile(damaged), bytes, 'byte for byte as before');
+});

@@ -194,6 +194,13 @@ export const SCHEMAS: Record<string, unknown> = {
         copies_written: { type: 'integer' },
         copies_queued: { type: 'integer' },
       }),
+      // Finished markets' replay messages rendered once on disk (REPLAY_COPIES; off on a bucket-served lake).
+      replay: obj({
+        copies: { type: 'boolean' },
+        copy_reads: { type: 'integer' },
+        copies_written: { type: 'integer' },
+        copies_queued: { type: 'integer' },
+      }),
     }),
   }),
   Coverage: obj({

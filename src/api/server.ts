@@ -30,6 +30,7 @@ import { buildRoutes } from './routes.js';
 import { sqlString } from '../lake/sql.js';
 import { type ReplayEndpoint, replayEndpoint } from '../replay/server.js';
 import { TapeCache } from '../replay/tape.js';
+import { ReplayCopies } from '../replay/copy.js';
 import { S3 } from '../bucket/s3.js';
 import { BucketReplica, type ReplicaHealth } from '../bucket/replica.js';
 import { type FeedHealth, FeedTail } from '../bucket/feedtail.js';
@@ -42,6 +43,9 @@ const UPDATE_MS = 2000;
 const REINDEX_MS = 3_600_000;
 
 /** Runs `task` every `ms`, never two at once. */
+/** How often markets that ended lately are looked at for a replay copy (replay/copy.ts). */
+const REPLAY_SWEEP_MS = 30_000;
+
 function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) => void): NodeJS.Timeout {
   let running = false;
   return setInterval(() => {
@@ -62,6 +66,8 @@ export interface Api {
   server: http.Server;
   /** The WebSocket replays this process serves. */
   replays: ReplayEndpoint;
+  /** Finished markets' rendered replay messages on disk; null when off (REPLAY_COPIES, or a bucket-served lake). */
+  replayCopies: ReplayCopies | null;
   /** Summarises refused requests every few seconds; `summarise()` writes the line now. */
   requestLog: { summarise(): void };
   stop(): Promise<void>;
@@ -182,6 +188,19 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       log.info({ parquet: file.path, ...written, file: undefined, ms: ms(began, performance.now()) }, 'serving copy written');
       return written !== null;
     });
+  // A bucket-served process's serving directory is its disk cache, emptied at each start: copies
+  // of every recent market written again there would cost more than the replays they serve.
+  const replayCopies = config.api.replay.copies && !replica ? new ReplayCopies(path.join(paths.serving, 'replay'), lake, log) : null;
+  if (replayCopies) {
+    replayCopies.sweep('polymarket', clock.now());
+    timers.push(
+      every(
+        REPLAY_SWEEP_MS,
+        async () => replayCopies.sweep('polymarket', clock.now()),
+        (err) => log.warn({ err }, 'replay copy sweep failed'),
+      ),
+    );
+  }
   // BOOK_CACHE_MB is the service's: each worker keeps its share.
   const books = new BookCache(Math.floor(config.api.bookCacheBytes / workers));
   const health = cached(HEALTH_CACHE_MS, () =>
@@ -195,6 +214,12 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       exports,
       { ...connections, max: connectionLimits.total },
       replica && { ...replica.health(), capture_feed: feed?.health() ?? null },
+      {
+        copies: replayCopies !== null,
+        copy_reads: replayCopies?.stats.reads ?? 0,
+        copies_written: replayCopies?.stats.written ?? 0,
+        copies_queued: replayCopies?.stats.queued ?? 0,
+      },
       {
         book_cache_bytes: books.bytes,
         book_cache_hits: books.hits,
@@ -250,7 +275,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const replay = config.api.replay;
   const replays = replayEndpoint({
     lake,
-    tapes: new TapeCache(Math.floor(replay.cacheBytes / workers)),
+    tapes: new TapeCache(Math.floor(replay.cacheBytes / workers), replayCopies),
     keys,
     limiter,
     rate,
@@ -272,12 +297,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     keys,
     server,
     replays,
+    replayCopies,
     requestLog: app.requestLog,
     async stop() {
       for (const timer of timers) if (timer) clearInterval(timer);
       app.requestLog.stop();
       if (limiter instanceof LeasedLimiter) limiter.close();
       replays.close();
+      await replayCopies?.close();
       s3?.close();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {
@@ -327,6 +354,7 @@ async function checkHealth(
   exports: ExportPool,
   connections: ConnectionStats & { max: number },
   bucket: (ReplicaHealth & { capture_feed: FeedHealth | null }) | null,
+  replay: Record<string, number | boolean>,
   pages: Record<string, number | boolean>,
 ) {
   const now = Date.now();
@@ -379,6 +407,7 @@ async function checkHealth(
         exports: { in_use: exports.inUse, slots: exports.size, slow_readers_cut: exports.slowReaders },
         connections,
         pages,
+        replay,
       },
     },
   };

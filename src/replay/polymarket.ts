@@ -123,7 +123,7 @@ function indexOf(tape: MarketTape): TapeIndex {
 
 /** A walk over one market's tape from `from` (a book per outcome first, as the venue's `initial_dump`) to `to`. */
 export class PolymarketWalk implements ReplayWalk {
-  private readonly index: TapeIndex;
+  private indexed: TapeIndex | null = null;
   private readonly condition: string;
   private readonly assets: string[];
   private readonly negRisk: boolean | undefined;
@@ -145,7 +145,6 @@ export class PolymarketWalk implements ReplayWalk {
     private readonly rendered: (bytes: number) => void = () => undefined,
   ) {
     const m = tape.market;
-    this.index = indexOf(tape);
     this.condition = m.condition_id ?? m.market_id;
     this.assets = [...m.outcomes].sort((a, b) => a.index - b.index).map((o) => o.token_id);
     this.negRisk = m.exchange_kind === 'neg_risk_ctf' ? true : m.exchange_kind === 'ctf' ? false : undefined;
@@ -158,12 +157,12 @@ export class PolymarketWalk implements ReplayWalk {
     this.resolvedSent = !custom || m.resolved_time === null || m.resolved_time < from;
     for (const g of this.gaps) if (g.from < from && g.to > from) this.initial.push(this.gapMessage(g, from));
     // The book each outcome held at `from`: its newest row before it.
-    const held = new Map<number, number>();
-    for (let i = this.book - 1; i >= 0 && held.size < this.assets.length; i--) {
-      const o = tape.books.outcome[i];
-      if (!held.has(o)) held.set(o, i);
-    }
-    for (const i of [...held.values()].sort((a, b) => a - b)) this.initial.push(this.bookMessage(i));
+    for (const i of tape.books.heldAt(from, this.assets.length)) this.initial.push(this.bookMessage(i));
+  }
+
+  /** Only a tape's first render needs it (a replay copy has every message rendered). */
+  private get index(): TapeIndex {
+    return (this.indexed ??= indexOf(this.tape));
   }
 
   /** The time of the next message, or Infinity when none is left before `to`. */
@@ -216,6 +215,8 @@ export class PolymarketWalk implements ReplayWalk {
       if (hit !== '') out.push(...hit.split('\n'));
       return;
     }
+    // A copy holds every message a walk can ask for; one missing is a damaged copy, never guessed at.
+    if (this.tape.copied) throw new Error(`replay copy of market ${this.tape.market.market_id} lacks message ${key}`);
     const messages = render(key);
     const joined = messages.join('\n');
     // Kept for every later replay: flattened now (V8 does on a character read), or its concatenation's
@@ -260,6 +261,7 @@ export class PolymarketWalk implements ReplayWalk {
 
   private bookMessage(i: number): string {
     const books = this.tape.books;
+    if (!books.has(i)) throw new Error(`the ladders of row ${i} of market ${this.tape.market.market_id} were not read`);
     const timestamp = text(books.ts[i]);
     const asset = this.assets[books.outcome[i]];
     const [bids, asks] = sidesJson(books, i);

@@ -44,7 +44,45 @@ export class TapeBooks {
   readonly at: Int32Array;
   readonly bids: Int32Array;
   readonly asks: Int32Array;
-  readonly levels: Float64Array;
+  levels: Float64Array;
+  /**
+   * Rows whose ladders are held, when not all are (a tape read from a replay copy holds times and
+   * outcomes only: its messages are rendered, and a walk asks ladders of the rows it starts from).
+   */
+  known: Uint8Array | null = null;
+
+  /** Times and outcomes alone: ladders are added row by row (`add`). */
+  static sparse(ts: Float64Array, outcome: Int32Array): TapeBooks {
+    const books = new TapeBooks([]);
+    const n = ts.length;
+    Object.assign(books, {
+      ts,
+      outcome,
+      at: new Int32Array(n),
+      bids: new Int32Array(n),
+      asks: new Int32Array(n),
+      known: new Uint8Array(n),
+    });
+    return books;
+  }
+
+  /** Row i of a sparse tape gets the ladders of row j of `from` (the same book, read from the lake). */
+  add(i: number, from: TapeBooks, j: number): void {
+    const values = from.levels.subarray(from.at[j], from.at[j] + 2 * (from.bids[j] + from.asks[j]));
+    const levels = new Float64Array(this.levels.length + values.length);
+    levels.set(this.levels);
+    levels.set(values, this.levels.length);
+    this.at[i] = this.levels.length;
+    this.bids[i] = from.bids[j];
+    this.asks[i] = from.asks[j];
+    this.levels = levels;
+    this.known![i] = 1;
+  }
+
+  /** Whether row i's ladders are held. */
+  has(i: number): boolean {
+    return this.known === null || this.known[i] === 1;
+  }
 
   /** From chunks of `TAPE_BOOK_SELECT`: ts, outcome, the four ladders as one list, and how many bids and asks. */
   constructor(chunks: DuckDBDataChunk[]) {
@@ -105,6 +143,20 @@ export class TapeBooks {
   lowerBound(t: number): number {
     return firstAt(this.ts.length, (i) => this.ts[i], t);
   }
+
+  /** The book each outcome held at `t` (its newest row before it), at most `outcomes` rows, oldest first. */
+  heldAt(t: number, outcomes: number): number[] {
+    const held = new Map<number, number>();
+    for (let i = this.lowerBound(t) - 1; i >= 0 && held.size < outcomes; i--) if (!held.has(this.outcome[i])) held.set(this.outcome[i], i);
+    return [...held.values()].sort((a, b) => a - b);
+  }
+}
+
+/** A tape's rendered messages by key (see PolymarketWalk): a map while rendering, a replay copy once written. */
+export interface RenderedMessages {
+  get(key: number): string | undefined;
+  set(key: number, text: string): void;
+  readonly size: number;
 }
 
 export interface TapeTrade {
@@ -125,6 +177,11 @@ export interface TapeGap {
   reason: string;
 }
 
+/** Where finished markets' tapes are read from already rendered (replay/copy.ts), null when not there yet. */
+export interface ReplayCopyStore {
+  tape(venue: Venue, m: StoredMarket, now: number): Promise<MarketTape | null>;
+}
+
 export interface MarketTape {
   market: StoredMarket;
   books: TapeBooks;
@@ -136,7 +193,9 @@ export interface MarketTape {
   /** What the cache charges for this tape (rendered messages add to it as they are made). */
   bytes: number;
   /** Messages rendered from this tape, kept for the next replay of it (by the protocol's renderer). */
-  rendered: Map<number, string>;
+  rendered: RenderedMessages;
+  /** Read from a replay copy: every message is rendered, and ladders are read only for the rows a walk starts from. */
+  copied?: boolean;
 }
 
 const numberOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
@@ -150,7 +209,7 @@ const numberOrNull = (v: unknown): number | null => (v === null || v === undefin
 export const PRE_OPEN_MS = 5 * 60_000;
 
 /** The hours a market's tape is read from. */
-function tapeSpan(dataset: 'books' | 'trades', m: StoredMarket) {
+export function tapeSpan(dataset: 'books' | 'trades', m: StoredMarket) {
   return planPartitions(dataset, { ...m, start_time: m.start_time - PRE_OPEN_MS }, null, null);
 }
 
@@ -159,16 +218,24 @@ function tapeSpan(dataset: 'books' | 'trades', m: StoredMarket) {
  * sizes) and the two lengths: one list to copy per row instead of four (each list's entry costs
  * two BigInt reads in the binding), which halved a tape's build.
  */
-const TAPE_BOOK_SELECT =
+export const TAPE_BOOK_SELECT =
   'epoch_ms(ts)::DOUBLE AS ts, outcome_index, list_concat(bid_prices, bid_sizes, ask_prices, ask_sizes) AS ladders, ' +
   'len(bid_prices)::INTEGER AS bids, len(ask_prices)::INTEGER AS asks';
-const BOOK_TAPE_COLUMNS = ['ts', 'market_id', 'outcome_index', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'];
+export const BOOK_TAPE_COLUMNS = ['ts', 'market_id', 'outcome_index', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'];
 /** Only what a tape uses is read (the lake's files hold more columns). */
 const TAPE_COLUMNS = {
   trades: ['ts', 'market_id', 'outcome_index', 'price', 'size', 'side', 'fee_rate_bps', 'transaction_hash', 'source'],
   markets: ['ts', 'market_id', 'tick_size'],
   books: BOOK_TAPE_COLUMNS,
 };
+
+/** The market's books and trades gaps from its tape's start on. */
+export function tapeGaps(lake: LakeReader, venue: Venue, m: StoredMarket): TapeGap[] {
+  return lake
+    .gaps({ venue, market_id: m.market_id }, tapeSpan('books', m).from, Infinity)
+    .filter((g) => g.market_id !== null && (g.dataset === 'books' || g.dataset === 'trades'))
+    .map((g) => ({ dataset: g.dataset as 'books' | 'trades', from: g.from_ts, to: g.to_ts, reason: g.reason }));
+}
 
 /** Reads a market's tape from the lake: sealed files and spool parts of the hours it spans. */
 export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket): Promise<MarketTape> {
@@ -224,10 +291,7 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     const tick = numberOrNull(r.tick_size);
     if (tick !== null && tick > 0 && ticks.at(-1)?.tick !== tick) ticks.push({ ts: Number(r.ts), tick });
   }
-  const gaps = lake
-    .gaps({ venue, market_id: m.market_id }, span.from, Infinity)
-    .filter((g) => g.market_id !== null && (g.dataset === 'books' || g.dataset === 'trades'))
-    .map((g) => ({ dataset: g.dataset as 'books' | 'trades', from: g.from_ts, to: g.to_ts, reason: g.reason }));
+  const gaps = tapeGaps(lake, venue, m);
   return {
     market: m,
     books,
@@ -251,7 +315,11 @@ export class TapeCache {
   hits = 0;
   misses = 0;
 
-  constructor(readonly maxBytes: number) {}
+  /** `copies`: where a finished market's rendered messages are read from, and written to when missing. */
+  constructor(
+    readonly maxBytes: number,
+    private readonly copies: ReplayCopyStore | null = null,
+  ) {}
 
   async get(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): Promise<MarketTape> {
     const partitions = tapeSpan('books', m).partitions;
@@ -274,7 +342,7 @@ export class TapeCache {
       return load;
     }
     this.misses++;
-    load = loadTape(lake, venue, m).finally(() => this.loading.delete(flight));
+    load = this.read(lake, venue, m, now).finally(() => this.loading.delete(flight));
     this.loading.set(flight, load);
     if (keep)
       void load.then(
@@ -282,6 +350,12 @@ export class TapeCache {
         () => undefined,
       );
     return load;
+  }
+
+  /** A finished market's copy when it has one (else written for the next replay), or its tape from the lake. */
+  private async read(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): Promise<MarketTape> {
+    const copied = this.copies ? await this.copies.tape(venue, m, now) : null;
+    return copied ?? loadTape(lake, venue, m);
   }
 
   /** A tape's rendered messages grew by `bytes`: charged to the budget. */

@@ -1214,6 +1214,12 @@ export interface components {
                     copies_written: number;
                     copies_queued: number;
                 };
+                replay: {
+                    copies: boolean;
+                    copy_reads: number;
+                    copies_written: number;
+                    copies_queued: number;
+                };
             };
         };
         Coverage: {
