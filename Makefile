@@ -10,7 +10,7 @@ TSX := node --import tsx
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -62,6 +62,10 @@ seal: install
 
 compact: install
 	$(TSX) jobs/compact.ts
+
+## make replay-copies: the replay copy of every finished Polymarket market that lacks one (idempotent)
+replay-copies: install
+	$(TSX) jobs/replay-copies.ts
 
 ## make serving-copies: the pages' serving copies a lake lacks written, those of replaced files removed (idempotent)
 serving-copies: install

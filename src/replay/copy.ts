@@ -345,12 +345,12 @@ export class ReplayCopies implements ReplayCopyStore {
     void this.drain();
   }
 
-  /** Markets of `venue` that ended lately, wholly sealed, without a copy: scheduled. */
-  sweep(venue: Venue, now: number): void {
+  /** Markets of `venue` that ended in the last `backMs` (all: Infinity), wholly sealed, without a copy: scheduled. */
+  sweep(venue: Venue, now: number, backMs = SWEEP_BACK_MS): void {
     for (const m of this.lake.walk('desc', now)) {
       // Walked by window start, newest first: a start this old ends well before the span swept.
-      if (m.start_time < now - SWEEP_BACK_MS - 24 * 3_600_000) break;
-      if (m.venue !== venue || m.end_time + SETTLE_MS > now || m.end_time < now - SWEEP_BACK_MS) continue;
+      if (m.start_time < now - backMs - 24 * 3_600_000) break;
+      if (m.venue !== venue || m.end_time + SETTLE_MS > now || m.end_time < now - backMs) continue;
       this.schedule(venue, m);
     }
   }

@@ -1,0 +1,24 @@
+// make replay-copies: writes the replay copy of every finished Polymarket market of the lake that
+// lacks one (the API writes those of markets ended in the last hours by itself, and older ones after
+// their first replay). Idempotent; safe beside capture and the API.
+import path from 'node:path';
+import { clockFrom } from '../src/clock.js';
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths } from '../src/lake/layout.js';
+import { LakeReader } from '../src/lake/reader.js';
+import { createLogger } from '../src/log.js';
+import { ReplayCopies } from '../src/replay/copy.js';
+
+const config = loadConfig();
+const log = createLogger(config.logLevel, 'replay-copies', 1, config.logFormat);
+const paths = lakePaths(config.dataDir);
+const duck = await Duck.open(1);
+const lake = new LakeReader(duck, paths);
+await lake.open();
+const began = performance.now();
+const copies = new ReplayCopies(path.join(paths.serving, 'replay'), lake, log);
+copies.sweep('polymarket', clockFrom(config.clock).now(), Infinity);
+await copies.idle();
+log.info({ ...copies.stats, ms: Math.round(performance.now() - began) }, 'replay copies');
+duck.close();
