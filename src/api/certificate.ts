@@ -9,7 +9,7 @@ import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { listSpool } from '../lake/spool.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
-import { CAPTURE_LAG_MS, certificateBooksSql, certificateChecksSql, certificateTradesSql, planPartitions } from './plan.js';
+import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
 import { VERIFICATIONS } from '../records.js';
 import type { Verifications } from '../lake/manifest.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
@@ -100,11 +100,9 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
     }));
 }
 
-/** Books by label, every label present (0 when none), `unknown` for books recorded before labels were kept. */
-export function verificationsOf(rows: Record<string, unknown>[]): Verifications {
-  const by = Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, 0])) as Verifications;
-  for (const r of rows) by[(r.verified_by as keyof Verifications | null) ?? 'unknown'] += r.n as number;
-  return by;
+/** Books by label from the certificate's figures (none without books), `unknown` for books recorded before labels were kept. */
+function verificationsOf(figures: Record<string, unknown> | undefined): Verifications {
+  return Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, Number(figures?.[v] ?? 0)])) as Verifications;
 }
 
 export function certificateHandlers({ lake, findMarket }: RouteKit) {
@@ -122,7 +120,6 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       ]);
       const params = { market_id: m.market_id, start: m.start_time, end: m.end_time, recorded_until: m.end_time + CAPTURE_LAG_MS };
       const [figures] = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateBooksSql(books, params))) : [];
-      const checks = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateChecksSql(books, params))) : [];
       const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
       const first = (figures?.first as number | null | undefined) ?? null;
@@ -140,7 +137,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
             to: iso(Math.min(g.to_ts, m.end_time)),
             reason: g.reason,
           })),
-          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first), verified_by: verificationsOf(checks) },
+          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first), verified_by: verificationsOf(figures) },
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },

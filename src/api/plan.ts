@@ -2,7 +2,7 @@
 // server found for them. Every value is bound; the only spliced text is the quoted file list.
 import type { Venue, Window } from '../config.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
-import type { Dataset } from '../records.js';
+import { type Dataset, VERIFICATIONS } from '../records.js';
 import { HOUR, floorTo } from '../time.js';
 import path from 'node:path';
 import { type Files, bookSelect } from '../lake/sql.js';
@@ -214,26 +214,24 @@ export interface CertificateParams extends Record<string, string | number> {
   recorded_until: number;
 }
 
-/** A market's first book (pre-open ones included), its books in the window, and their receive-less-exchange time quantiles. */
+/**
+ * A market's first book (pre-open ones included), its books in the window, those by what vouched
+ * for them (`verified_by`, each label bound; `unknown`: null), and their receive-less-exchange
+ * time quantiles: one scan.
+ */
 export function certificateBooksSql(source: string, params: CertificateParams) {
   const inWindow = 'ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT)';
   const offset = 'epoch_ms(recv_ts) - epoch_ms(exchange_ts)';
   const timed = `exchange_ts IS NOT NULL AND ${inWindow}`;
+  const labels = Object.fromEntries(VERIFICATIONS.map((v, i) => [`label${i}`, v]));
+  const byLabel = VERIFICATIONS.map((v, i) => `(count(*) FILTER (WHERE ${inWindow} AND verified_by = $label${i}))::DOUBLE AS "${v}"`);
   return {
     sql: `SELECT epoch_ms(min(ts))::DOUBLE AS first, (count(*) FILTER (WHERE ${inWindow}))::DOUBLE AS books,
+      ${byLabel.join(', ')}, (count(*) FILTER (WHERE ${inWindow} AND verified_by IS NULL))::DOUBLE AS unknown,
       quantile_cont(${offset}, 0.5) FILTER (WHERE ${timed})::DOUBLE AS p50,
       quantile_cont(${offset}, 0.99) FILTER (WHERE ${timed})::DOUBLE AS p99
       FROM (${source}) WHERE market_id = $market_id AND ts < epoch_ms($recorded_until::BIGINT)`,
-    params,
-  };
-}
-
-/** A market's books in its window, counted by what vouched for them (`verified_by`; null: not known). */
-export function certificateChecksSql(source: string, { recorded_until: _, ...params }: CertificateParams) {
-  return {
-    sql: `SELECT verified_by, count(*)::DOUBLE AS n FROM (${source})
-      WHERE market_id = $market_id AND ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT) GROUP BY verified_by`,
-    params,
+    params: { ...params, ...labels },
   };
 }
 

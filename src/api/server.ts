@@ -42,10 +42,10 @@ const TAIL_MS = 500;
 const UPDATE_MS = 2000;
 const REINDEX_MS = 3_600_000;
 
-/** Runs `task` every `ms`, never two at once. */
 /** How often markets that ended lately are looked at for a replay copy (replay/copy.ts). */
 const REPLAY_SWEEP_MS = 30_000;
 
+/** Runs `task` every `ms`, never two at once. */
 function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) => void): NodeJS.Timeout {
   let running = false;
   return setInterval(() => {

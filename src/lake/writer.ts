@@ -23,7 +23,7 @@ function verifiedRows(r: Record<string, unknown>): number {
 }
 
 /** A file's books by label; `unknown` for those recorded before labels were kept. */
-function verificationsOf(spans: Record<string, unknown>[], rows: number): Verifications {
+function fileVerifications(spans: Record<string, unknown>[], rows: number): Verifications {
   const by = Object.fromEntries(VERIFICATIONS.map((v) => [v, spans.reduce((n, r) => n + Number(r[v]), 0)])) as Verifications;
   by.unknown = rows - VERIFICATIONS.reduce((n, v) => n + by[v], 0);
   return by;
@@ -93,7 +93,7 @@ export async function writeParquet(
           : [Number(r.n), Number(r.lo), Number(r.hi)]) as MarketRows,
       ]),
     );
-    if (books) verified = verificationsOf(spans, rows);
+    if (books) verified = fileVerifications(spans, rows);
   }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);

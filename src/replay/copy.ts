@@ -49,7 +49,7 @@ export function copySignature(lake: LakeReader, venue: Venue, m: StoredMarket): 
   const books = tapeSpan('books', m).partitions;
   const trades = tapeSpan('trades', m).partitions;
   const files = lake.signature(books);
-  if (files === '' || lake.spooled(books) || lake.spooled(trades)) return null;
+  if (files === '' || lake.spooled([...books, ...trades])) return null;
   const markets = [partitionOf('markets', venue, m.coin, m.window, m.start_time)];
   const inputs = [
     REPLAY_COPY_VERSION,
@@ -223,7 +223,7 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
  * Reads the ladders of the rows a walk of a copied tape starts from (each outcome's book at `at`):
  * one bound statement over the files of those rows' hours. Other tapes hold every ladder.
  */
-export async function readHeld(lake: LakeReader, venue: Venue, tape: MarketTape, at: number): Promise<void> {
+async function readHeld(lake: LakeReader, venue: Venue, tape: MarketTape, at: number): Promise<void> {
   const books = tape.books;
   const m = tape.market;
   const rows = books.heldAt(at, m.outcomes.length).filter((i) => !books.has(i));
@@ -309,6 +309,7 @@ export class ReplayCopies implements ReplayCopyStore {
     if (!bytes) return null;
     try {
       const tape = decodeCopy(bytes, m, signature);
+      tape.readHeld = (at) => readHeld(this.lake, venue, tape, at);
       this.stats.reads++;
       this.present.add(signature);
       return tape;
@@ -406,41 +407,32 @@ export class ReplayCopies implements ReplayCopyStore {
       return null;
     });
     if (!handle) return;
-    let renamed = false;
+    const began = performance.now();
+    let written: { bytes: number; rows: number; messages: number } | null = null;
     try {
-      const began = performance.now();
       const tape = await loadTape(this.lake, venue, m);
-      if (!(await renderAll(tape, () => this.stopped))) return;
       // The lake may have moved on while the tape was read (a compaction, a gap written late).
-      if (copySignature(this.lake, venue, m) !== signature) return;
-      const bytes = encodeCopy(tape, signature);
-      await handle.writeFile(bytes);
-      await handle.sync();
-      await handle.close();
-      await fs.rename(tmp, file);
-      renamed = true;
-      // Bounded over months of uptime: forgetting only costs a look at the disk.
-      if (this.present.size > 100_000) this.present.clear();
-      this.present.add(signature);
-      this.stats.written++;
-      // Copies of the market's earlier inputs are never read again.
-      const mine = path.basename(file);
-      for (const name of await fs.readdir(path.dirname(file)))
-        if (name.startsWith(`${m.market_id}.`) && name !== mine && !name.endsWith('.tmp'))
-          await fs.rm(path.join(path.dirname(file), name), { force: true });
-      this.log.debug(
-        {
-          market_id: m.market_id,
-          rows: tape.books.length,
-          messages: tape.rendered.size,
-          bytes: bytes.length,
-          ms: Math.round(performance.now() - began),
-        },
-        'replay copy written',
-      );
+      if ((await renderAll(tape, () => this.stopped)) && copySignature(this.lake, venue, m) === signature) {
+        const bytes = encodeCopy(tape, signature);
+        await handle.writeFile(bytes);
+        await handle.sync();
+        written = { bytes: bytes.length, rows: tape.books.length, messages: tape.rendered.size };
+      }
     } finally {
-      await handle.close().catch(() => undefined);
-      if (!renamed) await fs.rm(tmp, { force: true });
+      await handle.close();
+      if (!written) await fs.rm(tmp, { force: true });
     }
+    if (!written) return;
+    await fs.rename(tmp, file);
+    // Bounded over months of uptime: forgetting only costs a look at the disk.
+    if (this.present.size > 100_000) this.present.clear();
+    this.present.add(signature);
+    this.stats.written++;
+    // Copies of the market's earlier inputs are never read again.
+    const mine = path.basename(file);
+    for (const name of await fs.readdir(path.dirname(file)))
+      if (name.startsWith(`${m.market_id}.`) && name !== mine && !name.endsWith('.tmp'))
+        await fs.rm(path.join(path.dirname(file), name), { force: true });
+    this.log.debug({ market_id: m.market_id, ...written, ms: Math.round(performance.now() - began) }, 'replay copy written');
   }
 }

@@ -5,7 +5,6 @@ import type { Writable } from 'node:stream';
 import type { Clock } from '../clock.js';
 import type { Venue, Window } from '../config.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import { readHeld } from './copy.js';
 import { PolymarketWalk } from './polymarket.js';
 import { ReplaySession } from './session.js';
 import { PRE_OPEN_MS, TapeCache } from './tape.js';
@@ -58,7 +57,7 @@ export async function replayToFile(lake: LakeReader, clock: Clock, r: FileReplay
   for (const m of markets)
     session.subscribe(m.market_id, async (at) => {
       const tape = await tapes.get(lake, r.venue, m, clock.now());
-      await readHeld(lake, r.venue, tape, at);
+      await tape.readHeld?.(at);
       return r.venue === 'polymarket'
         ? new PolymarketWalk(tape, at, r.to, true)
         : new WalletWalk(tape, at, r.to, `${WALLET_TOPIC_PREFIX}${m.market_id}`);

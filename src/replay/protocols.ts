@@ -21,8 +21,6 @@ export interface ReplayContext {
   /** The venue's markets, by window start. */
   markets(): StoredMarket[];
   tape(m: StoredMarket): Promise<MarketTape>;
-  /** Reads what a walk of `tape` from `at` needs that the tape does not hold (a copied tape's starting books). */
-  held(tape: MarketTape, at: number): Promise<void>;
   /** Markets a replay plays at once at most. */
   maxMarkets: number;
   charge(tape: MarketTape, bytes: number): void;
@@ -135,7 +133,7 @@ const polymarket: ReplayProtocol = {
           for (const a of added) tokens.add(a);
           const subscribed = session.subscribe(m.market_id, async (at) => {
             const tape = await ctx.tape(m);
-            await ctx.held(tape, at);
+            await tape.readHeld?.(at);
             const walk = new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
             return new TokenFilter(walk, m.outcomes.length, tokens);
           });

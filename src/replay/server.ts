@@ -18,7 +18,6 @@ import { PROTOCOLS } from './protocols.js';
 import { WALLET_AGGREGATE_TOPIC } from './wallet.js';
 import { ReplaySession } from './session.js';
 import type { TapeCache } from './tape.js';
-import { readHeld } from './copy.js';
 
 export const REPLAY_PATHS: Record<string, Venue> = {
   '/v3/replay/polymarket/ws/market': 'polymarket',
@@ -218,7 +217,6 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       token: (id) => tokens.find(id, deps.clock.now()),
       markets: () => [...deps.lake.walk('asc', deps.clock.now())].filter((m) => m.venue === request.venue),
       tape: (m) => deps.tapes.get(deps.lake, request.venue, m, deps.clock.now()),
-      held: (tape, at) => readHeld(deps.lake, request.venue, tape, at),
       maxMarkets: deps.limits.markets,
       charge: (tape, bytes) => deps.tapes.charge(tape, bytes),
     });

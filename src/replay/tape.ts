@@ -194,8 +194,12 @@ export interface MarketTape {
   bytes: number;
   /** Messages rendered from this tape, kept for the next replay of it (by the protocol's renderer). */
   rendered: RenderedMessages;
-  /** Read from a replay copy: every message is rendered, and ladders are read only for the rows a walk starts from. */
+  /**
+   * Read from a replay copy: every message is rendered, and ladders are read only for the rows a
+   * walk starts from, by `readHeld` (its books at `at`), which a walk's maker awaits first.
+   */
   copied?: boolean;
+  readHeld?: (at: number) => Promise<void>;
 }
 
 const numberOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
