@@ -46,9 +46,10 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
   const dir = t.testdir();
   // Paced: the venue's time runs at most a quarter second of real time (three polls, if longer) past
-  // the slowest of capture's loops and stream threads, and less than half the stall bound, so a
-  // starved process sees what a fast one would and no silence of the venue's stand-in is a stall;
-  // idle, the clock keeps its speed.
+  // the slowest of capture's loops and stream threads and of the stand-in's pumps, and less than half
+  // the stall bound, so a starved process sees what a fast one would and no silence of the venue's
+  // stand-in is a stall (a clean run on a fresh clone, four test files at a time, once saw 6 simulated
+  // seconds without data when only capture was waited for); idle, the clock keeps its speed.
   let reached = () => start;
   const leadMs = Math.min(Math.max(250 * speed, 3 * Number(env.POLL_MS ?? 1000)), Number(env.STREAM_STALL_MS ?? 3000) / 2);
   const clock = pacedClock(start, speed, Date.now(), Infinity, leadMs, () => reached());
@@ -74,7 +75,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
-  reached = () => capture.progress();
+  reached = () => Math.min(capture.progress(), standin.stream.delivered(), standin.walletStream.delivered());
   await capture.start();
   const began = Date.now();
   let firstBookAt: number | null = null;

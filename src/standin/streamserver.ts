@@ -81,6 +81,7 @@ export abstract class StreamServer<C extends StreamClient> {
   protected readonly clients = new Set<C>();
   private readonly wss = new WebSocketServer({ noServer: true });
   private timer: NodeJS.Timeout | null = null;
+  private pumped = -Infinity;
 
   constructor(
     protected readonly sim: Sim,
@@ -120,6 +121,15 @@ export abstract class StreamServer<C extends StreamClient> {
     return true;
   }
 
+  /**
+   * The venue time up to which changes have been sent (the last pump's), unbounded before any
+   * connection. A paced test clock waits for it too: a stand-in starved of its thread would
+   * otherwise look, to capture's stream thread, like a venue gone silent.
+   */
+  delivered(): number {
+    return this.timer ? this.pumped : Infinity;
+  }
+
   close(): void {
     if (this.timer) clearInterval(this.timer);
     for (const c of this.clients) c.socket.terminate();
@@ -143,6 +153,7 @@ export abstract class StreamServer<C extends StreamClient> {
 
   private tick(): void {
     const now = this.clock.now();
+    this.pumped = now;
     if (this.within(this.faults.disconnects, now)) {
       for (const c of this.clients) c.socket.terminate();
       return;
