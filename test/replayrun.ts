@@ -56,16 +56,28 @@ export async function roundTrip(
   await capture.stop();
   await sealAll(duck, dirB);
   const b = await readStreamLake(duck, dirB);
-  // From a few seconds in (B's first subscriptions) to shortly before the end, outside both records' gaps.
+  // From B's first book of each outcome (its subscription: B cannot record what the venue sent before
+  // it asked, and a loaded machine starts B's stream thread late, once more than 5 simulated seconds
+  // in) to shortly before the end, outside both records' gaps. An outcome A recorded after B's first
+  // subscription and B never did is `unrecorded`.
+  const outcomeOf = (r: Recorded) => `${r.market_id}/${r.outcome_index}`;
+  const firstB = new Map<string, number>();
+  for (const r of b.rows) firstB.set(outcomeOf(r), Math.min(firstB.get(outcomeOf(r)) ?? Infinity, r.ts));
+  const subscribed = Math.min(...firstB.values());
   const outside = (r: Recorded, gaps: Gap[]) => !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
-  const within = (r: Recorded) => r.ts >= start + 5 * SECOND && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
+  const within = (r: Recorded) =>
+    r.ts >= (firstB.get(outcomeOf(r)) ?? Infinity) && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
   const keyOf = (r: Recorded) =>
     `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
   const inA = new Set(a.rows.map(keyOf));
   const inB = new Set(b.rows.map(keyOf));
   const compared = a.rows.filter(within);
+  const unrecorded = [
+    ...new Set(a.rows.filter((r) => r.ts >= subscribed && r.ts < end - 2 * SECOND && !firstB.has(outcomeOf(r))).map(outcomeOf)),
+  ];
   return {
     compared: compared.length,
+    unrecorded,
     missing: compared.filter((r) => !inB.has(keyOf(r))),
     extra: b.rows.filter(within).filter((r) => !inA.has(keyOf(r))),
   };
