@@ -7,7 +7,9 @@ import { HttpClient, UpstreamError } from '../src/venues/http.js';
 import { signedQuery } from '../src/venues/wallet/signing.js';
 
 const clock = createClock(Date.parse('2026-07-26T13:40:00Z'));
-const standin = new StandIn({ clock, apiKey: 'k', apiSecret: 's', walletWeightPerMinute: 200 * 3 });
+// The weight budget counts in one wall-clock minute that never ends here: a run straddling a minute's
+// end (under load, once) would start a fresh budget before the third call.
+const standin = new StandIn({ clock, apiKey: 'k', apiSecret: 's', walletWeightPerMinute: 200 * 3, weightNow: () => 0 });
 const url = await standin.start(0);
 t.teardown(() => standin.stop());
 /** tap's matcher types want an Error; the fields of an UpstreamError are what is checked. */

@@ -56,6 +56,8 @@ export interface StandInOptions {
   apiSecret?: string;
   /** Documented wallet budget: 12000 weight per minute, 200 per call. */
   walletWeightPerMinute?: number;
+  /** The wall clock whose minutes the weight budget is counted in (the venue's: real time, whatever the simulated clock). */
+  weightNow?: () => number;
   faults?: Partial<Faults>;
   /** Faults of the WebSocket market channel. */
   streamFaults?: Partial<StreamFaults>;
@@ -239,14 +241,15 @@ export class StandIn {
   private checkSigned(url: URL, headers: http.IncomingHttpHeaders): void {
     const refusal = signatureRefusal(url, headers, this.options.apiKey ?? 'standin-key', this.options.apiSecret ?? 'standin-secret');
     if (refusal) throw new HttpReply({ status: refusal.status, body: refusal.body });
-    const minute = Math.floor(Date.now() / 60_000);
+    const now = (this.options.weightNow ?? Date.now)();
+    const minute = Math.floor(now / 60_000);
     if (this.weightWindow.minute !== minute) this.weightWindow = { minute, used: 0 };
     this.weightWindow.used += 200;
     if (this.weightWindow.used > (this.options.walletWeightPerMinute ?? 12_000)) {
       throw new HttpReply({
         status: 429,
         body: { code: -1003, msg: 'Too much request weight used.' },
-        headers: { 'retry-after': String(60 - (Math.floor(Date.now() / 1000) % 60)) },
+        headers: { 'retry-after': String(60 - (Math.floor(now / 1000) % 60)) },
       });
     }
   }
