@@ -62,7 +62,10 @@ export async function roundTrip(
   // subscription and B never did is `unrecorded`.
   const outcomeOf = (r: Recorded) => `${r.market_id}/${r.outcome_index}`;
   const firstB = new Map<string, number>();
-  for (const r of b.rows) firstB.set(outcomeOf(r), Math.min(firstB.get(outcomeOf(r)) ?? Infinity, r.ts));
+  for (const r of b.rows) {
+    const outcome = outcomeOf(r);
+    firstB.set(outcome, Math.min(firstB.get(outcome) ?? Infinity, r.ts));
+  }
   const subscribed = Math.min(...firstB.values());
   const outside = (r: Recorded, gaps: Gap[]) => !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
   const within = (r: Recorded) =>
