@@ -50,9 +50,19 @@ export async function roundTrip(
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
-  progress = () => capture.progress();
+  // The venue's time holds at the start until the replay has loaded a market B subscribed to: B's
+  // stream thread reports progress while its connection is still being answered, and a loaded
+  // machine once let the clock run the whole window before B's first subscription arrived.
+  let replaying = false;
+  progress = () => {
+    replaying ||= replayApi.replays.stats().open.some((s) => s.markets > 0);
+    return replaying ? capture.progress() : start;
+  };
   await capture.start();
-  while (clock.now() < end) await new Promise((r) => setTimeout(r, 50));
+  for (let waited = 0; clock.now() < end; waited += 50) {
+    if (!replaying && waited > 60_000) throw new Error('B subscribed to no market of the replay in 60 s');
+    await new Promise((r) => setTimeout(r, 50));
+  }
   await capture.stop();
   await sealAll(duck, dirB);
   const b = await readStreamLake(duck, dirB);
