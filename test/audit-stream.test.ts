@@ -58,6 +58,28 @@ t.test('the book model: one history, however it is read', async (t) => {
   t.equal(differ, 0, `the book read at ${compared} instants equals the replay of the changes`);
   t.equal(crossed, 0, 'the best bid is always below the best ask');
 
+  // Read as the stand-in's faces read it (a pump's short windows, REST instants ahead and behind), an
+  // instance keeping the seconds it decided gives the same history.
+  const pumped = new Sim(7, COINS);
+  const windowed: typeof changes = [];
+  const span = 150 * SECOND;
+  for (let from = m.start - 1; from < m.start - 1 + span; from += 250) {
+    pumped.bookState(m, 0, from + 20 * SECOND);
+    pumped.bookState(m, 0, from - 30 * SECOND);
+    windowed.push(...pumped.bookChanges(m, 0, from, from + 250));
+  }
+  t.same(
+    windowed,
+    changes.filter((c) => c.t > m.start - 1 && c.t <= m.start - 1 + span),
+    'read in windows, the same changes',
+  );
+  const behind = [...changes].reverse().filter((_, i) => i % 41 === 0);
+  t.same(
+    behind.map((c) => `${pumped.bookState(m, 0, c.t).seq}:${pumped.bookState(m, 0, c.t).sizes.join()}`),
+    behind.map((c) => `${fresh.bookState(m, 0, c.t).seq}:${fresh.bookState(m, 0, c.t).sizes.join()}`),
+    'and, read backwards, the same books',
+  );
+
   const late = sim.book(m, 0, m.start + 14 * 60 * SECOND);
   const fair = sim.fairUp(m, m.start + 14 * 60 * SECOND);
   t.ok(Math.abs((late.bids[0][0] + late.asks[0][0]) / 2 - fair) < 0.06, 'the book follows the fair value');

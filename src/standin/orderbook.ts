@@ -9,6 +9,12 @@ import { SECOND } from '../time.js';
 export const TICKS = 100;
 const CHECKPOINT_MS = 10 * SECOND;
 const MAX_TOKENS = 256;
+/**
+ * A token's seconds of changes kept once decided (at most ~60 KB a token): the REST face, each
+ * stream's pump and a test's audit ask for the same recent seconds, and deciding one costs a seeded
+ * draw and a ladder scan per change (most of the stand-in's CPU in a stream test, when not kept).
+ */
+const KEPT_SECONDS = 120;
 const MIN_LEVELS = 8;
 const MAX_LEVELS = 20;
 /** How far the best levels may sit from the fair value (in ticks) before changes pull them back. */
@@ -44,7 +50,10 @@ export interface TokenPath {
 
 export class BookModel {
   /** Per token: the state at every CHECKPOINT_MS after the open that replay has reached, and the newest second replayed. */
-  private readonly tokens = new Map<string, { checkpoints: BookState[]; cursor: { s: number; state: BookState } }>();
+  private readonly tokens = new Map<
+    string,
+    { checkpoints: BookState[]; cursor: { s: number; state: BookState }; seconds: Map<number, Change[]> }
+  >();
 
   constructor(private readonly seed: number) {}
 
@@ -88,7 +97,7 @@ export class BookModel {
       this.tokens.delete(token.key);
     } else {
       const initial = this.initial(token);
-      entry = { checkpoints: [initial], cursor: { s: open, state: initial } };
+      entry = { checkpoints: [initial], cursor: { s: open, state: initial }, seconds: new Map() };
       if (this.tokens.size >= MAX_TOKENS) this.tokens.delete(this.tokens.keys().next().value!);
     }
     this.tokens.set(token.key, entry);
@@ -130,9 +139,24 @@ export class BookModel {
     return { ts: token.open - 60 * SECOND, seq: 0, sizes };
   }
 
-  /** The changes of second `s`, decided from `state`, the book at the second's start (left unchanged). */
+  /**
+   * The changes of second `s`, decided from `state`, the book at the second's start (left
+   * unchanged). The history is one, so a second's changes, once decided, are kept and shared.
+   */
   private second(token: TokenPath, state: BookState, s: number): Change[] {
     if (s * SECOND >= token.close) return [];
+    const kept = this.tokens.get(token.key)?.seconds;
+    const known = kept?.get(s);
+    if (known) return known;
+    const decided = this.decide(token, state, s);
+    if (kept) {
+      kept.set(s, decided);
+      if (kept.size > KEPT_SECONDS) kept.delete(kept.keys().next().value!);
+    }
+    return decided;
+  }
+
+  private decide(token: TokenPath, state: BookState, s: number): Change[] {
     const rnd = prng(this.seed, token.key, s);
     const sizes = state.sizes.slice();
     const fair = Math.max(2, Math.min(98, Math.round(token.fair(s) * 100)));
