@@ -185,3 +185,91 @@ t.test('before its connection ever opens, a market takes REST after a stall boun
   rec.rest(market, poll(tracked + 7000, tracked + 6500));
   t.equal(gaps.length, 1, 'one loss, whatever REST brings next');
 });
+
+t.test("REST's two books straddling a change: the newer one and its mirror, never the newer one at the older time", async (t) => {
+  const closed = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  await new Promise((r) => closed.once('listening', r));
+  const port = (closed.address() as { port: number }).port;
+  await new Promise((r) => closed.close(r));
+  const rows: { ts: number; books: Book[] }[] = [];
+  const config = testConfig(t.testdir(), { WALLET_WS_URL: `ws://127.0.0.1:${port}/sapi/wss`, STREAM_STALL_MS: '5000' });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
+    metrics: () => undefined,
+    lost: () => undefined,
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  const tracked = 1_000_000;
+  // The venue's one book per market at `bid` (Yes bid; ask a cent above), as REST answers each token.
+  const book = (market_id: string, outcome_index: number, at: number, bid: number): Book => ({
+    market_id,
+    token_id: outcome_index ? 'no-token' : 'yes-token',
+    outcome_index,
+    outcome: outcome_index ? 'Down' : 'Up',
+    exchange_ts: at,
+    bid_prices: [outcome_index ? Math.round(99 - bid * 100) / 100 : bid],
+    bid_sizes: [outcome_index ? 20 : 10],
+    ask_prices: [outcome_index ? Math.round(100 - bid * 100) / 100 : Math.round(bid * 100 + 1) / 100],
+    ask_sizes: [outcome_index ? 10 : 20],
+    verified_by: 'snapshot',
+  });
+  const poll = (market_id: string, recvTs: number, yes: [number, number], no: [number, number]) => ({
+    books: [book(market_id, 0, ...yes), book(market_id, 1, ...no)],
+    quotes: [],
+    recvTs,
+    sentTs: recvTs - 10,
+  });
+  const levels = (b: Book) => [b.exchange_ts, b.bid_prices[0], b.ask_prices[0]];
+
+  const checked = openWalletMarket();
+  rec.track([checked], tracked);
+  rec.rest(checked, poll(checked.market_id, tracked + 6000, [tracked + 5500, 0.5], [tracked + 5500, 0.5]));
+  t.same(
+    rows.map((r) => r.ts),
+    [tracked + 5500],
+    'one instant: the first row, and the mapping is seen to hold',
+  );
+  // The Yes book asked before a change at +6200, the No book after it.
+  rec.rest(checked, poll(checked.market_id, tracked + 6300, [tracked + 5500, 0.5], [tracked + 6200, 0.52]));
+  t.same(rows[1].ts, tracked + 6200, "the row is at the newer book's time");
+  t.same(
+    rows[1].books.map(levels),
+    [
+      [tracked + 6200, 0.52, 0.53],
+      [tracked + 6200, 0.47, 0.48],
+    ],
+    'its Yes book the No book mirrored',
+  );
+  // The other way round: the No book asked before a change at +7100.
+  rec.rest(checked, poll(checked.market_id, tracked + 7200, [tracked + 7100, 0.49], [tracked + 6200, 0.52]));
+  t.same(
+    rows[2].books.map(levels),
+    [
+      [tracked + 7100, 0.49, 0.5],
+      [tracked + 7100, 0.5, 0.51],
+    ],
+    'its No book the Yes book mirrored',
+  );
+
+  // A market whose mapping REST never showed at one instant: two instants make no row.
+  const unchecked = { ...openWalletMarket(), market_id: 'unchecked' };
+  rec.track([unchecked], tracked);
+  rec.rest(unchecked, poll('unchecked', tracked + 6000, [tracked + 5500, 0.5], [tracked + 5800, 0.51]));
+  t.equal(rows.length, 3, 'no row from books of two instants while the mapping is unchecked');
+  rec.rest(unchecked, poll('unchecked', tracked + 7000, [tracked + 5800, 0.51], [tracked + 5800, 0.51]));
+  t.same(
+    rows.slice(3).map((r) => [r.ts, r.books.map(levels)]),
+    [
+      [
+        tracked + 5800,
+        [
+          [tracked + 5800, 0.51, 0.52],
+          [tracked + 5800, 0.48, 0.49],
+        ],
+      ],
+    ],
+    'the next poll of one instant is the row',
+  );
+});

@@ -189,18 +189,20 @@ export class WalletStreamRecorder implements BookStream {
   rest(m: Market, poll: MarketPoll): void {
     const h = this.markets.get(m.market_id);
     if (this.closed || !h || poll.books instanceof UpstreamError) return;
-    const books = m.outcomes.map((o) => (poll.books as Book[]).find((b) => b.token_id === o.token_id));
-    const [yes, no] = books;
-    if (!yes || !no || yes.exchange_ts === null) return;
-    this.checkMirror(h, yes, no);
-    const ts = yes.exchange_ts;
+    const [asked, askedNo] = m.outcomes.map((o) => (poll.books as Book[]).find((b) => b.token_id === o.token_id));
+    if (!asked || !askedNo || asked.exchange_ts === null) return;
+    this.checkMirror(h, asked, askedNo);
+    const books = this.oneInstant(h, asked, askedNo);
+    if (!books) return;
+    const [yes] = books;
+    const ts = yes.exchange_ts!;
     const healthy = this.channel.healthy(TOPIC_PREFIX + m.market_id);
     if (!healthy && h.books === null) {
       // No book yet and the topic's connection not open: REST's book would leave unheard whatever
       // changes before the subscription is in force. It waits a stall bound for the connection;
       // after that it is the fallback, under a gap until the stream delivers.
       if (poll.recvTs - h.trackedAt <= this.stallMs) return;
-      this.take(h, books as Book[], ts, poll.recvTs, true);
+      this.take(h, books, ts, poll.recvTs, true);
       this.openLoss(h, 'disconnected', ts, 'the stream connection is not open: REST books stand in');
       return;
     }
@@ -210,7 +212,7 @@ export class WalletStreamRecorder implements BookStream {
       // A connection seen down before its loss is reported (the close event still to come): the
       // loss starts at the copy's newest book, which REST's is about to replace, not at REST's.
       if (h.books !== null && !h.lossOpen && h.mirror !== 'broken') this.openLoss(h, 'disconnected', h.ts, 'the stream connection is down');
-      this.take(h, books as Book[], ts, poll.recvTs, true);
+      this.take(h, books, ts, poll.recvTs, true);
       return;
     }
     if (h.books === null) {
@@ -221,7 +223,7 @@ export class WalletStreamRecorder implements BookStream {
       // stream's silence. Live, either way, only once the stream delivers.
       const sent = this.channel.subscribedAt(TOPIC_PREFIX + m.market_id);
       const unchangedSince = sent !== undefined && (poll.sentTs ?? -Infinity) > sent && ts <= sent;
-      if (sent !== undefined && (unchangedSince || poll.recvTs - sent > this.stallMs)) this.take(h, books as Book[], ts, poll.recvTs, true);
+      if (sent !== undefined && (unchangedSince || poll.recvTs - sent > this.stallMs)) this.take(h, books, ts, poll.recvTs, true);
       return;
     }
     // The stream is the source. A REST book newer than the stream's is normal for a moment (the
@@ -233,8 +235,23 @@ export class WalletStreamRecorder implements BookStream {
       // Live again at the stream's next push; REST's book stands meanwhile.
       const from = this.provedUntil(h, h.ts, h.restAhead.ts);
       this.openLoss(h, 'stream_resync', from, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
-      this.take(h, books as Book[], ts, poll.recvTs, true);
+      this.take(h, books, ts, poll.recvTs, true);
     }
+  }
+
+  /**
+   * REST's two books are two requests, and a change may fall between them: a row pairing them at
+   * the older one's time would show the newer book before it existed (a backtest would see it
+   * early). With the mapping known to hold, the newer book is the market's at its time and gives
+   * the other; without it, books of two instants make no row (the next poll or push will).
+   */
+  private oneInstant(h: Held, yes: Book, no: Book): [Book, Book] | null {
+    if (no.exchange_ts === yes.exchange_ts) return [yes, no];
+    if (h.mirror !== 'holds') return null;
+    const decimals = this.decimals(h.market);
+    if (no.exchange_ts !== null && no.exchange_ts > yes.exchange_ts!)
+      return [{ ...yes, ...mirrorLadders(no, decimals), exchange_ts: no.exchange_ts }, no];
+    return [yes, { ...no, ...mirrorLadders(yes, decimals), exchange_ts: yes.exchange_ts }];
   }
 
   /**
