@@ -105,8 +105,8 @@ t.test('one market’s own topic replays that market alone; a malformed topic is
 });
 
 t.test('round trip: capture’s wallet recorder pointed at the replay records the original’s books, row for row', async (t) => {
-  const { compared, unrecorded, missing, extra } = await roundTrip(t, 'wallet-prediction', run, START, END);
-  t.ok(compared > 200, `${compared} rows of A compared`);
+  const { diagnosis, compared, unrecorded, missing, extra } = await roundTrip(t, 'wallet-prediction', run, START, END);
+  t.ok(compared > 200, `${compared} rows of A compared`, { diagnosis });
   t.same(unrecorded, [], 'every outcome A recorded after B subscribed, B recorded too');
   t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
   t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);

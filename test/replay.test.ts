@@ -399,8 +399,8 @@ t.test('round trip: capture’s own recorder pointed at the replay records the o
   // Capture B runs the venue's REST faces from a stand-in of the same seed (discovery, REST checks)
   // and takes the market channel from the replay of lake A, which plays on B's own clock: `play_at`
   // is B's start, so the replay is the venue as it was when A recorded it.
-  const { compared, unrecorded, missing, extra } = await roundTrip(t, 'polymarket', run, START, END);
-  t.ok(compared > 1000, `${compared} rows of A compared`);
+  const { diagnosis, compared, unrecorded, missing, extra } = await roundTrip(t, 'polymarket', run, START, END);
+  t.ok(compared > 1000, `${compared} rows of A compared`, { diagnosis });
   t.same(unrecorded, [], 'every outcome A recorded after B subscribed, B recorded too');
   t.same(missing.slice(0, 3), [], `${missing.length} of A's rows not in B`);
   t.same(extra.slice(0, 3), [], `${extra.length} of B's rows not in A`);

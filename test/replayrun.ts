@@ -50,22 +50,43 @@ export async function roundTrip(
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
-  // The venue's time holds at the start until the replay has loaded a market B subscribed to: B's
-  // stream thread reports progress while its connection is still being answered, and a loaded
-  // machine once let the clock run the whole window before B's first subscription arrived.
+  // The venue's time holds at the start until the replay has loaded a market B subscribed to and,
+  // on the market channel (whose replay sends each token's book on subscription), until B recorded
+  // a book: B's stream thread reports progress while its connection is still being answered, and a
+  // loaded machine let the clock run the whole window before B's first subscription arrived, or
+  // before its first book (twice beside stress-ng, B recorded nothing).
   let replaying = false;
+  const diagnosis = {
+    releasedAt: null as number | null,
+    sessions: 0,
+    messages: 0,
+    capture: { ...capture.stats },
+    rows: 0,
+    gaps: [] as string[],
+  };
   progress = () => {
-    replaying ||= replayApi.replays.stats().open.some((s) => s.markets > 0);
+    if (!replaying) {
+      const open = replayApi.replays.stats().open;
+      replaying = open.some((s) => s.markets > 0) && (venue !== 'polymarket' || capture.stats.books > 0);
+      if (replaying) diagnosis.releasedAt = clock.now();
+    }
     return replaying ? capture.progress() : start;
   };
   await capture.start();
   for (let waited = 0; clock.now() < end; waited += 50) {
-    if (!replaying && waited > 60_000) throw new Error('B subscribed to no market of the replay in 60 s');
+    if (!replaying && waited > 60_000)
+      throw new Error(`B recorded nothing of the replay in 60 s: ${JSON.stringify(replayApi.replays.stats().open)}`);
+    const open = replayApi.replays.stats().open;
+    diagnosis.sessions = Math.max(diagnosis.sessions, open.length);
+    diagnosis.messages = Math.max(diagnosis.messages, ...open.map((s) => s.messages));
     await new Promise((r) => setTimeout(r, 50));
   }
+  diagnosis.capture = { ...capture.stats };
   await capture.stop();
   await sealAll(duck, dirB);
   const b = await readStreamLake(duck, dirB);
+  diagnosis.rows = b.rows.length;
+  diagnosis.gaps = b.gaps.map((g) => `${g.market_id}@${g.f - start}..${g.t - start}:${g.reason}`);
   // After B's first book of each outcome (its subscription: B cannot record what the venue sent before
   // it asked) to shortly before the end, outside both records' gaps. The first book itself is left
   // out: a market's first book may come from REST (the stand-in's, live) at B's own poll instant,
@@ -91,6 +112,8 @@ export async function roundTrip(
     ...new Set(a.rows.filter((r) => r.ts >= subscribed && r.ts < end - 2 * SECOND && !firstB.has(outcomeOf(r))).map(outcomeOf)),
   ];
   return {
+    /** What B and the replay did, for a failure to say. */
+    diagnosis,
     compared: compared.length,
     unrecorded,
     missing: compared.filter((r) => !inB.has(keyOf(r))),
