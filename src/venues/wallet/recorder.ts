@@ -192,23 +192,22 @@ export class WalletStreamRecorder implements BookStream {
     const [asked, askedNo] = m.outcomes.map((o) => (poll.books as Book[]).find((b) => b.token_id === o.token_id));
     if (!asked || !askedNo || asked.exchange_ts === null) return;
     this.checkMirror(h, asked, askedNo);
+    // The row: both books of one instant, or none this poll. The checks below: the Yes book as asked.
     const books = this.oneInstant(h, asked, askedNo);
-    if (!books) return;
-    const [yes] = books;
-    const ts = yes.exchange_ts!;
+    const ts = books ? books[0].exchange_ts! : asked.exchange_ts;
     const healthy = this.channel.healthy(TOPIC_PREFIX + m.market_id);
     if (!healthy && h.books === null) {
       // No book yet and the topic's connection not open: REST's book would leave unheard whatever
       // changes before the subscription is in force. It waits a stall bound for the connection;
       // after that it is the fallback, under a gap until the stream delivers.
-      if (poll.recvTs - h.trackedAt <= this.stallMs) return;
+      if (poll.recvTs - h.trackedAt <= this.stallMs || !books) return;
       this.take(h, books, ts, poll.recvTs, true);
       this.openLoss(h, 'disconnected', ts, 'the stream connection is not open: REST books stand in');
       return;
     }
     if (!healthy || h.mirror === 'broken') {
       // The stream is down, or its No books are not trusted: REST is the fallback row (a gap is open).
-      if (ts <= h.ts) return;
+      if (!books || ts <= h.ts) return;
       // A connection seen down before its loss is reported (the close event still to come): the
       // loss starts at the copy's newest book, which REST's is about to replace, not at REST's.
       if (h.books !== null && !h.lossOpen && h.mirror !== 'broken') this.openLoss(h, 'disconnected', h.ts, 'the stream connection is down');
@@ -223,19 +222,20 @@ export class WalletStreamRecorder implements BookStream {
       // stream's silence. Live, either way, only once the stream delivers.
       const sent = this.channel.subscribedAt(TOPIC_PREFIX + m.market_id);
       const unchangedSince = sent !== undefined && (poll.sentTs ?? -Infinity) > sent && ts <= sent;
-      if (sent !== undefined && (unchangedSince || poll.recvTs - sent > this.stallMs)) this.take(h, books, ts, poll.recvTs, true);
+      if (books && sent !== undefined && (unchangedSince || poll.recvTs - sent > this.stallMs)) this.take(h, books, ts, poll.recvTs, true);
       return;
     }
     // The stream is the source. A REST book newer than the stream's is normal for a moment (the
     // push is on its way); still undelivered a stall bound later, the stream dropped it or paused
-    // while the market traded.
-    if (ts <= h.ts) this.prove(h, ts, yes, poll.sentTs);
-    else if (!h.restAhead) h.restAhead = { ts, at: poll.recvTs, yes };
+    // while the market traded. (Judged from the Yes book as asked, one instant whatever the No book's.)
+    const yesAt = asked.exchange_ts;
+    if (yesAt <= h.ts) this.prove(h, yesAt, asked, poll.sentTs);
+    else if (!h.restAhead) h.restAhead = { ts: yesAt, at: poll.recvTs, yes: asked };
     if (h.restAhead && poll.recvTs - h.restAhead.at > this.stallMs) {
       // Live again at the stream's next push; REST's book stands meanwhile.
       const from = this.provedUntil(h, h.ts, h.restAhead.ts);
       this.openLoss(h, 'stream_resync', from, `the stream never delivered the book REST showed at ${h.restAhead.ts}`);
-      this.take(h, books, ts, poll.recvTs, true);
+      if (books) this.take(h, books, ts, poll.recvTs, true);
     }
   }
 
