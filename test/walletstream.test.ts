@@ -3,7 +3,7 @@
 // documented payload as a JSON string, and the stand-in refusing what the venue refuses.
 import fs from 'node:fs';
 import type http from 'node:http';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import WebSocket, { WebSocketServer } from 'ws';
 import { WalletStreamRecorder } from '../src/venues/wallet/recorder.js';
 import { createClock } from '../src/clock.js';
@@ -135,8 +135,8 @@ t.test('the stand-in refuses what the venue refuses, with its error shape', asyn
   t.match(await attempt(stale, KEY), { status: 400, body: { code: -1021 } }, 'a timestamp outside recvWindow');
 });
 
-t.test('before its connection ever opens, a market takes REST after a stall bound, under a gap until the stream delivers', async (t) => {
-  // A port nothing listens on: the connection is refused and retried, never open.
+/** A recorder whose stream is never open (a port nothing listens on: refused and retried), with the rows and gaps it reports. */
+async function neverConnected(t: Test) {
   const closed = new WebSocketServer({ port: 0, host: '127.0.0.1' });
   await new Promise((r) => closed.once('listening', r));
   const port = (closed.address() as { port: number }).port;
@@ -152,6 +152,11 @@ t.test('before its connection ever opens, a market takes REST after a stall boun
     tickSize: () => undefined,
   });
   t.teardown(() => rec.close());
+  return { rec, rows, gaps };
+}
+
+t.test('before its connection ever opens, a market takes REST after a stall bound, under a gap until the stream delivers', async (t) => {
+  const { rec, rows, gaps } = await neverConnected(t);
   const market = openWalletMarket();
   const tracked = 1_000_000;
   rec.track([market], tracked);
@@ -187,20 +192,7 @@ t.test('before its connection ever opens, a market takes REST after a stall boun
 });
 
 t.test("REST's two books straddling a change: the newer one and its mirror, never the newer one at the older time", async (t) => {
-  const closed = new WebSocketServer({ port: 0, host: '127.0.0.1' });
-  await new Promise((r) => closed.once('listening', r));
-  const port = (closed.address() as { port: number }).port;
-  await new Promise((r) => closed.close(r));
-  const rows: { ts: number; books: Book[] }[] = [];
-  const config = testConfig(t.testdir(), { WALLET_WS_URL: `ws://127.0.0.1:${port}/sapi/wss`, STREAM_STALL_MS: '5000' });
-  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
-    books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
-    metrics: () => undefined,
-    lost: () => undefined,
-    recovered: () => undefined,
-    tickSize: () => undefined,
-  });
-  t.teardown(() => rec.close());
+  const { rec, rows } = await neverConnected(t);
   const tracked = 1_000_000;
   // The venue's one book per market at `bid` (Yes bid; ask a cent above), as REST answers each token.
   const book = (market_id: string, outcome_index: number, at: number, bid: number): Book => ({
