@@ -1,5 +1,5 @@
 // kill -9 of a capture process recording a venue's stream: every change it acknowledged is in the
-// lake exactly once, at most the last flush of changes is lost, and the time it was down is a gap,
+// lake exactly once (the heartbeat after each flush counts them), and the time it was down is a gap,
 // so the audit against the stand-in's book model finds nothing missing without one.
 import fs from 'node:fs/promises';
 import t from 'tap';
@@ -14,15 +14,17 @@ const SPEED = 20;
 const FLUSH_MS = 200;
 
 /** Rows of `dataset` the spool holds (whole lines only: a half-written last line was never acknowledged). */
-async function spooled(dir: string, dataset = 'books'): Promise<{ keys: Set<string>; newest: number }> {
+async function spooled(dir: string, dataset = 'books'): Promise<{ keys: Set<string>; newest: number; lines: number }> {
   const keys = new Set<string>();
   let newest = -Infinity;
+  let lines = 0;
   for (const part of await listSpool(lakePaths(dir).spool)) {
-    if (part.partition.dataset !== dataset) continue;
+    if (dataset !== '*' && part.partition.dataset !== dataset) continue;
     const text = await fs.readFile(part.file, 'utf8').catch(() => '');
     for (const line of text.split('\n')) {
       try {
         const r = JSON.parse(line);
+        lines++;
         keys.add(`${r.market_id}|${r.token_id}|${r.ts}`);
         newest = Math.max(newest, Number(r.recv_ts));
       } catch {
@@ -30,7 +32,7 @@ async function spooled(dir: string, dataset = 'books'): Promise<{ keys: Set<stri
       }
     }
   }
-  return { keys, newest };
+  return { keys, newest, lines };
 }
 
 const VENUES: { venue: Venue; coins: Record<string, string>; enough: number }[] = [
@@ -40,7 +42,7 @@ const VENUES: { venue: Venue; coins: Record<string, string>; enough: number }[] 
 ];
 
 for (const { venue, coins, enough } of VENUES) {
-  t.test(`kill -9 mid-stream (${venue}) loses at most the last flush and leaves a gap for the downtime`, async (t) => {
+  t.test(`kill -9 mid-stream (${venue}) loses nothing it acknowledged and leaves a gap for the downtime`, async (t) => {
     const { dir, clock, standin, url, duck, clockEnv } = await processRig(t, START, SPEED);
     const env = captureEnv(dir, url, clockEnv, {
       LOG_LEVEL: 'warn',
@@ -59,11 +61,20 @@ for (const { venue, coins, enough } of VENUES) {
     const before = await spooled(dir);
     const tradesBefore = await spooled(dir, 'trades');
     t.ok(before.keys.size > enough, `the first process spooled ${before.keys.size} books`);
-    // Rows are acknowledged when a flush fsyncs them: what arrived in the last flush interval may be lost, nothing older.
-    const lostMs = killedAt - before.newest;
+    // A row is acknowledged once a flush has fsynced it, and the heartbeat written after each flush
+    // counts them: none of those may be missing. What arrived after the last flush began may be lost;
+    // how long that was depends on the flush interval and on how busy the machine is, so it is said.
+    const beat = JSON.parse(await fs.readFile(`${lakePaths(dir).state}/capture-heartbeat.json`, 'utf8')) as {
+      ts: number;
+      acknowledged: number;
+    };
+    const onDisk = (await spooled(dir, '*')).lines;
     t.ok(
-      lostMs <= 1000 * SPEED,
-      `the newest acknowledged book arrived ${lostMs} clock ms (${(lostMs / SPEED).toFixed(0)} real ms) before the kill`,
+      beat.acknowledged > 0 && onDisk >= beat.acknowledged,
+      `the ${beat.acknowledged} rows its last heartbeat counted as acknowledged are on disk (${onDisk} whole lines)`,
+    );
+    t.pass(
+      `its last flush began ${((killedAt - beat.ts) / 1000).toFixed(1)} clock s before the kill; the newest acknowledged book arrived ${((killedAt - before.newest) / 1000).toFixed(1)} clock s before it (${SPEED}x, flushes every ${FLUSH_MS} ms)`,
     );
 
     await sleep(700);

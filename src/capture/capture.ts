@@ -36,11 +36,14 @@ import { type PublishHealth, Publisher } from '../bucket/publish.js';
 import { S3 } from '../bucket/s3.js';
 
 interface Heartbeat {
+  /** Clock time the flush began: every row this process received before it is on disk. */
   ts: number;
   /** Wall time of the flush this heartbeat follows: how a separate API process judges capture's health. */
   flushed_at: number;
   /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
   stopped?: boolean;
+  /** Rows this process has acknowledged (fsynced) so far: what a kill -9 after this heartbeat cannot lose. */
+  acknowledged: number;
   /** Capture's own figures at that flush, for a separate API process's health. */
   health: Pick<CaptureHealth, 'buffered_rows' | 'dropped_rows' | 'seal_backlog' | 'seal_error' | 'publish'>;
   segment: string;
@@ -295,6 +298,7 @@ export class Capture {
     const beat: Heartbeat = {
       ts,
       flushed_at: flushedAt,
+      acknowledged: this.spool.acknowledged,
       ...(stopped ? { stopped } : {}),
       health: { buffered_rows, dropped_rows, seal_backlog, seal_error, ...(publish ? { publish } : {}) },
       segment: this.spool.segment,
