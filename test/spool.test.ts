@@ -1,11 +1,15 @@
 // Spool recovery cuts exactly the half-written tail, even when a line is longer than the
-// window it reads from the end; rows encoded in a stream thread spool as appended rows do.
+// window it reads from the end; rows encoded in a stream thread spool as appended rows do; the
+// keeper's storage gaps hold no row it kept, late rows at a market's end included.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { partitionOf } from '../src/lake/layout.js';
-import { RunEncoder, Spool, recoverSpool } from '../src/lake/spool.js';
-import type { BookRow, MetricRow } from '../src/records.js';
+import { RunEncoder, Spool, listSpool, recoverSpool } from '../src/lake/spool.js';
+import { GapLedger } from '../src/capture/gaps.js';
+import { SpoolKeeper } from '../src/capture/keeper.js';
+import type { BookRow, GapRow, Market, MetricRow } from '../src/records.js';
+import { quiet } from './helpers.js';
 
 t.test('a half-written tail longer than the read window is cut at the real line end', async (t) => {
   const dir = t.testdir();
@@ -100,4 +104,44 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
   const expected = await contents(appended);
   t.equal(expected.length, 6, 'a part per run: books of a before and after going back, of b in each hour, metrics of a before and after');
   t.same(await contents(encoded), expected, 'the same parts with the same lines');
+});
+
+t.test('a storage gap never holds a row kept after it, late rows at its market’s end included', async (t) => {
+  const dir = t.testdir();
+  const spool = new Spool(dir);
+  const gaps = new GapLedger(spool, quiet, { gaps: 0 });
+  // A bound of one byte: anything buffered makes the next row a drop, and a flush makes room again.
+  const keeper = new SpoolKeeper(spool, 1, gaps, quiet);
+  const END = Date.parse('2026-07-26T13:05:00Z');
+  const LATE = 5000;
+  const market = (id: string) => ({ market_id: id, venue: 'wallet-prediction', coin: 'btc', window: '5m', end_time: END }) as Market;
+  const [a, b] = [market('a'), market('b')];
+  const fill = () => spool.append(partitionOf('markets', 'wallet-prediction', 'btc', '5m', END), [{ market_id: 'filler' } as never]);
+
+  fill();
+  t.equal(keeper.keeps(a, 'books', END - 5000, 2), false, 'a row of a past the bound is dropped');
+  t.equal(keeper.keeps(b, 'books', END - 5000, 2), false, 'and one of b');
+  await keeper.flush();
+  gaps.endMarkets('wallet-prediction', END + 100, LATE);
+  t.equal(keeper.keeps(a, 'books', END - 2000, 2), true, 'a row of a arriving after its end, within the stall bound, is kept');
+  gaps.endMarkets('wallet-prediction', END + LATE, LATE);
+  // Gap rows are spooled rows too: room again for the rows below.
+  await keeper.flush();
+  t.equal(keeper.keeps(b, 'books', END - 1000, 2), false, 'b’s storage gap ended with b: a later row inside it is not kept');
+  t.equal(keeper.keeps(b, 'books', END - 6000, 2), true, 'one from before the gap is');
+  t.equal(keeper.health().dropped_rows, 6, 'each row not kept is counted');
+  await keeper.flush();
+
+  const written: GapRow[] = [];
+  for (const part of await listSpool(dir))
+    if (part.partition.dataset === 'gaps')
+      for (const line of (await fs.readFile(part.file, 'utf8')).split('\n')) if (line) written.push(JSON.parse(line));
+  t.same(
+    written.map((g) => [g.market_id, g.from_ts - END, g.to_ts - END, g.reason]).sort(),
+    [
+      ['a', -5000, -2000, 'storage'],
+      ['b', -5000, 0, 'storage'],
+    ],
+    'a’s gap ends at its late row; b’s at b’s end',
+  );
 });

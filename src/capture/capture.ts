@@ -386,7 +386,7 @@ export class Capture {
     if (now - (this.lastDiscover.get(venue) ?? -Infinity) >= this.config.capture.discoverMs) {
       await this.discover(adapter, now);
     }
-    this.gaps.endMarkets(venue, now);
+    this.gaps.endMarkets(venue, now, this.config.capture.stream.stallMs);
     const live = (m: Market) => m.venue === venue && now < m.end_time && m.status !== 'cancelled';
     const open = [...this.known.values()].map((k) => k.market).filter((m) => live(m) && m.start_time <= now);
     const recorder = this.streams.get(venue) ?? null;

@@ -35,6 +35,12 @@ export class GapLedger {
   private readonly closedTo = new Map<string, { from: number; to: number; until: number | null }>();
   /** Keys of the open `storage` gaps: whether any rows are being dropped, asked on every kept row. */
   private readonly storage = new Set<string>();
+  /**
+   * `storage` gaps closed at their market's end, by market: a row of such a market may still come
+   * late (a thread's batch in flight), and one stamped inside the gap is not kept, since the gap
+   * already said that span is missing and a row inside would contradict it.
+   */
+  private readonly endedStorage = new Map<string, Set<string>>();
 
   constructor(
     private readonly spool: Spool,
@@ -53,6 +59,15 @@ export class GapLedger {
   /** Whether rows of some market are being dropped (a storage gap is open). */
   get dropping(): boolean {
     return this.storage.size > 0;
+  }
+
+  /** Whether a row of `m`'s `dataset` stamped `ts` lies inside a storage gap closed at the market's end (asked on every row). */
+  insideEnded(m: Market, dataset: GapRow['dataset'], ts: number): boolean {
+    const keys = this.endedStorage.size > 0 && m.market_id !== null ? this.endedStorage.get(m.market_id) : undefined;
+    if (!keys) return false;
+    const key = gapKey({ ...scopeOf(m), dataset, channel: 'storage' });
+    const last = keys.has(key) ? this.closedTo.get(key) : undefined;
+    return !!last && ts >= last.from && ts < last.to;
   }
 
   /** A gap a previous process left open, taken over as it was. */
@@ -121,14 +136,31 @@ export class GapLedger {
     );
   }
 
-  /** The venue's gaps whose markets have ended by `now` end with them. */
-  endMarkets(venue: Venue, now: number): void {
-    for (const g of this.all()) if (g.venue === venue && g.until !== null && g.until <= now) this.close(g, g.until);
+  /**
+   * The venue's gaps whose markets have ended by `now` end with them. A storage gap ends only
+   * `lateMs` after its market (the stream's stall bound): until then a late row of the market may
+   * still be kept, and it ends the gap where it is (a gap closed first would hold the row inside it).
+   */
+  endMarkets(venue: Venue, now: number, lateMs = 0): void {
+    for (const g of this.all()) {
+      if (g.venue !== venue || g.until === null) continue;
+      const storage = g.channel === 'storage';
+      if (g.until + (storage ? lateMs : 0) > now) continue;
+      this.close(g, g.until);
+      if (storage && g.market_id !== null) {
+        const keys = this.endedStorage.get(g.market_id) ?? new Set<string>();
+        this.endedStorage.set(g.market_id, keys.add(gapKey(g)));
+      }
+    }
   }
 
   /** Memory stays flat over weeks: what ended long before `before` is forgotten. */
   forgetBefore(before: number): void {
     for (const [key, { until }] of this.closedTo) if (until !== null && until < before) this.closedTo.delete(key);
+    for (const [market, keys] of this.endedStorage) {
+      for (const key of keys) if (!this.closedTo.has(key)) keys.delete(key);
+      if (keys.size === 0) this.endedStorage.delete(market);
+    }
   }
 }
 

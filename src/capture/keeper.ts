@@ -43,7 +43,12 @@ export class SpoolKeeper {
    * failing for long) they are dropped under the market's storage gap, which its next kept row ends.
    */
   keeps(m: Market, dataset: 'books' | 'metrics' | 'trades', ts: number, rows: number): boolean {
-    // Called on every streamed change: a gap's key is made only while rows are being dropped.
+    // Called on every streamed change: a gap's key is made only while rows are being dropped, or for
+    // a market whose storage gap ended with it (a late row stamped inside that gap is not kept).
+    if (this.gaps.insideEnded(m, dataset, ts)) {
+      this.dropped += rows;
+      return false;
+    }
     if (this.spool.bufferedBytes < this.maxBufferBytes) {
       if (this.gaps.dropping) {
         const open = this.gaps.get(gapKey({ ...scopeOf(m), dataset, channel: 'storage' }));
