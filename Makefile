@@ -6,6 +6,11 @@ export DATA_DIR ?= ./data
 # default): room for the API's lanes, capture, the export slots and file I/O at once.
 export UV_THREADPOOL_SIZE ?= 16
 TSX := node --import tsx
+# The checks remember what they found unchanged (under node_modules/.cache, which a clean removes):
+# a second `make test` checks in ~2 s instead of ~8 s. Prettier's cache compares contents, not file
+# times, which a checkout or a build tool may change without changing the file.
+PRETTIER_CACHE := --cache --cache-strategy content --cache-location node_modules/.cache/prettier/.prettier-cache
+TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.tsbuildinfo
 # Each client socket is a file descriptor shared with the spool and the lake: the soft limit is
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
@@ -31,11 +36,11 @@ run: install
 	$(RAISE_FDS) $(TSX) jobs/run.ts
 
 ## make test: the whole suite (typecheck, then tap; from Debian: chromium for the explorer's browser test, Ceph's RADOS Gateway for the bucket's).
-# Prettier and the typecheck at once (one core each, about 5 s each), then the suite.
+# Prettier and the typecheck at once (one core each; see PRETTIER_CACHE), then the suite.
 test: install node_modules/.tap-built
 	bash scripts/ensure-chromium.sh
 	bash scripts/rgw.sh install
-	npx prettier --check . --log-level warn & prettier=$$!; npx tsc --noEmit -p .; typecheck=$$?; wait $$prettier && exit $$typecheck
+	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
 	npx tap
 
 ## make format: Prettier over the code (make test checks it)
@@ -162,7 +167,7 @@ bench-trades: install
 	$(TSX) bench/trades.ts
 
 typecheck: install
-	npx tsc --noEmit -p .
+	npx tsc --noEmit -p . $(TSC_CACHE)
 
 clean:
 	rm -rf node_modules .tap coverage
