@@ -36,11 +36,11 @@ export class GapLedger {
   /** Keys of the open `storage` gaps: whether any rows are being dropped, asked on every kept row. */
   private readonly storage = new Set<string>();
   /**
-   * `storage` gaps closed at their market's end, by market: a row of such a market may still come
+   * `storage` gaps closed at their market's end, by market id: a row of such a market may still come
    * late (a thread's batch in flight), and one stamped inside the gap is not kept, since the gap
    * already said that span is missing and a row inside would contradict it.
    */
-  private readonly endedStorage = new Map<string, Set<string>>();
+  private readonly endedStorage = new Map<string, { venue: Venue; dataset: GapRow['dataset']; from: number; to: number }[]>();
 
   constructor(
     private readonly spool: Spool,
@@ -63,11 +63,8 @@ export class GapLedger {
 
   /** Whether a row of `m`'s `dataset` stamped `ts` lies inside a storage gap closed at the market's end (asked on every row). */
   insideEnded(m: Market, dataset: GapRow['dataset'], ts: number): boolean {
-    const keys = this.endedStorage.size > 0 && m.market_id !== null ? this.endedStorage.get(m.market_id) : undefined;
-    if (!keys) return false;
-    const key = gapKey({ ...scopeOf(m), dataset, channel: 'storage' });
-    const last = keys.has(key) ? this.closedTo.get(key) : undefined;
-    return !!last && ts >= last.from && ts < last.to;
+    const spans = this.endedStorage.size > 0 ? this.endedStorage.get(m.market_id) : undefined;
+    return !!spans?.some((s) => s.venue === m.venue && s.dataset === dataset && ts >= s.from && ts < s.to);
   }
 
   /** A gap a previous process left open, taken over as it was. */
@@ -148,8 +145,8 @@ export class GapLedger {
       if (g.until + (storage ? lateMs : 0) > now) continue;
       this.close(g, g.until);
       if (storage && g.market_id !== null) {
-        const keys = this.endedStorage.get(g.market_id) ?? new Set<string>();
-        this.endedStorage.set(g.market_id, keys.add(gapKey(g)));
+        const span = { venue: g.venue, dataset: g.dataset, from: g.from_ts, to: g.until };
+        this.endedStorage.set(g.market_id, [...(this.endedStorage.get(g.market_id) ?? []), span]);
       }
     }
   }
@@ -157,10 +154,7 @@ export class GapLedger {
   /** Memory stays flat over weeks: what ended long before `before` is forgotten. */
   forgetBefore(before: number): void {
     for (const [key, { until }] of this.closedTo) if (until !== null && until < before) this.closedTo.delete(key);
-    for (const [market, keys] of this.endedStorage) {
-      for (const key of keys) if (!this.closedTo.has(key)) keys.delete(key);
-      if (keys.size === 0) this.endedStorage.delete(market);
-    }
+    for (const [market, spans] of this.endedStorage) if (spans.every((s) => s.to < before)) this.endedStorage.delete(market);
   }
 }
 

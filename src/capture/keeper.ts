@@ -43,8 +43,8 @@ export class SpoolKeeper {
    * failing for long) they are dropped under the market's storage gap, which its next kept row ends.
    */
   keeps(m: Market, dataset: 'books' | 'metrics' | 'trades', ts: number, rows: number): boolean {
-    // Called on every streamed change: a gap's key is made only while rows are being dropped, or for
-    // a market whose storage gap ended with it (a late row stamped inside that gap is not kept).
+    // Called on every streamed change: a gap's key is made only while rows are being dropped. A late
+    // row stamped inside a storage gap that ended with its market is not kept.
     if (this.gaps.insideEnded(m, dataset, ts)) {
       this.dropped += rows;
       return false;
