@@ -4,7 +4,7 @@ import { loadConfig } from '../src/config.js';
 import { KeyStore, PLANS, type Plan } from '../src/api/keys.js';
 
 const [command, ...args] = process.argv.slice(2);
-const store = new KeyStore(loadConfig().keysFile);
+const store = KeyStore.open(loadConfig());
 const usage = () => {
   console.error('usage: keys issue <free|paid> [label] | keys list | keys revoke <key_id>');
   process.exit(2);

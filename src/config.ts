@@ -71,6 +71,8 @@ export interface Config {
   bucket: BucketConfig | null;
   /** How often capture publishes what it committed since. */
   publishMs: number;
+  /** How often it also writes the manifests snapshot a new replica starts from (one object instead of a GET per partition). */
+  publishSnapshotMs: number;
   /** `local`: the lake in DATA_DIR. `bucket`: manifests and files from the bucket, DATA_DIR a cache of them. */
   lakeSource: 'local' | 'bucket';
   /** What a bucket-served API keeps of fetched files on its disk. */
@@ -82,6 +84,11 @@ export interface Config {
   captureFeed: { port: number | null; host: string; secret: string | null; url: string | null };
   /** The API keys' store (hashes only): API processes on several machines share one. */
   keysFile: string;
+  /**
+   * The key store as an object in the bucket (its full key, best outside the prefix analysts read),
+   * shared by API servers on any machine; `keysFile` then keeps the last records read. Null: `keysFile` alone.
+   */
+  keysObject: string | null;
   api: {
     rateFree: number;
     ratePaid: number;
@@ -240,6 +247,14 @@ function exportSlots(env: Env): number {
   return slots;
 }
 
+function keysObject(env: Env): string | null {
+  const key = env.KEYS_OBJECT?.trim();
+  if (!key) return null;
+  if (key.startsWith('/') || key.length > 512 || /[\u0000-\u001f]/.test(key))
+    throw new ConfigError(`KEYS_OBJECT=${JSON.stringify(key)} is not an object key (no leading slash, at most 512 characters)`);
+  return key;
+}
+
 /** A bucket when S3_BUCKET names one: endpoint, region and credentials beside it (AWS's variable names work too). */
 function bucket(env: Env): BucketConfig | null {
   const name = env.S3_BUCKET;
@@ -343,10 +358,12 @@ export function loadConfig(env: Env = process.env): Config {
     backfill: { concurrency: int(env, 'BACKFILL_CONCURRENCY', 4, 1, 64) },
     bucket: bucket(env),
     publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
+    publishSnapshotMs: int(env, 'PUBLISH_SNAPSHOT_MS', 3_600_000, 1000, 86_400_000),
     lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),
     bucketCacheBytes: int(env, 'BUCKET_CACHE_MB', 4096, 1, 1_048_576) * 1024 * 1024,
     captureFeed: captureFeed(env),
     keysFile: path.resolve(env.KEYS_FILE || path.join(env.DATA_DIR || './data', 'state', 'keys.json')),
+    keysObject: keysObject(env),
     api: {
       rateFree: num(env, 'RATE_FREE_PER_SECOND', 2, 0.1, 100_000),
       ratePaid: num(env, 'RATE_PAID_PER_SECOND', 25, 0.1, 100_000),
@@ -390,6 +407,7 @@ export function loadConfig(env: Env = process.env): Config {
   };
   if (config.lakeSource === 'bucket' && !config.bucket)
     throw new ConfigError('LAKE_SOURCE=bucket needs S3_BUCKET (and its endpoint and credentials)');
+  if (config.keysObject && !config.bucket) throw new ConfigError('KEYS_OBJECT needs S3_BUCKET (and its endpoint and credentials)');
   return deepFreeze(config);
 }
 

@@ -8,10 +8,12 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { gunzipSync, gzipSync } from 'node:zlib';
 import t from 'tap';
 import { Publisher } from '../src/bucket/publish.js';
-import { dataKey, manifestKey } from '../src/bucket/layout.js';
+import { type ManifestSnapshot, dataKey, manifestKey, manifestPrefix, snapshotKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
+import { KeyStore } from '../src/api/keys.js';
 import { startApi } from '../src/api/server.js';
 import type { Capture } from '../src/capture/capture.js';
 import { startLatestFeed } from '../src/capture/feed.js';
@@ -41,6 +43,8 @@ const paths = lakePaths(dir);
 /** The capture of the last stretch: its newest books and health are what its feed serves. */
 let captured: Capture | null = null;
 const FEED_SECRET = 'bucket-test-feed-secret-0123456789';
+/** The key store every API process of the test shares, outside the lake's prefix. */
+const KEYS_OBJECT = 'private/keys.json';
 
 /** Capture over [from, to) from the stand-in into the lake, publishing as it goes, then the rest sealed. */
 async function capture(from: number, to: number) {
@@ -61,6 +65,10 @@ t.test('capture publishes; a gateway outage delays it, loses nothing, and is cau
   await t.rejects(first.capture.publisher!.pass(), { code: 'NoSuchBucket' });
   await first.capture.publisher!.pass();
   t.equal(first.capture.health().publish?.backlog_partitions, 0);
+  // The first pass also wrote the manifests snapshot: every local manifest, byte for byte.
+  t.ok(first.capture.health().publish?.snapshot_at, 'snapshot written');
+  const firstSnapshot = await readSnapshot();
+  t.same(firstSnapshot, await localManifests(), `${firstSnapshot.size} manifests in the snapshot`);
 
   await rgw.gatewayStop();
   const second = await capture(MIDDLE, END);
@@ -95,7 +103,23 @@ t.test('capture publishes; a gateway outage delays it, loses nothing, and is cau
   // A mirror afterwards finds everything there and sends nothing.
   const mirror = await new Publisher(paths, s3, quiet).mirror();
   t.same({ put: mirror.files_put, present: mirror.files_present }, { put: 0, present: files.length });
+  // The second capture's publisher kept the first's snapshot (one an hour); the mirror wrote a new one.
+  t.same(await readSnapshot(), await localManifests(), 'the snapshot after the mirror is the whole lake');
 });
+
+async function readSnapshot(): Promise<Map<string, string>> {
+  const snapshot = JSON.parse(gunzipSync((await s3.get(snapshotKey(s3.config.prefix)))!).toString('utf8')) as ManifestSnapshot;
+  return new Map(snapshot.manifests.map((m) => [m.partition, m.body]));
+}
+
+async function localManifests(): Promise<Map<string, string>> {
+  const found = new Map<string, string>();
+  for (const f of await localFiles()) {
+    const dir = f.path.split('/').slice(0, -1).join('/');
+    found.set(dir, await fs.readFile(path.join(paths.manifest, `${dir}.json`), 'utf8'));
+  }
+  return found;
+}
 
 t.test("the analyst guide's bucket statements answer over a copy of the bucket", async (t) => {
   // What `aws s3 sync` would bring down: every key under the prefix, at its key.
@@ -126,13 +150,14 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   // One clock for all three processes (a window's status and coverage depend on the time of asking),
   // an hour past the lake: every window is over, and capture's books are still recent enough to be kept.
   const clock = { start: END + 3_600_000, anchor: Date.now() };
-  const local = await startApi(config, duck, createClock(clock.start, 1, clock.anchor), quiet, { port: 0 });
+  const localConfig = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000', KEYS_OBJECT });
+  const local = await startApi(localConfig, duck, createClock(clock.start, 1, clock.anchor), quiet, { port: 0 });
   t.teardown(() => local.stop());
   const key = (await local.keys.issue('paid', 'bucket test')).key;
   const replicaEnv = {
     ...bucketEnv,
     LAKE_SOURCE: 'bucket',
-    KEYS_FILE: config.keysFile,
+    KEYS_OBJECT,
     CURSOR_SECRET,
     API_WORKERS: '1',
     RATE_PAID_PER_SECOND: '100000',
@@ -150,6 +175,21 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     log: quiet,
   });
   t.teardown(() => feed.close());
+  // A new replica takes the manifests from capture's snapshot only where they are the bucket's: here two
+  // are left out of it and one holds another partition's manifest, and those three are fetched alone.
+  const snapshot = await readSnapshot();
+  const [left, out, wrong] = [...snapshot.keys()];
+  snapshot.delete(left);
+  snapshot.delete(out);
+  snapshot.set(wrong, snapshot.get([...snapshot.keys()].at(-1)!)!);
+  const stale: ManifestSnapshot = {
+    version: 1,
+    at: Date.now(),
+    manifests: [...snapshot].map(([partition, body]) => ({ partition, body })),
+  };
+  await s3.put(snapshotKey(s3.config.prefix), gzipSync(JSON.stringify(stale)));
+  let published = 0;
+  for await (const o of s3.list(manifestPrefix(s3.config.prefix))) if (o.key.endsWith('.json')) published++;
   const replicas: ApiProcess[] = [];
   const replicaDirs = [0, 1].map((i) => path.join(t.testdir(), `replica-${i}`));
   for (let i = 0; i < 2; i++) {
@@ -181,6 +221,11 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
 
   const health = await get(replicas[0].url, '/v3/health');
   t.match(health.body, { data: { lake: { source: 'bucket', readable: true, bucket: { bucket: 'pmh-lake', sync_error: null } } } });
+  t.same(
+    (health.body as { data: { lake: { bucket: { manifests: unknown } } } }).data.lake.bucket.manifests,
+    { fetched: 3, from_snapshot: published - 3 },
+    `${published} manifests: all but the three the snapshot lacks or holds wrong taken from it`,
+  );
 
   const listed = await same(`/v3/wallet-prediction/markets?order=asc&limit=50&start_time=${START}&end_time=${END}`);
   const markets = listed.data as { market_id: string; coin: string; window: string; start_time: string; end_time: string }[];
@@ -254,6 +299,42 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     file.sha256,
     'a file downloaded from a replica is the sealed file',
   );
+
+  t.test('keys issued and revoked in the bucket apply on every server', async (t) => {
+    // Two operators' `make key` at once, each with its own local copy: the conditional write keeps both.
+    const stores = ['a', 'b'].map((n) =>
+      KeyStore.open({ ...config, keysFile: path.join(t.testdir(), `${n}.json`), keysObject: KEYS_OBJECT }),
+    );
+    const [paid, second] = await Promise.all([stores[0].issue('paid', 'operator a'), stores[1].issue('paid', 'operator b')]);
+    const ids = (await stores[0].list()).map((r) => r.key_id);
+    t.ok(ids.includes(paid.record.key_id) && ids.includes(second.record.key_id), 'both keys are in the store');
+    const status = async (base: string, k: string) =>
+      (await fetch(`${base}/v3/wallet-prediction/${m0}`, { headers: { authorization: `Bearer ${k}` } })).status;
+    // A server reads the store at most once a second: an unknown key waits for that read, a known one does not.
+    const until = async (base: string, k: string, want: number) => {
+      let got = await status(base, k);
+      for (let i = 0; i < 300 && got !== want; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+        got = await status(base, k);
+      }
+      return got;
+    };
+    for (const r of replicas) {
+      t.equal(await until(r.url, paid.key, 200), 200, 'a key issued by another machine is accepted');
+      t.equal(await until(r.url, second.key, 200), 200, "and so is the other operator's");
+    }
+    t.equal(await until(local.url, paid.key, 200), 200, 'by the local API as well');
+    t.ok(await stores[1].revoke(paid.record.key_id), 'revoked by the other operator');
+    for (const r of [...replicas, { url: local.url }])
+      t.equal(await until(r.url, paid.key, 401), 401, 'a revoked key is refused everywhere');
+    t.equal(await status(replicas[0].url, second.key), 200, 'the other key still works');
+    const copy = JSON.parse(await fs.readFile(path.join(replicaDirs[0], 'state', 'keys.json'), 'utf8')) as { key_id: string }[];
+    t.ok(
+      copy.some((r) => r.key_id === second.record.key_id),
+      "a replica keeps a copy of the store's records for a start while the bucket is down",
+    );
+    t.notMatch(JSON.stringify(copy), paid.key, 'hashes only');
+  });
 
   t.test("the repository's Python client's suite passes against a bucket-served API", async (t) => {
     const run = promisify(execFile);

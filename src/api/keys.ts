@@ -6,7 +6,12 @@
 import { createHash, randomBytes, randomInt } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { describe } from '../bucket/publish.js';
+import { ObjectUnavailable } from '../bucket/replica.js';
+import { S3, S3Error } from '../bucket/s3.js';
+import type { Config } from '../config.js';
 import { readJson, writeFileAtomic } from '../lake/fsutil.js';
+import type { Logger } from '../log.js';
 
 export type Plan = 'free' | 'paid';
 export const PLANS: readonly Plan[] = ['free', 'paid'];
@@ -22,14 +27,123 @@ export interface KeyRecord {
   revoked_at: string | null;
 }
 
+/** Where the records live: a file on this disk, or one object in a bucket every API server reads. */
+interface KeyBackend {
+  /** Answering from memory while a read runs behind: a read of the store costs a round trip. */
+  readonly remote: boolean;
+  /** The records, unless they are still those of `version` (null: read them whatever). */
+  read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'>;
+  /** Writes `records` if the store is still at `version`; null when someone wrote in between. */
+  write(records: KeyRecord[], version: string | null): Promise<string | null>;
+}
+
+class FileKeys implements KeyBackend {
+  readonly remote = false;
+  constructor(private readonly file: string) {}
+
+  async read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
+    const mtime = String(
+      await fs.stat(this.file).then(
+        (s) => s.mtimeMs,
+        () => 0,
+      ),
+    );
+    if (mtime === version) return 'unchanged';
+    return { records: (await readJson<KeyRecord[]>(this.file)) ?? [], version: mtime };
+  }
+
+  /** One writer at a time (the CLI on this machine), as before there were buckets. */
+  async write(records: KeyRecord[]): Promise<string> {
+    await writeFileAtomic(this.file, JSON.stringify(records, null, 1));
+    return String((await fs.stat(this.file)).mtimeMs);
+  }
+}
+
+/**
+ * The key store as one object in a bucket, so API servers on any machine share keys without a
+ * shared disk. Read with If-None-Match (a 304 while nothing changed), written with If-Match, so two
+ * operators issuing keys at once never lose one. The last records read are kept in `copy`, which a
+ * server starting while the bucket is down reads instead.
+ */
+export class BucketKeys implements KeyBackend {
+  readonly remote = true;
+  private failing = false;
+
+  constructor(
+    private readonly s3: S3,
+    private readonly key: string,
+    private readonly copy: string,
+    private readonly log?: Logger,
+  ) {}
+
+  async read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
+    try {
+      const found = await this.s3.read(this.key, version ?? undefined);
+      if (this.failing) this.log?.info({ bucket: this.s3.config.bucket }, 'key store readable again');
+      this.failing = false;
+      if (found === 'unchanged') return found;
+      const records = found ? (JSON.parse(found.body.toString('utf8')) as KeyRecord[]) : [];
+      await writeFileAtomic(this.copy, JSON.stringify(records, null, 1));
+      return { records, version: found?.etag ?? ABSENT };
+    } catch (err) {
+      if (!this.failing)
+        this.log?.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'key store not read; the keys last read stay');
+      this.failing = true;
+      if (version !== null) return 'unchanged';
+      // Nothing read yet in this process: the copy of the last records read, if there is one.
+      const kept = await readJson<KeyRecord[]>(this.copy);
+      if (kept) return { records: kept, version: STALE };
+      throw new ObjectUnavailable(`key store: ${describe(err)}`);
+    }
+  }
+
+  async write(records: KeyRecord[], version: string | null): Promise<string | null> {
+    if (version === STALE) throw new Error('the key store in the bucket cannot be read: nothing was changed');
+    try {
+      const body = Buffer.from(JSON.stringify(records, null, 1));
+      const etag = await this.s3.put(
+        this.key,
+        body,
+        {},
+        version === ABSENT || version === null ? { ifNoneMatch: '*' } : { ifMatch: version },
+      );
+      await writeFileAtomic(this.copy, body);
+      return etag;
+    } catch (err) {
+      // 412: written in between. RGW answers a conditional write that raced another with a 500
+      // instead: both are read again and retried (a write that did land is found by that read).
+      if (err instanceof S3Error && (err.status === 412 || err.status === 409 || err.status === 500 || err.status === 503)) return null;
+      throw err;
+    }
+  }
+}
+
+/** The versions of a bucket store that is not there yet, and of records read from the local copy (never written back). */
+const ABSENT = 'absent';
+const STALE = 'stale';
+
 export class KeyStore {
   private records: KeyRecord[] = [];
   /** Active records by hash, rebuilt at each load. */
   private active = new Map<string, KeyRecord>();
-  private loadedMtime = -1;
+  private version: string | null = null;
   private checkedAt = 0;
+  private readonly backend: KeyBackend;
 
-  constructor(readonly file: string) {}
+  /** `file`: the store, or with `bucket` the local copy of the one in the bucket. */
+  constructor(
+    readonly file: string,
+    bucket?: { s3: S3; key: string; log?: Logger },
+  ) {
+    this.backend = bucket ? new BucketKeys(bucket.s3, bucket.key, file, bucket.log) : new FileKeys(file);
+  }
+
+  /** The store the configuration names: KEYS_OBJECT in the bucket (KEYS_FILE its local copy), or KEYS_FILE. */
+  static open(config: Pick<Config, 'keysFile' | 'keysObject' | 'bucket'>, log?: Logger): KeyStore {
+    return config.keysObject && config.bucket
+      ? new KeyStore(config.keysFile, { s3: new S3(config.bucket), key: config.keysObject, log })
+      : new KeyStore(config.keysFile);
+  }
 
   static at(dataDir: string): KeyStore {
     return new KeyStore(path.join(dataDir, 'state', 'keys.json'));
@@ -48,20 +162,36 @@ export class KeyStore {
   }
 
   private async reload(force: boolean): Promise<void> {
-    const mtime = await fs.stat(this.file).then(
-      (s) => s.mtimeMs,
-      () => 0,
-    );
-    if (mtime !== this.loadedMtime || force) {
-      this.records = (await readJson<KeyRecord[]>(this.file)) ?? [];
+    const read = await this.backend.read(force ? null : this.version);
+    if (read !== 'unchanged') {
+      this.records = read.records;
+      this.version = read.version;
       this.index();
-      this.loadedMtime = mtime;
     }
     this.checkedAt = Date.now();
   }
 
+  /** Reads the store, applies `change` and writes it back; again from a fresh read if another writer came in between. */
+  private async change<T>(change: (records: KeyRecord[]) => { records: KeyRecord[]; result: T }): Promise<T> {
+    for (let attempt = 0; attempt < 8; attempt++) {
+      await this.refresh(true);
+      const { records, result } = change(this.records.map((r) => ({ ...r })));
+      if (records === this.records) return result;
+      const version = await this.backend.write(records, this.version);
+      if (version === null) {
+        // Apart again before the next try: two writers that raced would otherwise race again.
+        await new Promise((r) => setTimeout(r, 10 + randomInt(90)));
+        continue;
+      }
+      this.records = records;
+      this.version = version;
+      this.index();
+      return result;
+    }
+    throw new Error('the key store kept changing under this write: try again');
+  }
+
   async issue(plan: Plan, label: string): Promise<{ key: string; record: KeyRecord }> {
-    await this.refresh(true);
     let key = 'pmh_';
     for (let i = 0; i < 32; i++) key += BASE62[randomInt(62)];
     const record: KeyRecord = {
@@ -72,9 +202,12 @@ export class KeyStore {
       created_at: new Date().toISOString(),
       revoked_at: null,
     };
-    this.records.push(record);
-    this.index();
-    await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
+    await this.change((records) =>
+      // Already there: a write this process retried had landed.
+      records.some((r) => r.key_id === record.key_id)
+        ? { records: this.records, result: undefined }
+        : { records: [...records, record], result: undefined },
+    );
     return { key, record };
   }
 
@@ -84,19 +217,33 @@ export class KeyStore {
   }
 
   async revoke(keyId: string): Promise<boolean> {
-    await this.refresh(true);
-    const record = this.records.find((r) => r.key_id === keyId && !r.revoked_at);
-    if (!record) return false;
-    record.revoked_at = new Date().toISOString();
-    this.index();
-    await writeFileAtomic(this.file, JSON.stringify(this.records, null, 1));
-    return true;
+    const at = new Date().toISOString();
+    return this.change((records) => {
+      const record = records.find((r) => r.key_id === keyId);
+      // Revoked at this call's time: a write this process retried had landed.
+      if (record?.revoked_at === at) return { records: this.records, result: true };
+      if (!record || record.revoked_at) return { records: this.records, result: false };
+      record.revoked_at = at;
+      return { records, result: true };
+    });
   }
 
-  /** The active record of a presented key, or null. */
+  /**
+   * The active record of a presented key, or null. From a bucket, a key already known is answered
+   * at once while the store is read behind (a revocation reaches every server within about a
+   * second); an unknown one waits for that read, at most one a second however many are presented.
+   */
   async find(key: string): Promise<KeyRecord | null> {
+    const h = hash(key);
+    if (this.backend.remote && this.version !== null) {
+      const known = this.active.get(h);
+      if (known) {
+        this.refresh().catch(() => undefined);
+        return known;
+      }
+    }
     await this.refresh();
-    return this.active.get(hash(key)) ?? null;
+    return this.active.get(h) ?? null;
   }
 
   private index(): void {

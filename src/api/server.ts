@@ -157,7 +157,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       (err) => log.warn({ err }, 'lake update failed'),
     ),
   ];
-  const keys = new KeyStore(config.keysFile);
+  const keys = KeyStore.open(config, log);
   const exports = await ExportPool.open(duck, config.api.exportSlots, config.api.exportMinRate);
   const admission = new Admission({ limit: config.api.maxInFlight, queue: config.api.queue, waitMs: config.api.queueWaitMs });
   // Each worker of a cluster holds its share of the connections.

@@ -25,6 +25,22 @@ export function partitionOfManifestKey(prefix: string, key: string): Partition |
 }
 
 /**
+ * Every manifest in one gzipped object, so a new replica of a long lake reads one object instead of
+ * a manifest per partition (39,000 at 90 days). Only a hint: a replica takes a manifest from it when
+ * the body's MD5 is the ETag the listing gives for that manifest now, and GETs the others.
+ */
+export function snapshotKey(prefix: string): string {
+  return `${prefix}_snapshot/manifests.json.gz`;
+}
+
+export interface ManifestSnapshot {
+  version: 1;
+  at: number;
+  /** Each manifest's bytes as the local lake holds them (and published them), by partition directory. */
+  manifests: { partition: string; body: string }[];
+}
+
+/**
  * Buckets cannot append, so the commit log is a series of small objects whose keys sort by time:
  * a reader lists only the keys after the last one it applied (`start-after`).
  */

@@ -5,13 +5,14 @@
 // (a file already there with the manifest's sha256 is not sent again), so a crash between
 // steps only repeats work.
 import fs from 'node:fs/promises';
+import { gzipSync } from 'node:zlib';
 import path from 'node:path';
 import { commitPartition } from '../lake/fileindex.js';
 import { followLines, listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from '../lake/layout.js';
 import { COMMIT_LOG, type PartitionManifest, readManifest } from '../lake/manifest.js';
 import type { Logger } from '../log.js';
-import { type CommitObject, commitKey, dataKey, manifestKey } from './layout.js';
+import { type CommitObject, type ManifestSnapshot, commitKey, dataKey, manifestKey, snapshotKey } from './layout.js';
 import { type S3, S3Error } from './s3.js';
 
 /** What `/v3/health` reports of publishing. */
@@ -24,6 +25,8 @@ export interface PublishHealth {
   last_published_at: string | null;
   last_error: string | null;
   files_put: number;
+  /** When the manifests snapshot a new replica starts from was last written, or null. */
+  snapshot_at: string | null;
 }
 
 export interface PublishReport {
@@ -44,11 +47,14 @@ export class Publisher {
   private lastError: string | null = null;
   private filesPut = 0;
   private running: Promise<PublishReport> | null = null;
+  private snapshotAt: number | null = null;
 
+  /** `snapshotMs`: how often a pass also writes the manifests snapshot (layout.ts `snapshotKey`). */
   constructor(
     private readonly paths: LakePaths,
     private readonly s3: S3,
     private readonly log: Logger,
+    private readonly snapshotMs = 3_600_000,
   ) {}
 
   private get stateFile(): string {
@@ -63,6 +69,7 @@ export class Publisher {
       last_published_at: this.lastPublishedAt === null ? null : new Date(this.lastPublishedAt).toISOString(),
       last_error: this.lastError,
       files_put: this.filesPut,
+      snapshot_at: this.snapshotAt === null ? null : new Date(this.snapshotAt).toISOString(),
     };
   }
 
@@ -75,7 +82,11 @@ export class Publisher {
   }
 
   private async passOnce(): Promise<PublishReport> {
-    this.offset ??= (await readJson<{ offset: number }>(this.stateFile))?.offset ?? 0;
+    if (this.offset === null) {
+      const state = await readJson<{ offset: number; snapshot_at?: number }>(this.stateFile);
+      this.offset = state?.offset ?? 0;
+      this.snapshotAt = state?.snapshot_at ?? null;
+    }
     const named = new Map<string, Partition>();
     const at = await followLines(path.join(this.paths.manifest, COMMIT_LOG), this.offset, (line) => {
       const p = parsePartitionDir(commitPartition(line));
@@ -85,8 +96,11 @@ export class Publisher {
     if (at === null || at === this.offset) return { partitions: 0, files_put: 0, files_present: 0, files_deleted: 0 };
     try {
       const report = await this.publish([...named.values()]);
+      // After the pass: the snapshot then names no manifest whose files the bucket lacks, save those
+      // sealed meanwhile. One that fails fails the pass, which is repeated (idempotent) with it.
+      if (this.snapshotAt === null || Date.now() - this.snapshotAt >= this.snapshotMs) await this.snapshot();
       this.offset = at;
-      await writeFileAtomic(this.stateFile, JSON.stringify({ offset: at }));
+      await writeFileAtomic(this.stateFile, JSON.stringify({ offset: this.offset, snapshot_at: this.snapshotAt }));
       if (this.lastError) this.log.info({ bucket: this.s3.config.bucket, backlog: this.backlog }, 'publishing recovered');
       this.backlog = 0;
       this.waitingSince = null;
@@ -106,12 +120,39 @@ export class Publisher {
     }
   }
 
+  /**
+   * Every local manifest, byte for byte, in one gzipped object. Replicas check each against the
+   * bucket's listing (its ETag is the MD5 of the bytes published), so one sealed after the pass,
+   * or a snapshot hours old, costs only the GETs of what differs.
+   */
+  async snapshot(): Promise<{ manifests: number; bytes: number }> {
+    const manifests: ManifestSnapshot['manifests'] = [];
+    for (const rel of await listFiles(this.paths.manifest, '.json')) {
+      const p = parsePartitionDir(
+        rel
+          .replace(/\.json$/, '')
+          .split(path.sep)
+          .join('/'),
+      );
+      const body = p && (await fs.readFile(path.join(this.paths.manifest, rel), 'utf8').catch(() => null));
+      if (p && body !== null) manifests.push({ partition: partitionDir(p), body });
+    }
+    const at = Date.now();
+    const snapshot: ManifestSnapshot = { version: 1, at, manifests };
+    const bytes = gzipSync(JSON.stringify(snapshot));
+    await this.s3.put(snapshotKey(this.s3.config.prefix), bytes);
+    this.snapshotAt = at;
+    return { manifests: manifests.length, bytes: bytes.length };
+  }
+
   /** Every partition of the local lake, whatever the commit log says: `make mirror-bucket`. */
   async mirror(): Promise<PublishReport> {
     const partitions = (await listFiles(this.paths.manifest, '.json'))
       .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
       .filter((p): p is Partition => p !== null);
-    return this.publish(partitions, true);
+    const report = await this.publish(partitions, true);
+    await this.snapshot();
+    return report;
   }
 
   /**

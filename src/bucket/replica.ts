@@ -5,12 +5,22 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
 import { listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
 import type { IndexedFile } from '../lake/fileindex.js';
 import { type LakePaths, type Partition, partitionDir } from '../lake/layout.js';
 import { type PartitionManifest, writeManifest } from '../lake/manifest.js';
 import type { Logger } from '../log.js';
-import { type CommitObject, commitPrefix, dataKey, manifestKey, manifestPrefix, partitionOfManifestKey } from './layout.js';
+import {
+  type CommitObject,
+  type ManifestSnapshot,
+  commitPrefix,
+  dataKey,
+  manifestKey,
+  manifestPrefix,
+  partitionOfManifestKey,
+  snapshotKey,
+} from './layout.js';
 import { describe } from './publish.js';
 import { servingCopyPath } from '../pages/copy.js';
 import { type S3, S3Error } from './s3.js';
@@ -24,6 +34,8 @@ export interface ReplicaHealth {
   bucket: string;
   last_sync: string | null;
   sync_error: string | null;
+  /** Manifests brought in: by a GET each, or taken from capture's snapshot (their bytes checked against the listing's ETag). */
+  manifests: { fetched: number; from_snapshot: number };
   cache: { files: number; bytes: number; max_bytes: number; fetched: number; fetch_errors: number; evicted: number };
 }
 
@@ -43,6 +55,12 @@ const MIN_IDLE_MS = 120_000;
  */
 const MANIFEST_PARALLEL = 32;
 const FETCH_PARALLEL = 16;
+/**
+ * A walk that finds at least this share of the bucket's manifests changed (a new replica, or one
+ * stopped for long) reads capture's snapshot first: one GET instead of one per manifest. The hourly
+ * walk of a running replica finds a few, and GETs them.
+ */
+const SNAPSHOT_SHARE = 0.25;
 
 interface Cached {
   bytes: number;
@@ -70,6 +88,8 @@ export class BucketReplica {
   private fetched = 0;
   private fetchErrors = 0;
   private evicted = 0;
+  private manifestsFetched = 0;
+  private manifestsFromSnapshot = 0;
   private syncing: Promise<number> | null = null;
 
   constructor(
@@ -102,6 +122,7 @@ export class BucketReplica {
       bucket: this.s3.config.bucket,
       last_sync: this.lastSync === null ? null : new Date(this.lastSync).toISOString(),
       sync_error: this.syncError,
+      manifests: { fetched: this.manifestsFetched, from_snapshot: this.manifestsFromSnapshot },
       cache: {
         files: this.cached.size,
         bytes: this.cachedBytes,
@@ -148,9 +169,11 @@ export class BucketReplica {
     const newest = this.state.commit;
     const after = newest ? commitPrefix(prefix) + String(Math.max(0, commitTime(newest) - RELIST_MS)).padStart(15, '0') : undefined;
     for await (const o of this.s3.list(commitPrefix(prefix), after)) if (!this.applied.has(o.key)) commits.push(o.key);
+    let listed = 0;
     if (walk) {
       for await (const o of this.s3.list(manifestPrefix(prefix))) {
         const p = partitionOfManifestKey(prefix, o.key);
+        listed++;
         if (p && this.state.etags[partitionDir(p)] !== o.etag) changed.set(partitionDir(p), { p, etag: o.etag });
       }
     } else {
@@ -165,11 +188,12 @@ export class BucketReplica {
     }
     let next = 0;
     const list = [...changed.values()];
+    const snapshot = walk && list.length > 8 && list.length >= SNAPSHOT_SHARE * listed ? await this.readSnapshot() : null;
     await Promise.all(
       Array.from({ length: MANIFEST_PARALLEL }, async () => {
         while (next < list.length) {
           const { p, etag } = list[next++];
-          await this.bringManifest(p, etag);
+          await this.bringManifest(p, etag, snapshot?.get(partitionDir(p)));
         }
       }),
     );
@@ -181,12 +205,33 @@ export class BucketReplica {
     return list.length;
   }
 
-  /** `etag` as the listing gave it; after a commit object, the MD5 of the body (S3's ETag of a single-part upload). */
-  private async bringManifest(p: Partition, etag?: string): Promise<void> {
-    const body = await this.s3.get(manifestKey(this.s3.config.prefix, p));
+  /** Capture's manifests snapshot by partition directory, or null when there is none or it cannot be read (each manifest is then a GET). */
+  private async readSnapshot(): Promise<Map<string, string> | null> {
+    try {
+      const body = await this.s3.get(snapshotKey(this.s3.config.prefix));
+      if (!body) return null;
+      const snapshot = JSON.parse(gunzipSync(body).toString('utf8')) as ManifestSnapshot;
+      if (snapshot.version !== 1 || !Array.isArray(snapshot.manifests)) return null;
+      return new Map(snapshot.manifests.map((m) => [m.partition, m.body]));
+    } catch (err) {
+      this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'manifests snapshot not read; each manifest is fetched');
+      return null;
+    }
+  }
+
+  /**
+   * `etag` as the listing gave it; after a commit object, the MD5 of the body (S3's ETag of a
+   * single-part upload). The snapshot's bytes are taken only when they are that ETag's: the
+   * manifest the bucket holds now, not the one capture held when it wrote the snapshot.
+   */
+  private async bringManifest(p: Partition, etag?: string, snapshot?: string): Promise<void> {
+    const fromSnapshot = snapshot !== undefined && etag !== undefined && md5(Buffer.from(snapshot)) === etag;
+    const body = fromSnapshot ? Buffer.from(snapshot) : await this.s3.get(manifestKey(this.s3.config.prefix, p));
     if (!body) return;
     await writeManifest(this.paths.manifest, p, JSON.parse(body.toString('utf8')) as PartitionManifest);
-    this.state.etags[partitionDir(p)] = etag ?? createHash('md5').update(body).digest('hex');
+    this.state.etags[partitionDir(p)] = etag ?? md5(body);
+    if (fromSnapshot) this.manifestsFromSnapshot++;
+    else this.manifestsFetched++;
   }
 
   /**
@@ -272,6 +317,10 @@ export class BucketReplica {
       if (c.copy) void fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
     }
   }
+}
+
+function md5(body: Buffer): string {
+  return createHash('md5').update(body).digest('hex');
 }
 
 function commitTime(key: string): number {

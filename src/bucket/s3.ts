@@ -133,24 +133,39 @@ export class S3 {
    * Uploads a buffer, or a file whose sha256 is known: the body is signed with that hash, so the
    * server refuses bytes that are not the ones the manifest names.
    */
-  async put(key: string, body: Buffer | { file: string; size: number; sha256: string }, meta: Record<string, string> = {}): Promise<void> {
+  async put(
+    key: string,
+    body: Buffer | { file: string; size: number; sha256: string },
+    meta: Record<string, string> = {},
+    condition: { ifMatch?: string; ifNoneMatch?: '*' } = {},
+  ): Promise<string> {
     const headers: Record<string, string> = {};
     for (const [k, v] of Object.entries(meta)) headers[`x-amz-meta-${k}`] = v;
+    // Unquoted: RGW compares the header with its stored ETag byte for byte (a quoted one never matches there).
+    if (condition.ifMatch) headers['if-match'] = condition.ifMatch;
+    if (condition.ifNoneMatch) headers['if-none-match'] = condition.ifNoneMatch;
     const a = await this.request('PUT', key, { headers, body: Buffer.isBuffer(body) ? { buffer: body } : body });
     await this.text(a, `put ${key}`);
+    return etagOf(a.headers);
   }
 
   /** The object's bytes, or null when there is none. */
   async get(key: string): Promise<Buffer | null> {
-    const a = await this.request('GET', key);
-    if (a.status === 404) {
+    const found = await this.read(key);
+    return found === null || found === 'unchanged' ? null : found.body;
+  }
+
+  /** The object with its ETag; `unchanged` when it still has `ifNoneMatch` (a 304, no body sent); null when there is none. */
+  async read(key: string, ifNoneMatch?: string): Promise<{ body: Buffer; etag: string } | 'unchanged' | null> {
+    const a = await this.request('GET', key, ifNoneMatch ? { headers: { 'if-none-match': `"${ifNoneMatch}"` } } : {});
+    if (a.status === 404 || a.status === 304) {
       await this.text(a, key).catch(() => undefined);
-      return null;
+      return a.status === 304 ? 'unchanged' : null;
     }
     const chunks: Buffer[] = [];
     if (a.status !== 200) await this.text(a, `get ${key}`);
     for await (const c of a.res) chunks.push(c as Buffer);
-    return Buffer.concat(chunks);
+    return { body: Buffer.concat(chunks), etag: etagOf(a.headers) };
   }
 
   /**
@@ -221,6 +236,10 @@ export class S3 {
         : null;
     } while (token);
   }
+}
+
+function etagOf(headers: http.IncomingHttpHeaders): string {
+  return String(headers.etag ?? '').replace(/"/g, '');
 }
 
 function unescapeXml(text: string): string {
