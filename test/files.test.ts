@@ -336,8 +336,13 @@ t.test('an export whose lake file cannot be read is a 503, not a hung or empty d
   t.equal(r.json.error.code, 'UNAVAILABLE');
   const again = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?format=csv`);
   t.equal(again.status, 200, 'and the next export works');
-  await new Promise((res) => setTimeout(res, 100));
-  t.same(await fs.readdir(path.join(dir, 'state', 'exports')), [], 'no pipe is left behind');
+  // The export's file goes when its stream has closed, a moment after the response ended: waited for, not timed.
+  let left = await fs.readdir(path.join(dir, 'state', 'exports'));
+  for (let i = 0; i < 300 && left.length > 0; i++) {
+    await new Promise((res) => setTimeout(res, 50));
+    left = await fs.readdir(path.join(dir, 'state', 'exports'));
+  }
+  t.same(left, [], 'no pipe is left behind');
 });
 
 t.test('a gap still in the spool (open hour) is reported before it is sealed', async (t) => {
