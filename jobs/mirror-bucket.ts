@@ -4,6 +4,7 @@
 import { Publisher } from '../src/bucket/publish.js';
 import { S3 } from '../src/bucket/s3.js';
 import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { createLogger } from '../src/log.js';
 
@@ -14,10 +15,11 @@ if (!config.bucket) {
   process.exit(2);
 }
 const s3 = new S3(config.bucket);
+const duck = await Duck.open(1);
 const began = performance.now();
 try {
   await s3.ensureBucket();
-  const report = await new Publisher(lakePaths(config.dataDir), s3, log).mirror();
+  const report = await new Publisher(lakePaths(config.dataDir), s3, log, config.publishSnapshotMs, duck).mirror();
   log.info(
     { bucket: config.bucket.bucket, prefix: config.bucket.prefix, ...report, ms: Math.round(performance.now() - began) },
     'mirrored',
@@ -27,4 +29,5 @@ try {
   process.exitCode = 1;
 } finally {
   s3.close();
+  await duck.shutdown();
 }

@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import t from 'tap';
 import { Publisher } from '../src/bucket/publish.js';
+import { BucketReplica } from '../src/bucket/replica.js';
 import { type ManifestSnapshot, dataKey, manifestKey, manifestPrefix, snapshotKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import { KeyStore } from '../src/api/keys.js';
@@ -21,6 +22,7 @@ import { fill } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { type IndexedFile, FileIndex } from '../src/lake/fileindex.js';
+import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { type ApiProcess, quiet, sealAll, startApiProcess, stopProcess, testConfig } from './helpers.js';
@@ -101,15 +103,18 @@ t.test('capture publishes; a gateway outage delays it, loses nothing, and is cau
     t.same(await s3.get(manifestKey(s3.config.prefix, p)), local);
   }
   // A mirror afterwards finds everything there and sends nothing.
-  const mirror = await new Publisher(paths, s3, quiet).mirror();
+  const mirror = await new Publisher(paths, s3, quiet, 3_600_000, duck).mirror();
   t.same({ put: mirror.files_put, present: mirror.files_present }, { put: 0, present: files.length });
   // The second capture's publisher kept the first's snapshot (one an hour); the mirror wrote a new one.
   t.same(await readSnapshot(), await localManifests(), 'the snapshot after the mirror is the whole lake');
 });
 
+async function snapshotObject(): Promise<ManifestSnapshot> {
+  return JSON.parse(gunzipSync((await s3.get(snapshotKey(s3.config.prefix)))!).toString('utf8')) as ManifestSnapshot;
+}
+
 async function readSnapshot(): Promise<Map<string, string>> {
-  const snapshot = JSON.parse(gunzipSync((await s3.get(snapshotKey(s3.config.prefix)))!).toString('utf8')) as ManifestSnapshot;
-  return new Map(snapshot.manifests.map((m) => [m.partition, m.body]));
+  return new Map((await snapshotObject()).manifests.map((m) => [m.partition, m.body]));
 }
 
 async function localManifests(): Promise<Map<string, string>> {
@@ -120,6 +125,41 @@ async function localManifests(): Promise<Map<string, string>> {
   }
   return found;
 }
+
+t.test('a file a request still reads is never evicted, by its process or another worker sharing the cache', async (t) => {
+  // Two workers' caches over one directory, bound to a byte (every file over it), on a clock the test moves.
+  let now = Date.now();
+  const cache = lakePaths(t.testdir());
+  const [a, b] = [0, 1].map(() => new BucketReplica(cache, s3, 1, quiet, () => now));
+  for (const r of [a, b]) {
+    await r.open();
+    t.teardown(() => r.close());
+  }
+  const files = (await localFiles()).filter((f) => f.partition.dataset === 'books').slice(0, 4);
+  const onDisk = (f: IndexedFile) =>
+    fs.access(path.join(cache.lake, f.path)).then(
+      () => true,
+      () => false,
+    );
+  await b.ensure([files[0]]);
+  const release = a.hold(); // a request on worker a reads files[0], as long as it takes
+  await a.ensure([files[0]]);
+  now += 3_600_000;
+  await a.renew(); // its timer's work: the file's mtime says it is in use
+  await b.ensure([files[1]]);
+  await b.evict();
+  t.ok(await onDisk(files[0]), 'worker b keeps the file a request of worker a holds, an hour into it');
+  await a.ensure([files[2]]);
+  await a.evict();
+  t.ok(await onDisk(files[0]), 'and so does worker a');
+  release();
+  now += 3_600_000;
+  await a.renew();
+  await b.ensure([files[3]]);
+  await b.evict();
+  t.notOk(await onDisk(files[0]), 'once the request ended and the file went unused, it is evicted');
+  t.ok(await onDisk(files[3]), 'the file just fetched stays');
+});
 
 t.test("the analyst guide's bucket statements answer over a copy of the bucket", async (t) => {
   // What `aws s3 sync` would bring down: every key under the prefix, at its key.
@@ -177,16 +217,14 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   t.teardown(() => feed.close());
   // A new replica takes the manifests from capture's snapshot only where they are the bucket's: here two
   // are left out of it and one holds another partition's manifest, and those three are fetched alone.
-  const snapshot = await readSnapshot();
+  const whole = await snapshotObject();
+  t.ok(whole.checkpoints?.catalogue && whole.checkpoints.gaps, "the mirror's snapshot carries the catalogue's and the gaps' checkpoints");
+  const snapshot = new Map(whole.manifests.map((m) => [m.partition, m.body]));
   const [left, out, wrong] = [...snapshot.keys()];
   snapshot.delete(left);
   snapshot.delete(out);
   snapshot.set(wrong, snapshot.get([...snapshot.keys()].at(-1)!)!);
-  const stale: ManifestSnapshot = {
-    version: 1,
-    at: Date.now(),
-    manifests: [...snapshot].map(([partition, body]) => ({ partition, body })),
-  };
+  const stale: ManifestSnapshot = { ...whole, manifests: [...snapshot].map(([partition, body]) => ({ partition, body })) };
   await s3.put(snapshotKey(s3.config.prefix), gzipSync(JSON.stringify(stale)));
   let published = 0;
   for await (const o of s3.list(manifestPrefix(s3.config.prefix))) if (o.key.endsWith('.json')) published++;
@@ -226,6 +264,13 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     { fetched: 3, from_snapshot: published - 3 },
     `${published} manifests: all but the three the snapshot lacks or holds wrong taken from it`,
   );
+  // Markets and gaps from the snapshot's checkpoints: no markets or gaps file fetched to open.
+  for (const d of replicaDirs)
+    t.same(
+      [...(await listFiles(path.join(d, 'lake', 'markets'), '.parquet')), ...(await listFiles(path.join(d, 'lake', 'gaps'), '.parquet'))],
+      [],
+      'a new replica opened without fetching a markets or gaps file',
+    );
 
   const listed = await same(`/v3/wallet-prediction/markets?order=asc&limit=50&start_time=${START}&end_time=${END}`);
   const markets = listed.data as { market_id: string; coin: string; window: string; start_time: string; end_time: string }[];

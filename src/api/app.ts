@@ -33,6 +33,8 @@ export interface AppOptions {
   now?: () => number;
   /** Keys' limits: this process's own buckets by default, leased from the primary in a cluster. */
   limiter?: Limiter;
+  /** Keeps the sealed files a request reads on this disk until it ends (a bucket-served lake's cache); returns the release. */
+  hold?: () => () => void;
 }
 
 const DATA_OPEN = PAGE_FRAME.before;
@@ -107,7 +109,9 @@ export function createApp(options: AppOptions): App {
     const started = performance.now();
     const controller = new AbortController();
     ctx.state.signal = controller.signal;
+    const release = options.hold?.();
     const finished = () => {
+      release?.();
       const aborted = !ctx.res.writableFinished;
       // Refusals are counted, not logged one by one; a keyed client that left gets its own line, whatever ended it.
       if ((!ctx.state.keyId && COUNTED.has(ctx.status)) || (ctx.state.refused && !aborted)) {

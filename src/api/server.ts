@@ -263,6 +263,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     log,
     now: () => clock.now(),
     limiter,
+    hold: replica ? () => replica.hold() : undefined,
   });
   const server = boundedServer(app.koa.callback(), connectionLimits, connections);
   // A burst of connections (an attacker's, or every client reconnecting at once) waits in the
@@ -305,6 +306,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       if (limiter instanceof LeasedLimiter) limiter.close();
       replays.close();
       await replayCopies?.close();
+      replica?.close();
       s3?.close();
       // Drain: stop accepting, let in-flight requests finish, then drop idle keep-alives.
       await new Promise<void>((resolve) => {

@@ -38,6 +38,12 @@ export interface ManifestSnapshot {
   at: number;
   /** Each manifest's bytes as the local lake holds them (and published them), by partition directory. */
   manifests: { partition: string; body: string }[];
+  /**
+   * The catalogue's and the gaps' checkpoints of the same lake (lake/catalogue.ts, lake/gaplog.ts):
+   * a new replica starts from them instead of fetching every markets and gaps file. Each covers
+   * files by path and sha256, so one the bucket has replaced since is read again.
+   */
+  checkpoints?: { catalogue: string; gaps: string };
 }
 
 /**

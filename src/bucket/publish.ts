@@ -7,10 +7,12 @@
 import fs from 'node:fs/promises';
 import { gzipSync } from 'node:zlib';
 import path from 'node:path';
+import type { Duck } from '../lake/duckdb.js';
 import { commitPartition } from '../lake/fileindex.js';
 import { followLines, listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from '../lake/layout.js';
 import { COMMIT_LOG, type PartitionManifest, readManifest } from '../lake/manifest.js';
+import { LakeReader } from '../lake/reader.js';
 import type { Logger } from '../log.js';
 import { type CommitObject, type ManifestSnapshot, commitKey, dataKey, manifestKey, snapshotKey } from './layout.js';
 import { type S3, S3Error } from './s3.js';
@@ -49,12 +51,19 @@ export class Publisher {
   private running: Promise<PublishReport> | null = null;
   private snapshotAt: number | null = null;
 
-  /** `snapshotMs`: how often a pass also writes the manifests snapshot (layout.ts `snapshotKey`). */
+  /** The lake as the API reads it, for the snapshot's checkpoints; its own state directory, never the API's files. */
+  private reader: LakeReader | null = null;
+
+  /**
+   * `snapshotMs`: how often a pass also writes the snapshot (layout.ts `snapshotKey`); with `duck`
+   * it carries the catalogue's and the gaps' checkpoints too.
+   */
   constructor(
     private readonly paths: LakePaths,
     private readonly s3: S3,
     private readonly log: Logger,
     private readonly snapshotMs = 3_600_000,
+    private readonly duck: Duck | null = null,
   ) {}
 
   private get stateFile(): string {
@@ -138,11 +147,27 @@ export class Publisher {
       if (p && body !== null) manifests.push({ partition: partitionDir(p), body });
     }
     const at = Date.now();
-    const snapshot: ManifestSnapshot = { version: 1, at, manifests };
+    const snapshot: ManifestSnapshot = {
+      version: 1,
+      at,
+      manifests,
+      ...(this.duck ? { checkpoints: await this.checkpoints(this.duck) } : {}),
+    };
     const bytes = gzipSync(JSON.stringify(snapshot));
     await this.s3.put(snapshotKey(this.s3.config.prefix), bytes);
     this.snapshotAt = at;
     return { manifests: manifests.length, bytes: bytes.length };
+  }
+
+  private async checkpoints(duck: Duck): Promise<{ catalogue: string; gaps: string }> {
+    if (this.reader) await this.reader.update();
+    else {
+      this.reader = new LakeReader(duck, { ...this.paths, state: path.join(this.paths.state, 'snapshot-reader') });
+      await this.reader.open();
+    }
+    await this.reader.writeCheckpoints();
+    const files = this.reader.checkpointFiles;
+    return { catalogue: await fs.readFile(files.catalogue, 'utf8'), gaps: await fs.readFile(files.gaps, 'utf8') };
   }
 
   /** Every partition of the local lake, whatever the commit log says: `make mirror-bucket`. */

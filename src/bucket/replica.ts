@@ -7,7 +7,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import { listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
+import { CATALOGUE_CHECKPOINT } from '../lake/catalogue.js';
 import type { IndexedFile } from '../lake/fileindex.js';
+import { GAPS_CHECKPOINT } from '../lake/gaplog.js';
 import { type LakePaths, type Partition, partitionDir } from '../lake/layout.js';
 import { type PartitionManifest, writeManifest } from '../lake/manifest.js';
 import type { Logger } from '../log.js';
@@ -45,10 +47,19 @@ export interface ReplicaHealth {
  */
 const RELIST_MS = 60_000;
 /**
- * A file used this recently is never evicted, whatever the cache's size: a query that planned
- * it may not have opened it yet (requests time out well within this).
+ * A file used this recently is never evicted, whatever the cache's size: work outside a request
+ * (the catalogue's and gap log's reads, a serving copy) may have planned it and not opened it yet.
+ * Files a request may read are held until it ends (`hold`), however long that is.
  */
 const MIN_IDLE_MS = 120_000;
+/**
+ * Workers of a cluster share the cache directory, and one must not evict a file a request of
+ * another still reads: a use sets the file's mtime (at most this often per file), and the files a
+ * request in flight may read have theirs renewed this often. Another worker evicts a file only when
+ * its mtime is MIN_IDLE_MS old, which a renewed file never is.
+ */
+const TOUCH_MS = 10_000;
+const RENEW_MS = 30_000;
 /**
  * Requests at once. A store across a network answers each in tens of milliseconds, so a first open
  * of a long lake (a manifest per partition: about 39,000 at 90 days) is bounded by round trips, not bytes.
@@ -65,6 +76,8 @@ const SNAPSHOT_SHARE = 0.25;
 interface Cached {
   bytes: number;
   usedAt: number;
+  /** When this process last set the file's mtime. */
+  touchedAt: number;
   /** Its serving copy, once written here: removed with the file, its bytes counted in the cache's. */
   copy?: { sha256: string; bytes: number };
 }
@@ -91,12 +104,19 @@ export class BucketReplica {
   private manifestsFetched = 0;
   private manifestsFromSnapshot = 0;
   private syncing: Promise<number> | null = null;
+  /** Requests in flight by when they began; Map order is start order, so the first is the oldest. */
+  private readonly holds = new Map<number, number>();
+  private holdIds = 0;
+  private renewal: NodeJS.Timeout | null = null;
+  private evicting: Promise<void> | null = null;
 
+  /** `now`: the cache's clock (file ages and mtimes); a test moves it instead of waiting minutes. */
   constructor(
     private readonly paths: LakePaths,
     private readonly s3: S3,
     private readonly maxBytes: number,
     private readonly log: Logger,
+    private readonly now: () => number = Date.now,
   ) {}
 
   private get stateFile(): string {
@@ -111,10 +131,43 @@ export class BucketReplica {
     for (const rel of await listFiles(this.paths.lake, '.parquet')) {
       const st = await fs.stat(path.join(this.paths.lake, rel)).catch(() => null);
       if (!st) continue;
-      this.cached.set(rel.split(path.sep).join('/'), { bytes: st.size, usedAt: st.mtimeMs });
+      this.cached.set(rel.split(path.sep).join('/'), { bytes: st.size, usedAt: st.mtimeMs, touchedAt: st.mtimeMs });
       this.cachedBytes += st.size;
     }
+    this.renewal = setInterval(() => void this.renew(), RENEW_MS).unref();
     return this.sync(true);
+  }
+
+  close(): void {
+    if (this.renewal) clearInterval(this.renewal);
+  }
+
+  /**
+   * A request begins: every file ensured from now until the returned release stays on disk, so a
+   * statement that opens its files as it goes (DuckDB's multi-file scans do) never finds one gone.
+   */
+  hold(): () => void {
+    const id = this.holdIds++;
+    this.holds.set(id, this.now());
+    return () => this.holds.delete(id);
+  }
+
+  /** Files used since the oldest request in flight began: any of them may be one it reads. */
+  private held(c: Cached): boolean {
+    const oldest = this.holds.values().next();
+    return !oldest.done && c.usedAt >= oldest.value;
+  }
+
+  /** Sets the mtime of every file a request in flight may read (every RENEW_MS). */
+  async renew(): Promise<void> {
+    const now = this.now();
+    for (const [rel, c] of this.cached) if (this.held(c)) await this.touch(rel, c, now);
+  }
+
+  private async touch(rel: string, c: Cached, now: number): Promise<void> {
+    c.touchedAt = now;
+    const at = new Date(now);
+    await fs.utimes(path.join(this.paths.lake, rel), at, at).catch(() => undefined);
   }
 
   health(): ReplicaHealth {
@@ -212,6 +265,22 @@ export class BucketReplica {
       if (!body) return null;
       const snapshot = JSON.parse(gunzipSync(body).toString('utf8')) as ManifestSnapshot;
       if (snapshot.version !== 1 || !Array.isArray(snapshot.manifests)) return null;
+      // A replica with checkpoints of its own keeps them; a new one starts from capture's.
+      if (snapshot.checkpoints) {
+        for (const [name, text] of [
+          [CATALOGUE_CHECKPOINT, snapshot.checkpoints.catalogue],
+          [GAPS_CHECKPOINT, snapshot.checkpoints.gaps],
+        ] as const) {
+          const file = path.join(this.paths.state, name);
+          if (
+            !(await fs.access(file).then(
+              () => true,
+              () => false,
+            ))
+          )
+            await writeFileAtomic(file, text);
+        }
+      }
       return new Map(snapshot.manifests.map((m) => [m.partition, m.body]));
     } catch (err) {
       this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'manifests snapshot not read; each manifest is fetched');
@@ -239,7 +308,7 @@ export class BucketReplica {
    * many requests want it). Throws ObjectUnavailable when the bucket cannot give one.
    */
   async ensure(files: readonly Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[]): Promise<void> {
-    const now = Date.now();
+    const now = this.now();
     const missing: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[] = [];
     // Another worker of a cluster shares this directory and may have evicted a file this one holds.
     const present = await Promise.all(
@@ -252,8 +321,10 @@ export class BucketReplica {
     );
     files.forEach((f, i) => {
       const c = this.cached.get(f.path);
-      if (c && c.bytes === f.bytes && present[i]) c.usedAt = now;
-      else missing.push(f);
+      if (c && c.bytes === f.bytes && present[i]) {
+        c.usedAt = now;
+        if (now - c.touchedAt >= TOUCH_MS) void this.touch(f.path, c, now);
+      } else missing.push(f);
     });
     if (!missing.length) return;
     let next = 0;
@@ -272,7 +343,7 @@ export class BucketReplica {
       }),
     );
     if (failures.length) throw failures[0];
-    this.evict();
+    void this.evict();
   }
 
   private async fetch(f: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>): Promise<void> {
@@ -287,8 +358,11 @@ export class BucketReplica {
     }
     const old = this.cached.get(f.path);
     if (old) this.cachedBytes -= old.bytes;
-    this.cached.set(f.path, { bytes: f.bytes, usedAt: Date.now() });
+    const now = this.now();
+    const c: Cached = { bytes: f.bytes, usedAt: now, touchedAt: now };
+    this.cached.set(f.path, c);
     this.cachedBytes += f.bytes;
+    await this.touch(f.path, c, now);
     this.fetched++;
   }
 
@@ -298,23 +372,40 @@ export class BucketReplica {
     if (!c) return;
     this.cachedBytes += bytes - (c.copy?.bytes ?? 0);
     c.copy = { sha256, bytes };
-    this.evict();
+    void this.evict();
   }
 
-  /** Least recently used first, down to the bound; a file used within MIN_IDLE_MS stays even over it. */
-  private evict(): void {
-    if (this.cachedBytes <= this.maxBytes) return;
-    const now = Date.now();
+  /**
+   * Least recently used first, down to the bound. Kept whatever the size: a file a request in flight
+   * may read, one used within MIN_IDLE_MS, and one whose mtime says another worker used it lately.
+   */
+  evict(): Promise<void> {
+    if (this.cachedBytes <= this.maxBytes) return Promise.resolve();
+    this.evicting ??= this.evictOnce().finally(() => {
+      this.evicting = null;
+    });
+    return this.evicting;
+  }
+
+  private async evictOnce(): Promise<void> {
+    const now = this.now();
     const byAge = [...this.cached].sort((a, b) => a[1].usedAt - b[1].usedAt);
     for (const [rel, c] of byAge) {
       if (this.cachedBytes <= this.maxBytes || now - c.usedAt < MIN_IDLE_MS) break;
-      if (this.fetching.has(rel)) continue;
+      if (this.fetching.has(rel) || this.held(c)) continue;
+      const file = path.join(this.paths.lake, rel);
+      const mtime = await fs.stat(file).then(
+        (st) => st.mtimeMs,
+        () => 0,
+      );
+      // Checked again after the stat: a request may have begun using it meanwhile.
+      if (now - mtime < MIN_IDLE_MS || this.cached.get(rel) !== c || now - c.usedAt < MIN_IDLE_MS || this.held(c)) continue;
       this.cached.delete(rel);
       this.cachedBytes -= c.bytes + (c.copy?.bytes ?? 0);
       this.evicted++;
       // Unlinked, not truncated: a reader that has it open keeps its bytes.
-      void fs.rm(path.join(this.paths.lake, rel), { force: true });
-      if (c.copy) void fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
+      await fs.rm(file, { force: true });
+      if (c.copy) await fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
     }
   }
 }

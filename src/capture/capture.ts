@@ -117,7 +117,7 @@ export class Capture {
     this.spool = new Spool(this.paths.spool);
     this.gaps = new GapLedger(this.spool, log, this.stats);
     this.keeper = new SpoolKeeper(this.spool, config.capture.spoolMaxBufferBytes, this.gaps, log);
-    this.publisher = config.bucket ? new Publisher(this.paths, new S3(config.bucket), log, config.publishSnapshotMs) : null;
+    this.publisher = config.bucket ? new Publisher(this.paths, new S3(config.bucket), log, config.publishSnapshotMs, duck) : null;
     const polymarket = adapters.find((a) => a.venue === 'polymarket');
     const sink: StreamSink = {
       books: (m, ts, recvTs, books) => {

@@ -15,6 +15,9 @@ export interface StoredMarket extends Market {
   ts: number;
 }
 
+/** Below DATA_DIR/state. */
+export const CATALOGUE_CHECKPOINT = 'catalogue.ndjson';
+
 const FINAL: MarketStatus[] = ['resolved', 'cancelled'];
 const MARKET_SELECT = SCHEMAS.markets
   .map((c) => (isTime(c) ? `epoch_ms(${sqlIdent(c.name)})::DOUBLE AS ${sqlIdent(c.name)}` : sqlIdent(c.name)))
@@ -34,8 +37,8 @@ export class Catalogue {
     private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
-  private get checkpointFile(): string {
-    return path.join(this.paths.state, 'catalogue.ndjson');
+  get checkpointFile(): string {
+    return path.join(this.paths.state, CATALOGUE_CHECKPOINT);
   }
 
   /**

@@ -1,13 +1,19 @@
-// Recorded capture gaps in memory: every gaps file (and the spool's open-hour gaps), re-read
-// only when those files changed.
+// Recorded capture gaps in memory: every gaps file (and the spool's open-hour gaps). Each sealed
+// file is read once (its rows kept by path and sha256, and in a checkpoint for the next start);
+// when the files change only the new ones are read.
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue, Window } from '../config.js';
 import { filesSignature } from './catalogue.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
+import { writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from './layout.js';
 import type { SpoolPart } from './spool.js';
 import { type Files, parquetSource, spoolSource } from './sql.js';
+
+/** Below DATA_DIR/state. */
+export const GAPS_CHECKPOINT = 'gaps.ndjson';
 
 export interface GapRecord {
   venue: Venue;
@@ -25,6 +31,9 @@ export class GapLog {
   /** The rows by market (null: a whole series'), built when asked: discovery looks markets up one by one. */
   private byMarket: Map<string | null, GapRecord[]> | null = null;
   private signature = '';
+  /** Each sealed gaps file's rows, by `path@sha256`. */
+  private readonly sealed = new Map<string, GapRecord[]>();
+  private checkpointRead = false;
 
   constructor(
     private readonly paths: LakePaths,
@@ -34,24 +43,38 @@ export class GapLog {
     private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
-  /** Re-reads the gaps when their files (sealed, or spool parts in `spool`) changed. */
-  async load(spool: SpoolPart[]): Promise<void> {
+  get checkpointFile(): string {
+    return path.join(this.paths.state, GAPS_CHECKPOINT);
+  }
+
+  /** Re-reads the gaps when their files (sealed, or spool parts in `spool`) changed; returns how many sealed files were read. */
+  async load(spool: SpoolPart[]): Promise<number> {
     const files = this.index.all().filter((f) => f.partition.dataset === 'gaps');
     const spoolParts = spool.filter((s) => s.partition.dataset === 'gaps');
     const signature = files.map((f) => f.sha256).join(',') + (await filesSignature({ sealed: [], spool: spoolParts.map((s) => s.file) }));
-    if (signature === this.signature) return;
-    const rows: GapRecord[] = [];
-    for (let i = 0; i < files.length; i += 4000) {
-      await this.ensure(files.slice(i, i + 4000));
-      const list = files.slice(i, i + 4000).map((f) => path.join(this.paths.lake, f.path));
+    if (signature === this.signature) return 0;
+    if (!this.checkpointRead) await this.readCheckpoint();
+    const current = new Set(files.map(fileKey));
+    for (const key of this.sealed.keys()) if (!current.has(key)) this.sealed.delete(key);
+    const unread = files.filter((f) => !this.sealed.has(fileKey(f)));
+    for (let i = 0; i < unread.length; i += 4000) {
+      const chunk = unread.slice(i, i + 4000);
+      await this.ensure(chunk);
+      const byPath = new Map(chunk.map((f) => [f.path, { key: fileKey(f), rows: [] as GapRecord[] }]));
       const found = await this.duck.rows(
-        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM ${parquetSource(list, 'filename = true')}`,
+        `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM ${parquetSource(
+          chunk.map((f) => path.join(this.paths.lake, f.path)),
+          'filename = true',
+        )}`,
       );
       for (const r of found) {
-        const p = parsePartitionDir(path.relative(this.paths.lake, path.dirname(String(r.filename))));
-        if (p) rows.push(gapRecord(p, r));
+        const rel = path.relative(this.paths.lake, String(r.filename)).split(path.sep).join('/');
+        const p = parsePartitionDir(path.posix.dirname(rel));
+        if (p) byPath.get(rel)?.rows.push(gapRecord(p, r));
       }
+      for (const { key, rows } of byPath.values()) this.sealed.set(key, rows);
     }
+    const rows: GapRecord[] = [...this.sealed.values()].flat();
     // Gaps closed in the open hour are still in the spool: they count too.
     const spooled = new Map(spoolParts.map((s) => [partitionDir(s.partition), s.partition]));
     for (const p of spooled.values()) {
@@ -66,6 +89,27 @@ export class GapLog {
     this.byMarket = null;
     // Only once read: a load that failed half way is tried again by the next.
     this.signature = signature;
+    return unread.length;
+  }
+
+  private async readCheckpoint(): Promise<void> {
+    this.checkpointRead = true;
+    const text = await fs.readFile(this.checkpointFile, 'utf8').catch(() => '');
+    try {
+      for (const line of text.split('\n')) {
+        if (!line) continue;
+        const { file, rows } = JSON.parse(line) as { file: string; rows: GapRecord[] };
+        this.sealed.set(file, rows);
+      }
+    } catch {
+      this.sealed.clear(); // a damaged checkpoint only costs a full read
+    }
+  }
+
+  /** Every sealed file's rows, so a restart (or a new replica, from the bucket's snapshot) reads only files sealed since. */
+  async writeCheckpoint(): Promise<void> {
+    const lines = [...this.sealed].map(([file, rows]) => JSON.stringify({ file, rows }));
+    await writeFileAtomic(this.checkpointFile, lines.length ? `${lines.join('\n')}\n` : '');
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
@@ -97,6 +141,10 @@ export class GapLog {
         g.to_ts > from,
     );
   }
+}
+
+function fileKey(f: IndexedFile): string {
+  return `${f.path}@${f.sha256}`;
 }
 
 function gapRecord(p: Partition, r: JsonRow): GapRecord {

@@ -43,15 +43,21 @@ export class LakeReader {
     if (this.fetcher && files.length) await this.fetcher.ensure(files);
   }
 
-  /** Loads everything at start: the index (checkpoint or walk), the catalogue, the gaps; says how long each took. */
-  async open(): Promise<{ index: 'checkpoint' | 'walk'; index_ms: number; catalogue_ms: number }> {
+  /** Loads everything at start: the index (checkpoint or walk), the catalogue, the gaps; says how long each took and how many gaps files were read. */
+  async open(): Promise<{ index: 'checkpoint' | 'walk'; index_ms: number; catalogue_ms: number; gap_files_read: number }> {
     const began = performance.now();
     const index = await this.index.open();
     this.index.takeChanged();
-    await this.gapLog.load(await listSpool(this.paths.spool));
+    const gapFilesRead = await this.gapLog.load(await listSpool(this.paths.spool));
+    if (gapFilesRead > 0) await this.gapLog.writeCheckpoint();
     const indexed = performance.now();
     await this.catalogue.load();
-    return { index, index_ms: Math.round(indexed - began), catalogue_ms: Math.round(performance.now() - indexed) };
+    return {
+      index,
+      index_ms: Math.round(indexed - began),
+      catalogue_ms: Math.round(performance.now() - indexed),
+      gap_files_read: gapFilesRead,
+    };
   }
 
   /**
@@ -77,11 +83,20 @@ export class LakeReader {
     const spooled = spool.filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
     await this.catalogue.ingest([...changed.filter((p) => p.dataset === 'markets'), ...spooled]);
     await this.gapLog.load(spool);
-    if (walk) {
-      await this.index.writeCheckpoint();
-      await this.catalogue.writeCheckpoint();
-    }
+    if (walk) await this.writeCheckpoints();
     return changed;
+  }
+
+  /** The index's, the catalogue's and the gaps' checkpoints (hourly, and for the bucket's snapshot): a start reads only what was sealed since. */
+  async writeCheckpoints(): Promise<void> {
+    await this.index.writeCheckpoint();
+    await this.catalogue.writeCheckpoint();
+    await this.gapLog.writeCheckpoint();
+  }
+
+  /** Where the catalogue and the gaps keep their checkpoints. */
+  get checkpointFiles(): { catalogue: string; gaps: string } {
+    return { catalogue: this.catalogue.checkpointFile, gaps: this.gapLog.checkpointFile };
   }
 
   /**
