@@ -126,6 +126,22 @@ async function localManifests(): Promise<Map<string, string>> {
   return found;
 }
 
+t.test('a snapshot that cannot be made never holds publishing', async (t) => {
+  // The same lake under another prefix, published by a publisher whose checkpoints reader fails.
+  const copy = t.testdir();
+  await fs.cp(paths.lake, path.join(copy, 'lake'), { recursive: true });
+  await fs.cp(paths.manifest, lakePaths(copy).manifest, { recursive: true });
+  const other = new S3({ ...config.bucket!, prefix: 'snapshot-fails/' });
+  t.teardown(() => other.close());
+  const broken = await Duck.open(1);
+  await broken.shutdown();
+  const publisher = new Publisher(lakePaths(copy), other, quiet, 3_600_000, broken);
+  const report = await publisher.pass();
+  t.ok(report.files_put > 0, `${report.files_put} files published`);
+  t.match(publisher.health(), { backlog_partitions: 0, last_error: null, snapshot_at: null, snapshot_error: /./ }, 'the failure is said');
+  t.equal(await other.get(snapshotKey(other.config.prefix)), null, 'no snapshot');
+});
+
 t.test('a file a request still reads is never evicted, by its process or another worker sharing the cache', async (t) => {
   // Two workers' caches over one directory, bound to a byte (every file over it), on a clock the test moves.
   let now = Date.now();

@@ -65,7 +65,7 @@ class FileKeys implements KeyBackend {
  * operators issuing keys at once never lose one. The last records read are kept in `copy`, which a
  * server starting while the bucket is down reads instead.
  */
-export class BucketKeys implements KeyBackend {
+class BucketKeys implements KeyBackend {
   readonly remote = true;
   private failing = false;
 
@@ -81,7 +81,7 @@ export class BucketKeys implements KeyBackend {
       const found = await this.s3.read(this.key, version ?? undefined);
       if (this.failing) this.log?.info({ bucket: this.s3.config.bucket }, 'key store readable again');
       this.failing = false;
-      if (found === 'unchanged') return found;
+      if (found === 'unchanged' || (found === null && version === ABSENT)) return 'unchanged';
       const records = found ? (JSON.parse(found.body.toString('utf8')) as KeyRecord[]) : [];
       await writeFileAtomic(this.copy, JSON.stringify(records, null, 1));
       return { records, version: found?.etag ?? ABSENT };

@@ -29,6 +29,7 @@ export interface PublishHealth {
   files_put: number;
   /** When the manifests snapshot a new replica starts from was last written, or null. */
   snapshot_at: string | null;
+  snapshot_error: string | null;
 }
 
 export interface PublishReport {
@@ -50,6 +51,7 @@ export class Publisher {
   private filesPut = 0;
   private running: Promise<PublishReport> | null = null;
   private snapshotAt: number | null = null;
+  private snapshotError: string | null = null;
 
   /** The lake as the API reads it, for the snapshot's checkpoints; its own state directory, never the API's files. */
   private reader: LakeReader | null = null;
@@ -79,6 +81,7 @@ export class Publisher {
       last_error: this.lastError,
       files_put: this.filesPut,
       snapshot_at: this.snapshotAt === null ? null : new Date(this.snapshotAt).toISOString(),
+      snapshot_error: this.snapshotError,
     };
   }
 
@@ -105,10 +108,21 @@ export class Publisher {
     if (at === null || at === this.offset) return { partitions: 0, files_put: 0, files_present: 0, files_deleted: 0 };
     try {
       const report = await this.publish([...named.values()]);
-      // After the pass: the snapshot then names no manifest whose files the bucket lacks, save those
-      // sealed meanwhile. One that fails fails the pass, which is repeated (idempotent) with it.
-      if (this.snapshotAt === null || Date.now() - this.snapshotAt >= this.snapshotMs) await this.snapshot();
       this.offset = at;
+      // After the pass: the snapshot then names no manifest whose files the bucket lacks, save those
+      // sealed meanwhile. It only speeds a new replica's start, so one that fails never holds
+      // publishing: it is said in health and tried again after the next pass.
+      if (this.snapshotAt === null || Date.now() - this.snapshotAt >= this.snapshotMs)
+        await this.snapshot().then(
+          () => {
+            this.snapshotError = null;
+          },
+          (err: unknown) => {
+            if (this.snapshotError === null)
+              this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'snapshot not written; retried');
+            this.snapshotError = describe(err);
+          },
+        );
       await writeFileAtomic(this.stateFile, JSON.stringify({ offset: this.offset, snapshot_at: this.snapshotAt }));
       if (this.lastError) this.log.info({ bucket: this.s3.config.bucket, backlog: this.backlog }, 'publishing recovered');
       this.backlog = 0;
