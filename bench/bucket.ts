@@ -139,7 +139,7 @@ try {
 The 1-day bench lake (${lake.files} files, ${mb(lake.bytes)} MiB) mirrored into Ceph's RADOS Gateway on the same machine
 (single node, memstore OSD, loopback): ${mirrored.files_put} files in ${mirrorSeconds.toFixed(1)} s (${mb(lake.bytes / mirrorSeconds)} MiB/s),
 then one API over the local lake and one over the bucket alone, each in this process with the book cache off
-(every page through the SQL path). A bucket-served API opened (every manifest listed and read, latest books preloaded,
+(every page through the SQL path). A bucket-served API opened (every manifest listed and brought in from the snapshot, latest books preloaded,
 which fetched the last hours' book files) in ${openMs.toFixed(0)} ms.
 
 A new replica's open, with capture's snapshot (the catalogue's and gaps' checkpoints, and the manifests: ${(snapshotBytes.length / 1024).toFixed(0)} KiB gzipped for ${replicaOpen.manifests.from_snapshot} manifests; each manifest taken from it
