@@ -160,16 +160,16 @@ t.test('a file a request still reads is never evicted, by its process or another
   await b.ensure([files[0]]);
   const release = a.hold(); // a request on worker a reads files[0], as long as it takes
   await a.ensure([files[0]]);
-  now += 3_600_000;
+  now += 600_000;
   await a.renew(); // its timer's work: the file's mtime says it is in use
   await b.ensure([files[1]]);
   await b.evict();
-  t.ok(await onDisk(files[0]), 'worker b keeps the file a request of worker a holds, an hour into it');
+  t.ok(await onDisk(files[0]), 'worker b keeps the file a request of worker a holds, ten minutes into it');
   await a.ensure([files[2]]);
   await a.evict();
   t.ok(await onDisk(files[0]), 'and so does worker a');
   release();
-  now += 3_600_000;
+  now += 600_000;
   await a.renew();
   await b.ensure([files[3]]);
   await b.evict();
@@ -368,6 +368,16 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     );
     const [paid, second] = await Promise.all([stores[0].issue('paid', 'operator a'), stores[1].issue('paid', 'operator b')]);
     const ids = (await stores[0].list()).map((r) => r.key_id);
+    // A server that ran with KEYS_FILE alone keeps its keys when KEYS_OBJECT is turned on: they seed the store.
+    const legacy = path.join(t.testdir(), 'legacy.json');
+    const before = await new KeyStore(legacy).issue('paid', 'issued before the bucket');
+    const moved = KeyStore.open({ ...config, keysFile: legacy, keysObject: 'private/seeded.json' });
+    t.match(await moved.find(before.key), { key_id: before.record.key_id }, 'a key issued before KEYS_OBJECT was set still works');
+    t.match(
+      JSON.parse((await s3.get('private/seeded.json'))!.toString('utf8')),
+      [{ key_id: before.record.key_id }],
+      'and is in the bucket',
+    );
     t.ok(ids.includes(paid.record.key_id) && ids.includes(second.record.key_id), 'both keys are in the store');
     const status = async (base: string, k: string) =>
       (await fetch(`${base}/v3/wallet-prediction/${m0}`, { headers: { authorization: `Bearer ${k}` } })).status;

@@ -77,14 +77,11 @@ class BucketKeys implements KeyBackend {
   ) {}
 
   async read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
+    let found: Awaited<ReturnType<S3['read']>>;
     try {
-      const found = await this.s3.read(this.key, version ?? undefined);
+      found = await this.s3.read(this.key, version ?? undefined);
       if (this.failing) this.log?.info({ bucket: this.s3.config.bucket }, 'key store readable again');
       this.failing = false;
-      if (found === 'unchanged' || (found === null && version === ABSENT)) return 'unchanged';
-      const records = found ? (JSON.parse(found.body.toString('utf8')) as KeyRecord[]) : [];
-      await writeFileAtomic(this.copy, JSON.stringify(records, null, 1));
-      return { records, version: found?.etag ?? ABSENT };
     } catch (err) {
       if (!this.failing)
         this.log?.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'key store not read; the keys last read stay');
@@ -95,6 +92,29 @@ class BucketKeys implements KeyBackend {
       if (kept) return { records: kept, version: STALE };
       throw new ObjectUnavailable(`key store: ${describe(err)}`);
     }
+    if (found === 'unchanged' || (found === null && version === ABSENT)) return 'unchanged';
+    if (found === null) return this.seed(version);
+    const records = JSON.parse(found.body.toString('utf8')) as KeyRecord[];
+    // The copy is only for a start while the bucket is down: a disk that refuses it never holds fresh records back.
+    await writeFileAtomic(this.copy, found.body).catch((err: unknown) =>
+      this.log?.warn({ error: describe(err) }, 'local copy of the key store not written'),
+    );
+    return { records, version: found.etag };
+  }
+
+  /**
+   * No store in the bucket yet. When `copy` holds keys (the KEYS_FILE of a server that ran before
+   * KEYS_OBJECT was set, or a copy of a store since deleted), they become the store, never replaced by
+   * an empty one: turning KEYS_OBJECT on keeps every issued key. If another server seeded it first, its store is read.
+   */
+  private async seed(asked: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
+    const kept = (await readJson<KeyRecord[]>(this.copy)) ?? [];
+    if (!kept.length) return { records: [], version: ABSENT };
+    const version = await this.write(kept, ABSENT);
+    // Seeded by another server meanwhile (or refused): read next time, these kept until then.
+    if (version === null) return asked === null ? { records: kept, version: STALE } : 'unchanged';
+    this.log?.info({ bucket: this.s3.config.bucket, keys: kept.length }, 'key store seeded from KEYS_FILE');
+    return { records: kept, version };
   }
 
   async write(records: KeyRecord[], version: string | null): Promise<string | null> {
@@ -107,7 +127,9 @@ class BucketKeys implements KeyBackend {
         {},
         version === ABSENT || version === null ? { ifNoneMatch: '*' } : { ifMatch: version },
       );
-      await writeFileAtomic(this.copy, body);
+      await writeFileAtomic(this.copy, body).catch((err: unknown) =>
+        this.log?.warn({ error: describe(err) }, 'local copy of the key store not written'),
+      );
       return etag;
     } catch (err) {
       // 412: written in between. RGW answers a conditional write that raced another with a 500

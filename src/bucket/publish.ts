@@ -5,7 +5,8 @@
 // (a file already there with the manifest's sha256 is not sent again), so a crash between
 // steps only repeats work.
 import fs from 'node:fs/promises';
-import { gzipSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { gzip } from 'node:zlib';
 import path from 'node:path';
 import type { Duck } from '../lake/duckdb.js';
 import { commitPartition } from '../lake/fileindex.js';
@@ -52,9 +53,12 @@ export class Publisher {
   private running: Promise<PublishReport> | null = null;
   private snapshotAt: number | null = null;
   private snapshotError: string | null = null;
+  /** After a failed snapshot, not before this. */
+  private snapshotRetryAt = 0;
 
   /** The lake as the API reads it, for the snapshot's checkpoints; its own state directory, never the API's files. */
   private reader: LakeReader | null = null;
+  private readerLane: Duck | null = null;
 
   /**
    * `snapshotMs`: how often a pass also writes the snapshot (layout.ts `snapshotKey`); with `duck`
@@ -111,18 +115,9 @@ export class Publisher {
       this.offset = at;
       // After the pass: the snapshot then names no manifest whose files the bucket lacks, save those
       // sealed meanwhile. It only speeds a new replica's start, so one that fails never holds
-      // publishing: it is said in health and tried again after the next pass.
-      if (this.snapshotAt === null || Date.now() - this.snapshotAt >= this.snapshotMs)
-        await this.snapshot().then(
-          () => {
-            this.snapshotError = null;
-          },
-          (err: unknown) => {
-            if (this.snapshotError === null)
-              this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'snapshot not written; retried');
-            this.snapshotError = describe(err);
-          },
-        );
+      // publishing: it is said in health and tried again a while later, not at every pass.
+      const now = Date.now();
+      if ((this.snapshotAt === null || now - this.snapshotAt >= this.snapshotMs) && now >= this.snapshotRetryAt) await this.trySnapshot();
       await writeFileAtomic(this.stateFile, JSON.stringify({ offset: this.offset, snapshot_at: this.snapshotAt }));
       if (this.lastError) this.log.info({ bucket: this.s3.config.bucket, backlog: this.backlog }, 'publishing recovered');
       this.backlog = 0;
@@ -167,17 +162,35 @@ export class Publisher {
       manifests,
       ...(this.duck ? { checkpoints: await this.checkpoints(this.duck) } : {}),
     };
-    const bytes = gzipSync(JSON.stringify(snapshot));
+    // Off the event loop: tens of MB at 90 days would stall capture's.
+    const bytes = await gzipAsync(JSON.stringify(snapshot));
     await this.s3.put(snapshotKey(this.s3.config.prefix), bytes);
     this.snapshotAt = at;
     return { manifests: manifests.length, bytes: bytes.length };
   }
 
+  /** The snapshot, its failure said in health and the log (once a streak) and tried again a tenth of `snapshotMs` later (at most 10 minutes). */
+  private async trySnapshot(): Promise<void> {
+    try {
+      await this.snapshot();
+      this.snapshotError = null;
+    } catch (err) {
+      if (this.snapshotError === null)
+        this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'snapshot not written; retried');
+      this.snapshotError = describe(err);
+      this.snapshotRetryAt = Date.now() + Math.min(this.snapshotMs / 10, 600_000);
+    }
+  }
+
   private async checkpoints(duck: Duck): Promise<{ catalogue: string; gaps: string }> {
     if (this.reader) await this.reader.update();
     else {
-      this.reader = new LakeReader(duck, { ...this.paths, state: path.join(this.paths.state, 'snapshot-reader') });
-      await this.reader.open();
+      // A lane of its own, so sealing never queues behind its first read of every markets and gaps file;
+      // kept only once opened whole (a half-opened reader would checkpoint a catalogue missing markets).
+      this.readerLane ??= await duck.fork(1);
+      const reader = new LakeReader(this.readerLane, { ...this.paths, state: path.join(this.paths.state, 'snapshot-reader') });
+      await reader.open();
+      this.reader = reader;
     }
     await this.reader.writeCheckpoints();
     const files = this.reader.checkpointFiles;
@@ -190,7 +203,8 @@ export class Publisher {
       .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
       .filter((p): p is Partition => p !== null);
     const report = await this.publish(partitions, true);
-    await this.snapshot();
+    // Everything is published: a snapshot that fails is said (health, log), not a failed mirror.
+    await this.trySnapshot();
     return report;
   }
 
@@ -268,6 +282,8 @@ export class Publisher {
     }
   }
 }
+
+const gzipAsync = promisify(gzip);
 
 /** An error as one line for health and the log: never a URL with a signature, never a key. */
 export function describe(err: unknown): string {

@@ -59,6 +59,7 @@ const MIN_IDLE_MS = 120_000;
  * its mtime is MIN_IDLE_MS old, which a renewed file never is.
  */
 const TOUCH_MS = 10_000;
+const MAX_HOLD_MS = 1_800_000;
 const RENEW_MS = 30_000;
 /**
  * Requests at once. A store across a network answers each in tens of milliseconds, so a first open
@@ -152,10 +153,15 @@ export class BucketReplica {
     return () => this.holds.delete(id);
   }
 
-  /** Files used since the oldest request in flight began: any of them may be one it reads. */
+  /**
+   * Files used since the oldest request in flight began: any of them may be one it reads. A request
+   * older than MAX_HOLD_MS no longer holds anything (a client reading a download for hours must not
+   * pin the whole cache); its statement has long opened its files, and an open file stays readable.
+   */
   private held(c: Cached): boolean {
-    const oldest = this.holds.values().next();
-    return !oldest.done && c.usedAt >= oldest.value;
+    const since = this.now() - MAX_HOLD_MS;
+    for (const began of this.holds.values()) if (began >= since) return c.usedAt >= began;
+    return false;
   }
 
   /** Sets the mtime of every file a request in flight may read (every RENEW_MS). */
@@ -343,7 +349,7 @@ export class BucketReplica {
       }),
     );
     if (failures.length) throw failures[0];
-    void this.evict();
+    this.evictBehind();
   }
 
   private async fetch(f: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>): Promise<void> {
@@ -372,13 +378,18 @@ export class BucketReplica {
     if (!c) return;
     this.cachedBytes += bytes - (c.copy?.bytes ?? 0);
     c.copy = { sha256, bytes };
-    void this.evict();
+    this.evictBehind();
   }
 
   /**
    * Least recently used first, down to the bound. Kept whatever the size: a file a request in flight
    * may read, one used within MIN_IDLE_MS, and one whose mtime says another worker used it lately.
    */
+  /** Eviction after a fetch, not awaited by the request: a file it cannot remove is logged, never a crash. */
+  private evictBehind(): void {
+    this.evict().catch((err: unknown) => this.log.warn({ error: describe(err) }, 'cache eviction failed'));
+  }
+
   evict(): Promise<void> {
     if (this.cachedBytes <= this.maxBytes) return Promise.resolve();
     this.evicting ??= this.evictOnce().finally(() => {

@@ -83,7 +83,7 @@ export class Catalogue {
     }
   }
 
-  /** As of the sealed market files; the spool's versions are read again at start. */
+  /** Covers the sealed market files it names; it also holds versions read from the spool (capture's open hour), which a start reads again. */
   async writeCheckpoint(): Promise<void> {
     const files = this.index
       .all()
