@@ -145,15 +145,9 @@ export class Publisher {
    */
   async snapshot(): Promise<{ manifests: number; bytes: number }> {
     const manifests: ManifestSnapshot['manifests'] = [];
-    for (const rel of await listFiles(this.paths.manifest, '.json')) {
-      const p = parsePartitionDir(
-        rel
-          .replace(/\.json$/, '')
-          .split(path.sep)
-          .join('/'),
-      );
-      const body = p && (await fs.readFile(path.join(this.paths.manifest, rel), 'utf8').catch(() => null));
-      if (p && body !== null) manifests.push({ partition: partitionDir(p), body });
+    for (const p of await this.localPartitions()) {
+      const body = await fs.readFile(path.join(this.paths.manifest, `${partitionDir(p)}.json`), 'utf8').catch(() => null);
+      if (body !== null) manifests.push({ partition: partitionDir(p), body });
     }
     const at = Date.now();
     const snapshot: ManifestSnapshot = {
@@ -192,17 +186,26 @@ export class Publisher {
       await reader.open();
       this.reader = reader;
     }
-    await this.reader.writeCheckpoints();
-    const files = this.reader.checkpointFiles;
-    return { catalogue: await fs.readFile(files.catalogue, 'utf8'), gaps: await fs.readFile(files.gaps, 'utf8') };
+    return this.reader.writeCheckpoints();
+  }
+
+  /** Every partition the local lake has a manifest of. */
+  private async localPartitions(): Promise<Partition[]> {
+    return (await listFiles(this.paths.manifest, '.json'))
+      .map((rel) =>
+        parsePartitionDir(
+          rel
+            .replace(/\.json$/, '')
+            .split(path.sep)
+            .join('/'),
+        ),
+      )
+      .filter((p): p is Partition => p !== null);
   }
 
   /** Every partition of the local lake, whatever the commit log says: `make mirror-bucket`. */
   async mirror(): Promise<PublishReport> {
-    const partitions = (await listFiles(this.paths.manifest, '.json'))
-      .map((rel) => parsePartitionDir(rel.replace(/\.json$/, '')))
-      .filter((p): p is Partition => p !== null);
-    const report = await this.publish(partitions, true);
+    const report = await this.publish(await this.localPartitions(), true);
     // Everything is published: a snapshot that fails is said (health, log), not a failed mirror.
     await this.trySnapshot();
     return report;

@@ -271,26 +271,22 @@ export class BucketReplica {
       if (!body) return null;
       const snapshot = JSON.parse(gunzipSync(body).toString('utf8')) as ManifestSnapshot;
       if (snapshot.version !== 1 || !Array.isArray(snapshot.manifests)) return null;
-      // A replica with checkpoints of its own keeps them; a new one starts from capture's.
-      if (snapshot.checkpoints) {
-        for (const [name, text] of [
-          [CATALOGUE_CHECKPOINT, snapshot.checkpoints.catalogue],
-          [GAPS_CHECKPOINT, snapshot.checkpoints.gaps],
-        ] as const) {
-          const file = path.join(this.paths.state, name);
-          if (
-            !(await fs.access(file).then(
-              () => true,
-              () => false,
-            ))
-          )
-            await writeFileAtomic(file, text);
-        }
-      }
+      if (snapshot.checkpoints) await this.adoptCheckpoints(snapshot.checkpoints);
       return new Map(snapshot.manifests.map((m) => [m.partition, m.body]));
     } catch (err) {
       this.log.warn({ bucket: this.s3.config.bucket, error: describe(err) }, 'manifests snapshot not read; each manifest is fetched');
       return null;
+    }
+  }
+
+  /** A replica with checkpoints of its own keeps them; a new one starts from capture's. */
+  private async adoptCheckpoints(checkpoints: NonNullable<ManifestSnapshot['checkpoints']>): Promise<void> {
+    for (const [name, text] of [
+      [CATALOGUE_CHECKPOINT, checkpoints.catalogue],
+      [GAPS_CHECKPOINT, checkpoints.gaps],
+    ] as const) {
+      const file = path.join(this.paths.state, name);
+      if (!(await fs.stat(file).catch(() => null))) await writeFileAtomic(file, text);
     }
   }
 
@@ -381,15 +377,15 @@ export class BucketReplica {
     this.evictBehind();
   }
 
-  /**
-   * Least recently used first, down to the bound. Kept whatever the size: a file a request in flight
-   * may read, one used within MIN_IDLE_MS, and one whose mtime says another worker used it lately.
-   */
   /** Eviction after a fetch, not awaited by the request: a file it cannot remove is logged, never a crash. */
   private evictBehind(): void {
     this.evict().catch((err: unknown) => this.log.warn({ error: describe(err) }, 'cache eviction failed'));
   }
 
+  /**
+   * Least recently used first, down to the bound. Kept whatever the size: a file a request in flight
+   * may read, one used within MIN_IDLE_MS, and one whose mtime says another worker used it lately.
+   */
   evict(): Promise<void> {
     if (this.cachedBytes <= this.maxBytes) return Promise.resolve();
     this.evicting ??= this.evictOnce().finally(() => {

@@ -37,7 +37,7 @@ export class Catalogue {
     private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
-  get checkpointFile(): string {
+  private get checkpointFile(): string {
     return path.join(this.paths.state, CATALOGUE_CHECKPOINT);
   }
 
@@ -84,13 +84,15 @@ export class Catalogue {
   }
 
   /** Covers the sealed market files it names; it also holds versions read from the spool (capture's open hour), which a start reads again. */
-  async writeCheckpoint(): Promise<void> {
+  async writeCheckpoint(): Promise<string> {
     const files = this.index
       .all()
       .filter((f) => f.partition.dataset === 'markets')
       .map((f) => `${f.path}@${f.sha256}`);
     const lines = [JSON.stringify({ files }), ...[...this.markets.values()].map((m) => JSON.stringify(m))];
-    await writeFileAtomic(this.checkpointFile, `${lines.join('\n')}\n`);
+    const text = `${lines.join('\n')}\n`;
+    await writeFileAtomic(this.checkpointFile, text);
+    return text;
   }
 
   /** Reads the market versions of `partitions` whose files changed since they were last read. */

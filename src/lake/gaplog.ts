@@ -8,7 +8,7 @@ import { filesSignature } from './catalogue.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
 import { writeFileAtomic } from './fsutil.js';
-import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from './layout.js';
+import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import type { SpoolPart } from './spool.js';
 import { type Files, parquetSource, spoolSource } from './sql.js';
 
@@ -43,7 +43,7 @@ export class GapLog {
     private readonly ensure: (files: readonly IndexedFile[]) => Promise<void>,
   ) {}
 
-  get checkpointFile(): string {
+  private get checkpointFile(): string {
     return path.join(this.paths.state, GAPS_CHECKPOINT);
   }
 
@@ -60,7 +60,7 @@ export class GapLog {
     for (let i = 0; i < unread.length; i += 4000) {
       const chunk = unread.slice(i, i + 4000);
       await this.ensure(chunk);
-      const byPath = new Map(chunk.map((f) => [f.path, { key: fileKey(f), rows: [] as GapRecord[] }]));
+      const byPath = new Map(chunk.map((f) => [f.path, { key: fileKey(f), partition: f.partition, rows: [] as GapRecord[] }]));
       const found = await this.duck.rows(
         `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason, filename FROM ${parquetSource(
           chunk.map((f) => path.join(this.paths.lake, f.path)),
@@ -68,9 +68,8 @@ export class GapLog {
         )}`,
       );
       for (const r of found) {
-        const rel = path.relative(this.paths.lake, String(r.filename)).split(path.sep).join('/');
-        const p = parsePartitionDir(path.posix.dirname(rel));
-        if (p) byPath.get(rel)?.rows.push(gapRecord(p, r));
+        const file = byPath.get(path.relative(this.paths.lake, String(r.filename)).split(path.sep).join('/'));
+        file?.rows.push(gapRecord(file.partition, r));
       }
       for (const { key, rows } of byPath.values()) this.sealed.set(key, rows);
     }
@@ -107,9 +106,10 @@ export class GapLog {
   }
 
   /** Every sealed file's rows, so a restart (or a new replica, from the bucket's snapshot) reads only files sealed since. */
-  async writeCheckpoint(): Promise<void> {
-    const lines = [...this.sealed].map(([file, rows]) => JSON.stringify({ file, rows }));
-    await writeFileAtomic(this.checkpointFile, lines.length ? `${lines.join('\n')}\n` : '');
+  async writeCheckpoint(): Promise<string> {
+    const text = [...this.sealed].map(([file, rows]) => `${JSON.stringify({ file, rows })}\n`).join('');
+    await writeFileAtomic(this.checkpointFile, text);
+    return text;
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */

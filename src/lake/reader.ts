@@ -87,16 +87,13 @@ export class LakeReader {
     return changed;
   }
 
-  /** The index's, the catalogue's and the gaps' checkpoints (hourly, and for the bucket's snapshot): a start reads only what was sealed since. */
-  async writeCheckpoints(): Promise<void> {
+  /**
+   * The index's, the catalogue's and the gaps' checkpoints (hourly): a start reads only what was
+   * sealed since. Returns the catalogue's and the gaps' texts, which the bucket's snapshot carries.
+   */
+  async writeCheckpoints(): Promise<{ catalogue: string; gaps: string }> {
     await this.index.writeCheckpoint();
-    await this.catalogue.writeCheckpoint();
-    await this.gapLog.writeCheckpoint();
-  }
-
-  /** Where the catalogue and the gaps keep their checkpoints. */
-  get checkpointFiles(): { catalogue: string; gaps: string } {
-    return { catalogue: this.catalogue.checkpointFile, gaps: this.gapLog.checkpointFile };
+    return { catalogue: await this.catalogue.writeCheckpoint(), gaps: await this.gapLog.writeCheckpoint() };
   }
 
   /**
