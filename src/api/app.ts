@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import { brotliCompressSync, constants as zlibConstants, gzipSync } from 'node:zlib';
+import { freshPiece, gzipMember } from '../pages/gzip.js';
 import type { Duplex } from 'node:stream';
 import Router from '@koa/router';
 import Koa from 'koa';
@@ -18,7 +19,7 @@ import { type Limiter, RateLimiter } from './ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { SlowReader } from './exports.js';
 import { pages } from './pages.js';
-import { type FileBody, PAGE_FRAME, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
+import { DeflatedJson, type FileBody, PAGE_FRAME, type PathParams, type Query, RawJson, type RequestContext, type Route } from './route.js';
 
 export interface AppOptions {
   routes: Route[];
@@ -38,6 +39,9 @@ export interface AppOptions {
 }
 
 const DATA_OPEN = PAGE_FRAME.before;
+const DATA_OPEN_PIECE = freshPiece(DATA_OPEN);
+/** Whether the client takes encoding `e` (over identity). */
+const takes = (ctx: Koa.Context, e: string) => ctx.acceptsEncodings(e, 'identity') === e;
 const COMPRESS_MIN_BYTES = 1024;
 const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
@@ -158,16 +162,16 @@ export function createApp(options: AppOptions): App {
     await next();
     const body = ctx.body;
     if (body === null || body === undefined || ctx.method === 'HEAD' || (typeof body === 'object' && 'pipe' in body)) return;
+    if (ctx.response.get('Content-Encoding')) return;
     const raw = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
     ctx.vary('Accept-Encoding');
     // Brotli whenever the client takes it (clients list gzip first out of habit, not preference).
-    const takes = (e: string) => ctx.acceptsEncodings(e, 'identity') === e;
     const encoding =
       raw.length < COMPRESS_MIN_BYTES || !ctx.get('accept-encoding')
         ? 'identity'
-        : takes('br')
+        : takes(ctx, 'br')
           ? 'br'
-          : takes('gzip')
+          : takes(ctx, 'gzip')
             ? 'gzip'
             : 'identity';
     if (encoding === 'br') ctx.body = brotliCompressSync(raw, BROTLI);
@@ -263,6 +267,7 @@ export function createApp(options: AppOptions): App {
         now: now(),
         stats: ctx.state.stats,
         signal: ctx.state.signal,
+        gzip: !!ctx.get('accept-encoding') && takes(ctx, 'gzip'),
       };
       // Each key waits in its own line, weighted by its plan's rate (api/admission.ts).
       const release = route.heavy
@@ -287,7 +292,14 @@ export function createApp(options: AppOptions): App {
         ...(result.pagination ? { pagination: result.pagination } : {}),
         meta: { ...meta(ctx), ...stripUndefined(result.meta) },
       };
-      if (result.data instanceof RawJson) {
+      if (result.data instanceof DeflatedJson) {
+        // Pre-deflated pieces go out gzipped whatever else the client takes: they cost no compression.
+        const tail = Buffer.from(`,${JSON.stringify(rest).slice(1)}`);
+        ctx.type = 'application/json';
+        ctx.vary('Accept-Encoding');
+        ctx.set('Content-Encoding', 'gzip');
+        ctx.body = gzipMember([DATA_OPEN_PIECE, ...result.data.pieces, freshPiece(tail)]);
+      } else if (result.data instanceof RawJson) {
         const { text } = result.data;
         const tail = `,${JSON.stringify(rest).slice(1)}`;
         ctx.type = 'application/json';

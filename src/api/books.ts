@@ -18,10 +18,22 @@ import {
   snapshotPageSql,
   snapshotTimesSql,
 } from './plan.js';
-import { PAGE_FRAME, RawJson, type RequestContext, type Result, type RouteKit, coverageMeta, page, resolveOutcome, sql } from './route.js';
+import {
+  DeflatedJson,
+  PAGE_FRAME,
+  RawJson,
+  type RequestContext,
+  type Result,
+  type RouteKit,
+  coverageMeta,
+  page,
+  resolveOutcome,
+  sql,
+} from './route.js';
 import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
+import type { DeflatedSnapshots } from '../pages/copy.js';
 
 export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
@@ -31,7 +43,8 @@ export function bookHandlers(kit: RouteKit) {
    * else, asked the first time lately, the page's rows alone from its files' serving copies; asked
    * again (a client walking it), the whole market from the copies (by SQL without copies) into the
    * cache. Null for a market still recording or with rows (partly) in the spool, and for a first
-   * page whose copies are missing (then queued to be written): those take the SQL path.
+   * page whose copies are missing (then queued to be written): those take the SQL path. With
+   * `gzip`, a page from the copies may come as the pieces they hold pre-deflated.
    */
   const bookPage = async (
     venue: Venue,
@@ -39,7 +52,8 @@ export function bookHandlers(kit: RouteKit) {
     pq: PageQuery,
     ladders: boolean,
     now: number,
-  ): Promise<RenderedSnapshots | null> => {
+    gzip: boolean,
+  ): Promise<RenderedSnapshots | DeflatedSnapshots | null> => {
     if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time + CAPTURE_LAG_MS >= now) return null;
     const span = planPartitions('books', m, null, null);
     const signature = lake.signature(span.partitions);
@@ -54,7 +68,7 @@ export function bookHandlers(kit: RouteKit) {
       // A bucket-served process: its files (and so their copies) kept as used, or fetched again if evicted.
       await lake.ensure(sealed);
       if (!again) {
-        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME);
+        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME, gzip);
         if (page) return page;
       } else {
         const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);
@@ -88,10 +102,11 @@ export function bookHandlers(kit: RouteKit) {
       ctx.stats.partitions = plan.partitions.length;
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
-      const rendered = (await bookPage(venue, m, pq, ladders, ctx.now)) ?? (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
+      const rendered =
+        (await bookPage(venue, m, pq, ladders, ctx.now, ctx.gzip)) ?? (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
       return {
-        data: new RawJson(rendered.json, rendered.framed ?? null),
+        data: 'deflated' in rendered ? new DeflatedJson(rendered.deflated) : new RawJson(rendered.json, rendered.framed ?? null),
         pagination: page(
           limit,
           rendered.times,
@@ -139,7 +154,7 @@ export function bookHandlers(kit: RouteKit) {
       const at = parseTime(String(ctx.query.timestamp))!;
       const m = findMarket(venue, ctx, ctx.path.coin);
       const { timestamp: _, ...rest } = ctx.query;
-      const result = await pageOf({ ...ctx, query: { ...rest, end_time: String(at + 1), order: 'desc', limit: 1 } });
+      const result = await pageOf({ ...ctx, gzip: false, query: { ...rest, end_time: String(at + 1), order: 'desc', limit: 1 } });
       const { text } = result.data as RawJson;
       const [snapshot] = JSON.parse(typeof text === 'string' ? text : text.toString('utf8')) as { timestamp: string }[];
       const since = snapshot ? Date.parse(snapshot.timestamp) : m.start_time;

@@ -191,6 +191,8 @@ export const SCHEMAS: Record<string, unknown> = {
         book_cache_hits: { type: 'integer' },
         serving_copies: { type: 'boolean' },
         copy_reads: { type: 'integer' },
+        // Of those, gzip pages sent mostly as the copies hold them pre-deflated.
+        copy_deflated_pages: { type: 'integer' },
         copies_written: { type: 'integer' },
         copies_queued: { type: 'integer' },
       }),

@@ -7,6 +7,7 @@ import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { ServingCopies } from '../pages/copy.js';
+import type { DeflatedPiece } from '../pages/gzip.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from './errors.js';
 import type { ExportPool } from './exports.js';
@@ -74,6 +75,8 @@ export interface RequestContext {
   stats: { partitions: number; rows: number };
   /** Fires when the client leaves: its statements stop. */
   signal: AbortSignal;
+  /** The client takes gzip: data may come as DeflatedJson. */
+  gzip: boolean;
 }
 
 /** Data already serialized (by DuckDB), spliced into the envelope as it is. */
@@ -83,6 +86,11 @@ export class RawJson {
     readonly text: string | Buffer,
     readonly framed: Buffer | null = null,
   ) {}
+}
+
+/** Data as raw-deflate pieces (a page read mostly as its serving copy deflated it): sent gzipped, inside a gzipped envelope. */
+export class DeflatedJson {
+  constructor(readonly pieces: DeflatedPiece[]) {}
 }
 
 /** How pages are rendered for the envelope: sent from their own buffer, the rest of the envelope written after them. */

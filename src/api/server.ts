@@ -225,6 +225,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         book_cache_hits: books.hits,
         serving_copies: serving !== null,
         copy_reads: serving?.reads ?? 0,
+        copy_deflated_pages: serving?.deflatedPages ?? 0,
         copies_written: serving?.written ?? 0,
         copies_queued: serving?.queued ?? 0,
       },

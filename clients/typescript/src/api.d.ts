@@ -1211,6 +1211,7 @@ export interface components {
                     book_cache_hits: number;
                     serving_copies: boolean;
                     copy_reads: number;
+                    copy_deflated_pages: number;
                     copies_written: number;
                     copies_queued: number;
                 };
