@@ -5,7 +5,7 @@
 // cursors), each side is served over HTTP by its own process, both answers are checked equal,
 // and wrk drives them in turns. Figures and ratios go into BENCHMARKS.md.
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { openSync } from 'node:fs';
+import { openSync, readFileSync, readdirSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -143,6 +143,31 @@ function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: Chi
 }
 
 // --- the run --------------------------------------------------------------------------------
+
+/** CPU time (user and system, in seconds) of a process and all its descendants, from /proc. */
+function cpuSeconds(root: number): number {
+  const stats = new Map<number, { ppid: number; ticks: number }>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const text = (() => {
+      try {
+        return readFileSync(`/proc/${name}/stat`, 'utf8');
+      } catch {
+        return null; // gone meanwhile
+      }
+    })();
+    if (!text) continue;
+    // Fields after the command (which may hold spaces): state, ppid, ..., utime (14th), stime (15th).
+    const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    stats.set(Number(name), { ppid: Number(f[1]), ticks: Number(f[11]) + Number(f[12]) });
+  }
+  const inTree = (pid: number): boolean => pid === root || (pid > 1 && stats.has(pid) && inTree(stats.get(pid)!.ppid));
+  let ticks = 0;
+  for (const [pid, s] of stats) if (inTree(pid)) ticks += s.ticks;
+  return ticks / CLOCK_TICKS;
+}
+/** USER_HZ: 100 on Linux. */
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
 function sh(cmd: string, args: string[], asPostgres = false): string {
   return execFileSync(asPostgres ? 'runuser' : cmd, asPostgres ? ['-u', 'postgres', '--', cmd, ...args] : args, {
@@ -392,11 +417,20 @@ await new Promise((r) => coldChild.proc.once('exit', r));
 const sqlChild = child('service', { COMPARE_DIR: lake.dir, BOOK_CACHE_MB: '0', SERVING_COPIES: 'off' });
 const sqlSvc = await sqlChild.ready;
 const sqlRows: string[] = [];
+const sqlCores: number[] = [];
 for (const connections of [1, 2, 4]) {
   const auth2 = { authorization: `Bearer ${sqlSvc.key}` };
-  const f = best([await wrk(sqlSvc.url, ours.first, connections, auth2), await wrk(sqlSvc.url, ours.first, connections, auth2)]);
-  sqlRows.push(`| ${connections} | ${fig(f)} |`);
-  console.log('SQL path', connections, fig(f));
+  // The cores the service's processes (primary and workers, DuckDB's threads included) kept busy over each run.
+  const runs: [Figure, number][] = [];
+  for (let round = 0; round < 2; round++) {
+    const [cpu0, t0] = [cpuSeconds(sqlChild.proc.pid!), performance.now()];
+    const f = await wrk(sqlSvc.url, ours.first, connections, auth2);
+    runs.push([f, (cpuSeconds(sqlChild.proc.pid!) - cpu0) / ((performance.now() - t0) / 1000)]);
+  }
+  const [f, cores] = runs.reduce((x, y) => (y[0].rps > x[0].rps ? y : x));
+  sqlCores.push(cores);
+  sqlRows.push(`| ${connections} | ${fig(f)} | ${cores.toFixed(2)} | ${((1000 * cores) / f.rps).toFixed(1)} ms |`);
+  console.log('SQL path', connections, fig(f), cores.toFixed(2), 'cores');
 }
 sqlChild.proc.stdin!.end();
 await new Promise((r) => sqlChild.proc.once('exit', r));
@@ -497,10 +531,22 @@ for (const [route, label, targetRatio] of [
       },
       () => wrk(lpg.url, fresh.theirs(list.theirs, share), connections, {}),
     );
-    longRows.push(
-      `| ${label} | ${connections} | ${fig(s)} | ${fig(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} | p50 at most ${targetRatio === 1 ? "PostgreSQL's" : 'half of it'}: ${s.p50 <= p.p50 * targetRatio ? 'met' : '**missed**'} |`,
-    );
-    console.log('long lake', label, connections, fig(s), fig(p));
+    // Gzip (what Python's requests asks for), on markets no earlier run read; PostgreSQL's identity figure as above.
+    const gzipRuns: Figure[] = [];
+    for (let round = 0; round < 2; round++) {
+      const f = await wrk(lsvc.url, fresh.ours(list.ours, share), connections, { ...longAuth, 'accept-encoding': 'gzip' });
+      longRequests += Math.round(f.rps * SECONDS);
+      gzipRuns.push(f);
+    }
+    for (const [encoding, x] of [
+      ['identity', s],
+      ['gzip', best(gzipRuns)],
+    ] as const) {
+      longRows.push(
+        `| ${label} | ${encoding} | ${connections} | ${fig(x)} | ${fig(p)} | ${(x.p50 / p.p50).toFixed(2)} | ${(x.rps / p.rps).toFixed(2)} | p50 at most ${targetRatio === 1 ? "PostgreSQL's" : 'half of it'}: ${x.p50 <= p.p50 * targetRatio ? 'met' : '**missed**'} |`,
+      );
+      console.log('long lake', label, encoding, connections, fig(x), fig(p));
+    }
   }
 }
 const cacheHealth = await getJson(`${lsvc.url}/v3/health`);
@@ -547,11 +593,12 @@ The same 50 markets and pages, the same PostgreSQL, a second service process wit
 a market that is over is read from its files' serving copies (\`DATA_DIR/serving\`, written when each Parquet file
 is sealed: the market's books rendered once; a first page reads the block's times and offsets, then only the rows it
 shows, and is sent from the buffer it was rendered into). Every page was checked equal to PostgreSQL's first.
-PostgreSQL sends identity; its figure is the better of its two runs. Compression is done in the worker, synchronously
-(gzip level 1, about 0.3 ms of CPU for a 114 KB page): on one connection that is a third of the page's time, which is
-why gzip misses twice PostgreSQL's throughput there; brotli (which clients that list it get) costs less (first section).
-The p99 is higher than PostgreSQL's: a market asked a second time is read whole into the book cache (here none: the
-cache is off) and the garbage collector still pauses a worker now and then; not yet profiled further.
+PostgreSQL sends identity; its figure is the better of its two runs. A gzip page of these (pages of 100 walked from a
+market's open) is spliced from chunks the copy holds deflated since the seal (ARCHITECTURE.md, "Gzip pages of the
+common shape"): nothing is compressed per request and a seventh of the bytes is read and sent, so gzip is faster than
+identity. Compressing each page in the worker instead (gzip level 1, about 0.3 ms of CPU for a 114 KB page, what
+every other shape and the book cache's pages still cost) missed twice PostgreSQL's throughput at one connection
+(629-727/s, 2026-11-26).
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
 |---|---|---|---|---|---|---|---|
@@ -560,9 +607,13 @@ ${coldRows.join('\n')}
 The SQL path alone (\`SERVING_COPIES=off\` as well: what a page of a market still recording takes), first pages of the
 same 50 markets, for how it scales with connections (${svc.workers} worker processes):
 
-| connections | p50 / p99, req/s |
-|---|---|
+| connections | p50 / p99, req/s | cores busy (CPU time of the service's processes / wall time) | CPU a page |
+|---|---|---|---|
 ${sqlRows.join('\n')}
+
+One connection already keeps ${sqlCores[0].toFixed(2)} of the ${os.cpus().length} cores busy: DuckDB reads and decodes a page's row groups on its own
+threads while the worker's thread waits, and the wait is most of a page (\`make bench-profile\`). So connections add pages
+only until the cores are full (${sqlCores[sqlCores.length - 1].toFixed(2)} busy at 4 connections), where the CPU a page costs decides the rate.
 
 ### ${DAYS} days, markets drawn uniformly over all of them, the cache on at its default
 
@@ -576,8 +627,8 @@ when a run went round its whole share. The worker that answered the health check
 ${pagesOf(cacheHealth).book_cache_hits.toLocaleString('en')} pages from its book cache and ${pagesOf(cacheHealth).copy_reads.toLocaleString('en')} markets from serving copies: a hit rate of
 ${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealth).book_cache_hits + pagesOf(cacheHealth).copy_reads)).toFixed(1)}% (the rest of a page's books came from a copy, none from SQL). 16 pages of this process were checked equal to PostgreSQL's before timing.
 
-| route | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
-|---|---|---|---|---|---|---|
+| route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
+|---|---|---|---|---|---|---|---|
 ${longRows.join('\n')}
 
 Where the difference comes from: a page of a market that is over is served without a statement, from the serving

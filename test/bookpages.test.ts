@@ -192,6 +192,17 @@ print(len(n))`;
   // Every gzip page here was pre-deflated: a page compressed now would have gone as brotli.
   t.equal(sent, gzipped, `${sent} of ${pages} pages pre-deflated`);
   t.ok(edged > 20 && gzipped < pages, `${edged} with edges deflated now; ${pages - gzipped} within one chunk, compressed now`);
+  // With the book cache on, a market asked again in gzip is not loaded whole: its pages still come pre-deflated.
+  const walked = over.find((m) => m.venue === 'wallet-prediction')!;
+  const cachedBefore = (await health(cacheApi.url)) as Record<string, number>;
+  for (let i = 0; i < 3; i++) {
+    const again = await raw(cacheApi.url, `${snapshotsPath(walked)}?limit=100`, 'gzip, br');
+    t.equal(again.headers['content-encoding'], 'gzip', `asked ${i + 1} time(s), the cache on: pre-deflated`);
+  }
+  await new Promise((r) => setTimeout(r, 1100));
+  const cachedAfter = (await health(cacheApi.url)) as Record<string, number>;
+  t.equal(cachedAfter.copy_deflated_pages - cachedBefore.copy_deflated_pages, 3, 'three pages from the copy');
+  t.equal(cachedAfter.book_cache_bytes, cachedBefore.book_cache_bytes, 'the cache as it was');
   const identity = await raw(api.url, `${snapshotsPath(over[0])}?limit=100`, 'identity');
   t.equal(identity.headers['content-encoding'], undefined, 'identity when gzip is not taken');
   const brotli = await raw(api.url, `${snapshotsPath(over[0])}?limit=100&order=desc`, 'br, gzip');

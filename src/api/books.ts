@@ -33,7 +33,7 @@ import {
 import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
-import type { DeflatedSnapshots } from '../pages/copy.js';
+import { type DeflatedSnapshots, predeflated } from '../pages/copy.js';
 
 export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
@@ -44,7 +44,7 @@ export function bookHandlers(kit: RouteKit) {
    * again (a client walking it), the whole market from the copies (by SQL without copies) into the
    * cache. Null for a market still recording or with rows (partly) in the spool, and for a first
    * page whose copies are missing (then queued to be written): those take the SQL path. With
-   * `gzip`, a page from the copies may come as the pieces they hold pre-deflated.
+   * `gzip`, a page of the pre-deflated shape comes from the copies first, as the pieces they hold pre-deflated.
    */
   const bookPage = async (
     venue: Venue,
@@ -60,15 +60,22 @@ export function bookHandlers(kit: RouteKit) {
     // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
     if (!signature || lake.spooled(span.partitions)) return null;
     const key = `${venue}:${m.market_id}`;
+    const sealed = deps.serving ? span.partitions.flatMap((p) => lake.sealedOf(p)) : [];
+    // A gzip page of the pre-deflated shape: from the copy, cached or not, asked before or not (nothing to compress,
+    // a seventh of the bytes; a client walking a market so is no reason to load it whole).
+    if (deps.serving && gzip && predeflated(pq)) {
+      // A bucket-served process: its files (and so their copies) kept as used, or fetched again if evicted.
+      await lake.ensure(sealed);
+      const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME, true);
+      if (page) return page;
+    }
     const cached = deps.books.peek(key, signature);
     if (cached) return pageFromBooks(cached, pq, ladders, pq.limit, PAGE_FRAME);
     const again = deps.books.maxBytes > 0 && deps.books.askedBefore(key);
     if (deps.serving) {
-      const sealed = span.partitions.flatMap((p) => lake.sealedOf(p));
-      // A bucket-served process: its files (and so their copies) kept as used, or fetched again if evicted.
       await lake.ensure(sealed);
       if (!again) {
-        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME, gzip);
+        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME);
         if (page) return page;
       } else {
         const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);

@@ -122,7 +122,9 @@ export const CHUNK_TIMES = 20;
 const DEFLATE_LEVEL = 6;
 const deflateRaw = promisify(zlib.deflateRaw);
 
-/** The shape whose pages are pre-deflated: what a client walking a market from its open asks for. */
+/** Whether pages of this shape are pre-deflated: what a client walking a market from its open asks for. */
+export const predeflated = (q: PageSpec): boolean => q.order === 'asc' && q.intervalMs === null && q.outcomeIndex === null;
+
 const DEFLATED_SHAPE: PageSpec = { from: -Infinity, to: Infinity, order: 'asc', after: null, intervalMs: null, outcomeIndex: null };
 
 /**
@@ -474,7 +476,7 @@ export class ServingCopies {
           ? [ranged[0].ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].outcome.subarray(ranged[0].lo, ranged[0].hi)]
           : joined(ranged, arena);
       const selection = selectPage(ts, outcome, q, maxTimes);
-      if (gzip && q.order === 'asc' && q.intervalMs === null && q.outcomeIndex === null) {
+      if (gzip && predeflated(q)) {
         const deflated = await deflatedPage(ranged, ts, selection, ladders, arena);
         if (deflated) {
           this.reads++;
