@@ -597,8 +597,11 @@ PostgreSQL sends identity; its figure is the better of its two runs. A gzip page
 market's open) is spliced from chunks the copy holds deflated since the seal (ARCHITECTURE.md, "Gzip pages of the
 common shape"): nothing is compressed per request and a seventh of the bytes is read and sent, so gzip is faster than
 identity. Compressing each page in the worker instead (gzip level 1, about 0.3 ms of CPU for a 114 KB page, what
-every other shape and the book cache's pages still cost) missed twice PostgreSQL's throughput at one connection
-(629-727/s, 2026-11-26).
+every other shape still costs) missed twice PostgreSQL's throughput at one connection (629-727/s, 2026-11-26).
+The p99 of identity pages is higher than PostgreSQL's. Looked at on 2026-11-26 with one worker instrumented by hand:
+not the garbage collector (pauses under 7 ms, scavenges 1.3 ms at the median) nor a blocked event loop (never over
+3 ms in the run); the slow few percent lose their time inside single calls (a synchronous open of a copy once took
+4.7 ms), and synchronous reads did not move it. Not resolved; a bare Node server sending a 118 KB buffer has a 1 ms p99 here.
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
 |---|---|---|---|---|---|---|---|
@@ -625,7 +628,7 @@ in the drawn order, so no run asks for what an earlier one read: of the ${longRe
 service answered, a page could find its market in the book cache (\`BOOK_CACHE_MB\` 512, shared by the workers) only
 when a run went round its whole share. The worker that answered the health check afterwards had served
 ${pagesOf(cacheHealth).book_cache_hits.toLocaleString('en')} pages from its book cache and ${pagesOf(cacheHealth).copy_reads.toLocaleString('en')} markets from serving copies: a hit rate of
-${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealth).book_cache_hits + pagesOf(cacheHealth).copy_reads)).toFixed(1)}% (the rest of a page's books came from a copy, none from SQL). 16 pages of this process were checked equal to PostgreSQL's before timing.
+${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealth).book_cache_hits + pagesOf(cacheHealth).copy_reads)).toFixed(1)}% (the rest of a page's books came from a copy, none from SQL; gzip pages of this shape come from the copy, cached or not). 16 pages of this process were checked equal to PostgreSQL's before timing.
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
 |---|---|---|---|---|---|---|---|
