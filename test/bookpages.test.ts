@@ -297,6 +297,38 @@ t.test('a copy damaged on disk: the page by SQL, the copy removed and written ag
   t.equal((await page(fresh.url, url)).text, expected, 'and the page from it');
 });
 
+t.test('a damaged pre-deflated section: never spliced, the copy removed and written again', async (t) => {
+  // A 15-minute market in one file: pages of 100 cover whole chunks.
+  const m = over
+    .filter((x) => x.venue === 'wallet-prediction' && x.window === '15m' && books.filter((f) => f.markets?.[x.market_id]).length === 1)
+    .at(-1)!;
+  const file = books.find((f) => f.markets?.[m.market_id])!;
+  const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
+  const whole = await fs.readFile(copy);
+  const indexLength = whole.readUInt32LE(whole.length - 16);
+  const index = JSON.parse(whole.subarray(whole.length - 16 - indexLength, whole.length - 16).toString()) as {
+    markets: Record<string, number[]>;
+  };
+  const [offset, length] = index.markets[m.market_id];
+  const times = whole.readUInt32LE(offset + length);
+  // The second chunk of the ladder view said to start far past the section: a read into other blocks.
+  const damaged = Buffer.from(whole);
+  damaged.writeUInt32LE(whole.readUInt32LE(offset + length + 4 * (3 + times + 1)) + 5000, offset + length + 4 * (3 + times + 1));
+  await fs.writeFile(copy, damaged);
+  const url = `${snapshotsPath(m)}?limit=100`;
+  const expected = (await page(sqlApi.url, url)).text;
+  const got = await raw(api.url, url, 'gzip');
+  const text = (got.headers['content-encoding'] === 'gzip' ? zlib.gunzipSync(got.body) : got.body).toString();
+  t.equal(text.slice(0, text.indexOf(',"meta":')), expected, 'the page as SQL answers it');
+  for (let i = 0; i < 600 && !(await fs.readFile(copy).catch(() => Buffer.alloc(0))).equals(whole); i++)
+    await new Promise((r) => setTimeout(r, 50));
+  t.ok((await fs.readFile(copy)).equals(whole), 'written again, the same bytes as the seal wrote');
+  const again = await raw(api.url, url, 'gzip');
+  t.equal(again.headers['content-encoding'], 'gzip');
+  const fresh = zlib.gunzipSync(again.body).toString();
+  t.equal(fresh.slice(0, fresh.indexOf(',"meta":')), expected, 'and the page pre-deflated from it');
+});
+
 t.test('make serving-copies writes what is missing, removes what no file names, and is idempotent', async (t) => {
   const files = api.lake.sealedFiles().map((f) => ({ ...f, dataset: f.partition.dataset }));
   const serving = api.lake.paths.serving;

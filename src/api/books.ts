@@ -63,8 +63,9 @@ export function bookHandlers(kit: RouteKit) {
     const sealed = deps.serving ? span.partitions.flatMap((p) => lake.sealedOf(p)) : [];
     // A gzip page of the pre-deflated shape: from the copy, cached or not, asked before or not (nothing to compress,
     // a seventh of the bytes; a client walking a market so is no reason to load it whole).
-    if (deps.serving && gzip && predeflated(pq)) {
-      // A bucket-served process: its files (and so their copies) kept as used, or fetched again if evicted.
+    // Only from copies on disk: on a bucket-served process, a cached market's evicted files are not fetched for it.
+    if (deps.serving && gzip && predeflated(pq) && !(await deps.serving.missing(sealed)).length) {
+      // Its files kept as used (a bucket-served process evicts a copy with its file).
       await lake.ensure(sealed);
       const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME, true);
       if (page) return page;

@@ -167,19 +167,31 @@ async function deflatedSection(b: MarketBooks): Promise<[header: Buffer, data: B
   return [Buffer.from(words.buffer, words.byteOffset, words.byteLength), Buffer.concat(data)];
 }
 
-/** A pre-deflated section's header, read into `header` (4-aligned), checked against the data's length. */
-function chunkTables(header: Buffer, ladders: boolean, dataLength: number) {
+/**
+ * A pre-deflated section's header, read into `header` (4-aligned), checked whole against the block
+ * (`rows`) and the data's length: a damaged one throws (the copy is then removed), so no read goes
+ * outside the section and no page is spliced from the wrong bytes.
+ */
+function chunkTables(header: Buffer, ladders: boolean, rows: number, dataLength: number) {
   const words = new Uint32Array(header.buffer, header.byteOffset, header.length / 4);
   const [times, k] = [words[0], words[1]];
-  const chunks = Math.ceil(times / k);
-  if (words.length !== 2 + times + 1 + 2 * (3 * chunks + 1) || words[2 + times + 1 + 2 * (3 * chunks + 1) - 2 * chunks - 1] !== dataLength)
-    throw new Error('serving copy: a pre-deflated section does not match its header');
+  const chunks = k > 0 ? Math.ceil(times / k) : -1;
+  const damaged = () => new Error('serving copy: a pre-deflated section does not match its block');
+  if (times === 0 || chunks < 0 || words.length !== 2 + times + 1 + 2 * (3 * chunks + 1)) throw damaged();
+  const firstRow = words.subarray(2, 3 + times);
+  if (firstRow[0] !== 0 || firstRow[times] !== rows) throw damaged();
+  for (let g = 1; g <= times; g++) if (firstRow[g] <= firstRow[g - 1]) throw damaged();
+  // Both views' offsets, one run from 0 to the data's length.
+  const at = (view: number) => words.subarray(3 + times + view * (3 * chunks + 1), 3 + times + view * (3 * chunks + 1) + chunks + 1);
+  const [ladder, summary] = [at(0), at(1)];
+  if (ladder[0] !== 0 || summary[0] !== ladder[chunks] || summary[chunks] !== dataLength) throw damaged();
+  for (const offsets of [ladder, summary]) for (let c = 1; c <= chunks; c++) if (offsets[c] < offsets[c - 1]) throw damaged();
   const view = 3 + times + (ladders ? 0 : 3 * chunks + 1);
   return {
     times,
     k,
-    firstRow: words.subarray(2, 3 + times),
-    at: words.subarray(view, view + chunks + 1),
+    firstRow,
+    at: ladders ? ladder : summary,
     crc: words.subarray(view + chunks + 1, view + 2 * chunks + 1),
     length: words.subarray(view + 2 * chunks + 1, view + 3 * chunks + 1),
   };
@@ -720,7 +732,7 @@ async function deflatedPage(
 async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, arena: Arena): Promise<(Buffer | DeflatedPiece)[] | null> {
   const header = arena.bytes(p.deflated.header);
   await readInto(p.handle, header, 0, p.deflated.at, header.length);
-  const t = chunkTables(header, ladders, p.deflated.data);
+  const t = chunkTables(header, ladders, p.n, p.deflated.data);
   const [g0, g1] = [firstAtLeast(t.firstRow, r0), firstAtLeast(t.firstRow, r1)];
   if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
   const text = async (from: number, to: number): Promise<Buffer> => {
