@@ -40,8 +40,8 @@ export interface AppOptions {
 
 const DATA_OPEN = PAGE_FRAME.before;
 const DATA_OPEN_PIECE = freshPiece(DATA_OPEN);
-/** Whether the client takes encoding `e` (over identity). */
-const takes = (ctx: Koa.Context, e: string) => ctx.acceptsEncodings(e, 'identity') === e;
+/** Whether the client asks for encoding `e` (over identity). */
+const takes = (ctx: Koa.Context, e: string) => !!ctx.get('accept-encoding') && ctx.acceptsEncodings(e, 'identity') === e;
 const COMPRESS_MIN_BYTES = 1024;
 const BROTLI = { params: { [zlibConstants.BROTLI_PARAM_QUALITY]: 1 } };
 const GZIP = { level: 1 };
@@ -166,14 +166,7 @@ export function createApp(options: AppOptions): App {
     const raw = Buffer.isBuffer(body) ? body : Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
     ctx.vary('Accept-Encoding');
     // Brotli whenever the client takes it (clients list gzip first out of habit, not preference).
-    const encoding =
-      raw.length < COMPRESS_MIN_BYTES || !ctx.get('accept-encoding')
-        ? 'identity'
-        : takes(ctx, 'br')
-          ? 'br'
-          : takes(ctx, 'gzip')
-            ? 'gzip'
-            : 'identity';
+    const encoding = raw.length < COMPRESS_MIN_BYTES ? 'identity' : takes(ctx, 'br') ? 'br' : takes(ctx, 'gzip') ? 'gzip' : 'identity';
     if (encoding === 'br') ctx.body = brotliCompressSync(raw, BROTLI);
     else if (encoding === 'gzip') ctx.body = gzipSync(raw, GZIP);
     else {
@@ -267,7 +260,7 @@ export function createApp(options: AppOptions): App {
         now: now(),
         stats: ctx.state.stats,
         signal: ctx.state.signal,
-        gzip: !!ctx.get('accept-encoding') && takes(ctx, 'gzip'),
+        gzip: takes(ctx, 'gzip'),
       };
       // Each key waits in its own line, weighted by its plan's rate (api/admission.ts).
       const release = route.heavy

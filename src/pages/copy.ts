@@ -675,8 +675,6 @@ async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean,
 /** A page as deflated pieces: `json` and `framed` left out, its text inflates from `deflated`. */
 export type DeflatedSnapshots = Omit<RenderedSnapshots, 'json' | 'framed'> & { deflated: DeflatedPiece[] };
 
-const COMMA = freshPiece(Buffer.from(','));
-
 /**
  * A page of the pre-deflated shape: in each file's block, the whole chunks it covers as the seal
  * deflated them, and the times before the first and after the last (a page not starting or ending
@@ -708,19 +706,19 @@ async function deflatedPage(
   }
   items.push(CLOSE);
   if (items.every((x) => Buffer.isBuffer(x))) return null;
+  // Each run of text between stored chunks deflated (or stored) as one piece.
   const pieces: DeflatedPiece[] = [];
-  for (let i = 0; i < items.length;) {
-    const x = items[i];
-    if (!Buffer.isBuffer(x)) {
-      pieces.push(x, ...(i + 1 < items.length && !Buffer.isBuffer(items[i + 1]) ? [COMMA] : []));
-      i++;
+  let text: Buffer[] = [];
+  for (const x of items) {
+    if (Buffer.isBuffer(x)) {
+      text.push(x);
       continue;
     }
-    let j = i;
-    while (j < items.length && Buffer.isBuffer(items[j])) j++;
-    pieces.push(freshPiece(Buffer.concat(items.slice(i, j) as Buffer[])));
-    i = j;
+    if (text.length) pieces.push(freshPiece(Buffer.concat(text)));
+    pieces.push(x);
+    text = [];
   }
+  pieces.push(freshPiece(Buffer.concat(text)));
   return { deflated: pieces, books: end - first, times: selection.times, last: ts[shown[shown.length - 1][0]] };
 }
 
@@ -733,7 +731,7 @@ async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, 
   const header = arena.bytes(p.deflated.header);
   await readInto(p.handle, header, 0, p.deflated.at, header.length);
   const t = chunkTables(header, ladders, p.n, p.deflated.data);
-  const [g0, g1] = [firstAtLeast(t.firstRow, r0), firstAtLeast(t.firstRow, r1)];
+  const [g0, g1] = [search(t.firstRow, r0, false), search(t.firstRow, r1, false)];
   if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
   const text = async (from: number, to: number): Promise<Buffer> => {
     const rows = await rowsOf(p, t.firstRow[from], t.firstRow[to], ladders, arena);
@@ -752,23 +750,15 @@ async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, 
   await readInto(p.handle, data, 0, p.deflated.at + p.deflated.header + t.at[c0], data.length);
   const items: (Buffer | DeflatedPiece)[] = [];
   if (a > g0) items.push(await text(g0, a), COMMA_TEXT);
-  for (let c = c0; c < c1; c++)
+  for (let c = c0; c < c1; c++) {
+    if (c > c0) items.push(COMMA_TEXT);
     items.push({ deflated: data.subarray(t.at[c] - t.at[c0], t.at[c + 1] - t.at[c0]), crc: t.crc[c], length: t.length[c] });
+  }
   if (b < g1) items.push(COMMA_TEXT, await text(b, g1));
   return items;
 }
 
 const [OPEN, CLOSE, COMMA_TEXT] = ['[', ']', ','].map((x) => Buffer.from(x));
-
-function firstAtLeast(xs: Uint32Array, x: number): number {
-  let [lo, hi] = [0, xs.length];
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (xs[mid] < x) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /** Rows [lo, hi) of one market's books, sharing its buffers. */
 function slice(b: MarketBooks, lo: number, hi: number): MarketBooks {

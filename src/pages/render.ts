@@ -171,7 +171,7 @@ export interface RenderedSnapshots {
 }
 
 /** First index whose time is >= t (or > t when `strict`). */
-export function search(ts: Float64Array, t: number, strict: boolean): number {
+export function search(ts: Float64Array | Uint32Array, t: number, strict: boolean): number {
   let lo = 0;
   let hi = ts.length;
   while (lo < hi) {
