@@ -7,6 +7,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { replayToFile } from '../src/replay/file.js';
+import { proofOf, readHeartbeat } from '../src/capture/heartbeat.js';
 import { parseTime } from '../src/time.js';
 
 const { values } = parseArgs({
@@ -41,6 +42,8 @@ const config = loadConfig();
 const duck = await Duck.open(1);
 const lake = new LakeReader(duck, lakePaths(config.dataDir));
 await lake.open();
+// What the API adds to the lake too: the rest of each window a stopped capture held is a gap.
+lake.setProof(proofOf(await readHeartbeat(lake.paths), Date.now(), config.api.captureDownAfterMs));
 const out = values.out ? fs.createWriteStream(values.out) : process.stdout;
 const written = await replayToFile(
   lake,

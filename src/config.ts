@@ -107,6 +107,12 @@ export interface Config {
     exportMinRate: { bytesPerSecond: number; windowMs: number };
     /** Health answers 503 when capture has not persisted for longer than this. */
     healthMaxFlushAgeMs: number;
+    /**
+     * Capture silent this long (no heartbeat) is taken as down: the rest of every window it held is
+     * a gap in coverage at once, until a restart writes the real one. Before that, coverage counts
+     * only up to the last heartbeat.
+     */
+    captureDownAfterMs: number;
     /** Decoded books of recently read markets kept in memory. */
     bookCacheBytes: number;
     /**
@@ -381,6 +387,7 @@ export function loadConfig(env: Env = process.env): Config {
         windowMs: int(env, 'EXPORT_SLOW_MS', 30_000, 100, 3_600_000),
       },
       healthMaxFlushAgeMs: int(env, 'HEALTH_MAX_FLUSH_AGE_MS', 30_000, 100, 3_600_000),
+      captureDownAfterMs: int(env, 'CAPTURE_DOWN_AFTER_MS', 10_000, 100, 3_600_000),
       bookCacheBytes: int(env, 'BOOK_CACHE_MB', 512, 0, 1_048_576) * 1024 * 1024,
       servingCopies: oneOf(env, 'SERVING_COPIES', ['on', 'off'], 'on') === 'on',
       corsOrigins: origins(env, 'CORS_ORIGINS'),

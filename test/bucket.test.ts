@@ -6,6 +6,8 @@
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
+import http from 'node:http';
+import net from 'node:net';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { gunzipSync, gzipSync } from 'node:zlib';
@@ -175,6 +177,111 @@ t.test('a file a request still reads is never evicted, by its process or another
   await b.evict();
   t.notOk(await onDisk(files[0]), 'once the request ended and the file went unused, it is evicted');
   t.ok(await onDisk(files[3]), 'the file just fetched stays');
+});
+
+/** A bucket that is down: the gateway's address with nothing listening behind it. */
+async function deadS3(): Promise<S3> {
+  const port = await new Promise<number>((resolve) => {
+    const server = net.createServer().listen(0, '127.0.0.1', () => {
+      const p = (server.address() as net.AddressInfo).port;
+      server.close(() => resolve(p));
+    });
+  });
+  const down = new S3({ ...s3.config, endpoint: `http://127.0.0.1:${port}` });
+  return down;
+}
+
+/** A GET on a connection of its own (fetch keeps one alive, and with it one cluster worker). */
+function getFresh(base: string, route: string, key: string): Promise<{ status: number; body: { data?: unknown } }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(`${base}${route}`, { agent: false, headers: { authorization: `Bearer ${key}` } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(chunks).toString('utf8')) as { data?: unknown } }),
+      );
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+  });
+}
+
+async function sha256File(file: string): Promise<string> {
+  return createHash('sha256')
+    .update(await fs.readFile(file))
+    .digest('hex');
+}
+
+t.test('a file one worker fetched is served by every worker sharing the cache, without a second download, the bucket down', async (t) => {
+  const cache = lakePaths(t.testdir());
+  const down = await deadS3();
+  t.teardown(() => down.close());
+  const [a, b, c] = [s3, down, s3].map((client) => new BucketReplica(cache, client, 1 << 30, quiet));
+  for (const r of [a, b, c]) {
+    await r.open();
+    t.teardown(() => r.close());
+  }
+  const [file, other] = (await localFiles()).filter((f) => f.partition.dataset === 'books');
+  await a.ensure([file]);
+  t.match(a.health().cache, { fetched: 1, adopted: 0 }, 'worker a fetched it');
+  await b.ensure([file]);
+  await b.ensure([file]);
+  t.match(
+    b.health().cache,
+    { fetched: 0, adopted: 1, fetch_errors: 0 },
+    'worker b, its bucket down, took it from the shared directory once',
+  );
+  await t.rejects(b.ensure([other]), { name: 'ObjectUnavailable' }, 'a file nobody fetched is still unavailable while the bucket is down');
+  // Bytes on disk that are not the manifest's (same size) are never taken: fetched again, and whole after.
+  const onDisk = path.join(cache.lake, file.path);
+  const bytes = await fs.readFile(onDisk);
+  bytes[bytes.length - 1] ^= 0xff;
+  await fs.writeFile(onDisk, bytes);
+  await c.ensure([file]);
+  t.match(c.health().cache, { fetched: 1, adopted: 0 }, 'a damaged file is downloaded, not adopted');
+  t.equal(await sha256File(onDisk), file.sha256, 'and the file on disk is the manifest’s again');
+});
+
+t.test('a bounded cache shared by two workers under a walk of more files than it holds', async (t) => {
+  let now = Date.now();
+  const cache = lakePaths(t.testdir());
+  const files = (await localFiles()).filter((f) => f.partition.dataset === 'books').sort((x, y) => y.bytes - x.bytes);
+  t.ok(files.length >= 8, `${files.length} books files`);
+  // Room for the three largest files, split between two workers as `make api` splits BUCKET_CACHE_MB.
+  const bound = files[0].bytes + files[1].bytes + files[2].bytes;
+  const workers = [0, 1].map(() => new BucketReplica(cache, s3, Math.floor(bound / 2), quiet, () => now));
+  for (const r of workers) {
+    await r.open();
+    t.teardown(() => r.close());
+  }
+  const diskBytes = async () => {
+    let total = 0;
+    for (const rel of await listFiles(cache.lake, '.parquet')) total += (await fs.stat(path.join(cache.lake, rel))).size;
+    return total;
+  };
+  let wrong = 0;
+  let over = 0;
+  // Each file asked through one worker, then the other; each step a file's idle time later (a real walk takes minutes).
+  for (const [i, f] of [...files, ...files.slice(0, 4)].entries()) {
+    for (const w of i % 2 ? [workers[1], workers[0]] : workers) {
+      await w.ensure([f]);
+      if ((await sha256File(path.join(cache.lake, f.path))) !== f.sha256) wrong++;
+    }
+    now += 130_000;
+    for (const w of i % 2 ? [workers[1], workers[0]] : workers) await w.evict();
+    if ((await diskBytes()) > bound) over++;
+  }
+  t.equal(wrong, 0, 'every file ensured is the manifest’s bytes');
+  t.equal(over, 0, 'the shared directory stays within the bound after each step');
+  const health = workers.map((w) => w.health().cache);
+  t.ok(
+    health.every((h) => h.evicted > 0),
+    `evictions counted in each worker's health: ${JSON.stringify(health)}`,
+  );
+  t.ok(
+    health.some((h) => h.adopted > 0),
+    'files the other worker fetched were taken from the directory',
+  );
 });
 
 t.test("the analyst guide's bucket statements answer over a copy of the bucket", async (t) => {
@@ -472,6 +579,23 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   });
 
   t.test('with the bucket down, a replica serves what it holds and says it is degraded', async (t) => {
+    // A page whose file the two-worker replica has not fetched yet: asked once (one worker fetches it), then with the bucket down.
+    const fetchedBy = await fs.readdir(path.join(replicaDirs[1], 'lake'), { recursive: true });
+    const unfetched = (await localFiles()).find(
+      (f) => f.partition.dataset === 'metrics' && f.partition.venue === 'wallet-prediction' && !fetchedBy.includes(f.path),
+    );
+    const late = markets.find(
+      (m) =>
+        unfetched &&
+        m.coin === unfetched.partition.coin &&
+        m.window === unfetched.partition.window &&
+        Date.parse(m.start_time) >= unfetched.partition.hour &&
+        Date.parse(m.end_time) <= unfetched.partition.hour + 3_600_000,
+    );
+    t.ok(late, 'a market whose metrics file neither worker of the second replica holds');
+    const lateRoute = `/v3/wallet-prediction/${late!.market_id}/timeseries?metric=chance&interval=1m`;
+    const want = await get(local.url, lateRoute);
+    t.equal((await getFresh(replicas[1].url, lateRoute, key)).status, 200, 'fetched through one worker');
     await rgw.gatewayStop();
     type Health = { status: number; body: { data: { status: string; lake: { bucket: { sync_error: string | null } } } } };
     let health = (await get(replicas[0].url, '/v3/health')) as unknown as Health;
@@ -483,6 +607,14 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     t.match(health.body.data, { status: 'degraded', lake: { bucket: { sync_error: /ECONNREFUSED|ECONNRESET|Network|Timeout/ } } });
     t.equal(health.status, 200, 'degraded, not failing: restarting it would not bring the bucket back');
     await same(`/v3/wallet-prediction/${m0}/snapshots?limit=5&order=asc`);
+    // Each on a connection of its own, as clients behind a load balancer come: the cluster hands
+    // connections to its workers in turn, so the worker that did not fetch the file answers too.
+    const answers = [];
+    for (let i = 0; i < 8; i++) {
+      const got = await getFresh(replicas[1].url, lateRoute, key);
+      answers.push(got.status === 200 && JSON.stringify(got.body.data) === JSON.stringify(want.body?.data) ? 'same' : String(got.status));
+    }
+    t.same(answers, Array(8).fill('same'), 'every answer 200 and equal to the local lake’s, whichever worker took it');
     await rgw.gatewayStart();
     for (let i = 0; i < 100 && health.body.data.lake.bucket.sync_error; i++) {
       await new Promise((r) => setTimeout(r, 200));

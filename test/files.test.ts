@@ -156,7 +156,14 @@ t.test('coverage: the published table, recorded spans from the lake, and every r
     t.match(rec, { first: new Date(Number(s.lo)).toISOString(), last: new Date(Number(s.hi)).toISOString(), rows: Number(s.n) });
   }
   const gaps = await duck.rows(`SELECT count(*) AS n FROM ${lakeTable(dir, 'gaps')} WHERE venue = 'wallet-prediction'`);
-  t.equal(r.json.data.gaps.length, Number(gaps[0].n));
+  const recorded = r.json.data.gaps.filter((g: any) => !g.provisional);
+  t.equal(recorded.length, Number(gaps[0].n), 'every gap the lake holds');
+  // The fill stopped with windows open: the rest of each is a process_down gap not written yet (capture/heartbeat.ts).
+  const provisional = r.json.data.gaps.filter((g: any) => g.provisional);
+  t.ok(
+    provisional.length > 0 && provisional.every((g: any) => g.reason === 'process_down' && g.market_id && Date.parse(g.from) <= END),
+    `${provisional.length} provisional process_down gaps, from capture's stop on`,
+  );
   t.ok(
     r.json.data.gaps.some((g: any) => g.reason === 'http_5xx' && Date.parse(g.from) < OUTAGE.to && Date.parse(g.to) > OUTAGE.from),
     'the outage is there',
@@ -164,7 +171,9 @@ t.test('coverage: the published table, recorded spans from the lake, and every r
 });
 
 t.test('snapshots and timeseries overlapping a gap say so in meta.gaps', async (t) => {
-  const cov = (await get('/v3/wallet-prediction/coverage')).json.data.gaps.find((g: any) => g.dataset === 'books' && g.market_id);
+  const cov = (await get('/v3/wallet-prediction/coverage')).json.data.gaps.find(
+    (g: any) => g.dataset === 'books' && g.market_id && !g.provisional,
+  );
   const snap = await get(`/v3/wallet-prediction/${cov.market_id}/snapshots?limit=1000`);
   t.ok(snap.json.meta.gaps.some((g: any) => g.from === cov.from && g.to === cov.to));
   const inside = snap.json.data.filter((s: any) => s.timestamp > cov.from && s.timestamp < cov.to);

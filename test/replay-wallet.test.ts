@@ -10,7 +10,7 @@ import { SECOND } from '../src/time.js';
 import { walletTopics } from '../src/venues/wallet/channel.js';
 import { quiet, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
-import { OPEN, streamRun } from './streamrun.js';
+import { OPEN, stopGaps, streamRun } from './streamrun.js';
 
 const START = OPEN + 250 * SECOND;
 const DISCONNECT = { from: START + 40 * SECOND, to: START + 46 * SECOND };
@@ -87,7 +87,7 @@ t.test('the aggregate topic replays every market’s recorded Yes books, in the 
     .filter((d) => d?.msgType === 'replay_gap');
   t.same(
     gaps.map((g) => `${g.marketId}:${g.from}:${g.to}:${g.reason}`).sort(),
-    run.gaps
+    [...run.gaps, ...(await stopGaps(run))]
       .filter((g) => g.t > START && g.f < END)
       .map((g) => `${g.market_id}:${g.f}:${g.t}:${g.reason}`)
       .sort(),

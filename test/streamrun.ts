@@ -1,5 +1,7 @@
 // The harness of the stream tests: capture against the stand-in over real WebSockets, and what
 // the stand-in knew, for the audit (test/streamaudit.ts) to compare with the lake.
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Test } from 'tap';
 import { Capture } from '../src/capture/capture.js';
 import type { Venue } from '../src/config.js';
@@ -11,7 +13,7 @@ import type { ChannelQuirks } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
 import { quiet, sealAll, testConfig } from './helpers.js';
-import { readStreamLake, subscriptions } from './streamaudit.js';
+import { type Gap, type Recorded, readStreamLake, subscriptions } from './streamaudit.js';
 
 export const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
 export const OPEN = Date.parse('2026-07-26T12:00:00Z');
@@ -117,4 +119,23 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
     slackMs,
     subscribedAt: subscriptions(standin, venue),
   };
+}
+
+/**
+ * The rest of each window the run's capture held when it stopped: a `process_down` gap (provisional
+ * until a restart writes it) from the market's newest recorded book, else the stop, to its end.
+ * Which markets it held is the heartbeat's to say; where each gap starts is checked against the lake.
+ */
+export async function stopGaps(run: { dir: string; rows: Recorded[] }): Promise<Gap[]> {
+  const beat = JSON.parse(await fs.readFile(path.join(run.dir, 'state', 'capture-heartbeat.json'), 'utf8')) as {
+    ts: number;
+    stopped?: boolean;
+    open: { market_id: string; end_time: number }[];
+  };
+  if (!beat.stopped) throw new Error('the run’s capture did not stop cleanly');
+  const newest = new Map<string, number>();
+  for (const r of run.rows) newest.set(r.market_id, Math.max(newest.get(r.market_id) ?? -Infinity, r.ts));
+  return beat.open
+    .map((m) => ({ market_id: m.market_id, f: newest.get(m.market_id) ?? beat.ts, t: m.end_time, reason: 'process_down' }))
+    .filter((g) => g.f < g.t);
 }

@@ -182,6 +182,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
             from: iso(g.from_ts),
             to: iso(g.to_ts),
             reason: g.reason,
+            ...(g.provisional ? { provisional: true } : {}),
           })),
         },
         meta: { note: 'Recorded spans and gaps are read from sealed files; the open hour is sealed within about an hour.' },

@@ -35,6 +35,8 @@ export function sealedCoverage(
 ): Coverage | null {
   const recordedUntil = m.end_time + CAPTURE_LAG_MS;
   if (now < recordedUntil) return null;
+  // Capture still holds it (its heartbeat names it): not over for the record yet.
+  if (lake.heldUntil(m.venue, m.market_id) !== null) return null;
   const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
   if (spooled(partitions)) return null;
   let first = Infinity;
@@ -123,19 +125,22 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
       const first = (figures?.first as number | null | undefined) ?? null;
+      // Capture recording it now has shown it held the market up to its last heartbeat (or newest row): no further.
+      const asOf = Math.min(ctx.now, lake.heldUntil(venue, m.market_id) ?? Infinity);
       const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];
       ctx.stats.partitions = plan.partitions.length;
       return {
         data: {
           market_id: m.market_id,
           window: { start: iso(m.start_time), end: iso(m.end_time) },
-          complete_as_of: iso(Math.min(ctx.now, m.end_time)),
+          complete_as_of: iso(Math.min(asOf, m.end_time)),
           open: ctx.now < m.end_time,
-          coverage: coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: ctx.now }),
+          coverage: coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf }),
           gaps: gaps.map((g) => ({
             from: iso(Math.max(g.from_ts, m.start_time)),
             to: iso(Math.min(g.to_ts, m.end_time)),
             reason: g.reason,
+            ...(g.provisional ? { provisional: true } : {}),
           })),
           books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first), verified_by: verificationsOf(figures) },
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),

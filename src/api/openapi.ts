@@ -18,7 +18,9 @@ const obj = (properties: Record<string, unknown>, required = Object.keys(propert
 const outcome = obj({ index: { type: 'integer' }, label: str, token_id: str });
 const ladder = { type: 'array', items: num };
 
-const gap = obj({ from: time, to: time, reason: str });
+// `provisional`: not in the lake yet (open at capture's last heartbeat, or the rest of a window capture stopped holding); a restart writes the real one.
+const provisional = { type: 'boolean', enum: [true] };
+const gap = obj({ from: time, to: time, reason: str, provisional }, ['from', 'to', 'reason']);
 const coverage = obj({ dataset: str, starts: time, truncated: { type: 'boolean' }, note: str });
 
 export const SCHEMAS: Record<string, unknown> = {
@@ -168,6 +170,8 @@ export const SCHEMAS: Record<string, unknown> = {
             bytes: { type: 'integer' },
             max_bytes: { type: 'integer' },
             fetched: { type: 'integer' },
+            // Files another worker sharing the cache directory fetched, checked here (size, sha256) instead of downloaded again.
+            adopted: { type: 'integer' },
             fetch_errors: { type: 'integer' },
             evicted: { type: 'integer' },
           }),
@@ -234,7 +238,15 @@ export const SCHEMAS: Record<string, unknown> = {
     },
     gaps: {
       type: 'array',
-      items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str }),
+      items: obj({ coin: str, window: str, market_id: nullable(str), dataset: str, from: time, to: time, reason: str, provisional }, [
+        'coin',
+        'window',
+        'market_id',
+        'dataset',
+        'from',
+        'to',
+        'reason',
+      ]),
     },
   }),
   File: obj({
@@ -301,7 +313,7 @@ export const SCHEMAS: Record<string, unknown> = {
         by_cause: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
         by_reason: { type: 'object', additionalProperties: num },
       }),
-      gaps: { type: 'array', items: obj({ from: time, to: time, reason: str }) },
+      gaps: { type: 'array', items: gap },
       books: obj({
         recorded: num,
         first: nullable(time),

@@ -264,7 +264,7 @@ export function routeKit(deps: RouteDeps) {
   const gapsMeta = (venue: Venue, m: StoredMarket, dataset: string, from: number, to: number) =>
     lake
       .gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset }, from, to)
-      .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason }));
+      .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason, ...(g.provisional ? { provisional: true } : {}) }));
 
   const findMarket = (venue: Venue, ctx: RequestContext, coin?: string): StoredMarket => {
     const id = ctx.path.market_id!;

@@ -14,7 +14,6 @@ import { SpoolTail } from '../lake/tail.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
 import type { CaptureHealth } from '../capture/capture.js';
-import { readJson } from '../lake/fsutil.js';
 import { Admission } from './admission.js';
 import { type ConnectionStats, boundedServer, connectionCap, openFileLimit } from './connections.js';
 import { createApp } from './app.js';
@@ -34,6 +33,7 @@ import { ReplayCopies } from '../replay/copy.js';
 import { S3 } from '../bucket/s3.js';
 import { BucketReplica, type ReplicaHealth } from '../bucket/replica.js';
 import { type FeedHealth, FeedTail } from '../bucket/feedtail.js';
+import { parseHeartbeat, proofOf, readHeartbeat } from '../capture/heartbeat.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -136,8 +136,16 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const preloading = performance.now();
   const preloaded = await preloadLatest(lake, latest, clock.now(), sealedLatest);
   log.info({ preloaded, in_memory: latest.size, ms: ms(preloading, performance.now()) }, 'latest books loaded');
+  // Capture's heartbeat (its own process's, or another's beside this lake): coverage never counts time capture did not hold.
+  // A replica has it as capture last published it.
+  const proofs = async () => {
+    const beat = replica ? parseHeartbeat(replica.heartbeat) : await readHeartbeat(paths);
+    lake.setProof(proofOf(beat, Date.now(), config.api.captureDownAfterMs));
+  };
+  await proofs();
   let reindexed = Date.now();
   const timers = [
+    every(TAIL_MS, proofs, (err) => log.warn({ err }, 'capture heartbeat not read')),
     tail &&
       every(
         TAIL_MS,
@@ -422,9 +430,11 @@ async function checkHealth(
  * the process is stuck); what the error is, only that process's log can say.
  */
 async function heartbeatHealth(config: Config, now: number, bound: number): Promise<CaptureHealth | null> {
-  const beat = await readJson<{ flushed_at?: number; stopped?: boolean; health?: Partial<CaptureHealth> }>(
-    path.join(config.dataDir, 'state', 'capture-heartbeat.json'),
-  ).catch(() => null);
+  const beat = (await readHeartbeat(lakePaths(config.dataDir))) as {
+    flushed_at?: number;
+    stopped?: boolean;
+    health?: Partial<CaptureHealth>;
+  } | null;
   if (!beat || typeof beat.flushed_at !== 'number') return null;
   const age = now - beat.flushed_at;
   return {

@@ -33,6 +33,14 @@ export function snapshotKey(prefix: string): string {
   return `${prefix}_snapshot/manifests.json.gz`;
 }
 
+/**
+ * Capture's heartbeat as its last publishing pass found it: replicas read from it how far capture
+ * has shown it held each open market, and whether it stopped (capture/heartbeat.ts).
+ */
+export function heartbeatKey(prefix: string): string {
+  return `${prefix}_capture/heartbeat.json`;
+}
+
 export interface ManifestSnapshot {
   version: 1;
   at: number;

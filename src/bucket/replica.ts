@@ -3,8 +3,10 @@
 // catalogue and every query work unchanged; sealed files are fetched when a request first needs
 // them, checked against the manifest's size and sha256, and kept on a bounded disk cache.
 import { createHash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { gunzipSync } from 'node:zlib';
 import { listFiles, readJson, writeFileAtomic } from '../lake/fsutil.js';
 import { CATALOGUE_CHECKPOINT } from '../lake/catalogue.js';
@@ -18,6 +20,7 @@ import {
   type ManifestSnapshot,
   commitPrefix,
   dataKey,
+  heartbeatKey,
   manifestKey,
   manifestPrefix,
   partitionOfManifestKey,
@@ -38,7 +41,11 @@ export interface ReplicaHealth {
   sync_error: string | null;
   /** Manifests brought in: by a GET each, or taken from capture's snapshot (their bytes checked against the listing's ETag). */
   manifests: { fetched: number; from_snapshot: number };
-  cache: { files: number; bytes: number; max_bytes: number; fetched: number; fetch_errors: number; evicted: number };
+  /**
+   * `adopted`: files another worker sharing the cache directory fetched, found there and checked
+   * here against the manifest (size and sha256) instead of downloaded again.
+   */
+  cache: { files: number; bytes: number; max_bytes: number; fetched: number; adopted: number; fetch_errors: number; evicted: number };
 }
 
 /**
@@ -100,6 +107,7 @@ export class BucketReplica {
   private lastSync: number | null = null;
   private syncError: string | null = null;
   private fetched = 0;
+  private adopted = 0;
   private fetchErrors = 0;
   private evicted = 0;
   private manifestsFetched = 0;
@@ -110,6 +118,7 @@ export class BucketReplica {
   private holdIds = 0;
   private renewal: NodeJS.Timeout | null = null;
   private evicting: Promise<void> | null = null;
+  private heartbeatRead: { text: string; etag: string } | null = null;
 
   /** `now`: the cache's clock (file ages and mtimes); a test moves it instead of waiting minutes. */
   constructor(
@@ -187,6 +196,7 @@ export class BucketReplica {
         bytes: this.cachedBytes,
         max_bytes: this.maxBytes,
         fetched: this.fetched,
+        adopted: this.adopted,
         fetch_errors: this.fetchErrors,
         evicted: this.evicted,
       },
@@ -261,7 +271,19 @@ export class BucketReplica {
     this.state.commit = last;
     if (last) for (const key of this.applied) if (commitTime(key) < commitTime(last) - 2 * RELIST_MS) this.applied.delete(key);
     if (list.length || last !== newest) await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+    await this.readHeartbeat();
     return list.length;
+  }
+
+  /** Capture's heartbeat as last published (after the manifests it may vouch for), or null. */
+  get heartbeat(): string | null {
+    return this.heartbeatRead?.text ?? null;
+  }
+
+  private async readHeartbeat(): Promise<void> {
+    const read = await this.s3.read(heartbeatKey(this.s3.config.prefix), this.heartbeatRead?.etag);
+    if (read === 'unchanged') return;
+    this.heartbeatRead = read && { text: read.body.toString('utf8'), etag: read.etag };
   }
 
   /** Capture's manifests snapshot by partition directory, or null when there is none or it cannot be read (each manifest is then a GET). */
@@ -312,7 +334,8 @@ export class BucketReplica {
   async ensure(files: readonly Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[]): Promise<void> {
     const now = this.now();
     const missing: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>[] = [];
-    // Another worker of a cluster shares this directory and may have evicted a file this one holds.
+    // Another worker of a cluster shares this directory: it may have evicted a file this one holds,
+    // or fetched one this one has not counted yet (the directory, not this map, says what is there).
     const present = await Promise.all(
       files.map((f) =>
         fs.access(path.join(this.paths.lake, f.path)).then(
@@ -321,8 +344,10 @@ export class BucketReplica {
         ),
       ),
     );
+    const onDisk = new Set<string>();
     files.forEach((f, i) => {
       const c = this.cached.get(f.path);
+      if (present[i]) onDisk.add(f.path);
       if (c && c.bytes === f.bytes && present[i]) {
         c.usedAt = now;
         if (now - c.touchedAt >= TOUCH_MS) void this.touch(f.path, c, now);
@@ -337,7 +362,7 @@ export class BucketReplica {
           const f = missing[next++];
           let fetch = this.fetching.get(f.path);
           if (!fetch) {
-            fetch = this.fetch(f).finally(() => this.fetching.delete(f.path));
+            fetch = (onDisk.has(f.path) ? this.adopt(f) : this.fetch(f)).finally(() => this.fetching.delete(f.path));
             this.fetching.set(f.path, fetch);
           }
           await fetch.catch((err: unknown) => failures.push(err));
@@ -346,6 +371,20 @@ export class BucketReplica {
     );
     if (failures.length) throw failures[0];
     this.evictBehind();
+  }
+
+  /**
+   * A file on disk this process has not counted: another worker of the cluster fetched it (the
+   * cache directory is shared, and only a verified download is ever renamed into place). Taken
+   * when its size and sha256 are the manifest's, without a download, so it is served while the
+   * bucket is down; anything else is fetched as if absent.
+   */
+  private async adopt(f: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>): Promise<void> {
+    const file = path.join(this.paths.lake, f.path);
+    const digest = await sha256Of(file, f.bytes);
+    if (digest !== f.sha256) return this.fetch(f);
+    await this.remember(f);
+    this.adopted++;
   }
 
   private async fetch(f: Pick<IndexedFile, 'path' | 'bytes' | 'sha256'>): Promise<void> {
@@ -358,14 +397,19 @@ export class BucketReplica {
       this.log.warn({ key, error: describe(err) }, 'sealed file not fetched');
       throw new ObjectUnavailable(describe(err));
     }
+    await this.remember(f);
+    this.fetched++;
+  }
+
+  /** A verified file on disk, counted in this process's cache and marked used. */
+  private async remember(f: Pick<IndexedFile, 'path' | 'bytes'>): Promise<void> {
     const old = this.cached.get(f.path);
-    if (old) this.cachedBytes -= old.bytes;
+    if (old) this.cachedBytes -= old.bytes + (old.copy?.bytes ?? 0);
     const now = this.now();
     const c: Cached = { bytes: f.bytes, usedAt: now, touchedAt: now };
     this.cached.set(f.path, c);
     this.cachedBytes += f.bytes;
     await this.touch(f.path, c, now);
-    this.fetched++;
   }
 
   /** A serving copy written of a cached file: it counts toward the bound and goes when the file does. */
@@ -403,8 +447,17 @@ export class BucketReplica {
       const file = path.join(this.paths.lake, rel);
       const mtime = await fs.stat(file).then(
         (st) => st.mtimeMs,
-        () => 0,
+        () => null,
       );
+      // Another worker sharing the directory evicted it: no longer this process's to count.
+      if (mtime === null) {
+        if (this.cached.get(rel) === c && !this.fetching.has(rel)) {
+          this.cached.delete(rel);
+          this.cachedBytes -= c.bytes + (c.copy?.bytes ?? 0);
+          if (c.copy) await fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
+        }
+        continue;
+      }
       // Checked again after the stat: a request may have begun using it meanwhile.
       if (now - mtime < MIN_IDLE_MS || this.cached.get(rel) !== c || now - c.usedAt < MIN_IDLE_MS || this.held(c)) continue;
       this.cached.delete(rel);
@@ -415,6 +468,19 @@ export class BucketReplica {
       if (c.copy) await fs.rm(servingCopyPath(this.paths.serving, c.copy.sha256), { force: true });
     }
   }
+}
+
+/** The sha256 of a file, or null when it is not `bytes` long (or not there). */
+async function sha256Of(file: string, bytes: number): Promise<string | null> {
+  const st = await fs.stat(file).catch(() => null);
+  if (!st || st.size !== bytes) return null;
+  const hash = createHash('sha256');
+  try {
+    await pipeline(createReadStream(file), hash);
+  } catch {
+    return null;
+  }
+  return hash.digest('hex');
 }
 
 function md5(body: Buffer): string {

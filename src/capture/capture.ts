@@ -2,14 +2,14 @@
 // each interval, and spool four datasets. Failures become gap records with their spans;
 // nothing is filled in. A heartbeat beside the spool lets a restart record the time the
 // process was down as a gap too.
-import path from 'node:path';
 import type { Clock } from '../clock.js';
 import type { Config, Venue } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
-import { readJson, writeFileAtomic } from '../lake/fsutil.js';
+import { writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
+import { type Heartbeat, readHeartbeat } from './heartbeat.js';
 import { GapLedger, type OpenGap, gapKey, scopeOf } from './gaps.js';
 import { SpoolKeeper } from './keeper.js';
 import type { Logger } from '../log.js';
@@ -34,22 +34,6 @@ import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
 import { type PublishHealth, Publisher } from '../bucket/publish.js';
 import { S3 } from '../bucket/s3.js';
-
-interface Heartbeat {
-  /** Clock time the flush began: every row this process received before it is on disk. */
-  ts: number;
-  /** Wall time of the flush this heartbeat follows: how a separate API process judges capture's health. */
-  flushed_at: number;
-  /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
-  stopped?: boolean;
-  /** Rows this process has acknowledged (fsynced) so far: what a kill -9 after this heartbeat cannot lose. */
-  acknowledged: number;
-  /** Capture's own figures at that flush, for a separate API process's health. */
-  health: Pick<CaptureHealth, 'buffered_rows' | 'dropped_rows' | 'seal_backlog' | 'seal_error' | 'publish'>;
-  segment: string;
-  open: { venue: Venue; coin: string; window: Market['window']; market_id: string; end_time: number }[];
-  gaps: OpenGap[];
-}
 
 /** What `/v3/health` reports of capture. */
 export interface CaptureHealth {
@@ -193,10 +177,6 @@ export class Capture {
     };
   }
 
-  private get heartbeatFile(): string {
-    return path.join(this.paths.state, 'capture-heartbeat.json');
-  }
-
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
     const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
@@ -224,6 +204,8 @@ export class Capture {
     for (const g of this.gaps.all()) if (g.channel === 'stream') this.gaps.close(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
     await this.flush(true);
+    // Replicas learn from the bucket that capture stopped, not only by the heartbeat's age.
+    await this.publisher?.publishHeartbeat();
     // Rows the disk refused until the end are lost with the process; say how many.
     await this.spool
       .close()
@@ -237,7 +219,7 @@ export class Capture {
    * its start was closed, and its row spooled with them; a downtime gap starts after the last row.
    */
   private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<void> {
-    const beat = await readJson<Heartbeat>(this.heartbeatFile);
+    const beat = await readHeartbeat(this.paths);
     if (!beat) return;
     const last = (dataset: string, id: string | null) => (id === null ? -Infinity : (lastTs.get(`${dataset}:${id}`) ?? -Infinity));
     for (const g of beat.gaps) {
@@ -289,11 +271,20 @@ export class Capture {
    */
   async flush(stopped = false): Promise<void> {
     const ts = this.clock.now();
+    // Before the flush: every book handed over by now is in it. Pre-open markets already subscribed
+    // too: a book recorded before the open would otherwise hold through a downtime after it.
+    const open = [...this.known.values()]
+      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && ts < m.end_time)
+      .map(({ market: m }) => ({
+        venue: m.venue,
+        coin: m.coin,
+        window: m.window,
+        market_id: m.market_id,
+        end_time: m.end_time,
+        newest: this.latest.get(marketKey(m))?.ts ?? null,
+      }));
     const flushedAt = await this.keeper.flush();
     if (flushedAt === null) return;
-    const open = [...this.known.values()]
-      .filter(({ market: m }) => m.start_time <= ts && ts < m.end_time)
-      .map(({ market: m }) => ({ venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, end_time: m.end_time }));
     const { buffered_rows, dropped_rows, seal_backlog, seal_error, publish } = this.health();
     const beat: Heartbeat = {
       ts,
@@ -306,7 +297,7 @@ export class Capture {
       gaps: this.gaps.all(),
     };
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
-    await writeFileAtomic(this.heartbeatFile, JSON.stringify(beat)).catch(() => undefined);
+    await writeFileAtomic(this.paths.heartbeat, JSON.stringify(beat)).catch(() => undefined);
   }
 
   health(now = Date.now()): CaptureHealth {

@@ -24,6 +24,8 @@ export interface GapRecord {
   from_ts: number;
   to_ts: number;
   reason: string;
+  /** Not in the lake yet: open at capture's last heartbeat, or presumed from a capture that stopped (capture/heartbeat.ts). */
+  provisional?: true;
 }
 
 export class GapLog {
@@ -113,11 +115,7 @@ export class GapLog {
   }
 
   /** Recorded gaps (sealed) that overlap [from, to) for a series or one of its markets. */
-  find(
-    filter: { venue: Venue; coin?: string; window?: Window; market_id?: string; dataset?: string },
-    from = -Infinity,
-    to = Infinity,
-  ): GapRecord[] {
+  find(filter: GapFilter, from = -Infinity, to = Infinity): GapRecord[] {
     let rows = this.rows;
     if (filter.market_id) {
       if (!this.byMarket) {
@@ -130,17 +128,29 @@ export class GapLog {
       }
       rows = [...(this.byMarket.get(filter.market_id) ?? []), ...(this.byMarket.get(null) ?? [])].sort((a, b) => a.from_ts - b.from_ts);
     }
-    return rows.filter(
-      (g) =>
-        g.venue === filter.venue &&
-        (!filter.coin || g.coin === filter.coin) &&
-        (!filter.window || g.window === filter.window) &&
-        (!filter.market_id || g.market_id === filter.market_id || g.market_id === null) &&
-        (!filter.dataset || g.dataset === filter.dataset) &&
-        g.from_ts < to &&
-        g.to_ts > from,
-    );
+    return rows.filter((g) => gapMatches(g, filter, from, to));
   }
+}
+
+export interface GapFilter {
+  venue: Venue;
+  coin?: string;
+  window?: Window;
+  market_id?: string;
+  dataset?: string;
+}
+
+/** Whether `g` is of the series or market `filter` names and overlaps [from, to). */
+export function gapMatches(g: GapRecord, filter: GapFilter, from: number, to: number): boolean {
+  return (
+    g.venue === filter.venue &&
+    (!filter.coin || g.coin === filter.coin) &&
+    (!filter.window || g.window === filter.window) &&
+    (!filter.market_id || g.market_id === filter.market_id || g.market_id === null) &&
+    (!filter.dataset || g.dataset === filter.dataset) &&
+    g.from_ts < to &&
+    g.to_ts > from
+  );
 }
 
 function fileKey(f: IndexedFile): string {

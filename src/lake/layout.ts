@@ -155,6 +155,8 @@ export interface LakePaths {
   state: string;
   /** Serving copies of sealed books files (pages/copy.ts): derived, rebuilt when missing. */
   serving: string;
+  /** Capture's heartbeat, written after every flush (capture/heartbeat.ts). */
+  heartbeat: string;
 }
 
 export function lakePaths(dataDir: string): LakePaths {
@@ -165,6 +167,7 @@ export function lakePaths(dataDir: string): LakePaths {
     manifest: path.join(dataDir, 'manifest'),
     state: path.join(dataDir, 'state'),
     serving: servingDirOf(path.join(dataDir, 'lake')),
+    heartbeat: path.join(dataDir, 'state', 'capture-heartbeat.json'),
   };
 }
 

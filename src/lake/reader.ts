@@ -4,16 +4,22 @@
 import { readdirSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Venue, Window } from '../config.js';
+import type { Venue } from '../config.js';
 import { Catalogue, type StoredMarket } from './catalogue.js';
 import type { Duck } from './duckdb.js';
 import { FileIndex, type IndexedFile } from './fileindex.js';
-import { type GapRecord, GapLog } from './gaplog.js';
+import { type GapFilter, type GapRecord, GapLog, gapMatches } from './gaplog.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { listSpool } from './spool.js';
 import type { Files } from './sql.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
+
+/** Capture's heartbeat as the record's reader uses it (capture/heartbeat.ts makes it). */
+export interface CaptureProofView {
+  heldUntil: ReadonlyMap<string, number>;
+  gaps: readonly GapRecord[];
+}
 
 /** Where sealed files come from when the lake is not on this disk (bucket/replica.ts); locally they are always there. */
 export interface SealedFetcher {
@@ -25,6 +31,7 @@ export class LakeReader {
   private readonly catalogue: Catalogue;
   private readonly gapLog: GapLog;
   private updating: Promise<unknown> = Promise.resolve();
+  private proof: CaptureProofView = { heldUntil: new Map(), gaps: [] };
 
   constructor(
     readonly duck: Duck,
@@ -175,13 +182,31 @@ export class LakeReader {
     return false;
   }
 
-  /** Recorded gaps that overlap [from, to) for a series or one of its markets. */
-  gaps(
-    filter: { venue: Venue; coin?: string; window?: Window; market_id?: string; dataset?: string },
-    from = -Infinity,
-    to = Infinity,
-  ): GapRecord[] {
-    return this.gapLog.find(filter, from, to);
+  /**
+   * What capture's heartbeat adds to the record (kept current by the API): gaps not written yet,
+   * and how far capture has shown it held each market it is recording.
+   */
+  setProof(proof: CaptureProofView): void {
+    this.proof = proof;
+  }
+
+  /** The clock time up to which a market capture is recording now is proven held, or null (not recording it, or no capture known). */
+  heldUntil(venue: Venue, marketId: string): number | null {
+    return this.proof.heldUntil.get(`${venue}:${marketId}`) ?? null;
+  }
+
+  /**
+   * Gaps that overlap [from, to) for a series or one of its markets: those recorded, then those not
+   * written yet (`provisional`), less any the lake already holds (a gap closed since the heartbeat).
+   */
+  gaps(filter: GapFilter, from = -Infinity, to = Infinity): GapRecord[] {
+    const recorded = this.gapLog.find(filter, from, to);
+    const pending = this.proof.gaps.filter(
+      (g) =>
+        gapMatches(g, filter, from, to) &&
+        !recorded.some((r) => r.from_ts === g.from_ts && r.market_id === g.market_id && r.dataset === g.dataset && r.reason === g.reason),
+    );
+    return pending.length ? [...recorded, ...pending].sort((a, b) => a.from_ts - b.from_ts) : recorded;
   }
 
   upsert(m: StoredMarket): void {

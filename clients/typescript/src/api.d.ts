@@ -1019,6 +1019,8 @@ export interface components {
                 /** Format: date-time */
                 to: string;
                 reason: string;
+                /** @enum {boolean} */
+                provisional?: true;
             }[];
             /** @enum {string} */
             metric?: "chance" | "price" | "last_trade";
@@ -1180,6 +1182,7 @@ export interface components {
                         bytes: number;
                         max_bytes: number;
                         fetched: number;
+                        adopted: number;
                         fetch_errors: number;
                         evicted: number;
                     };
@@ -1263,6 +1266,8 @@ export interface components {
                 /** Format: date-time */
                 to: string;
                 reason: string;
+                /** @enum {boolean} */
+                provisional?: true;
             }[];
         };
         File: {
@@ -1282,6 +1287,8 @@ export interface components {
             /** Format: date-time */
             to: string;
             reason: string;
+            /** @enum {boolean} */
+            provisional?: true;
         };
         /** @description One outcome at one recorded time. `snapshot`: its whole book, best level first, as in Book. `delta`: only the levels whose size changed since its previous recorded book, best first, with the new size (0 removes the level). */
         BookChange: {
@@ -1350,6 +1357,8 @@ export interface components {
                 /** Format: date-time */
                 to: string;
                 reason: string;
+                /** @enum {boolean} */
+                provisional?: true;
             }[];
             books: {
                 recorded: number;

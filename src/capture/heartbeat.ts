@@ -1,0 +1,120 @@
+// Capture's heartbeat, written after every flush: what a reader of the lake knows of the markets
+// capture holds now. The record proves a market only up to the last heartbeat (every row received
+// before it is on disk) or its newest row; past that, a reader must not count the window as
+// covered, and once capture is stopped or silent, the rest of each window it held is a gap until a
+// restart writes the real one.
+import type { Venue, Window } from '../config.js';
+import { readJson } from '../lake/fsutil.js';
+import type { GapRecord } from '../lake/gaplog.js';
+import type { LakePaths } from '../lake/layout.js';
+import type { OpenGap } from './gaps.js';
+
+export interface HeartbeatMarket {
+  venue: Venue;
+  coin: string;
+  window: Window;
+  market_id: string;
+  end_time: number;
+  /** The clock time of its newest book on disk at that flush (null: none yet). */
+  newest?: number | null;
+}
+
+export interface Heartbeat {
+  /** Clock time the flush began: every row this process received before it is on disk. */
+  ts: number;
+  /** Wall time of the flush this heartbeat follows: how a separate API process judges capture's health. */
+  flushed_at: number;
+  /** Written by a clean stop: an old heartbeat then means "stopped", not "stalled". */
+  stopped?: boolean;
+  /** Rows this process has acknowledged (fsynced) so far: what a kill -9 after this heartbeat cannot lose. */
+  acknowledged: number;
+  /** Capture's own figures at that flush, for a separate API process's health. */
+  health: {
+    buffered_rows: number;
+    dropped_rows: number;
+    seal_backlog: number;
+    seal_error: string | null;
+    publish?: unknown;
+  };
+  segment: string;
+  /** Markets capture held at that flush: every known market whose window had not ended (pre-open ones included). */
+  open: HeartbeatMarket[];
+  gaps: OpenGap[];
+}
+
+export function readHeartbeat(paths: LakePaths): Promise<Heartbeat | null> {
+  return readJson<Heartbeat>(paths.heartbeat).catch(() => null);
+}
+
+/** A heartbeat as text (from the bucket), or null when it is not one. */
+export function parseHeartbeat(text: string | null): Heartbeat | null {
+  if (text === null) return null;
+  try {
+    const beat = JSON.parse(text) as Heartbeat;
+    return typeof beat.ts === 'number' && typeof beat.flushed_at === 'number' && Array.isArray(beat.open) && Array.isArray(beat.gaps)
+      ? beat
+      : null;
+  } catch {
+    return null;
+  }
+}
+
+/** What the record can vouch for beyond its rows and written gaps, from capture's newest heartbeat. */
+export interface CaptureProof {
+  /** By `venue:market_id`: the clock time up to which capture has shown it held the market (capture running): its heartbeat. */
+  heldUntil: Map<string, number>;
+  /**
+   * Gaps not written yet: those open at the heartbeat and, once capture is stopped or has been
+   * silent for `downAfterMs`, the rest of the window of every market it held (`process_down`).
+   */
+  gaps: GapRecord[];
+  /** Whether capture is taken as down. */
+  down: boolean;
+}
+
+export const NO_PROOF: CaptureProof = Object.freeze({ heldUntil: new Map<string, number>(), gaps: [], down: false });
+
+/**
+ * Pure: the same for every reader of one heartbeat (an API beside capture, a replica, `make
+ * replay`). A presumed downtime starts where a restart will start the real one: at the market's
+ * newest book (a change stamped before the heartbeat may have arrived after it), else the heartbeat.
+ */
+export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: number): CaptureProof {
+  if (!beat) return NO_PROOF;
+  const down = Boolean(beat.stopped) || wallNow - beat.flushed_at > downAfterMs;
+  // A gap open at the heartbeat is known missing up to it; past it, while capture runs, nothing
+  // is counted anyway (`heldUntil`), and once it is down the gap runs to its market's end.
+  const gaps: GapRecord[] = beat.gaps.map((g) => ({
+    venue: g.venue,
+    coin: g.coin,
+    window: g.window,
+    market_id: g.market_id,
+    dataset: g.dataset,
+    from_ts: g.from_ts,
+    to_ts: down && g.until !== null ? Math.max(g.until, g.from_ts + 1) : Math.max(beat.ts, g.from_ts + 1),
+    reason: g.reason,
+    provisional: true,
+  }));
+  const heldUntil = new Map<string, number>();
+  for (const m of beat.open) {
+    if (!down) {
+      heldUntil.set(`${m.venue}:${m.market_id}`, beat.ts);
+      continue;
+    }
+    const from = m.newest ?? beat.ts;
+    if (from >= m.end_time) continue;
+    for (const dataset of ['books', 'metrics'] as const)
+      gaps.push({
+        venue: m.venue,
+        coin: m.coin,
+        window: m.window,
+        market_id: m.market_id,
+        dataset,
+        from_ts: from,
+        to_ts: m.end_time,
+        reason: 'process_down',
+        provisional: true,
+      });
+  }
+  return { heldUntil, gaps, down };
+}

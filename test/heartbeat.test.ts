@@ -1,0 +1,95 @@
+// What capture's heartbeat lets a reader vouch for: a running capture proves the markets it holds
+// up to its last heartbeat (or newest row), a stopped or silent one leaves the rest of each window
+// as a provisional process_down gap, and the certificate's figures follow.
+import t from 'tap';
+import { type Heartbeat, parseHeartbeat, proofOf } from '../src/capture/heartbeat.js';
+import { coverageOf } from '../src/lake/certificate.js';
+
+const START = Date.parse('2026-07-26T12:45:00Z');
+const END = START + 15 * 60_000;
+const FLUSHED = 1_000_000;
+
+function beat(over: Partial<Heartbeat> = {}): Heartbeat {
+  return {
+    ts: START + 240_000,
+    flushed_at: FLUSHED,
+    acknowledged: 10,
+    health: { buffered_rows: 0, dropped_rows: 0, seal_backlog: 0, seal_error: null },
+    segment: 's1',
+    open: [
+      { venue: 'polymarket', coin: 'btc', window: '15m', market_id: 'm1', end_time: END, newest: START + 230_000 },
+      // Known before its open: a book recorded then would otherwise hold through a downtime after it.
+      { venue: 'polymarket', coin: 'btc', window: '15m', market_id: 'm2', end_time: END + 15 * 60_000, newest: null },
+    ],
+    gaps: [
+      {
+        venue: 'polymarket',
+        coin: 'btc',
+        window: '15m',
+        market_id: 'm1',
+        dataset: 'books',
+        from_ts: START + 200_000,
+        until: END,
+        reason: 'disconnected',
+        detail: 'socket closed',
+        failures: 1,
+        channel: 'stream',
+      },
+    ],
+    ...over,
+  };
+}
+
+t.test('a running capture proves each market it holds up to its heartbeat, no further', async (t) => {
+  const proof = proofOf(beat(), FLUSHED + 500, 10_000);
+  t.equal(proof.down, false);
+  t.equal(proof.heldUntil.get('polymarket:m1'), START + 240_000);
+  t.equal(proof.heldUntil.get('polymarket:m2'), START + 240_000);
+  t.same(
+    proof.gaps.map((g) => [g.market_id, g.from_ts, g.to_ts, g.reason, g.provisional]),
+    [['m1', START + 200_000, START + 240_000, 'disconnected', true]],
+    'an open gap is known missing up to the heartbeat',
+  );
+});
+
+t.test('a stopped capture leaves the rest of every window it held as a provisional process_down gap', async (t) => {
+  const proof = proofOf(beat({ stopped: true }), FLUSHED + 500, 10_000);
+  t.equal(proof.down, true);
+  t.equal(proof.heldUntil.size, 0);
+  // From the newest book where there is one, as a restart will write it; else from the heartbeat.
+  t.same(
+    proof.gaps.map((g) => [g.market_id, g.dataset, g.from_ts, g.to_ts, g.reason]),
+    [
+      ['m1', 'books', START + 200_000, END, 'disconnected'],
+      ['m1', 'books', START + 230_000, END, 'process_down'],
+      ['m1', 'metrics', START + 230_000, END, 'process_down'],
+      ['m2', 'books', START + 240_000, END + 15 * 60_000, 'process_down'],
+      ['m2', 'metrics', START + 240_000, END + 15 * 60_000, 'process_down'],
+    ],
+  );
+  // The window's coverage, an hour later: recorded to the gap's start only.
+  const m1 = proof.gaps.filter((g) => g.market_id === 'm1' && g.dataset === 'books');
+  const c = coverageOf({ start: START, end: END, first: START, gaps: m1, now: END + 3_600_000 });
+  t.equal(c.covered_seconds, 200);
+  t.equal(c.by_cause.capture, 670, 'the time after the newest book is capture’s');
+  t.equal(c.by_cause.venue, 30, 'the disconnect before it the venue’s');
+});
+
+t.test('a silent capture (killed, or starved of its flushes) is taken as down after the bound, not before', async (t) => {
+  t.equal(proofOf(beat(), FLUSHED + 10_000, 10_000).down, false);
+  const late = proofOf(beat(), FLUSHED + 10_001, 10_000);
+  t.equal(late.down, true);
+  t.ok(late.gaps.some((g) => g.reason === 'process_down'));
+  // A market whose newest book is at its end: nothing of its window left to presume.
+  const open = beat().open.map((m) => (m.market_id === 'm1' ? { ...m, newest: END } : m));
+  const ended = proofOf(beat({ stopped: true, open }), FLUSHED, 10_000);
+  t.notOk(ended.gaps.some((g) => g.market_id === 'm1' && g.reason === 'process_down'));
+});
+
+t.test('no heartbeat: nothing added; a heartbeat read from the bucket is checked before it is believed', async (t) => {
+  t.same(proofOf(null, 0, 10_000), { heldUntil: new Map(), gaps: [], down: false });
+  t.equal(parseHeartbeat(null), null);
+  t.equal(parseHeartbeat('not json'), null);
+  t.equal(parseHeartbeat('{"ts":1}'), null);
+  t.same(parseHeartbeat(JSON.stringify(beat())), beat());
+});
