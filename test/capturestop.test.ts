@@ -24,8 +24,10 @@ interface Market {
   start_time: string;
   end_time: string;
   coverage: { share: number } | null;
+  availability: { state: string | null; last_modified: string | null };
 }
 interface Certificate {
+  state: string;
   coverage: { share: number; covered_seconds: number; window_seconds: number };
   books: { recorded: number };
   gaps: { from: string; to: string; reason: string; provisional?: true }[];
@@ -133,6 +135,7 @@ t.test('SIGINT mid-window: the rest of the window is a gap at once; a restart wr
       await exited(second);
       const killedAt = clock.now();
       const right = await certificate(k);
+      t.equal(right.state, 'pending', 'a window still open is pending');
       t.ok(
         right.coverage.covered_seconds * 1000 <= killedAt - kStart,
         `at once: covered ${right.coverage.covered_seconds} s, at most the ${(killedAt - kStart) / 1000} s before the kill`,
@@ -157,6 +160,14 @@ t.test('SIGINT mid-window: the rest of the window is a gap at once; a restart wr
       t.ok(
         record.coverage && record.coverage.share * (kEnd - kStart) <= killedAt - kStart,
         `its record's share: ${record.coverage?.share}`,
+      );
+      t.equal(record.availability.state, 'partial', 'a partial window, not a complete one');
+      const partial = await get<Market[]>(
+        `/v3/wallet-prediction/markets?coin=btc&window=15m&state=partial&start_time=${kStart}&end_time=${kEnd}`,
+      );
+      t.ok(
+        partial.some((x) => x.market_id === k.market_id),
+        'state=partial lists it',
       );
     },
   );

@@ -243,6 +243,40 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
     lower.some((m) => m.market_id === market.market_id),
     'and is at its own share',
   );
+  // Each window's state: settled ones by their share, the rest pending; the filter keeps exactly those asked for.
+  t.equal(cert.state, 'partial', 'the window with the outage is partial');
+  t.equal(res.headers.get('retry-after'), null, 'a settled certificate has nothing to wait for');
+  t.equal(record.availability.state, 'partial');
+  t.ok(Date.parse(record.availability.last_modified) > 0, `last modified ${record.availability.last_modified}`);
+  const expectedState = (m: any) =>
+    m.coverage === null ? 'pending' : m.coverage.share >= 0.99 ? 'complete' : m.coverage.share === 0 ? 'not_captured' : 'partial';
+  t.same(
+    all.filter((m) => m.availability.state !== expectedState(m)).map((m) => [m.market_id, m.availability.state]),
+    [],
+    'every record’s state follows its coverage (null coverage: pending)',
+  );
+  for (const state of ['complete', 'partial', 'pending'] as const) {
+    const listed = (await get(`/v3/wallet-prediction/markets?limit=1000&state=${state}`)).body.data as any[];
+    t.same(
+      listed.map((m) => m.market_id),
+      all.filter((m) => expectedState(m) === state).map((m) => m.market_id),
+      `state=${state}: ${listed.length} windows`,
+    );
+  }
+  const pendingOne = all.find((m) => m.availability.state === 'pending' && Date.parse(m.start_time) < end);
+  if (pendingOne) {
+    const r = await fetch(`${api.url}/v3/wallet-prediction/${pendingOne.market_id}/certificate`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    t.equal((await r.json()).data.state, 'pending');
+    t.ok(Number(r.headers.get('retry-after')) >= 1, `a pending certificate says when to ask again: ${r.headers.get('retry-after')} s`);
+  }
+  const begun = all.filter((m) => Date.parse(m.start_time) <= end);
+  const counted = summary.reduce((n, r) => n + Object.values(r.states as Record<string, number>).reduce((a, b) => a + b, 0), 0);
+  t.equal(counted, begun.length, `/coverage counts every window begun by now by state: ${counted}`);
+  const badState = await get('/v3/wallet-prediction/markets?state=done');
+  t.equal(badState.status, 400, 'an unknown state is refused');
+  t.match(badState.body.error.message, /state/);
   const bad = await get('/v3/wallet-prediction/markets?min_coverage=1.5');
   t.equal(bad.status, 400, 'a share above 1 is refused');
   t.match(bad.body.error.message, /min_coverage/);

@@ -273,6 +273,7 @@ export function createApp(options: AppOptions): App {
         release?.();
       }
       if (result.status) ctx.status = result.status;
+      if (result.headers) ctx.set(result.headers);
       if (result.file) {
         await sendFile(ctx, result.file);
         return;

@@ -3,7 +3,15 @@
 // capture's receive clock ran behind the venue's. Sealed windows answer the same every time;
 // open ones are current to the request.
 import type { Venue } from '../config.js';
-import { type Coverage, coverageOf } from '../lake/certificate.js';
+import {
+  COMPLETE_SHARE,
+  type Coverage,
+  type WindowState,
+  type WindowStatus,
+  WINDOW_STATES,
+  coverageOf,
+  settledState,
+} from '../lake/certificate.js';
 import { type Partition, partitionDir } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { listSpool } from '../lake/spool.js';
@@ -22,35 +30,50 @@ export async function spooledNow(lake: LakeReader): Promise<(partitions: Partiti
 }
 
 /**
- * A sealed window's coverage from memory: its first book from the manifests' per-market spans and
- * its gaps from the gap log, the same figures the certificate reads from the files. Null while the
- * window is open or its books are still in the spool (the certificate route has it then), and for
- * windows sealed before manifests carried spans.
+ * A window's status from memory: its first book and last sealing from the manifests' per-market
+ * spans and its gaps from the gap log, the same figures the certificate reads from the files.
+ * `pending` while the window is open (with its capture lag), capture still holds it, or its books
+ * are still in the spool.
  */
-export function sealedCoverage(
+export function windowStatus(
   lake: LakeReader,
   m: StoredMarket,
   now: number,
   spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
-): Coverage | null {
+): WindowStatus {
   const recordedUntil = m.end_time + CAPTURE_LAG_MS;
-  if (now < recordedUntil) return null;
-  // Capture still holds it (its heartbeat names it): not over for the record yet.
-  if (lake.heldUntil(m.venue, m.market_id) !== null) return null;
   const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
-  if (spooled(partitions)) return null;
   let first = Infinity;
+  let lastModified: number | null = null;
+  let spans = true;
   for (const p of partitions)
     for (const f of lake.sealedOf(p)) {
-      if (!f.markets) return null;
-      first = Math.min(first, f.markets[m.market_id]?.[1] ?? Infinity);
+      const span = f.markets?.[m.market_id];
+      if (!f.markets) spans = false;
+      if (!span) continue;
+      first = Math.min(first, span[1]);
+      lastModified = Math.max(lastModified ?? 0, f.written_at);
     }
+  const pending = now < recordedUntil || lake.heldUntil(m.venue, m.market_id) !== null || spooled(partitions);
+  if (pending) return { state: 'pending', coverage: null, last_modified: lastModified };
+  if (!spans) return { state: null, coverage: null, last_modified: lastModified };
   const gaps = lake.gaps(
     { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' },
     m.start_time,
     m.end_time,
   );
-  return coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps, now });
+  const coverage = coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps, now });
+  return { state: settledState(coverage), coverage, last_modified: lastModified };
+}
+
+/** A settled window's coverage from memory (null while pending, and for windows sealed before spans). */
+export function sealedCoverage(
+  lake: LakeReader,
+  m: StoredMarket,
+  now: number,
+  spooled?: (partitions: Partition[]) => boolean,
+): Coverage | null {
+  return windowStatus(lake, m, now, spooled).coverage;
 }
 
 export interface WindowsCoverage {
@@ -60,36 +83,41 @@ export interface WindowsCoverage {
   windows: number;
   /** Of those, covered at least 99%. */
   complete: number;
+  /** Windows begun by now by state: the settled ones as counted above, and those pending. */
+  states: Record<WindowState, number>;
   /** Covered seconds over window seconds, all counted windows together. */
   share: number;
   missing_seconds: Coverage['by_cause'];
 }
 
-/** Every sealed window of a venue, summarised by coin and market window, in one pass over the catalogue. */
+/** Every window of a venue begun by now, summarised by coin and market window, in one pass over the catalogue. */
 export async function coverageByWindow(lake: LakeReader, venue: Venue, now: number): Promise<WindowsCoverage[]> {
   const spooled = await spooledNow(lake);
   const by = new Map<string, WindowsCoverage & { windowSeconds: number; coveredSeconds: number }>();
   for (const m of lake.walk('asc', now)) {
-    if (m.venue !== venue) continue;
-    const c = sealedCoverage(lake, m, now, spooled);
-    if (!c) continue;
+    if (m.venue !== venue || m.start_time > now) continue;
+    const { state, coverage: c } = windowStatus(lake, m, now, spooled);
+    if (!state) continue;
     const key = `${m.coin}|${m.window}`;
     const row = by.get(key) ?? {
       coin: m.coin,
       window: m.window,
       windows: 0,
       complete: 0,
+      states: Object.fromEntries(WINDOW_STATES.map((s) => [s, 0])) as Record<WindowState, number>,
       share: 0,
       missing_seconds: { venue: 0, capture: 0, unproved: 0, unrecorded: 0 },
       windowSeconds: 0,
       coveredSeconds: 0,
     };
+    by.set(key, row);
+    row.states[state]++;
+    if (!c) continue;
     row.windows++;
-    if (c.share >= 0.99) row.complete++;
+    if (c.share >= COMPLETE_SHARE) row.complete++;
     row.windowSeconds += c.window_seconds;
     row.coveredSeconds += c.covered_seconds;
     for (const cause of Object.keys(row.missing_seconds) as (keyof Coverage['by_cause'])[]) row.missing_seconds[cause] += c.by_cause[cause];
-    by.set(key, row);
   }
   return [...by.values()]
     .sort((a, b) => a.coin.localeCompare(b.coin) || a.window.localeCompare(b.window))
@@ -125,8 +153,13 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
       const first = (figures?.first as number | null | undefined) ?? null;
-      // Capture recording it now has shown it held the market up to its last heartbeat (or newest row): no further.
-      const asOf = Math.min(ctx.now, lake.heldUntil(venue, m.market_id) ?? Infinity);
+      // Capture recording it now has shown it held the market up to its last heartbeat: no further.
+      const held = lake.heldUntil(venue, m.market_id);
+      const asOf = Math.min(ctx.now, held ?? Infinity);
+      const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf });
+      const recordedUntil = m.end_time + CAPTURE_LAG_MS;
+      const pending = ctx.now < recordedUntil || held !== null || lake.spooled(plan.partitions);
+      const status = windowStatus(lake, m, ctx.now);
       const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];
       ctx.stats.partitions = plan.partitions.length;
       return {
@@ -135,7 +168,9 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
           window: { start: iso(m.start_time), end: iso(m.end_time) },
           complete_as_of: iso(Math.min(asOf, m.end_time)),
           open: ctx.now < m.end_time,
-          coverage: coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf }),
+          state: pending ? 'pending' : settledState(coverage),
+          last_modified: iso(status.last_modified),
+          coverage,
           gaps: gaps.map((g) => ({
             from: iso(Math.max(g.from_ts, m.start_time)),
             to: iso(Math.min(g.to_ts, m.end_time)),
@@ -147,6 +182,10 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },
         },
+        // Pending: ask again once the window and its capture lag are over, or, after that, once sealing has had its turn.
+        ...(pending
+          ? { headers: { 'Retry-After': String(ctx.now < recordedUntil ? Math.ceil((recordedUntil - ctx.now) / 1000) : 60) } }
+          : {}),
       };
     };
   return { certificate };

@@ -1,8 +1,8 @@
 // Market discovery and records: the catalogue in memory, walked newest first, filtered lazily.
 import type { Venue } from '../config.js';
-import type { Coverage } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
-import { sealedCoverage, spooledNow } from './certificate.js';
+import type { WindowStatus } from '../lake/certificate.js';
+import { spooledNow, windowStatus } from './certificate.js';
 import { marketJson } from './shape.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
 
@@ -18,11 +18,12 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       const windows = windowsOf(q);
       const statuses = q.status;
       const minCoverage = q.min_coverage;
-      const coverage = new Map<string, Coverage | null>();
+      const states = q.state;
+      const windowStatuses = new Map<string, WindowStatus>();
       const spooled = await spooledNow(lake);
-      const coverageOf = (m: StoredMarket) => {
-        if (!coverage.has(m.market_id)) coverage.set(m.market_id, sealedCoverage(lake, m, ctx.now, spooled));
-        return coverage.get(m.market_id)!;
+      const statusOf = (m: StoredMarket) => {
+        if (!windowStatuses.has(m.market_id)) windowStatuses.set(m.market_id, windowStatus(lake, m, ctx.now, spooled));
+        return windowStatuses.get(m.market_id)!;
       };
       const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {
         if (m.venue !== venue || !coin.includes(m.coin)) return false;
@@ -36,13 +37,14 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
               : m.start_time > s || (m.start_time === s && m.market_id > mid);
           if (!later) return false;
         }
-        // Last: it is the one filter that looks past the catalogue (manifests and gaps).
-        return minCoverage === undefined || (coverageOf(m)?.share ?? -1) >= minCoverage;
+        // Last: the filters that look past the catalogue (manifests and gaps).
+        if (states && !states.includes(statusOf(m).state!)) return false;
+        return minCoverage === undefined || (statusOf(m).coverage?.share ?? -1) >= minCoverage;
       });
       ctx.stats.rows = shown.length;
       const last = shown[shown.length - 1];
       return {
-        data: shown.map((m) => marketJson(m, coverageOf(m))),
+        data: shown.map((m) => marketJson(m, statusOf(m))),
         pagination: {
           limit: req.limit,
           has_more: more,
@@ -55,7 +57,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const one =
     (venue: Venue) =>
     async (ctx: RequestContext): Promise<Result> => ({
-      data: ((m) => marketJson(m, sealedCoverage(lake, m, ctx.now)))(findMarket(venue, ctx, ctx.path.coin)),
+      data: ((m) => marketJson(m, windowStatus(lake, m, ctx.now)))(findMarket(venue, ctx, ctx.path.coin)),
     });
 
   return { list, one };

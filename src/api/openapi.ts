@@ -2,6 +2,7 @@
 // server validates with.
 import { STATUS_OF, type ErrorCode } from './errors.js';
 import type { Route } from './route.js';
+import { WINDOW_STATES } from '../lake/certificate.js';
 
 const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
 const str = { type: 'string' };
@@ -72,6 +73,11 @@ export const SCHEMAS: Record<string, unknown> = {
       ...nullable(obj({ share: num, missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }) })),
       description:
         "The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause. Null while the window is open or its books are not yet sealed.",
+    },
+    availability: {
+      ...obj({ state: nullable({ type: 'string', enum: [...WINDOW_STATES] }), last_modified: nullable(time) }),
+      description:
+        'How far the window’s record can be trusted yet: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed (figures may change); then `complete` (covered at least 99%), `partial`, or `not_captured` (nothing of it recorded). Null only for windows sealed before per-market spans were kept. `last_modified`: when a books file holding the market was last sealed.',
     },
     resolution: { type: 'string', enum: ['pending', 'resolved', 'invalid'] },
     winning_outcome: nullable(ref('Outcome')),
@@ -232,6 +238,7 @@ export const SCHEMAS: Record<string, unknown> = {
         window: str,
         windows: { type: 'integer' },
         complete: { type: 'integer' },
+        states: obj(Object.fromEntries(WINDOW_STATES.map((state) => [state, { type: 'integer' }]))),
         share: num,
         missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
       }),
@@ -306,6 +313,8 @@ export const SCHEMAS: Record<string, unknown> = {
       window: obj({ start: time, end: time }),
       complete_as_of: time,
       open: { type: 'boolean' },
+      state: { type: 'string', enum: [...WINDOW_STATES] },
+      last_modified: nullable(time),
       coverage: obj({
         share: num,
         window_seconds: num,
@@ -323,7 +332,7 @@ export const SCHEMAS: Record<string, unknown> = {
       clock_offset_ms: nullable(obj({ p50: num, p99: num })),
     }),
     description:
-      "The completeness of a market window, from the lake. `coverage.share`: the part of the window (up to now while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled).",
+      "The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled).",
   },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };

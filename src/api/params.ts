@@ -2,6 +2,7 @@
 // validators and the OpenAPI document, so the two cannot disagree.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { WINDOWS } from '../config.js';
+import { WINDOW_STATES } from '../lake/certificate.js';
 import { DATASETS } from '../records.js';
 import { parseTime } from '../time.js';
 import { echo, fail } from './errors.js';
@@ -101,9 +102,16 @@ export const P = {
     enumOf(MARKET_STATUSES),
     { list: true },
   ),
+  state: q(
+    'state',
+    'Window states, comma-separated: `pending` (open, held by capture or not sealed yet), `complete` (covered at least 99%), `partial`, `not_captured`.',
+    { type: 'array', items: { type: 'string', enum: [...WINDOW_STATES] }, minItems: 1, uniqueItems: true },
+    enumOf(WINDOW_STATES),
+    { list: true },
+  ),
   minCoverage: q(
     'min_coverage',
-    'Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out.',
+    'Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out.',
     { type: 'number', minimum: 0, maximum: 1 },
     'a number from 0 to 1',
   ),

@@ -3,6 +3,7 @@
 import type { Readable } from 'node:stream';
 import type { Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
+import type { WindowState } from '../lake/certificate.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
@@ -28,6 +29,7 @@ export type Query = {
   window?: Window[];
   type?: Window[];
   status?: MarketStatus[];
+  state?: WindowState[];
   min_coverage?: number;
   start_time?: string;
   end_time?: string;
@@ -49,6 +51,7 @@ export const QUERY_FIELDS = [
   'window',
   'type',
   'status',
+  'state',
   'min_coverage',
   'start_time',
   'end_time',
@@ -110,6 +113,8 @@ export interface Result {
   file?: FileBody;
   /** A status other than 200 for a body that is not an error (health when a component fails). */
   status?: number;
+  /** Headers beside the body (a pending certificate's Retry-After). */
+  headers?: Record<string, string>;
 }
 
 export interface Route {

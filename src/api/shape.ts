@@ -2,14 +2,15 @@
 import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
 import { type RenderedSnapshots, bookFragment, columnsOf } from '../pages/render.js';
-import type { Coverage } from '../lake/certificate.js';
+import type { WindowStatus } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** `coverage`: the sealed window's, or null while open, unsealed or sealed before manifests carried spans. */
-export function marketJson(m: StoredMarket, coverage: Coverage | null = null) {
+export function marketJson(m: StoredMarket, window: WindowStatus | null = null) {
+  const coverage = window?.coverage ?? null;
   const winner = m.winning_outcome_index === null ? null : (m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null);
   return {
     market_id: m.market_id,
@@ -28,6 +29,8 @@ export function marketJson(m: StoredMarket, coverage: Coverage | null = null) {
     status: m.status,
     // The certificate's summary: the share of the window covered, and the seconds missing by cause.
     coverage: coverage && { share: coverage.share, missing_seconds: coverage.by_cause },
+    // How far the window's record can be trusted yet (see the certificate route), and when its sealed books last changed.
+    availability: { state: window?.state ?? null, last_modified: iso(window?.last_modified ?? null) },
     resolution: m.resolution,
     winning_outcome: winner && { index: winner.index, label: winner.label, token_id: winner.token_id },
     condition: {

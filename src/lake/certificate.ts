@@ -30,6 +30,30 @@ export function causeOf(reason: string): GapCause {
   return CAUSES[reason] ?? 'capture';
 }
 
+/**
+ * How far a market window's record can be trusted, as users filter on it: `pending` while the
+ * window is open, capture still holds it, or its books are not sealed (the figures may still
+ * change); once settled, `not_captured` (nothing of it recorded), `complete` (at least
+ * COMPLETE_SHARE covered) or `partial`.
+ */
+export const WINDOW_STATES = ['complete', 'partial', 'pending', 'not_captured'] as const;
+export type WindowState = (typeof WINDOW_STATES)[number];
+export const COMPLETE_SHARE = 0.99;
+
+/** The state of a settled window (over, not held by capture, sealed) from its coverage. */
+export function settledState(c: Coverage): Exclude<WindowState, 'pending'> {
+  return c.covered_seconds === 0 ? 'not_captured' : c.share >= COMPLETE_SHARE ? 'complete' : 'partial';
+}
+
+/** A window's state for the record, its coverage once settled, and when its sealed record last changed. */
+export interface WindowStatus {
+  /** Null for windows sealed before manifests carried per-market spans (their figures are the certificate route's). */
+  state: WindowState | null;
+  coverage: Coverage | null;
+  /** The newest sealing of a books file holding the market (epoch ms), or null before any. */
+  last_modified: number | null;
+}
+
 export interface WindowRecord {
   start: number;
   end: number;

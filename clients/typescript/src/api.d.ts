@@ -1088,6 +1088,11 @@ export interface components {
                     unrecorded: number;
                 };
             } | null;
+            /** @description How far the window’s record can be trusted yet: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed (figures may change); then `complete` (covered at least 99%), `partial`, or `not_captured` (nothing of it recorded). Null only for windows sealed before per-market spans were kept. `last_modified`: when a books file holding the market was last sealed. */
+            availability: {
+                state: ("complete" | "partial" | "pending" | "not_captured") | null;
+                last_modified: string | null;
+            };
             /** @enum {string} */
             resolution: "pending" | "resolved" | "invalid";
             winning_outcome: components["schemas"]["Outcome"] | null;
@@ -1248,6 +1253,12 @@ export interface components {
                 window: string;
                 windows: number;
                 complete: number;
+                states: {
+                    complete: number;
+                    partial: number;
+                    pending: number;
+                    not_captured: number;
+                };
                 share: number;
                 missing_seconds: {
                     venue: number;
@@ -1325,7 +1336,7 @@ export interface components {
             /** @enum {string} */
             source: "stream" | "rest_last_trade";
         };
-        /** @description The completeness of a market window, from the lake. `coverage.share`: the part of the window (up to now while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
+        /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
         Certificate: {
             market_id: string;
             window: {
@@ -1337,6 +1348,9 @@ export interface components {
             /** Format: date-time */
             complete_as_of: string;
             open: boolean;
+            /** @enum {string} */
+            state: "complete" | "partial" | "pending" | "not_captured";
+            last_modified: string | null;
             coverage: {
                 share: number;
                 window_seconds: number;
@@ -1749,7 +1763,9 @@ export interface operations {
                 window?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
-                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                /** @description Window states, comma-separated: `pending` (open, held by capture or not sealed yet), `complete` (covered at least 99%), `partial`, `not_captured`. Accepts one of: complete, partial, pending, not_captured. */
+                state?: ("complete" | "partial" | "pending" | "not_captured")[];
+                /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
@@ -4275,7 +4291,9 @@ export interface operations {
                 window?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
-                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                /** @description Window states, comma-separated: `pending` (open, held by capture or not sealed yet), `complete` (covered at least 99%), `partial`, `not_captured`. Accepts one of: complete, partial, pending, not_captured. */
+                state?: ("complete" | "partial" | "pending" | "not_captured")[];
+                /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
@@ -7088,7 +7106,9 @@ export interface operations {
                 type?: ("5m" | "15m")[];
                 /** @description Market statuses, comma-separated. Accepts one of: upcoming, open, closed, resolved, cancelled. */
                 status?: ("upcoming" | "open" | "closed" | "resolved" | "cancelled")[];
-                /** @description Only ended windows whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open or not yet sealed are left out. Accepts a number from 0 to 1. */
+                /** @description Window states, comma-separated: `pending` (open, held by capture or not sealed yet), `complete` (covered at least 99%), `partial`, `not_captured`. Accepts one of: complete, partial, pending, not_captured. */
+                state?: ("complete" | "partial" | "pending" | "not_captured")[];
+                /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
