@@ -58,6 +58,12 @@ export interface Config {
       pingMs: number;
       /** Clock ms without data after which a connection counts as silently stalled. */
       stallMs: number;
+      /**
+       * The wallet's stream: venue ms with no push of any market after which the silence is taken
+       * for a pause (the venue's upstream down), a gap for every market held. On the venue's clock,
+       * so a starved process cannot fake one.
+       */
+      pauseMs: number;
       /** Clock ms past its end an ended market stays subscribed for the venue's `market_resolved` (its resolution time). */
       resolveWaitMs: number;
       backoffMinMs: number;
@@ -335,6 +341,7 @@ export function loadConfig(env: Env = process.env): Config {
         threads: int(env, 'STREAM_THREADS', 2, 0, 16),
         pingMs: int(env, 'STREAM_PING_MS', 10_000, 100, 60_000),
         stallMs: int(env, 'STREAM_STALL_MS', 5_000, 100, 600_000),
+        pauseMs: int(env, 'STREAM_PAUSE_MS', 5_000, 100, 600_000),
         resolveWaitMs: int(env, 'STREAM_RESOLVE_WAIT_MS', 900_000, 0, 86_400_000),
         backoffMinMs: int(env, 'STREAM_BACKOFF_MIN_MS', 250, 10, 60_000),
         backoffMaxMs: int(env, 'STREAM_BACKOFF_MAX_MS', 15_000, 10, 600_000),

@@ -265,3 +265,75 @@ t.test("REST's two books straddling a change: the newer one and its mirror, neve
     'the next poll of one instant is the row',
   );
 });
+
+t.test('a silence of the whole stream is a pause for every market held: each a gap from its last proof until pushed again', async (t) => {
+  // A venue that pushes two markets, then sends nothing for 8 s of its own time (its upstream down),
+  // then pushes one of them: the other may have changed unseen in the silence, and is not vouched for.
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  const t0 = payload.updateTimestampMs as number;
+  const push = (ws: WebSocket, marketId: string, at: number, bid: string) =>
+    ws.send(
+      JSON.stringify({
+        type: 'DATA',
+        topic: WALLET_AGGREGATE_TOPIC,
+        data: JSON.stringify({ ...payload, marketId: Number(marketId), updateTimestampMs: at, bids: [[bid, '100']] }),
+      }),
+    );
+  let socket: WebSocket | null = null;
+  wss.on('connection', (ws) => {
+    socket = ws;
+    ws.send(JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' }));
+  });
+  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
+  const a = openWalletMarket();
+  const b = { ...openWalletMarket(), market_id: String(Number(a.market_id) + 1) };
+  const rows: { id: string; ts: number }[] = [];
+  const gaps: { id: string; reason: string; from: number }[] = [];
+  // Each market's gap opens with `lost` and closes at its next `recovered` (called on every push of a live market).
+  const events: string[] = [];
+  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_PAUSE_MS: '5000' });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (m, ts) => rows.push({ id: m.market_id, ts }),
+    metrics: () => undefined,
+    lost: (m, reason, from) => {
+      gaps.push({ id: m.market_id, reason, from });
+      events.push(`lost ${m.market_id === a.market_id ? 'a' : 'b'}`);
+    },
+    recovered: (m) => events.push(`recovered ${m.market_id === a.market_id ? 'a' : 'b'}`),
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  rec.track([a, b], Date.now());
+  await until(() => socket !== null);
+  push(socket!, a.market_id, t0, '0.50');
+  push(socket!, b.market_id, t0 + 1000, '0.40');
+  push(socket!, a.market_id, t0 + 2000, '0.51');
+  await until(() => rows.length === 3);
+  t.same(gaps, [], 'pushes a second apart: no silence');
+  // Eight seconds of the venue's time with nothing sent, then market a again.
+  push(socket!, a.market_id, t0 + 10_000, '0.52');
+  await until(() => rows.length === 4);
+  const since = events.lastIndexOf('lost a');
+  t.same(
+    gaps,
+    [
+      { id: a.market_id, reason: 'stream_paused', from: t0 + 2000 },
+      { id: b.market_id, reason: 'stream_paused', from: t0 + 1000 },
+    ],
+    'both markets lose from their last book: the silence began after it',
+  );
+  t.notOk(events.slice(since).includes('recovered b'), 'the other stays lost until it is pushed');
+  t.ok(events.slice(since).includes('recovered a'), 'the market pushed after the silence is vouched for again at once');
+  t.equal(rec.stats.pauses, 1, 'one pause counted');
+  push(socket!, b.market_id, t0 + 10_500, '0.41');
+  await until(() => rows.length === 5);
+  t.ok(events.slice(since).includes('recovered b'), 'the other when it is pushed again');
+  // Pushes out of order across markets (the venue's at-most-once, unordered delivery) are no silence.
+  push(socket!, a.market_id, t0 + 12_000, '0.53');
+  push(socket!, b.market_id, t0 + 11_000, '0.42');
+  push(socket!, b.market_id, t0 + 14_000, '0.43');
+  await until(() => rows.length === 8);
+  t.equal(gaps.length, 2, 'no further silence');
+});

@@ -39,7 +39,7 @@ export function advance(last: Map<string, number>, marketId: string, ts: number,
   return at;
 }
 
-export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late';
+export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late' | 'stream_paused';
 
 /** What capture asks of a venue's book stream. */
 export interface BookStream {

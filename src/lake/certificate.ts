@@ -19,6 +19,7 @@ const CAUSES: Record<string, GapCause> = {
   malformed: 'venue',
   disconnected: 'venue',
   stream_stalled: 'venue',
+  stream_paused: 'venue',
   process_down: 'capture',
   not_subscribed: 'capture',
   storage: 'capture',

@@ -64,6 +64,8 @@ export async function compact(
       ),
       sources,
     );
+    // The same rows in fewer files: written when the newest of them was (a window's last_modified).
+    entry.written_at = Math.max(...manifest.files.map((f) => f.written_at));
     await commitFiles(
       paths.lake,
       paths.manifest,

@@ -58,7 +58,8 @@ export async function migrateTimestamps(duck: Duck, paths: LakePaths, trashDir =
       const name = f.name.replace(/\.parquet$/, utc ? '-cols.parquet' : '-utc.parquet');
       const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource([file]), f.sources);
       if (entry.rows !== f.rows) throw new Error(`${partitionDir(partition)}/${f.name}: rewrote ${entry.rows} rows of ${f.rows}`);
-      added.push(entry);
+      // The same rows: the record did not change, so neither does when it was written (a window's last_modified).
+      added.push({ ...entry, written_at: f.written_at });
       replaced.push(f.name);
       report.rows += entry.rows;
     }

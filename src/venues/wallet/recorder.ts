@@ -92,6 +92,8 @@ export interface WalletStreamStats {
   mirrorChecks: number;
   /** REST books the stream passed without ever holding them: pushes lost, each a gap. */
   missed: number;
+  /** Silences of the whole stream longer than the stall bound (venue time): each a gap for every market held. */
+  pauses: number;
 }
 
 export class WalletStreamRecorder implements BookStream {
@@ -105,6 +107,7 @@ export class WalletStreamRecorder implements BookStream {
     malformed: 0,
     mirrorChecks: 0,
     missed: 0,
+    pauses: 0,
   };
   readonly channel: MarketChannelClient;
   private readonly markets = new Map<string, Held>();
@@ -113,6 +116,12 @@ export class WalletStreamRecorder implements BookStream {
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
   private readonly stallMs: number;
+  private readonly pauseMs: number;
+  /**
+   * The newest `updateTimestampMs` pushed, of any market: the stream's silences are measured on the
+   * venue's clock, which a starved process does not stretch (pushes queued while it waits keep theirs).
+   */
+  private lastPushTs = -Infinity;
   private readonly progress: StreamProgress;
   private closed = false;
 
@@ -124,6 +133,7 @@ export class WalletStreamRecorder implements BookStream {
   ) {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
+    this.pauseMs = s.pauseMs;
     this.progress = new StreamProgress(s.stallMs);
     this.channel = new MarketChannelClient(
       // One aggregate topic carries every market: one connection, whatever the per-connection bound.
@@ -303,6 +313,7 @@ export class WalletStreamRecorder implements BookStream {
     const h = this.markets.get(String(d.marketId));
     const ts = Number(d.updateTimestampMs);
     if (!h || !Number.isFinite(ts)) return;
+    this.noticeSilence(ts);
     this.stats.books++;
     if (ts === h.ts) {
       this.stats.duplicates++;
@@ -343,6 +354,26 @@ export class WalletStreamRecorder implements BookStream {
     this.take(h, books, ts, recvTs, false);
     this.settleRestAhead(h);
     this.resume(h, recvTs);
+  }
+
+  /**
+   * The stream pauses, sending nothing, while the venue's upstream is down, and a quiet stream
+   * cannot be told from quiet books: a push after no push of any market for longer than the pause
+   * bound (venue time, STREAM_PAUSE_MS) ends a silence in which any market may have changed unseen. Every market
+   * held and vouched for is then no longer, from its last proof (the silence began after it), until
+   * the stream delivers it again; the market of this push is delivered now. A REST book proving a
+   * market unchanged does not shorten it: the poll answers for its own instant, not the span.
+   */
+  private noticeSilence(ts: number): void {
+    const last = this.lastPushTs;
+    if (ts <= last) return;
+    this.lastPushTs = ts;
+    if (last === -Infinity || ts - last <= this.pauseMs) return;
+    this.stats.pauses++;
+    for (const h of this.markets.values()) {
+      if (h.books === null || h.lossOpen) continue;
+      this.openLoss(h, 'stream_paused', this.provedUntil(h, h.ts, last + 1), `no push of any market between ${last} and ${ts}`);
+    }
   }
 
   /**
