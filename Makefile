@@ -41,7 +41,7 @@ test: install node_modules/.tap-built
 	bash scripts/ensure-chromium.sh
 	bash scripts/rgw.sh install
 	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
-	npx tap
+	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())')
 
 ## make format: Prettier over the code (make test checks it)
 format: install

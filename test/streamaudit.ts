@@ -90,7 +90,12 @@ export function auditStream(
   const venue = run.venue ?? 'polymarket';
   // Market ids as the stand-in's venues number them.
   const market = (id: string) => sim.byCode(venue, Number(id) - (venue === 'polymarket' ? 1_000_000 : 50_000_000))!;
-  const truthOf = (r: Recorded) => sim.book(market(r.market_id), r.outcome_index as 0 | 1, r.ex);
+  // From its end a market's book is what the venue's REST answers for a closed market (the wallet's:
+  // empty, stamped at the end; a recorder polling late, as a starved one does, records it there).
+  const truthOf = (r: Recorded) => {
+    const m = market(r.market_id);
+    return r.ex >= m.end ? { timestamp: m.end, bids: [], asks: [] } : sim.book(m, r.outcome_index as 0 | 1, r.ex);
+  };
   const wrong = rows.filter((r) => {
     const truth = truthOf(r);
     return (
@@ -119,7 +124,7 @@ export function auditStream(
     astray.length
       ? {
           first: astray[0],
-          venue: sim.book(market(astray[0].market_id), astray[0].outcome_index as 0 | 1, astray[0].ex),
+          venue: truthOf(astray[0]),
           gaps: gaps.filter((g) => g.market_id === astray[0].market_id && Math.abs(g.f - astray[0].ex) < 60_000),
           astray: astray.length,
           astrayOfToken: astray.filter((r) => r.token_id === astray[0].token_id).map((r) => r.ex),

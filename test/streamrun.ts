@@ -54,7 +54,8 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   // seconds without data when only capture was waited for); idle, the clock keeps its speed.
   let reached = () => start;
   const leadMs = Math.min(Math.max(250 * speed, 3 * Number(env.POLL_MS ?? 1000)), Number(env.STREAM_STALL_MS ?? 3000) / 2);
-  const clock = pacedClock(start, speed, Date.now(), Infinity, leadMs, () => reached());
+  const anchor = Date.now();
+  const clock = pacedClock(start, speed, anchor, Infinity, leadMs, () => reached());
   const standin = new StandIn({
     clock,
     coins: COINS,
@@ -95,6 +96,13 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
     await new Promise((r) => setTimeout(r, 50));
   // A loaded machine may take its first seconds to discover: run on until books were recorded (at most 20 s more).
   for (let waited = 0; capture.stats.books === 0 && waited < 20_000; waited += 250) await new Promise((r) => setTimeout(r, 250));
+  // How much of the simulated time the machine could not keep up with: the pace held the clock back this far.
+  const unpaced = start + (Date.now() - anchor) * speed;
+  const heldBack = Math.max(0, unpaced - clock.now());
+  t.comment(
+    `${venue} run at ${speed}x: ${((clock.now() - start) / 1000).toFixed(0)} simulated s in ${((Date.now() - anchor) / 1000).toFixed(1)} real s; ` +
+      `the clock was held back ${(heldBack / 1000).toFixed(1)} simulated s (${((100 * heldBack) / Math.max(1, unpaced - start)).toFixed(1)}%) for the slowest party`,
+  );
   await capture.stop();
   await standin.stop();
   await sealAll(duck, dir);
