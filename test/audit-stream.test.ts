@@ -310,10 +310,12 @@ t.test('a change that leaves the copy as it was means an earlier one never arriv
 t.test('capture records every change of the stream, verified against the venue', async (t) => {
   // One stream thread, so one connection carries both markets. The 5-minute market's tick changes
   // a simulated minute in: after the thread has started and subscribed, however loaded the machine.
-  const run = await streamRun(t, {}, 6, 20, { env: { STREAM_THREADS: '1' }, start: OPEN + 11 * SECOND });
-  const { expected, recorded } = auditStream(t, run);
+  // The run lasts 110 simulated seconds past its first book however slow the machine (the tick change and 30 s after it).
+  const run = await streamRun(t, {}, 6, 20, { env: { STREAM_THREADS: '1' }, start: OPEN + 11 * SECOND, spanMs: 110 * SECOND });
+  const { expected, recorded, beforeFirst } = auditStream(t, run);
   t.ok(expected > 1000, `a few simulated minutes of two markets (${expected} change instants)`);
-  t.equal(recorded, expected, 'a clean stream loses nothing');
+  // What came before a market's first book (a starved start) is unrecorded time, said, not a loss.
+  t.equal(recorded, expected - beforeFirst, 'a clean stream loses nothing');
   t.equal(run.standin.stream.undelivered.size, 0);
   t.same(run.gaps, [], 'and records no gap');
   const stream = run.capture.streams.get('polymarket');
@@ -469,9 +471,9 @@ t.test('a snapshot that never comes: the book is taken from REST after the bound
 
 t.test("on capture's own thread (STREAM_THREADS=0) the recording is the same", async (t) => {
   const run = await streamRun(t, {}, 4, 20, { env: { STREAM_THREADS: '0' } });
-  const { expected, recorded } = auditStream(t, run);
+  const { expected, recorded, beforeFirst } = auditStream(t, run);
   t.ok(expected > 500, `${expected} change instants`);
-  t.equal(recorded, expected, 'a clean stream loses nothing');
+  t.equal(recorded, expected - beforeFirst, 'a clean stream loses nothing');
   t.same(run.gaps, [], 'and records no gap');
   const stream = run.capture.streams.get('polymarket') as StreamRecorder;
   t.ok(stream instanceof StreamRecorder);
@@ -541,9 +543,9 @@ t.test('a stream thread that dies is replaced: its markets resubscribe, and what
 t.test("the wallet venue's orderbook topics: every book it pushes is recorded, and what it loses is a gap", async (t) => {
   // Without faults, nothing may look stalled however loaded the machine: a stall bound of a second of real time.
   const clean = await streamRun(t, {}, 5, 20, { venue: 'wallet-prediction', env: { STREAM_STALL_MS: '20000' } });
-  const { expected, recorded } = auditStream(t, clean);
+  const { expected, recorded, beforeFirst } = auditStream(t, clean);
   t.ok(expected > 800, `${expected} book changes of the wallet markets`);
-  t.equal(recorded, expected, 'a clean stream loses nothing');
+  t.equal(recorded, expected - beforeFirst, 'a clean stream loses nothing');
   t.same(
     clean.gaps.filter((g) => g.reason !== 'process_down'),
     [],
