@@ -272,9 +272,12 @@ export class Capture {
   async flush(stopped = false): Promise<void> {
     const ts = this.clock.now();
     // Before the flush: every book handed over by now is in it. Pre-open markets already subscribed
-    // too: a book recorded before the open would otherwise hold through a downtime after it.
+    // too: a book recorded before the open would otherwise hold through a downtime after it. A market
+    // is held until every loop and stream thread has passed its end, not the clock: a starved thread
+    // may still hold its last changes (a kill then must leave a downtime gap up to the end).
+    const reached = Math.min(ts, this.progress());
     const open = [...this.known.values()]
-      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && ts < m.end_time)
+      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && reached < m.end_time)
       .map(({ market: m }) => ({
         venue: m.venue,
         coin: m.coin,
