@@ -83,6 +83,7 @@ export class Capture {
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   private sealing: Promise<SealReport | void> = Promise.resolve();
+  private flushing: Promise<void> = Promise.resolve();
   private startedAt = Date.now();
   private readonly cycledTo = new Map<Venue, number>();
   private startedClockAt = -Infinity;
@@ -269,7 +270,15 @@ export class Capture {
    * Writes and fsyncs spooled rows, then the heartbeat naming what was open at that time. Never
    * throws: while the disk fails, the rows stay buffered (see `SpoolKeeper`) and no heartbeat is written.
    */
-  async flush(stopped = false): Promise<void> {
+  flush(stopped = false): Promise<void> {
+    // One at a time: a timer's flush still in flight at a stop must not write its heartbeat after the
+    // stop's (seen once: a cleanly stopped capture's heartbeat without `stopped`).
+    const run = this.flushing.then(() => this.flushOnce(stopped));
+    this.flushing = run.catch(() => undefined);
+    return run;
+  }
+
+  private async flushOnce(stopped: boolean): Promise<void> {
     const ts = this.clock.now();
     // Before the flush: every book handed over by now is in it. Pre-open markets already subscribed
     // too: a book recorded before the open would otherwise hold through a downtime after it. A market
