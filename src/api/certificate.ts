@@ -30,17 +30,11 @@ export async function spooledNow(lake: LakeReader): Promise<(partitions: Partiti
 }
 
 /**
- * A window's status from memory: its first book and last sealing from the manifests' per-market
- * spans and its gaps from the gap log, the same figures the certificate reads from the files.
- * `pending` while the window is open (with its capture lag), capture still holds it, or its books
- * are still in the spool.
+ * What the manifests say of a window without reading a file: whether it is still `pending` (open
+ * with its capture lag, held by capture, or its books in the spool), its first book from the
+ * per-market spans (`spans` false for files sealed before they were kept), and its last sealing.
  */
-export function windowStatus(
-  lake: LakeReader,
-  m: StoredMarket,
-  now: number,
-  spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
-): WindowStatus {
+function windowSpans(lake: LakeReader, m: StoredMarket, now: number, spooled: (partitions: Partition[]) => boolean) {
   const recordedUntil = m.end_time + CAPTURE_LAG_MS;
   const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
   let first = Infinity;
@@ -55,6 +49,20 @@ export function windowStatus(
       lastModified = Math.max(lastModified ?? 0, f.written_at);
     }
   const pending = now < recordedUntil || lake.heldUntil(m.venue, m.market_id) !== null || spooled(partitions);
+  return { pending, spans, first: first < recordedUntil ? first : null, lastModified };
+}
+
+/**
+ * A window's status from memory: the same figures the certificate reads from the files, its gaps
+ * from the gap log. Coverage only once settled.
+ */
+export function windowStatus(
+  lake: LakeReader,
+  m: StoredMarket,
+  now: number,
+  spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
+): WindowStatus {
+  const { pending, spans, first, lastModified } = windowSpans(lake, m, now, spooled);
   if (pending) return { state: 'pending', coverage: null, last_modified: lastModified };
   if (!spans) return { state: null, coverage: null, last_modified: lastModified };
   const gaps = lake.gaps(
@@ -62,18 +70,8 @@ export function windowStatus(
     m.start_time,
     m.end_time,
   );
-  const coverage = coverageOf({ start: m.start_time, end: m.end_time, first: first < recordedUntil ? first : null, gaps, now });
+  const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now });
   return { state: settledState(coverage), coverage, last_modified: lastModified };
-}
-
-/** A settled window's coverage from memory (null while pending, and for windows sealed before spans). */
-export function sealedCoverage(
-  lake: LakeReader,
-  m: StoredMarket,
-  now: number,
-  spooled?: (partitions: Partition[]) => boolean,
-): Coverage | null {
-  return windowStatus(lake, m, now, spooled).coverage;
 }
 
 export interface WindowsCoverage {
@@ -158,8 +156,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const asOf = Math.min(ctx.now, held ?? Infinity);
       const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf });
       const recordedUntil = m.end_time + CAPTURE_LAG_MS;
-      const pending = ctx.now < recordedUntil || held !== null || lake.spooled(plan.partitions);
-      const status = windowStatus(lake, m, ctx.now);
+      const { pending, lastModified } = windowSpans(lake, m, ctx.now, (ps) => lake.spooled(ps));
       const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];
       ctx.stats.partitions = plan.partitions.length;
       return {
@@ -169,7 +166,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
           complete_as_of: iso(Math.min(asOf, m.end_time)),
           open: ctx.now < m.end_time,
           state: pending ? 'pending' : settledState(coverage),
-          last_modified: iso(status.last_modified),
+          last_modified: iso(lastModified),
           coverage,
           gaps: gaps.map((g) => ({
             from: iso(Math.max(g.from_ts, m.start_time)),
