@@ -63,10 +63,22 @@ export interface Book {
    * Absent (null in the lake) for books recorded before checks were kept.
    */
   verified_by?: VerifiedBy | null;
+  /**
+   * What the venue's book hash said of this book (Polymarket's channel sends one per change and
+   * book): `match`, reproduced from the copy; `explained`, reproduced only with a hashed field seen
+   * within a bound of the book (the last trade price, as a rule, sent ~100 ms after the book that
+   * hashed it); `mismatch`, every hashed field known and not reproduced; `unverifiable`, a hash
+   * was sent but a field it covers was not known yet (REST's minimum size and neg-risk). Null: no
+   * hash to check (the wallet venue sends none; a REST fallback; books recorded before 2026-11-27).
+   */
+  hash_check?: HashCheck | null;
 }
 
 export const VERIFICATIONS = ['snapshot', 'hash', 'rest', 'best_bid_ask', 'none'] as const;
 export type VerifiedBy = (typeof VERIFICATIONS)[number];
+
+export const HASH_CHECKS = ['match', 'explained', 'mismatch', 'unverifiable'] as const;
+export type HashCheck = (typeof HASH_CHECKS)[number];
 
 /** The newest book of a market: every outcome captured at `ts`. */
 export interface LatestBook {
@@ -94,6 +106,7 @@ export function bookRows(ts: number, recvTs: number, books: readonly Book[]): Bo
     ask_prices: b.ask_prices,
     ask_sizes: b.ask_sizes,
     verified_by: b.verified_by ?? null,
+    hash_check: b.hash_check ?? null,
   }));
 }
 

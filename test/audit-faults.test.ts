@@ -68,6 +68,12 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     `${stats.newMarkets} of ${served.newMarkets} new_market announcements came (some lost to drops), and changed nothing`,
   );
   t.ok(stats.lateProofs > 0, `${stats.lateProofs} hashes proved once the trade they covered was announced`);
+  const verdicts: Record<string, number> = {};
+  for (const r of run.rows) verdicts[r.hash_check ?? 'none'] = (verdicts[r.hash_check ?? 'none'] ?? 0) + 1;
+  t.ok(
+    verdicts.explained > 0,
+    `books whose hash the trade announced after them explained are labelled so, not as mismatches: ${JSON.stringify(verdicts)}`,
+  );
   t.equal(stats.undoubted, 0, 'the formula reproduces, so every book whose hash did not is held in doubt until proved');
   const checked = stats.verified + stats.lateProofs + stats.bestChecked;
   t.ok(

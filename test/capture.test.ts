@@ -77,6 +77,7 @@ t.test('book columns and types', async (t) => {
     ask_prices: 'DOUBLE[]',
     ask_sizes: 'DOUBLE[]',
     verified_by: 'VARCHAR',
+    hash_check: 'VARCHAR',
     venue: 'VARCHAR',
     coin: 'VARCHAR',
     window: 'VARCHAR',

@@ -126,6 +126,15 @@ t.test('the certificate route: its figures are what the lake holds, the outage c
   const summed: Record<string, number> = {};
   for (const f of entries) for (const [k, v] of Object.entries(f.verified_by ?? {})) if (v) summed[k] = (summed[k] ?? 0) + v;
   t.same(summed, labelled, `manifest entries count ${entries.length} files' books by label`);
+  const verdicts = Object.fromEntries(
+    (await duck.rows(`SELECT coalesce(hash_check, 'none') AS c, count(*)::INTEGER AS n FROM ${lakeTable(dir, 'books')} GROUP BY ALL`)).map(
+      (r) => [r.c, r.n],
+    ),
+  );
+  const summedVerdicts: Record<string, number> = {};
+  for (const f of entries) for (const [k, v] of Object.entries(f.hash_check ?? {})) if (v) summedVerdicts[k] = (summedVerdicts[k] ?? 0) + v;
+  t.same(summedVerdicts, verdicts, `and by hash verdict (${JSON.stringify(verdicts)}: polled books carry no hash check)`);
+  t.same(cert.books.hash_check, { match: 0, explained: 0, mismatch: 0, unverifiable: 0, none: books.n }, "the certificate's hash verdicts");
   const spans = entries.flatMap((f) =>
     Object.entries(f.markets ?? {})
       .filter(([id]) => id === market.market_id)

@@ -92,6 +92,7 @@ t.test('downloads match the listing and read back with an independent Parquet re
         'ask_prices',
         'ask_sizes',
         'verified_by',
+        'hash_check',
       ],
     );
     const rows = await parquetReadObjects({ file, compressors, rowEnd: 3 });

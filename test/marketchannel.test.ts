@@ -154,6 +154,114 @@ t.test('an entry without a size is never applied as if whole: the token resyncs 
   t.match(gaps, [/b stream_resync: a price_change entry at 1757908892351 lacks a usable price, side or size/]);
 });
 
+t.test("each book's hash verdict: match, explained by a trade sent after the book, mismatch once the bound has passed", async (t) => {
+  // The venue's book of one token, kept by hand in REST's order (bids ascending, asks descending)
+  // and hashed by the client libraries' function (its vectors are checked above).
+  const market = '0x' + 'ab'.repeat(32);
+  const [up, down] = ['71321045679252212594626385532706912750332728571942532289631379312455583992563', '2'];
+  const fields = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
+  const venueBook = (timestamp: number, bids: [string, string][], asks: [string, string][], trade = fields.last_trade_price) => {
+    const summary: ClobBookSummary = {
+      market,
+      asset_id: up,
+      timestamp: String(timestamp),
+      bids: bids.map(([price, size]) => ({ price, size })),
+      asks: asks.map(([price, size]) => ({ price, size })),
+      ...fields,
+      last_trade_price: trade,
+    };
+    return { summary, hash: clobBookHash(summary) };
+  };
+  const t0 = 1_764_000_000_000;
+  const bids: [string, string][] = [
+    ['0.47', '10'],
+    ['0.48', '30'],
+  ];
+  const asks: [string, string][] = [
+    ['0.53', '10'],
+    ['0.52', '25'],
+  ];
+  const first = venueBook(t0, bids, asks);
+  let socket: WebSocket | undefined;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    socket = ws;
+    ws.send(JSON.stringify([{ event_type: 'book', ...first.summary, hash: first.hash }, emptyBook(market, down)]));
+  });
+  const rows: { ts: number; checks: (string | null | undefined)[] }[] = [];
+  const gaps: string[] = [];
+  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, checks: books.map((b) => b.hash_check) }),
+    metrics: () => undefined,
+    lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+    // REST carries the fields the channel's books lack (minimum size, neg-risk).
+    fetchBooks: async (ids) => ({
+      summaries: ids.map((id) =>
+        id === up ? structuredClone(first.summary) : { ...first.summary, asset_id: id, timestamp: '1757908892000', bids: [], asks: [] },
+      ),
+      recvTs: Date.now(),
+    }),
+  });
+  t.teardown(() => rec.close());
+  rec.track([openMarket('m', market, [up, down])], Date.now());
+  await until(() => rows.length > 0 && rec.stats.refetches > 0);
+  const send = (body: unknown) => socket!.send(JSON.stringify(body));
+  const change = (ts: number, price: string, size: string, side: 'BUY' | 'SELL', hash: string) => ({
+    event_type: 'price_change',
+    market,
+    timestamp: String(ts),
+    price_changes: [{ asset_id: up, price, size, side, hash }],
+  });
+  // 1: the hash of the book after it, with the fields the copy knows.
+  bids[1] = ['0.48', '40'];
+  send(change(t0 + 100, '0.48', '40', 'BUY', venueBook(t0 + 100, bids, asks).hash));
+  // 2: hashed with a trade at 0.520 whose last_trade_price comes 88 ms after the change.
+  asks[1] = ['0.52', '5'];
+  send(change(t0 + 200, '0.52', '5', 'SELL', venueBook(t0 + 200, bids, asks, '0.520').hash));
+  send({
+    event_type: 'last_trade_price',
+    asset_id: up,
+    market,
+    price: '0.520',
+    side: 'BUY',
+    size: '20',
+    fee_rate_bps: '0',
+    timestamp: String(t0 + 288),
+  });
+  // 3: a hash nothing the copy holds or sees within the bound reproduces.
+  bids[0] = ['0.47', '12'];
+  send(change(t0 + 300, '0.47', '12', 'BUY', 'f'.repeat(40)));
+  // Rows wait for their verdicts, in order: nothing of 3 until the venue's time has passed its bound.
+  await until(() => rows.some((r) => r.ts === t0 + 200));
+  t.notOk(
+    rows.some((r) => r.ts === t0 + 300),
+    'the book whose hash did not reproduce is held while a trade may still explain it',
+  );
+  // 4: a later change (a second past 3) ends its wait; its own hash reproduces.
+  bids[1] = ['0.48', '41'];
+  send(change(t0 + 1_400, '0.48', '41', 'BUY', venueBook(t0 + 1_400, bids, asks, '0.520').hash));
+  await until(() => rows.some((r) => r.ts === t0 + 1_400));
+  const byTs = new Map(rows.map((r) => [r.ts, r.checks[0]]));
+  t.same(
+    [t0, t0 + 100, t0 + 200, t0 + 300, t0 + 1_400].map((ts) => byTs.get(ts)),
+    ['match', 'match', 'explained', 'mismatch', 'match'],
+    'the snapshot (its fields from REST), a change, a change explained by the trade after it, one that stays unexplained, the next',
+  );
+  t.same(
+    rows.map((r) => r.ts),
+    [...rows.map((r) => r.ts)].sort((a, b) => a - b),
+    'rows handed over in time order',
+  );
+  t.equal(rows.at(-1)!.checks[1], null, 'the empty book sent with no hash: nothing to check');
+  t.same(
+    gaps,
+    [`m stream_resync: 1 book(s) whose hash did not reproduce before ${t0 + 1_400}`],
+    'the explained book is proved; the unexplained one, once a later hash proves the copy, leaves a gap since the last proof',
+  );
+});
+
 t.test("an ended market stays subscribed until the venue's market_resolved gives its resolution time, then is let go", async (t) => {
   const resolved = fixture('market_resolved').message;
   const [up, down] = resolved.assets_ids as [string, string];

@@ -79,15 +79,29 @@ t.test('relation: exactly the computed files, quoted; none is null', async (t) =
 });
 
 t.test('relation: files sealed before a column was added read it as NULL, only when it is selected', async (t) => {
-  const files = { sealed: ['/lake/old.parquet', '/lake/new.parquet'], spool: [], older: new Set(['/lake/old.parquet']) };
+  const files = {
+    sealed: ['/lake/old.parquet', '/lake/new.parquet', '/lake/mid.parquet'],
+    spool: [],
+    lacking: new Map([
+      ['/lake/old.parquet', ['verified_by', 'hash_check']],
+      ['/lake/mid.parquet', ['hash_check']],
+    ]),
+  };
   t.equal(
     relation('books', files, ['ts', 'verified_by']),
-    `SELECT "ts", "verified_by" FROM read_parquet(['/lake/new.parquet']) UNION ALL SELECT "ts", NULL::VARCHAR AS "verified_by" FROM read_parquet(['/lake/old.parquet'])`,
+    `SELECT "ts", "verified_by" FROM read_parquet(['/lake/new.parquet', '/lake/mid.parquet']) UNION ALL SELECT "ts", NULL::VARCHAR AS "verified_by" FROM read_parquet(['/lake/old.parquet'])`,
+  );
+  t.equal(
+    relation('books', files, ['ts', 'verified_by', 'hash_check']),
+    `SELECT "ts", "verified_by", "hash_check" FROM read_parquet(['/lake/new.parquet']) UNION ALL ` +
+      `SELECT "ts", "verified_by", NULL::VARCHAR AS "hash_check" FROM read_parquet(['/lake/mid.parquet']) UNION ALL ` +
+      `SELECT "ts", NULL::VARCHAR AS "verified_by", NULL::VARCHAR AS "hash_check" FROM read_parquet(['/lake/old.parquet'])`,
+    'each file reads the columns it has',
   );
   t.equal(
     relation('books', files, ['ts', 'market_id']),
-    `SELECT "ts", "market_id" FROM read_parquet(['/lake/old.parquet', '/lake/new.parquet'])`,
-    'one scan, in the planned order, when the column is not asked for',
+    `SELECT "ts", "market_id" FROM read_parquet(['/lake/old.parquet', '/lake/new.parquet', '/lake/mid.parquet'])`,
+    'one scan, in the planned order, when no missing column is asked for',
   );
 });
 

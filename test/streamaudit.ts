@@ -21,6 +21,7 @@ export interface Recorded {
   ask_prices: number[];
   ask_sizes: number[];
   verified_by: string | null;
+  hash_check: string | null;
 }
 
 export interface Gap {
@@ -42,7 +43,7 @@ export interface Known {
 /** The books, book gaps and known markets of a sealed lake, times as epoch milliseconds. */
 export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: Recorded[]; gaps: Gap[]; markets: Known[] }> {
   const rows = (await duck.rows(
-    `SELECT market_id, token_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes, verified_by
+    `SELECT market_id, token_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes, verified_by, hash_check
      FROM ${lakeTable(dir, 'books')} ORDER BY ts, outcome_index`,
   )) as unknown as Recorded[];
   const gapFiles = await fs.readdir(path.join(dir, 'lake', 'gaps')).catch(() => []);
@@ -157,6 +158,18 @@ export function auditStream(
     "every book vouched for by its best levels has the venue's best bid and ask",
   );
   t.equal(labels.unknown ?? 0, 0, 'every book recorded says what vouched for it');
+  // The venue's hash reproduced (at once, or with a field that came within a second) means the venue's book.
+  const checks: Record<string, number> = {};
+  for (const r of rows) checks[r.hash_check ?? 'none'] = (checks[r.hash_check ?? 'none'] ?? 0) + 1;
+  const falseMatches = wrong.filter((r) => r.hash_check === 'match' || r.hash_check === 'explained');
+  t.same(
+    falseMatches.slice(0, 3).map((r) => `${r.market_id}:${r.outcome_index}@${r.ex} ${r.hash_check}`),
+    [],
+    `every book whose hash matched or was explained is the venue's (${JSON.stringify(checks)})`,
+    falseMatches.length ? { first: falseMatches[0], venue: truthOf(falseMatches[0]) } : {},
+  );
+  if (venue === 'wallet-prediction') t.equal(rows.length - (checks.none ?? 0), 0, 'the wallet venue sends no hash: none is checked');
+  else t.ok(checks.match > 0, "Polymarket's books carry hash verdicts");
   const byToken = new Map<string, Recorded[]>();
   for (const r of rows) {
     const key = `${r.market_id}:${r.outcome_index}`;

@@ -18,8 +18,8 @@ import { listSpool } from '../lake/spool.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
 import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
-import { VERIFICATIONS } from '../records.js';
-import type { Verifications } from '../lake/manifest.js';
+import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
+import type { HashChecks, Verifications } from '../lake/manifest.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
 import { iso } from './shape.js';
 
@@ -133,6 +133,11 @@ function verificationsOf(figures: Record<string, unknown> | undefined): Verifica
   return Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, Number(figures?.[v] ?? 0)])) as Verifications;
 }
 
+/** Books by what the venue's hash said of them, `none` where no hash was checked. */
+function hashChecksOf(figures: Record<string, unknown> | undefined): HashChecks {
+  return Object.fromEntries([...HASH_CHECKS, 'none'].map((v) => [v, Number(figures?.[`hash_${v}`] ?? 0)])) as HashChecks;
+}
+
 export function certificateHandlers({ lake, findMarket }: RouteKit) {
   const certificate =
     (venue: Venue) =>
@@ -140,7 +145,14 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const m = findMarket(venue, ctx);
       // From an hour before the open: a book recorded before it holds at the open.
       const plan = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
-      const books = relation('books', await lake.files(plan.partitions), ['ts', 'market_id', 'exchange_ts', 'recv_ts', 'verified_by']);
+      const books = relation('books', await lake.files(plan.partitions), [
+        'ts',
+        'market_id',
+        'exchange_ts',
+        'recv_ts',
+        'verified_by',
+        'hash_check',
+      ]);
       const trades = relation('trades', await lake.files(planPartitions('trades', m, null, null).partitions), [
         'ts',
         'market_id',
@@ -174,7 +186,12 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
             reason: g.reason,
             ...(g.provisional ? { provisional: true } : {}),
           })),
-          books: { recorded: (figures?.books as number | null | undefined) ?? 0, first: iso(first), verified_by: verificationsOf(figures) },
+          books: {
+            recorded: (figures?.books as number | null | undefined) ?? 0,
+            first: iso(first),
+            verified_by: verificationsOf(figures),
+            hash_check: hashChecksOf(figures),
+          },
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },

@@ -2,7 +2,7 @@
 // server found for them. Every value is bound; the only spliced text is the quoted file list.
 import type { Venue, Window } from '../config.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
-import { type Dataset, VERIFICATIONS } from '../records.js';
+import { type Dataset, HASH_CHECKS, VERIFICATIONS } from '../records.js';
 import { HOUR, floorTo } from '../time.js';
 import path from 'node:path';
 import { type Files, bookSelect } from '../lake/sql.js';
@@ -216,7 +216,8 @@ export interface CertificateParams extends Record<string, string | number> {
 
 /**
  * A market's first book (pre-open ones included), its books in the window, those by what vouched
- * for them (`verified_by`, each label bound; `unknown`: null), and their receive-less-exchange
+ * for them (`verified_by`, each label bound; `unknown`: null) and by what the venue's hash said
+ * (`hash_check`, as `hash_<check>`; `hash_none`: null), and their receive-less-exchange
  * time quantiles: one scan.
  */
 export function certificateBooksSql(source: string, params: CertificateParams) {
@@ -225,13 +226,16 @@ export function certificateBooksSql(source: string, params: CertificateParams) {
   const timed = `exchange_ts IS NOT NULL AND ${inWindow}`;
   const labels = Object.fromEntries(VERIFICATIONS.map((v, i) => [`label${i}`, v]));
   const byLabel = VERIFICATIONS.map((v, i) => `(count(*) FILTER (WHERE ${inWindow} AND verified_by = $label${i}))::DOUBLE AS "${v}"`);
+  const checks = Object.fromEntries(HASH_CHECKS.map((v, i) => [`check${i}`, v]));
+  const byCheck = HASH_CHECKS.map((v, i) => `(count(*) FILTER (WHERE ${inWindow} AND hash_check = $check${i}))::DOUBLE AS "hash_${v}"`);
   return {
     sql: `SELECT epoch_ms(min(ts))::DOUBLE AS first, (count(*) FILTER (WHERE ${inWindow}))::DOUBLE AS books,
       ${byLabel.join(', ')}, (count(*) FILTER (WHERE ${inWindow} AND verified_by IS NULL))::DOUBLE AS unknown,
+      ${byCheck.join(', ')}, (count(*) FILTER (WHERE ${inWindow} AND hash_check IS NULL))::DOUBLE AS hash_none,
       quantile_cont(${offset}, 0.5) FILTER (WHERE ${timed})::DOUBLE AS p50,
       quantile_cont(${offset}, 0.99) FILTER (WHERE ${timed})::DOUBLE AS p99
       FROM (${source}) WHERE market_id = $market_id AND ts < epoch_ms($recorded_until::BIGINT)`,
-    params: { ...params, ...labels },
+    params: { ...params, ...labels, ...checks },
   };
 }
 

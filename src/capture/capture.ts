@@ -285,8 +285,10 @@ export class Capture {
     // is held until every loop and stream thread has passed its end, not the clock: a starved thread
     // may still hold its last changes (a kill then must leave a downtime gap up to the end).
     const reached = Math.min(ts, this.progress());
+    // Rows a recorder still holds back (a book's hash verdict waits for a trade) are not in the spool yet.
+    const holding = new Set([...this.streams].flatMap(([venue, s]) => [...(s.holding?.() ?? [])].map((id) => `${venue}:${id}`)));
     const open = [...this.known.values()]
-      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && reached < m.end_time)
+      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m))))
       .map(({ market: m }) => ({
         venue: m.venue,
         coin: m.coin,

@@ -21,6 +21,11 @@ export class StreamProgress {
     if (exchangeTs > this.newest) this.newest = exchangeTs;
   }
 
+  /** The newest venue time the stream's own events have reached. */
+  latest(): number {
+    return this.newest;
+  }
+
   /** Whether a market ending at `end` has nothing more to come by `now`. */
   passed(end: number, now: number): boolean {
     return end <= now && (this.newest >= end || now >= end + this.boundMs);
@@ -55,6 +60,8 @@ export interface BookStream {
   reached?(): number;
   /** Whether every outcome is vouched for on a healthy connection: REST books are then checks, not rows. */
   live(m: Market): boolean;
+  /** Markets (ids) with rows received but not handed to the sink yet (waiting for a check): a heartbeat keeps holding them. */
+  holding?(): Iterable<string>;
   /** A REST answer for a streamed market: resync, fallback rows, or a check. */
   rest(m: Market, poll: MarketPoll): void;
   /** The poll's quotes of a streamed market. */

@@ -44,6 +44,8 @@ export type FromThread =
       events: StreamEvent[];
       /** Markets whose every token is synced on a healthy connection, as of this batch. */
       live: string[];
+      /** Markets with rows the thread holds back (waiting for a check), as of this batch. */
+      holding: string[];
       stats: ThreadStats;
     }
   | { type: 'fetch'; id: number; tokenIds: string[] }
@@ -64,6 +66,8 @@ interface Thread {
   /** Markets given to this thread and not yet ended. */
   tracked: Map<string, Market>;
   live: Set<string>;
+  /** Markets with rows the thread still holds back: the heartbeat keeps them. */
+  holding: string[];
   stats: ThreadStats;
   /** The newest row time received of each market: where a lost thread's gap starts. */
   newest: Map<string, number>;
@@ -132,6 +136,7 @@ export class ThreadedStream implements BookStream {
       worker,
       tracked: this.threads[index]?.tracked ?? new Map(),
       live: new Set(),
+      holding: [],
       stats: { ...EMPTY_STATS },
       newest: this.threads[index]?.newest ?? new Map(),
       reached: this.clock.now(),
@@ -229,6 +234,7 @@ export class ThreadedStream implements BookStream {
       else this.sink.tickSize(m, e.tickSize, e.recvTs);
     }
     thread.live = new Set(msg.live);
+    thread.holding = msg.holding;
     thread.stats = msg.stats;
     thread.reached = msg.reached;
   }
@@ -258,6 +264,10 @@ export class ThreadedStream implements BookStream {
   resumeAfter(newest: ReadonlyMap<string, number>): void {
     this.resumed = [...newest];
     for (const thread of this.threads) this.post(thread, { type: 'resume', newest: this.resumed });
+  }
+
+  holding(): string[] {
+    return this.threads.flatMap((t) => t.holding);
   }
 
   /** The clock time every thread has reached: how far the stream is sure to have handed over. */

@@ -86,6 +86,7 @@ function send(): void {
       latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
       events,
       live,
+      holding: recorder.holding(),
       stats,
     },
     runs.flatMap((r) => r.chunks.map((c) => c.buffer as ArrayBuffer)),

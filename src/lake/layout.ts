@@ -48,6 +48,7 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     col('ask_sizes', 'DOUBLE[]'),
     // Added 2026-11-26: files sealed before lack it (read as NULL, `make migrate` adds it).
     col('verified_by', 'VARCHAR'),
+    col('hash_check', 'VARCHAR'),
   ],
   metrics: [
     ts('ts'),

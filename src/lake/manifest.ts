@@ -5,7 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { readJson, writeFileAtomic } from './fsutil.js';
 import { type Partition, partitionDir } from './layout.js';
-import type { VerifiedBy } from '../records.js';
+import type { HashCheck, VerifiedBy } from '../records.js';
 
 export interface ManifestFile {
   name: string;
@@ -28,9 +28,25 @@ export interface ManifestFile {
    * for books recorded before that was kept. Present exactly when the file has the column.
    */
   verified_by?: Verifications;
+  /**
+   * Books files: the file's books by what the venue's hash said of them (`hash_check`), `none`
+   * for books with no hash checked. Present exactly when the file has the column.
+   */
+  hash_check?: HashChecks;
 }
 
 export type Verifications = Record<VerifiedBy | 'unknown', number>;
+export type HashChecks = Record<HashCheck | 'none', number>;
+
+/**
+ * The columns added to its dataset since a sealed file was written, as its manifest entry says:
+ * books' `verified_by` (2026-11-26) and `hash_check` (2026-11-27). Readers take them as NULL.
+ */
+export function lackedColumns(f: ManifestFile & { partition: Partition }): string[] {
+  if (f.partition.dataset !== 'books') return [];
+  if (!f.verified_by) return ['verified_by', 'hash_check'];
+  return f.hash_check ? [] : ['hash_check'];
+}
 
 /**
  * One market's rows in one file: how many, the first and last `ts` (epoch ms), and for books

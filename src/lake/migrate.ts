@@ -27,7 +27,7 @@ export async function utcAdjusted(duck: Duck, file: string, p: Partition): Promi
   return found.length === times.size && found.every((r) => String(r.logical_type ?? '').includes('isAdjustedToUTC=1'));
 }
 
-/** Whether a file has every column of its dataset (books files sealed before 2026-11-26 lack `verified_by`). */
+/** Whether a file has every column of its dataset (books files sealed before 2026-11-26 lack `verified_by`, before 2026-11-27 `hash_check`). */
 export async function hasEveryColumn(duck: Duck, file: string, p: Partition): Promise<boolean> {
   const names = new Set((await duck.rows(`SELECT name FROM parquet_schema(${sqlPath(file)})`)).map((r) => String(r.name)));
   return SCHEMAS[p.dataset].every((c) => names.has(c.name));
@@ -35,7 +35,7 @@ export async function hasEveryColumn(duck: Duck, file: string, p: Partition): Pr
 
 /**
  * Rewrites files in an older form: naive times (TIMESTAMP_MS, written before 2026-11-23) become
- * UTC-adjusted, and a column added since is written as NULL (books' `verified_by`: not known).
+ * UTC-adjusted, and a column added since is written as NULL (books' `verified_by` and `hash_check`: not known).
  * Same rows, same order, same sources, a new name.
  */
 export async function migrateTimestamps(duck: Duck, paths: LakePaths, trashDir = path.join(paths.root, 'trash')): Promise<MigrationReport> {

@@ -10,6 +10,7 @@ import type { Duck } from './duckdb.js';
 import { FileIndex, type IndexedFile } from './fileindex.js';
 import { type GapFilter, type GapRecord, GapLog, gapMatches } from './gaplog.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
+import { lackedColumns } from './manifest.js';
 import { listSpool } from './spool.js';
 import type { Files } from './sql.js';
 
@@ -134,10 +135,12 @@ export class LakeReader {
       for (const part of parts) if (!done.has(part.source)) spool.push(part.file);
     }
     await this.ensure(sealed);
-    const older = new Set(
-      sealed.filter((f) => f.partition.dataset === 'books' && !f.verified_by).map((f) => path.join(this.paths.lake, f.path)),
-    );
-    return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool, ...(older.size ? { older } : {}) };
+    const lacking = new Map<string, readonly string[]>();
+    for (const f of sealed) {
+      const missing = lackedColumns(f);
+      if (missing.length) lacking.set(path.join(this.paths.lake, f.path), missing);
+    }
+    return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool, ...(lacking.size ? { lacking } : {}) };
   }
 
   /** The sealed files of one partition, as the index has them (no commit log followed). */

@@ -123,7 +123,11 @@ function bookHead(r: BookRow): { text: string; ascii: boolean } {
   const ex = r.exchange_ts === null ? 'null' : r.exchange_ts;
   // One of a few known words: no escaping needed.
   const by = r.verified_by ? `"${r.verified_by}"` : 'null';
-  return { text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},"verified_by":${by},`, ascii: head.ascii };
+  const check = r.hash_check ? `"${r.hash_check}"` : 'null';
+  return {
+    text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},"verified_by":${by},"hash_check":${check},`,
+    ascii: head.ascii,
+  };
 }
 
 /** A book row's NDJSON line: its head, then its ladders' bytes as encoded once per array set. */

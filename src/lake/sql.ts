@@ -41,12 +41,9 @@ export interface Files {
   sealed: string[];
   /** Parts of open hours, read leniently: the writer may be mid-line. */
   spool: string[];
-  /** Of `sealed`, files written before the dataset's later columns (`LATER_COLUMNS`) were added: they lack them. */
-  older?: ReadonlySet<string>;
+  /** Of `sealed`, files written before some of their dataset's columns were added: the ones each lacks (manifest.ts `lackedColumns`), read as NULL. */
+  lacking?: ReadonlyMap<string, readonly string[]>;
 }
-
-/** Columns added to a dataset after files were sealed without them; such files read them as NULL. */
-export const LATER_COLUMNS: Partial<Record<Dataset, readonly string[]>> = { books: ['verified_by'] };
 
 /** The columns of `dataset` as a SELECT list (all of them by default). */
 export function selectList(dataset: Dataset, columns?: readonly string[]): string {
@@ -55,18 +52,24 @@ export function selectList(dataset: Dataset, columns?: readonly string[]): strin
 
 /** One relation over sealed Parquet and spooled rows of one dataset, or null when there are no files. */
 export function relation(dataset: Dataset, files: Files, columns?: readonly string[]): string | null {
-  const cols = selectList(dataset, columns);
+  const wanted = columns ?? SCHEMAS[dataset].map((c) => c.name);
   const parts: string[] = [];
-  const later = (columns ?? SCHEMAS[dataset].map((c) => c.name)).filter((c) => LATER_COLUMNS[dataset]?.includes(c));
-  const older = later.length && files.older?.size ? files.sealed.filter((f) => files.older!.has(f)) : [];
-  const current = older.length ? files.sealed.filter((f) => !files.older!.has(f)) : files.sealed;
-  if (current.length) parts.push(`SELECT ${cols} FROM ${parquetSource(current)}`);
-  if (older.length) {
-    const types = new Map(SCHEMAS[dataset].map((c) => [c.name, c.type]));
-    const filled = (columns ?? [...types.keys()]).map((c) => (later.includes(c) ? `NULL::${types.get(c)} AS ${sqlIdent(c)}` : sqlIdent(c)));
-    parts.push(`SELECT ${filled.join(', ')} FROM ${parquetSource(older)}`);
+  // Files grouped by the asked-for columns they lack (none, for files of the current form).
+  const groups = new Map<string, { missing: string[]; files: string[] }>();
+  for (const f of files.sealed) {
+    const missing = wanted.filter((c) => files.lacking?.get(f)?.includes(c));
+    const key = missing.join(',');
+    const group = groups.get(key) ?? groups.set(key, { missing, files: [] }).get(key)!;
+    group.files.push(f);
   }
-  if (files.spool.length) parts.push(`SELECT ${cols} FROM ${spoolSource(dataset, files.spool, true)}`);
+  const types = new Map(SCHEMAS[dataset].map((c) => [c.name, c.type]));
+  for (const { missing, files: group } of [...groups.values()].sort((a, b) => a.missing.length - b.missing.length)) {
+    const list = missing.length
+      ? wanted.map((c) => (missing.includes(c) ? `NULL::${types.get(c)} AS ${sqlIdent(c)}` : sqlIdent(c))).join(', ')
+      : selectList(dataset, wanted);
+    parts.push(`SELECT ${list} FROM ${parquetSource(group)}`);
+  }
+  if (files.spool.length) parts.push(`SELECT ${selectList(dataset, wanted)} FROM ${spoolSource(dataset, files.spool, true)}`);
   return parts.length ? parts.join(' UNION ALL ') : null;
 }
 

@@ -7,8 +7,16 @@ import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
 import { writeServingCopy } from '../pages/copy.js';
-import { type ManifestFile, type MarketRows, SPANNED_DATASETS, type Verifications, readManifest, writeManifest } from './manifest.js';
-import { VERIFICATIONS } from '../records.js';
+import {
+  type HashChecks,
+  type ManifestFile,
+  type MarketRows,
+  SPANNED_DATASETS,
+  type Verifications,
+  readManifest,
+  writeManifest,
+} from './manifest.js';
+import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
 import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
@@ -26,6 +34,13 @@ function verifiedRows(r: Record<string, unknown>): number {
 function fileVerifications(spans: Record<string, unknown>[], rows: number): Verifications {
   const by = Object.fromEntries(VERIFICATIONS.map((v) => [v, spans.reduce((n, r) => n + Number(r[v]), 0)])) as Verifications;
   by.unknown = rows - VERIFICATIONS.reduce((n, v) => n + by[v], 0);
+  return by;
+}
+
+/** A file's books by what the venue's hash said; `none` for those with no hash checked. */
+function fileHashChecks(spans: Record<string, unknown>[], rows: number): HashChecks {
+  const by = Object.fromEntries(HASH_CHECKS.map((v) => [v, spans.reduce((n, r) => n + Number(r[`hash_${v}`]), 0)])) as HashChecks;
+  by.none = rows - HASH_CHECKS.reduce((n, v) => n + by[v], 0);
   return by;
 }
 
@@ -77,12 +92,14 @@ export async function writeParquet(
   }
   let markets: Record<string, MarketRows> | undefined;
   let verified: Verifications | undefined;
+  let checks: HashChecks | undefined;
   if (SPANNED_DATASETS.has(p.dataset) && rows > 0) {
     const books = p.dataset === 'books';
     // A few columns of a file just written (its footer and pages are in the OS cache): a few ms an hour's file.
     const spans = await duck.rows(
       `SELECT market_id, count(*)::DOUBLE AS n, epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi
        ${books ? `, ${VERIFICATIONS.map((v) => `count(*) FILTER (WHERE verified_by = '${v}')::DOUBLE AS "${v}"`).join(', ')}` : ''}
+       ${books ? `, ${HASH_CHECKS.map((v) => `count(*) FILTER (WHERE hash_check = '${v}')::DOUBLE AS "hash_${v}"`).join(', ')}` : ''}
        FROM read_parquet(${sqlPath(tmp)}) GROUP BY market_id ORDER BY market_id`,
     );
     markets = Object.fromEntries(
@@ -93,7 +110,10 @@ export async function writeParquet(
           : [Number(r.n), Number(r.lo), Number(r.hi)]) as MarketRows,
       ]),
     );
-    if (books) verified = fileVerifications(spans, rows);
+    if (books) {
+      verified = fileVerifications(spans, rows);
+      checks = fileHashChecks(spans, rows);
+    }
   }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
@@ -114,6 +134,7 @@ export async function writeParquet(
     written_at: Date.now(),
     ...(markets ? { markets } : {}),
     ...(verified ? { verified_by: verified } : {}),
+    ...(checks ? { hash_check: checks } : {}),
   };
 }
 

@@ -6,10 +6,13 @@
 // prove it, different ones disprove it). A token whose copy is disproved, incomplete or unheard
 // (a silent or closed connection, no snapshot in time) is resynced from a full REST book, and the
 // span since its last proof becomes a gap with the reason; nothing is recorded from guesses.
+// What the hash said of each book is written with its rows (`hash_check`); a hash that did not
+// reproduce waits up to a second of the venue's time for the trade it covered, and the market's
+// rows wait with it.
 import type { Clock } from '../../clock.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
-import type { Book, Market, VerifiedBy } from '../../records.js';
+import type { Book, HashCheck, Market, VerifiedBy } from '../../records.js';
 import type { MarketPoll, Quote } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { displayedPrice } from './rest.js';
@@ -46,6 +49,37 @@ const HASH_SKEW_MS = 5;
 /** After this many hashes in a row that no layout or skew reproduced, only one candidate is tried (and all, one time in PROBE_EVERY). */
 const HASH_GIVE_WAY = 200;
 const PROBE_EVERY = 50;
+/**
+ * How long after a book (venue time) a hashed field may still explain its hash: the venue's hash
+ * covers the last trade, whose `last_trade_price` comes ~100 ms after the book that hashed it.
+ */
+const EXPLAIN_MS = 1_000;
+/** The same wait on the clock, for a stream that sends nothing (no venue time passes): twice the bound, for delivery. */
+const QUIET_EXPLAIN_MS = 2 * EXPLAIN_MS;
+const VERDICT_TICK_MS = 200;
+
+/**
+ * What the venue's hash said of one book (the rows of it carry it as `hash_check`). Decided at
+ * the check, or, for a hash that did not reproduce, once a field seen within EXPLAIN_MS explains
+ * it or that time has passed; rows wait for it (see `held`).
+ */
+interface Verdict {
+  /** Undefined while undecided; null when there was no hash to check. */
+  check?: HashCheck | null;
+  /** What it becomes when nothing explains it in time. */
+  unexplained: HashCheck;
+}
+
+const decided = (check: HashCheck | null): Verdict => ({ check, unexplained: check ?? 'unverifiable' });
+const NO_HASH: Verdict = decided(null);
+
+/** A market's row whose books wait for their verdicts, written in order once all are decided. */
+interface HeldRow {
+  ts: number;
+  recvTs: number;
+  books: Book[];
+  verdicts: Verdict[];
+}
 
 /** Whether the venue's best level (absent, or `empty` for an empty side) is the copy's `mine`. */
 function venueBest(given: string | undefined, empty: number, mine: number | null): boolean {
@@ -59,6 +93,9 @@ interface Doubted {
   hash: string;
   state: BookState;
   fields: ClobBookExtras;
+  verdict: Verdict;
+  /** Clock time of the check: a stream silent for QUIET_EXPLAIN_MS decides the verdict without the venue's time. */
+  at: number;
 }
 
 interface Token {
@@ -71,6 +108,10 @@ interface Token {
   verifiedTs: number;
   /** What vouches for the copy's current book: written with each row of it (`verified_by`). */
   check: VerifiedBy;
+  /** What the venue's hash said of the copy's current book: written with each row of it (`hash_check`). */
+  verdict: Verdict;
+  /** Books whose hash did not reproduce, within EXPLAIN_MS: a hashed field arriving may still explain them. */
+  awaiting: Doubted[];
   /** Whether the stream ever sent this token's book. */
   streamed: boolean;
   /** Clock time capture asked for the token: a gap for a snapshot that never came starts there. */
@@ -186,10 +227,16 @@ export class StreamRecorder implements BookStream {
   private readonly resolveWaitMs: number;
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
+  /** Rows waiting for a book's hash verdict, per market (a market's rows stay in order behind them). */
+  private readonly held = new Map<string, { market: Market; rows: HeldRow[] }>();
+  /** Tokens with books awaiting an explanation. */
+  private readonly awaitingTokens = new Set<Token>();
+  /** While any are: the clock decides them on a silent stream, where no venue time passes. */
+  private verdictTimer: NodeJS.Timeout | null = null;
 
   constructor(
     config: Config,
-    clock: Clock,
+    private readonly clock: Clock,
     private readonly log: Logger,
     private readonly sink: StreamSink,
   ) {
@@ -216,6 +263,7 @@ export class StreamRecorder implements BookStream {
           if ((msg as { event_type?: unknown }).event_type !== 'book')
             this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
           this.message(msg as ClobMarketMessage, recvTs);
+          if (this.awaitingTokens.size) this.expireVerdicts(recvTs);
         },
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
       },
@@ -236,6 +284,8 @@ export class StreamRecorder implements BookStream {
             synced: false,
             verifiedTs: -Infinity,
             check: 'none',
+            verdict: NO_HASH,
+            awaiting: [],
             recordedTs: this.spooled.get(m.market_id) ?? -Infinity,
             trackedAt: now,
             restAhead: null,
@@ -267,7 +317,13 @@ export class StreamRecorder implements BookStream {
     const ended = [...this.tokens]
       .filter(([, t]) => this.progress.passed(t.market.end_time, now) && (!t.doubt || now >= t.market.end_time + this.stallMs))
       .map(([id]) => id);
-    for (const id of ended) this.settleDoubt(this.tokens.get(id)!, 'its market ended');
+    if (this.awaitingTokens.size) this.expireVerdicts(now);
+    for (const id of ended) {
+      const t = this.tokens.get(id)!;
+      this.abandonVerdicts(t);
+      this.release(t.market.market_id, true);
+      this.settleDoubt(t, 'its market ended');
+    }
     const release: string[] = [];
     for (const id of ended) {
       const { market: m, resolved } = this.tokens.get(id)!;
@@ -451,20 +507,20 @@ export class StreamRecorder implements BookStream {
 
   /** A hashed field changed (a trade, a tick, REST's fields): books in doubt may reproduce now. */
   private recheck(t: Token): void {
+    if (t.awaiting.length) {
+      t.awaiting = t.awaiting.filter((u) => {
+        if (!this.reproduces(t, u)) return true;
+        // A hash that could not be checked for want of REST's fields, reproduced once they came, simply matches.
+        u.verdict.check ??= u.verdict.unexplained === 'unverifiable' ? 'match' : 'explained';
+        return false;
+      });
+      if (!t.awaiting.length) this.awaitingTokens.delete(t);
+      this.release(t.market.market_id);
+    }
     const d = t.doubt;
     if (!d || !t.synced) return;
-    const now = t.book.fields();
     d.books = d.books.filter((u) => {
-      // The fields of its time, completed by those learnt since (REST's minimum size and neg-risk
-      // may come after the first changes), or the fields as they are now.
-      const then = {
-        ...now,
-        tick_size: u.fields.tick_size ?? now.tick_size,
-        last_trade_price: u.fields.last_trade_price ?? now.last_trade_price,
-      };
-      const proved =
-        HASH_LAYOUTS.some((layout) => t.book.hashWith(u.timestamp, layout, u.state, then) === u.hash) ||
-        this.hashMatches(t, u.timestamp, u.ts, u.hash, u.state, true);
+      const proved = (u.verdict.check !== undefined && u.verdict.check !== u.verdict.unexplained) || this.reproduces(t, u);
       if (!proved) return true;
       // The formula reproduces, if late.
       this.hashMisses = 0;
@@ -474,6 +530,90 @@ export class StreamRecorder implements BookStream {
       return false;
     });
     if (!d.books.length) t.doubt = null;
+  }
+
+  /** Whether a book's hash reproduces with the hashed fields as they are now (the trade or tick that came since). */
+  private reproduces(t: Token, u: Doubted): boolean {
+    const now = t.book.fields();
+    // The fields of its time, completed by those learnt since (REST's minimum size and neg-risk
+    // may come after the first changes), or the fields as they are now.
+    const then = {
+      ...now,
+      tick_size: u.fields.tick_size ?? now.tick_size,
+      last_trade_price: u.fields.last_trade_price ?? now.last_trade_price,
+    };
+    return (
+      HASH_LAYOUTS.some((layout) => t.book.hashWith(u.timestamp, layout, u.state, then) === u.hash) ||
+      !!this.hashMatches(t, u.timestamp, u.ts, u.hash, u.state, true)
+    );
+  }
+
+  /** A book whose hash did not reproduce: its verdict waits up to EXPLAIN_MS for a field that explains it. */
+  private awaitVerdict(t: Token, ts: number, timestamp: string, hash: string): Doubted {
+    const verdict: Verdict = { unexplained: t.book.knowsAllFields() ? 'mismatch' : 'unverifiable' };
+    const u = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields(), verdict, at: this.clock.now() };
+    t.verdict = verdict;
+    if (t.awaiting.push(u) > HISTORY) t.awaiting.shift()!.verdict.check ??= verdict.unexplained;
+    this.awaitingTokens.add(t);
+    this.verdictTimer ??= setInterval(() => this.expireVerdicts(this.clock.now()), VERDICT_TICK_MS).unref();
+    return u;
+  }
+
+  /** Verdicts whose time is up: the stream has passed EXPLAIN_MS after the book, or been silent for QUIET_EXPLAIN_MS. */
+  private expireVerdicts(now: number): void {
+    const venueNow = this.progress.latest();
+    for (const t of this.awaitingTokens) {
+      t.awaiting = t.awaiting.filter((u) => {
+        if (u.ts + EXPLAIN_MS >= venueNow && now - u.at <= QUIET_EXPLAIN_MS) return true;
+        u.verdict.check ??= u.verdict.unexplained;
+        return false;
+      });
+      if (!t.awaiting.length) this.awaitingTokens.delete(t);
+      this.release(t.market.market_id);
+    }
+    this.idleVerdicts();
+  }
+
+  private idleVerdicts(): void {
+    if (this.awaitingTokens.size || !this.verdictTimer) return;
+    clearInterval(this.verdictTimer);
+    this.verdictTimer = null;
+  }
+
+  /** The token's copy is lost or its market over: nothing can explain its books any more. */
+  private abandonVerdicts(t: Token): void {
+    if (!t.awaiting.length) return;
+    for (const u of t.awaiting) u.verdict.check ??= u.verdict.unexplained;
+    t.awaiting = [];
+    this.awaitingTokens.delete(t);
+    this.release(t.market.market_id);
+    this.idleVerdicts();
+  }
+
+  /** Writes the market's held rows whose verdicts are decided, in order (all of them, decided as they stand, when `force`). */
+  private release(marketId: string, force = false): void {
+    const h = this.held.get(marketId);
+    if (!h) return;
+    while (h.rows.length) {
+      const row = h.rows[0];
+      if (!force && row.verdicts.some((v) => v.check === undefined)) return;
+      h.rows.shift();
+      this.write(h.market, row);
+    }
+    this.held.delete(marketId);
+  }
+
+  private write(m: Market, row: HeldRow): void {
+    for (let i = 0; i < row.books.length; i++) {
+      const v = row.verdicts[i];
+      row.books[i].hash_check = v.check === undefined ? v.unexplained : v.check;
+    }
+    this.sink.books(m, row.ts, row.recvTs, row.books);
+  }
+
+  /** Markets with rows not yet handed over: a heartbeat must keep holding them. */
+  holding(): string[] {
+    return [...this.held.keys()];
   }
 
   /**
@@ -491,14 +631,21 @@ export class StreamRecorder implements BookStream {
    * then both layouts within the hashed timestamp's skew. While none has matched for long (the
    * venue changed its formula), only the first is tried, and all now and then.
    */
-  private hashMatches(t: Token, timestamp: string, ts: number, hash: string, state?: BookState, probe = false): boolean {
+  private hashMatches(
+    t: Token,
+    timestamp: string,
+    ts: number,
+    hash: string,
+    state?: BookState,
+    probe = false,
+  ): 'match' | 'explained' | null {
     if (t.book.hash(timestamp, this.layout, state) === hash) {
       this.hashMisses = 0;
-      return true;
+      return 'match';
     }
     // Without every hashed field no search can reproduce the venue's hash, and its misses say nothing of the formula.
-    if (!t.book.knowsAllFields()) return false;
-    if (!probe && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return false;
+    if (!t.book.knowsAllFields()) return null;
+    if (!probe && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return null;
     for (const layout of this.layout === HASH_LAYOUTS[0] ? HASH_LAYOUTS : [...HASH_LAYOUTS].reverse()) {
       for (let d = 0; d <= HASH_SKEW_MS; d++) {
         for (const at of d === 0 ? [ts] : [ts - d, ts + d]) {
@@ -506,7 +653,7 @@ export class StreamRecorder implements BookStream {
           if (t.book.hash(String(at), layout, state) !== hash) continue;
           this.layout = layout;
           this.hashMisses = 0;
-          return true;
+          return 'match';
         }
       }
     }
@@ -514,10 +661,10 @@ export class StreamRecorder implements BookStream {
     for (let e = 1; e <= t.book.earlierFields; e++) {
       if (t.book.hash(timestamp, this.layout, state, e) !== hash) continue;
       this.hashMisses = 0;
-      return true;
+      return 'explained';
     }
     if (!probe) this.hashMisses++;
-    return false;
+    return null;
   }
 
   /**
@@ -535,6 +682,8 @@ export class StreamRecorder implements BookStream {
   }
 
   close(): void {
+    for (const t of this.tokens.values()) this.abandonVerdicts(t);
+    for (const id of [...this.held.keys()]) this.release(id, true);
     for (const t of this.tokens.values()) this.settleDoubt(t, 'capture stopped');
     this.closed = true;
     this.channel.close();
@@ -676,6 +825,7 @@ export class StreamRecorder implements BookStream {
       t.check = 'snapshot';
       t.history = [];
       this.remember(t);
+      this.snapshotVerdict(t, s, ts);
       t.doubt = null;
       t.restAhead = null;
       t.verifiedTs = Math.max(t.verifiedTs, ts);
@@ -693,6 +843,17 @@ export class StreamRecorder implements BookStream {
       }
     }
     if (this.live(t.market)) this.sink.recovered(t.market, recvTs);
+  }
+
+  /** What the venue's hash says of a full book just taken (the channel's hashes a trade it sends after it, as changes do). */
+  private snapshotVerdict(t: Token, s: ClobBookSummary & { hash?: string }, ts: number): void {
+    const hash = typeof s.hash === 'string' && s.hash ? s.hash : undefined;
+    if (hash === undefined) t.verdict = NO_HASH;
+    else {
+      const how = this.hashMatches(t, s.timestamp, ts, hash, undefined, true);
+      if (how) t.verdict = decided(how);
+      else this.awaitVerdict(t, ts, s.timestamp, hash);
+    }
   }
 
   private changes(msg: ClobPriceChangeMessage, recvTs: number): void {
@@ -765,8 +926,10 @@ export class StreamRecorder implements BookStream {
     // Settled before this instant's proof: an earlier instant REST disproved is a gap up to this one
     // when the hash proves it, and a resync when nothing does.
     const disproof = this.settleRestAhead(t);
-    if (hash !== undefined && this.hashMatches(t, timestamp, ts, hash)) {
+    const how = hash !== undefined ? this.hashMatches(t, timestamp, ts, hash) : null;
+    if (how) {
       this.stats.verified++;
+      t.verdict = decided(how);
       this.vouch(t, 'hash');
       if (disproof) this.lostBefore(t, ts, disproof);
       else this.proveByHash(t, ts);
@@ -780,16 +943,21 @@ export class StreamRecorder implements BookStream {
         // yet), re-tried when they come.
         if (!t.book.knowsAllFields()) this.stats.fieldless++;
         if (!t.book.knowsAllFields() || this.hashMisses < HASH_GIVE_WAY) {
-          const book = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields() };
+          const book = this.awaitVerdict(t, ts, timestamp, hash);
           if (!t.doubt) t.doubt = { from: t.verifiedTs, books: [book] };
           else if (t.doubt.books.push(book) > HISTORY) t.doubt.books.shift();
-        } else this.stats.undoubted++;
+        } else {
+          // The formula taken as changed: said so at once, never held in doubt or for an explanation.
+          this.stats.undoubted++;
+          t.verdict = decided('mismatch');
+        }
         // A mismatch asks for REST's word at once (a copy gone wrong is then found within a round trip), not per message.
         if (ts - t.checkAskedTs > this.stallMs) {
           t.checkAskedTs = ts;
           this.requestBook(t.book.assetId);
         }
       }
+      if (hash === undefined) t.verdict = NO_HASH;
       if (best) this.stats.bestChecked++;
       else this.stats.unverified++;
       if (best) this.vouch(t, 'best_bid_ask');
@@ -812,10 +980,12 @@ export class StreamRecorder implements BookStream {
   private missedBefore(t: Token, timestamp: string, ts: number, hash: string | undefined): 'vouched' | 'desynced' {
     const detail = `a change at ${timestamp} left the streamed copy as it was: a change before it never arrived`;
     t.book.ts = ts;
-    if (hash === undefined || !this.hashMatches(t, timestamp, ts, hash)) {
+    const how = hash === undefined ? null : this.hashMatches(t, timestamp, ts, hash);
+    if (!how) {
       this.desync(t, 'stream_resync', detail);
       return 'desynced';
     }
+    t.verdict = decided(how);
     this.stats.verified++;
     this.vouch(t, 'hash');
     this.remember(t);
@@ -838,6 +1008,7 @@ export class StreamRecorder implements BookStream {
     t.restAhead = null;
     t.pending = [];
     t.history = [];
+    this.abandonVerdicts(t);
     const from = this.lastProof(t);
     t.doubt = null;
     this.sink.lost(t.market, reason, from, detail);
@@ -880,6 +1051,7 @@ export class StreamRecorder implements BookStream {
       t.pending = [];
       t.history = [];
       t.restAhead = null;
+      this.abandonVerdicts(t);
       const from = Math.min(since, this.lastProof(t));
       t.doubt = null;
       // From the copy's last proof, not the last arrival: changes sent before the loss may never have come.
@@ -890,9 +1062,11 @@ export class StreamRecorder implements BookStream {
   /** One row per synced outcome of the market at the venue's time, kept strictly increasing per market. */
   private record(m: Market, exchangeTs: number, recvTs: number): void {
     const books: Book[] = [];
+    const verdicts: Verdict[] = [];
     for (const o of m.outcomes) {
       const t = this.tokens.get(o.token_id);
       if (!t?.synced) continue;
+      verdicts.push(t.verdict);
       t.recordedTs = Math.max(t.recordedTs, t.book.ts);
       const l = t.book.ladders();
       books.push({
@@ -911,7 +1085,13 @@ export class StreamRecorder implements BookStream {
     if (!books.length) return;
     const ts = advance(this.lastTs, m.market_id, exchangeTs, this.stats, this.lastMetricTs.get(m.market_id));
     this.stats.rows += books.length;
-    this.sink.books(m, ts, recvTs, books);
+    const row = { ts, recvTs, books, verdicts };
+    const held = this.held.get(m.market_id);
+    if (held) {
+      held.rows.push(row);
+      this.release(m.market_id);
+    } else if (verdicts.some((v) => v.check === undefined)) this.held.set(m.market_id, { market: m, rows: [row] });
+    else this.write(m, row);
     // A book change may move the displayed price (the midpoint, or the last trade when the spread is wide).
     this.quote(m, ts, recvTs);
   }
