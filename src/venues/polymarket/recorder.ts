@@ -12,7 +12,7 @@
 import type { Clock } from '../../clock.js';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../log.js';
-import type { Book, HashCheck, Market, VerifiedBy } from '../../records.js';
+import type { Book, Market, VerifiedBy } from '../../records.js';
 import type { MarketPoll, Quote } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { displayedPrice } from './rest.js';
@@ -38,6 +38,7 @@ import {
 import { type BookStream, type StreamGapReason, StreamProgress, type StreamSink, advance } from '../../capture/stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
+import { type Awaiting, NO_HASH, type Verdict, Verdicts, decided } from './verdicts.js';
 
 const MAX_PENDING = 10_000;
 /** Checks by strength, strongest first: a later check replaces a weaker one only. */
@@ -49,53 +50,18 @@ const HASH_SKEW_MS = 5;
 /** After this many hashes in a row that no layout or skew reproduced, only one candidate is tried (and all, one time in PROBE_EVERY). */
 const HASH_GIVE_WAY = 200;
 const PROBE_EVERY = 50;
-/**
- * How long after a book (venue time) a hashed field may still explain its hash: the venue's hash
- * covers the last trade, whose `last_trade_price` comes ~100 ms after the book that hashed it.
- */
-const EXPLAIN_MS = 1_000;
-/** The same wait on the clock, for a stream that sends nothing (no venue time passes): twice the bound, for delivery. */
-const QUIET_EXPLAIN_MS = 2 * EXPLAIN_MS;
-const VERDICT_TICK_MS = 200;
-
-/**
- * What the venue's hash said of one book (the rows of it carry it as `hash_check`). Decided at
- * the check, or, for a hash that did not reproduce, once a field seen within EXPLAIN_MS explains
- * it or that time has passed; rows wait for it (see `held`).
- */
-interface Verdict {
-  /** Undefined while undecided; null when there was no hash to check. */
-  check?: HashCheck | null;
-  /** What it becomes when nothing explains it in time. */
-  unexplained: HashCheck;
-}
-
-const decided = (check: HashCheck | null): Verdict => ({ check, unexplained: check ?? 'unverifiable' });
-const NO_HASH: Verdict = decided(null);
-
-/** A market's row whose books wait for their verdicts, written in order once all are decided. */
-interface HeldRow {
-  ts: number;
-  recvTs: number;
-  books: Book[];
-  verdicts: Verdict[];
-}
-
 /** Whether the venue's best level (absent, or `empty` for an empty side) is the copy's `mine`. */
 function venueBest(given: string | undefined, empty: number, mine: number | null): boolean {
   return given === undefined || given === '' || Number(given) === (mine ?? empty) || (mine === null && Number(given) === empty);
 }
 
 /** A book whose hash did not reproduce, with the hashed fields known when it was checked. */
-interface Doubted {
+interface Doubted extends Awaiting {
   ts: number;
   timestamp: string;
   hash: string;
   state: BookState;
   fields: ClobBookExtras;
-  verdict: Verdict;
-  /** Clock time of the check: a stream silent for QUIET_EXPLAIN_MS decides the verdict without the venue's time. */
-  at: number;
 }
 
 interface Token {
@@ -228,11 +194,7 @@ export class StreamRecorder implements BookStream {
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
   /** Rows waiting for a book's hash verdict, per market (a market's rows stay in order behind them). */
-  private readonly held = new Map<string, { market: Market; rows: HeldRow[] }>();
-  /** Tokens with books awaiting an explanation. */
-  private readonly awaitingTokens = new Set<Token>();
-  /** While any are: the clock decides them on a silent stream, where no venue time passes. */
-  private verdictTimer: NodeJS.Timeout | null = null;
+  private readonly verdicts: Verdicts<Doubted, Token>;
 
   constructor(
     config: Config,
@@ -244,6 +206,7 @@ export class StreamRecorder implements BookStream {
     this.stallMs = s.stallMs;
     this.resolveWaitMs = s.resolveWaitMs;
     this.progress = new StreamProgress(s.stallMs);
+    this.verdicts = new Verdicts(clock, this.progress, (m, ts, recvTs, books) => this.sink.books(m, ts, recvTs, books));
     this.channel = new MarketChannelClient(
       {
         url: config.polymarket.wsUrl,
@@ -263,7 +226,7 @@ export class StreamRecorder implements BookStream {
           if ((msg as { event_type?: unknown }).event_type !== 'book')
             this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
           this.message(msg as ClobMarketMessage, recvTs);
-          if (this.awaitingTokens.size) this.expireVerdicts(recvTs);
+          this.verdicts.expire(recvTs);
         },
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
       },
@@ -317,11 +280,11 @@ export class StreamRecorder implements BookStream {
     const ended = [...this.tokens]
       .filter(([, t]) => this.progress.passed(t.market.end_time, now) && (!t.doubt || now >= t.market.end_time + this.stallMs))
       .map(([id]) => id);
-    if (this.awaitingTokens.size) this.expireVerdicts(now);
+    this.verdicts.expire(now);
     for (const id of ended) {
       const t = this.tokens.get(id)!;
-      this.abandonVerdicts(t);
-      this.release(t.market.market_id, true);
+      this.verdicts.abandon(t);
+      this.verdicts.release(t.market.market_id, true);
       this.settleDoubt(t, 'its market ended');
     }
     const release: string[] = [];
@@ -507,16 +470,7 @@ export class StreamRecorder implements BookStream {
 
   /** A hashed field changed (a trade, a tick, REST's fields): books in doubt may reproduce now. */
   private recheck(t: Token): void {
-    if (t.awaiting.length) {
-      t.awaiting = t.awaiting.filter((u) => {
-        if (!this.reproduces(t, u)) return true;
-        // A hash that could not be checked for want of REST's fields, reproduced once they came, simply matches.
-        u.verdict.check ??= u.verdict.unexplained === 'unverifiable' ? 'match' : 'explained';
-        return false;
-      });
-      if (!t.awaiting.length) this.awaitingTokens.delete(t);
-      this.release(t.market.market_id);
-    }
+    this.verdicts.explain(t, (u) => this.reproduces(t, u));
     const d = t.doubt;
     if (!d || !t.synced) return;
     d.books = d.books.filter((u) => {
@@ -548,72 +502,18 @@ export class StreamRecorder implements BookStream {
     );
   }
 
-  /** A book whose hash did not reproduce: its verdict waits up to EXPLAIN_MS for a field that explains it. */
+  /** A book whose hash did not reproduce: its verdict waits for a field that explains it. */
   private awaitVerdict(t: Token, ts: number, timestamp: string, hash: string): Doubted {
     const verdict: Verdict = { unexplained: t.book.knowsAllFields() ? 'mismatch' : 'unverifiable' };
     const u = { ts, timestamp, hash, state: t.history[t.history.length - 1], fields: t.book.fields(), verdict, at: this.clock.now() };
     t.verdict = verdict;
-    if (t.awaiting.push(u) > HISTORY) t.awaiting.shift()!.verdict.check ??= verdict.unexplained;
-    this.awaitingTokens.add(t);
-    this.verdictTimer ??= setInterval(() => this.expireVerdicts(this.clock.now()), VERDICT_TICK_MS).unref();
+    this.verdicts.await(t, u);
     return u;
-  }
-
-  /** Verdicts whose time is up: the stream has passed EXPLAIN_MS after the book, or been silent for QUIET_EXPLAIN_MS. */
-  private expireVerdicts(now: number): void {
-    const venueNow = this.progress.latest();
-    for (const t of this.awaitingTokens) {
-      t.awaiting = t.awaiting.filter((u) => {
-        if (u.ts + EXPLAIN_MS >= venueNow && now - u.at <= QUIET_EXPLAIN_MS) return true;
-        u.verdict.check ??= u.verdict.unexplained;
-        return false;
-      });
-      if (!t.awaiting.length) this.awaitingTokens.delete(t);
-      this.release(t.market.market_id);
-    }
-    this.idleVerdicts();
-  }
-
-  private idleVerdicts(): void {
-    if (this.awaitingTokens.size || !this.verdictTimer) return;
-    clearInterval(this.verdictTimer);
-    this.verdictTimer = null;
-  }
-
-  /** The token's copy is lost or its market over: nothing can explain its books any more. */
-  private abandonVerdicts(t: Token): void {
-    if (!t.awaiting.length) return;
-    for (const u of t.awaiting) u.verdict.check ??= u.verdict.unexplained;
-    t.awaiting = [];
-    this.awaitingTokens.delete(t);
-    this.release(t.market.market_id);
-    this.idleVerdicts();
-  }
-
-  /** Writes the market's held rows whose verdicts are decided, in order (all of them, decided as they stand, when `force`). */
-  private release(marketId: string, force = false): void {
-    const h = this.held.get(marketId);
-    if (!h) return;
-    while (h.rows.length) {
-      const row = h.rows[0];
-      if (!force && row.verdicts.some((v) => v.check === undefined)) return;
-      h.rows.shift();
-      this.write(h.market, row);
-    }
-    this.held.delete(marketId);
-  }
-
-  private write(m: Market, row: HeldRow): void {
-    for (let i = 0; i < row.books.length; i++) {
-      const v = row.verdicts[i];
-      row.books[i].hash_check = v.check === undefined ? v.unexplained : v.check;
-    }
-    this.sink.books(m, row.ts, row.recvTs, row.books);
   }
 
   /** Markets with rows not yet handed over: a heartbeat must keep holding them. */
   holding(): string[] {
-    return [...this.held.keys()];
+    return this.verdicts.holding();
   }
 
   /**
@@ -682,8 +582,7 @@ export class StreamRecorder implements BookStream {
   }
 
   close(): void {
-    for (const t of this.tokens.values()) this.abandonVerdicts(t);
-    for (const id of [...this.held.keys()]) this.release(id, true);
+    this.verdicts.close(this.tokens.values());
     for (const t of this.tokens.values()) this.settleDoubt(t, 'capture stopped');
     this.closed = true;
     this.channel.close();
@@ -1008,7 +907,7 @@ export class StreamRecorder implements BookStream {
     t.restAhead = null;
     t.pending = [];
     t.history = [];
-    this.abandonVerdicts(t);
+    this.verdicts.abandon(t);
     const from = this.lastProof(t);
     t.doubt = null;
     this.sink.lost(t.market, reason, from, detail);
@@ -1051,7 +950,7 @@ export class StreamRecorder implements BookStream {
       t.pending = [];
       t.history = [];
       t.restAhead = null;
-      this.abandonVerdicts(t);
+      this.verdicts.abandon(t);
       const from = Math.min(since, this.lastProof(t));
       t.doubt = null;
       // From the copy's last proof, not the last arrival: changes sent before the loss may never have come.
@@ -1085,13 +984,7 @@ export class StreamRecorder implements BookStream {
     if (!books.length) return;
     const ts = advance(this.lastTs, m.market_id, exchangeTs, this.stats, this.lastMetricTs.get(m.market_id));
     this.stats.rows += books.length;
-    const row = { ts, recvTs, books, verdicts };
-    const held = this.held.get(m.market_id);
-    if (held) {
-      held.rows.push(row);
-      this.release(m.market_id);
-    } else if (verdicts.some((v) => v.check === undefined)) this.held.set(m.market_id, { market: m, rows: [row] });
-    else this.write(m, row);
+    this.verdicts.row(m, ts, recvTs, books, verdicts);
     // A book change may move the displayed price (the midpoint, or the last trade when the spread is wide).
     this.quote(m, ts, recvTs);
   }
