@@ -4,8 +4,8 @@
 // refused at once with 503 and Retry-After, so latency stays bounded and the client knows to come
 // back. Which one is the fairness: each key (a tenant) waits in its own line, a freed slot goes to
 // the tenant running the least for its weight (its plan's), then asking the least lately, and a
-// full queue refuses the newest request of the tenant asking the most lately (arrivals decayed
-// over about a second), not a newcomer who asks less. So a key within its limits keeps being
+// full queue refuses the newest request of the tenant holding the most requests, then asking the
+// most lately (arrivals decayed over about a second), not a newcomer who holds or asks less. So a key within its limits keeps being
 // answered however many other keys push, and pushing harder only sheds more of one's own.
 import { fail } from './errors.js';
 
@@ -139,18 +139,27 @@ export class Admission {
   }
 
   /**
-   * A full queue: the newest waiter of the tenant asking the most lately (for its weight) gives way
-   * to `line`'s request, if that tenant asks more than `line`'s; otherwise `line`'s is refused.
+   * A full queue: the newest waiter of the heaviest waiting tenant (for its weight: the most
+   * requests running and waiting, then asking the most lately) gives way to `line`'s request, if
+   * that tenant is heavier than `line` before it; otherwise `line`'s is refused. Requests held come
+   * first: arrival rates say how hard a client pushes only while its machine keeps up (a starved
+   * client of many keys asks each slower than one serial client), while a key with nothing in the
+   * system is by any measure not the one pushing.
    */
   private evictFor(line: Line): boolean {
     const now = performance.now();
-    const pressure = (l: Line) => this.demand(l.id, now) / l.weight;
-    let heaviest: Line | null = null;
-    for (const l of this.lines.values()) if (l.waiting.length > 0 && (!heaviest || pressure(l) > pressure(heaviest))) heaviest = l;
-    if (!heaviest || heaviest === line || pressure(heaviest) <= pressure(line)) return false;
-    const evicted = heaviest.waiting.pop()!;
+    const weightOf = (l: Line) => [(l.running + l.waiting.length) / l.weight, this.demand(l.id, now) / l.weight];
+    let heaviest: { line: Line; order: number[] } | null = null;
+    for (const l of this.lines.values()) {
+      if (l.waiting.length === 0) continue;
+      const order = weightOf(l);
+      if (!heaviest || comesFirst(heaviest.order, order)) heaviest = { line: l, order };
+    }
+    if (!heaviest || heaviest.line === line || !comesFirst(weightOf(line), heaviest.order)) return false;
+    const victim = heaviest.line;
+    const evicted = victim.waiting.pop()!;
     this.queuedCount--;
-    this.forgetIfIdle(heaviest);
+    this.forgetIfIdle(victim);
     try {
       this.refuse();
     } catch (err) {
