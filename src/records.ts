@@ -65,9 +65,9 @@ export interface Book {
   verified_by?: VerifiedBy | null;
   /**
    * What the venue's book hash said of this book (Polymarket's channel sends one per change and
-   * book): `match`, reproduced from the copy; `explained`, reproduced only with a hashed field seen
-   * within a bound of the book (the last trade price, as a rule, sent ~100 ms after the book that
-   * hashed it); `mismatch`, every hashed field known and not reproduced; `unverifiable`, a hash
+   * book): `match`, reproduced from the copy; `explained`, reproduced only with a hashed field other
+   * than the copy's at that instant (the last trade price, as a rule, sent ~100 ms after the book
+   * that hashed it); `mismatch`, every hashed field known and not reproduced; `unverifiable`, a hash
    * was sent but a field it covers was not known yet (REST's minimum size and neg-risk). Null: no
    * hash to check (the wallet venue sends none; a REST fallback; books recorded before 2026-11-27).
    */
