@@ -1,0 +1,141 @@
+// The copy's proofs alone, without a socket: what each check of a streamed book concludes, from
+// books hashed by the client libraries' function (its vectors are checked in marketchannel.test).
+import t from 'tap';
+import { createClock } from '../src/clock.js';
+import { StreamProgress } from '../src/capture/stream.js';
+import { type ClobBookSummary, LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
+import { CopyProofs, type Doubted, NO_STREAM_STATS, type Token, newToken } from '../src/venues/polymarket/proofs.js';
+import { Verdicts } from '../src/venues/polymarket/verdicts.js';
+import { openMarket } from './helpers.js';
+
+const market = openMarket('m', '0x' + 'cd'.repeat(32), ['up', 'down']);
+const fields = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
+const summary = (ts: number, bids: [string, string][], asks: [string, string][]): ClobBookSummary => ({
+  market: market.condition_id!,
+  asset_id: 'up',
+  timestamp: String(ts),
+  bids: bids.map(([price, size]) => ({ price, size })),
+  asks: asks.map(([price, size]) => ({ price, size })),
+  ...fields,
+});
+
+function setup() {
+  const gaps: string[] = [];
+  const asked: string[] = [];
+  const stats = { ...NO_STREAM_STATS };
+  const verdicts = new Verdicts<Doubted, Token>(createClock(), new StreamProgress(5_000), () => undefined);
+  const proofs = new CopyProofs(
+    {
+      stats,
+      sink: {
+        books: () => undefined,
+        lost: (_m, reason, from, detail) => gaps.push(`${reason} from ${from}: ${detail}`),
+        recovered: () => undefined,
+        metrics: () => undefined,
+        tickSize: () => undefined,
+      },
+      verdicts,
+      requestBook: (id) => asked.push(id),
+      live: () => true,
+      snapshot: () => undefined,
+    },
+    createClock(),
+    5_000,
+  );
+  const first = summary(
+    1_000,
+    [
+      ['0.47', '10'],
+      ['0.48', '30'],
+    ],
+    [
+      ['0.53', '10'],
+      ['0.52', '25'],
+    ],
+  );
+  const book = new LocalBook(market.condition_id!, 'up');
+  book.reset(first, 1_000);
+  book.note(first);
+  // A token synced from `first`, proved then.
+  const token = newToken(market, market.outcomes[0], 0, 1_000);
+  Object.assign(token, { book, synced: true, verifiedTs: 1_000, check: 'snapshot', streamed: true, history: [book.state()] });
+  return { proofs, token, gaps, asked, stats };
+}
+
+t.test('a change whose hash reproduces vouches for the copy by hash', async (t) => {
+  const { proofs, token, gaps, stats } = setup();
+  const hash = clobBookHash(
+    summary(
+      1_100,
+      [
+        ['0.47', '10'],
+        ['0.48', '40'],
+      ],
+      [
+        ['0.53', '10'],
+        ['0.52', '25'],
+      ],
+    ),
+  );
+  t.equal(proofs.applyChecked(token, [{ asset_id: 'up', price: '0.48', size: '40', side: 'BUY', hash }], '1100', 1_100), 'vouched');
+  t.equal(token.check, 'hash');
+  t.same(token.verdict, { check: 'match', unexplained: 'match' });
+  t.equal(token.verifiedTs, 1_100, 'proved at its instant');
+  t.equal(stats.verified, 1);
+  t.same(gaps, []);
+});
+
+t.test('best levels the copy does not have disprove it: a gap from its last proof, a REST book asked for, no row', async (t) => {
+  const { proofs, token, gaps, asked, stats } = setup();
+  const outcome = proofs.applyChecked(
+    token,
+    [{ asset_id: 'up', price: '0.48', size: '40', side: 'BUY', best_bid: '0.49', best_ask: '0.52' }],
+    '1100',
+    1_100,
+  );
+  t.equal(outcome, 'desynced');
+  t.notOk(token.synced);
+  t.equal(stats.mismatches, 1);
+  t.match(gaps, [/^stream_resync from 1000: the venue's best bid\/ask at 1100 differ from the copy's/]);
+  t.same(asked, ['up']);
+});
+
+t.test('a hash that does not reproduce holds the book in doubt, asks REST, and waits for its verdict', async (t) => {
+  const { proofs, token, gaps, asked, stats } = setup();
+  const outcome = proofs.applyChecked(
+    token,
+    [{ asset_id: 'up', price: '0.48', size: '40', side: 'BUY', hash: 'f'.repeat(40) }],
+    '1100',
+    1_100,
+  );
+  t.equal(outcome, 'vouched', 'recorded, on what checked it (nothing here)');
+  t.equal(token.check, 'none');
+  t.equal(token.verdict.check, undefined, 'the verdict waits for a field that may explain it');
+  t.equal(token.doubt?.from, 1_000, 'in doubt since the last proof');
+  t.same(asked, ['up'], "REST's word asked at once");
+  t.equal(stats.unverified, 1);
+  // The copy proved by a later hash: the book in doubt was never the venue's for certain.
+  const hash = clobBookHash(
+    summary(
+      1_200,
+      [
+        ['0.47', '10'],
+        ['0.48', '41'],
+      ],
+      [
+        ['0.53', '10'],
+        ['0.52', '25'],
+      ],
+    ),
+  );
+  proofs.applyChecked(token, [{ asset_id: 'up', price: '0.48', size: '41', side: 'BUY', hash }], '1200', 1_200);
+  t.same(gaps, ['stream_resync from 1000: 1 book(s) whose hash did not reproduce before 1200']);
+  t.equal(token.doubt, null);
+});
+
+t.test('a REST book of the same instant with other levels disproves the copy', async (t) => {
+  const { proofs, token, gaps } = setup();
+  proofs.checkRest(token, summary(1_000, [['0.47', '10']], [['0.52', '25']]), 1_000, 1_050);
+  t.notOk(token.synced);
+  t.match(gaps, [/REST book at 1000 differs from the streamed copy of that instant/]);
+});
