@@ -1,8 +1,6 @@
 // The one place that reads the environment. Everything else receives a frozen Config.
 import os from 'node:os';
-import type { ConnectionLimits } from './api/connections.js';
 import path from 'node:path';
-import type { BucketConfig } from './bucket/s3.js';
 
 export const VENUES = ['wallet-prediction', 'polymarket'] as const;
 export type Venue = (typeof VENUES)[number];
@@ -19,6 +17,33 @@ export interface UpstreamConfig {
   concurrency: number;
   /** Requests per second this client allows itself, below the upstream's documented limit. */
   requestsPerSecond: number;
+}
+
+export interface ConnectionLimits {
+  /** Sockets open at once, all addresses together. */
+  total: number;
+  /** Sockets open at once from one address. */
+  perAddress: number;
+  /** A request's headers must have arrived this long after its socket opened (or its previous response ended). */
+  headersTimeoutMs: number;
+  /** A whole request must have arrived by then. */
+  requestTimeoutMs: number;
+  /** An idle keep-alive socket is closed after this. */
+  keepAliveMs: number;
+  /** A socket with no bytes moving either way for this long is closed (a reader that stopped reading). */
+  idleMs: number;
+}
+
+export interface BucketConfig {
+  endpoint: string;
+  region: string;
+  bucket: string;
+  /** Keys start with this (no leading slash; ends with `/` unless empty). */
+  prefix: string;
+  accessKeyId: string;
+  secretAccessKey: string;
+  /** A request that has not finished in this long is abandoned. */
+  timeoutMs: number;
 }
 
 export interface Config {

@@ -1,5 +1,10 @@
 // A progress bar with rate and ETA on a terminal; silence otherwise (callers log one summary).
-import type { Progress } from './capture/backfill.js';
+
+/** What a long job reports its progress to. */
+export interface Progress {
+  update(done: number, total: number, markets: number): void;
+  finish(): void;
+}
 
 export function terminalProgress(label: string, stream: NodeJS.WriteStream = process.stderr): Progress | undefined {
   if (!stream.isTTY) return undefined;

@@ -5,7 +5,7 @@ import t from 'tap';
 import type { Worker } from 'node:worker_threads';
 import WebSocket, { WebSocketServer } from 'ws';
 import { Capture } from '../src/capture/capture.js';
-import { type StreamSink } from '../src/capture/stream.js';
+import { type StreamSink } from '../src/venues/stream.js';
 import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
 import type { WalletStreamRecorder } from '../src/venues/wallet/recorder.js';

@@ -2,7 +2,7 @@
 // books hashed by the client libraries' function (its vectors are checked in marketchannel.test).
 import t from 'tap';
 import { createClock } from '../src/clock.js';
-import { StreamProgress } from '../src/capture/stream.js';
+import { StreamProgress } from '../src/venues/stream.js';
 import { type ClobBookSummary, LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
 import { CopyProofs, type Doubted, NO_STREAM_STATS, type Token, newToken } from '../src/venues/polymarket/proofs.js';
 import { Verdicts } from '../src/venues/polymarket/verdicts.js';

@@ -5,22 +5,8 @@
 // descriptor limit with headroom left for everything else.
 import fs from 'node:fs';
 import http from 'node:http';
+import type { ConnectionLimits } from '../config.js';
 import type { Socket } from 'node:net';
-
-export interface ConnectionLimits {
-  /** Sockets open at once, all addresses together. */
-  total: number;
-  /** Sockets open at once from one address. */
-  perAddress: number;
-  /** A request's headers must have arrived this long after its socket opened (or its previous response ended). */
-  headersTimeoutMs: number;
-  /** A whole request must have arrived by then. */
-  requestTimeoutMs: number;
-  /** An idle keep-alive socket is closed after this. */
-  keepAliveMs: number;
-  /** A socket with no bytes moving either way for this long is closed (a reader that stopped reading). */
-  idleMs: number;
-}
 
 export interface ConnectionStats {
   open: number;
@@ -51,6 +37,7 @@ export function connectionCap(configured: number, fdLimit: number | null): numbe
 }
 
 /** An HTTP server for `handler` that holds clients to `limits`. */
+
 export function boundedServer(handler: http.RequestListener, limits: ConnectionLimits, stats: ConnectionStats): http.Server {
   const server = http.createServer(
     {

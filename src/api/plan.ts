@@ -1,37 +1,11 @@
 // Pure steps of a request: which hourly partitions it needs, and the SQL over the files the
 // server found for them. Every value is bound; the only spliced text is the quoted file list.
-import type { Venue, Window } from '../config.js';
-import { type Partition, partitionOf } from '../lake/layout.js';
-import { type Dataset, HASH_CHECKS, VERIFICATIONS } from '../records.js';
-import { HOUR, floorTo } from '../time.js';
+import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
 import path from 'node:path';
 import { type Files, bookSelect } from '../lake/sql.js';
 
-/** Rows of a market are captured within its window, plus the lag of the last poll. */
-export const CAPTURE_LAG_MS = 60_000;
-
-export interface MarketSpan {
-  venue: Venue;
-  coin: string;
-  window: Window;
-  start_time: number;
-  end_time: number;
-}
-
-export interface Plan {
-  partitions: Partition[];
-  from: number;
-  to: number;
-}
-
-/** The hours of `dataset` that can hold rows of `market` in [from, to); none when they miss. */
-export function planPartitions(dataset: Dataset, market: MarketSpan, from: number | null, to: number | null): Plan {
-  const lo = Math.max(from ?? -Infinity, market.start_time);
-  const hi = Math.min(to ?? Infinity, market.end_time + CAPTURE_LAG_MS);
-  const partitions: Partition[] = [];
-  for (let h = floorTo(lo, HOUR); h < hi; h += HOUR) partitions.push(partitionOf(dataset, market.venue, market.coin, market.window, h));
-  return { partitions: lo < hi ? partitions : [], from: lo, to: hi };
-}
+// Partition planning is the lake's (lake/layout.ts); re-exported for the routes.
+export { CAPTURE_LAG_MS, type MarketSpan, type Plan, planPartitions } from '../lake/layout.js';
 
 export interface PageQuery {
   marketId: string;

@@ -13,7 +13,7 @@ import { LakeReader } from '../lake/reader.js';
 import { SpoolTail } from '../lake/tail.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
-import type { CaptureHealth } from '../capture/capture.js';
+import type { CaptureHealth } from '../health.js';
 import { Admission } from './admission.js';
 import { type ConnectionStats, boundedServer, connectionCap, openFileLimit } from './connections.js';
 import { createApp } from './app.js';

@@ -1,8 +1,7 @@
 // A bucket-served API's newest books: from capture's feed over the network (capture/feed.ts)
 // while it answers, otherwise from the sealed hours. What it last heard of capture's health is
 // kept, so the API's health can show capture on another machine.
-import type { CaptureHealth } from '../capture/capture.js';
-import type { FeedAnswer } from '../capture/feed.js';
+import type { CaptureHealth, FeedAnswer } from '../health.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
 

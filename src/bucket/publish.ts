@@ -17,21 +17,7 @@ import { LakeReader } from '../lake/reader.js';
 import type { Logger } from '../log.js';
 import { type CommitObject, type ManifestSnapshot, commitKey, dataKey, heartbeatKey, manifestKey, snapshotKey } from './layout.js';
 import { type S3, S3Error } from './s3.js';
-
-/** What `/v3/health` reports of publishing. */
-export interface PublishHealth {
-  bucket: string;
-  /** Partitions committed locally and not yet in the bucket. */
-  backlog_partitions: number;
-  /** Since when the oldest of them waits (the first failed pass), or null. */
-  waiting_since: string | null;
-  last_published_at: string | null;
-  last_error: string | null;
-  files_put: number;
-  /** When the manifests snapshot a new replica starts from was last written, or null. */
-  snapshot_at: string | null;
-  snapshot_error: string | null;
-}
+import type { PublishHealth } from '../health.js';
 
 export interface PublishReport {
   partitions: number;

@@ -10,17 +10,7 @@ import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { EMPTY_SHA256, canonicalQuery, sign, uriEncode } from './sigv4.js';
 
-export interface BucketConfig {
-  endpoint: string;
-  region: string;
-  bucket: string;
-  /** Keys start with this (no leading slash; ends with `/` unless empty). */
-  prefix: string;
-  accessKeyId: string;
-  secretAccessKey: string;
-  /** A request that has not finished in this long is abandoned. */
-  timeoutMs: number;
-}
+import type { BucketConfig } from '../config.js';
 
 /** The bucket refused, failed or could not be reached. `status` 0: no answer (refused, reset, timed out). */
 export class S3Error extends Error {

@@ -5,6 +5,7 @@
 // exists before capture began.
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Progress } from '../progress.js';
 import type { Config, Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
 import type { Duck } from '../lake/duckdb.js';
@@ -34,11 +35,6 @@ export interface BackfillSummary {
   metrics: number;
   files: number;
   notes: string[];
-}
-
-export interface Progress {
-  update(done: number, total: number, markets: number): void;
-  finish(): void;
 }
 
 export class CoverageError extends Error {

@@ -9,7 +9,7 @@ import { writeFileAtomic } from '../lake/fsutil.js';
 import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
-import { type Heartbeat, readHeartbeat } from './heartbeat.js';
+import { type Heartbeat, type HeartbeatMarket, readHeartbeat } from './heartbeat.js';
 import { GapLedger, type OpenGap, gapKey, scopeOf } from './gaps.js';
 import { SpoolKeeper } from './keeper.js';
 import type { Logger } from '../log.js';
@@ -28,26 +28,13 @@ import {
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
-import { type BookStream, type StreamSink } from './stream.js';
+import { type BookStream, type StreamSink } from '../venues/stream.js';
 import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
-import { type PublishHealth, Publisher } from '../bucket/publish.js';
+import { Publisher } from '../bucket/publish.js';
+import type { CaptureHealth } from '../health.js';
 import { S3 } from '../bucket/s3.js';
-
-/** What `/v3/health` reports of capture. */
-export interface CaptureHealth {
-  state: 'running' | 'failing' | 'stopped';
-  last_flush: string | null;
-  flush_age_ms: number | null;
-  storage_error: string | null;
-  buffered_rows: number;
-  dropped_rows: number;
-  seal_backlog: number;
-  seal_error: string | null;
-  /** Publishing to the bucket, when there is one. */
-  publish?: PublishHealth;
-}
 
 /** How long before a market's open its tokens are subscribed. */
 const STREAM_LEAD_MS = 60_000;
@@ -87,6 +74,8 @@ export class Capture {
   private startedAt = Date.now();
   private readonly cycledTo = new Map<Venue, number>();
   private startedClockAt = -Infinity;
+  /** The heartbeat this process last wrote (see `announce`). */
+  private lastBeat: Heartbeat | null = null;
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -297,6 +286,7 @@ export class Capture {
         end_time: m.end_time,
         newest: this.latest.get(marketKey(m))?.ts ?? null,
       }));
+    await this.announce(open);
     const flushedAt = await this.keeper.flush();
     if (flushedAt === null) return;
     const { buffered_rows, dropped_rows, seal_backlog, seal_error, publish } = this.health();
@@ -312,6 +302,34 @@ export class Capture {
     };
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
     await writeFileAtomic(this.paths.heartbeat, JSON.stringify(beat)).catch(() => undefined);
+    this.lastBeat = beat;
+  }
+
+  /**
+   * A restart writes downtime gaps only for the markets a heartbeat named, and a flush's own
+   * heartbeat comes after its rows are on disk: a kill between the two (a slow fsync on a busy
+   * machine, seen beside stress-ng --cpu 8) would leave a new market's acknowledged rows, and the
+   * changes lost after them, with no gap. So markets new since the last heartbeat are named
+   * before their rows go to disk, in a heartbeat that otherwise says what the last one said (its
+   * time: every row before it is on disk). Once per new market: a few small writes an hour.
+   */
+  private async announce(open: HeartbeatMarket[]): Promise<void> {
+    const named = new Set(this.lastBeat?.open.map((m) => `${m.venue}:${m.market_id}`));
+    const added = open.filter((m) => !named.has(`${m.venue}:${m.market_id}`));
+    if (!added.length) return;
+    const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
+    const base: Heartbeat = this.lastBeat ?? {
+      ts: this.startedClockAt,
+      flushed_at: Date.now(),
+      acknowledged: this.spool.acknowledged,
+      health: { buffered_rows, dropped_rows, seal_backlog, seal_error },
+      segment: this.spool.segment,
+      open: [],
+      gaps: this.gaps.all(),
+    };
+    const beat = { ...base, open: [...base.open, ...added.map((m) => ({ ...m, newest: null }))] };
+    await writeFileAtomic(this.paths.heartbeat, JSON.stringify(beat)).catch(() => undefined);
+    this.lastBeat = beat;
   }
 
   health(now = Date.now()): CaptureHealth {

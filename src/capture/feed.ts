@@ -6,16 +6,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
-import type { CaptureHealth } from './capture.js';
-
-/** What `GET /latest?after=<seq>` answers. */
-export interface FeedAnswer {
-  /** Pass as `after` next time. */
-  seq: number;
-  health: CaptureHealth;
-  /** `<venue>:<market_id>` and its newest book, for every book changed after `after`. */
-  books: [string, LatestBook][];
-}
+import type { CaptureHealth, FeedAnswer } from '../health.js';
 
 export interface LatestFeed {
   url: string;

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import pino from 'pino';
-import type { Clock } from '../clock.js';
+import type { Clock, ClockParams } from '../clock.js';
 import type { Config } from '../config.js';
 import type { EncodedRun } from '../lake/spool.js';
 import type { Logger } from '../log.js';
@@ -14,9 +14,8 @@ import type { Book, Market } from '../records.js';
 import type { MarketPoll, Quote } from '../venues/adapter.js';
 import type { ClobBookSummary } from '../venues/polymarket/book.js';
 import { UpstreamError } from '../venues/http.js';
-import { type BookStream, type StreamGapReason, type StreamSink } from './stream.js';
+import { type BookStream, type StreamGapReason, type StreamSink } from '../venues/stream.js';
 import { NO_STREAM_STATS, type StreamStats } from '../venues/polymarket/recorder.js';
-import type { ThreadInit } from './streamworker.js';
 
 export type StreamEvent =
   | { kind: 'lost'; market_id: string; reason: StreamGapReason; from: number; detail: string }
@@ -33,6 +32,15 @@ export type ToThread =
   | { type: 'polled'; market_id: string; quotes: Quote[]; recvTs: number }
   | { type: 'fetched'; id: number; summaries?: (ClobBookSummary & { hash?: string })[]; recvTs?: number; error?: string }
   | { type: 'close' };
+
+/** What a stream thread starts from (its workerData). */
+export interface ThreadInit {
+  config: Config;
+  clock: ClockParams;
+  logLevel: string;
+  /** Whether capture can fetch full books over REST for a resync (see StreamSink.fetchBooks). */
+  fetch: boolean;
+}
 
 export type FromThread =
   | {

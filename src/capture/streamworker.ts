@@ -2,8 +2,7 @@
 // recorder (parse, apply, hash check, rows), and its rows encoded as spool lines here. What
 // reaches capture's thread is a batch every BATCH_MS: encoded runs, the newest books, gap events.
 import { parentPort, workerData } from 'node:worker_threads';
-import { type ClockParams, clockFromParams } from '../clock.js';
-import type { Config } from '../config.js';
+import { clockFromParams } from '../clock.js';
 import { partitionOf } from '../lake/layout.js';
 import { RunEncoder } from '../lake/spool.js';
 import pino from 'pino';
@@ -11,15 +10,7 @@ import { type Book, type Market, bookRows, metricRows } from '../records.js';
 import type { ClobBookSummary } from '../venues/polymarket/book.js';
 import type { Quote } from '../venues/adapter.js';
 import { StreamRecorder } from '../venues/polymarket/recorder.js';
-import type { FromThread, StreamEvent, ToThread } from './streamthreads.js';
-
-export interface ThreadInit {
-  config: Config;
-  clock: ClockParams;
-  logLevel: string;
-  /** Whether capture can fetch full books over REST for a resync (see StreamSink.fetchBooks). */
-  fetch: boolean;
-}
+import type { FromThread, StreamEvent, ThreadInit, ToThread } from './streamthreads.js';
 
 /**
  * How often a batch goes to capture's thread, empty or not: well inside a flush, so acknowledgement

@@ -176,3 +176,29 @@ export function lakePaths(dataDir: string): LakePaths {
 export function servingDirOf(lakeDir: string): string {
   return path.join(path.dirname(lakeDir), 'serving');
 }
+
+/** Rows of a market are captured within its window, plus the lag of the last poll. */
+export const CAPTURE_LAG_MS = 60_000;
+
+export interface MarketSpan {
+  venue: Venue;
+  coin: string;
+  window: Window;
+  start_time: number;
+  end_time: number;
+}
+
+export interface Plan {
+  partitions: Partition[];
+  from: number;
+  to: number;
+}
+
+/** The hours of `dataset` that can hold rows of `market` in [from, to); none when they miss. */
+export function planPartitions(dataset: Dataset, market: MarketSpan, from: number | null, to: number | null): Plan {
+  const lo = Math.max(from ?? -Infinity, market.start_time);
+  const hi = Math.min(to ?? Infinity, market.end_time + CAPTURE_LAG_MS);
+  const partitions: Partition[] = [];
+  for (let h = floorTo(lo, HOUR); h < hi; h += HOUR) partitions.push(partitionOf(dataset, market.venue, market.coin, market.window, h));
+  return { partitions: lo < hi ? partitions : [], from: lo, to: hi };
+}

@@ -4,7 +4,7 @@
 import type { Venue } from '../config.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { PolymarketWalk } from './polymarket.js';
-import type { ReplayRequest } from './server.js';
+import type { ReplayRequest } from './request.js';
 import { type ReplaySession, type ReplayWalk, SCHEDULE } from './session.js';
 import { type MarketTape, PRE_OPEN_MS } from './tape.js';
 import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';

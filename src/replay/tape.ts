@@ -8,7 +8,7 @@ import { readDoubles } from '../pages/render.js';
 import { type Partition, partitionOf } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';
-import { planPartitions } from '../api/plan.js';
+import { planPartitions } from '../lake/layout.js';
 
 /** One outcome's book as recorded, ladders best level first (the lake's order). */
 export interface TapeBook {

@@ -20,7 +20,7 @@ import {
   stateLadders,
   wholeChange,
 } from './book.js';
-import type { StreamGapReason, StreamSink } from '../../capture/stream.js';
+import type { StreamGapReason, StreamSink } from '../stream.js';
 import { type Awaiting, NO_HASH, type Verdict, type Verdicts, decided } from './verdicts.js';
 
 /** Checks by strength, strongest first: a later check replaces a weaker one only. */

@@ -25,7 +25,7 @@ import {
   sameLevels,
   stateLadders,
 } from './book.js';
-import { type BookStream, StreamProgress, type StreamSink, advance } from '../../capture/stream.js';
+import { type BookStream, StreamProgress, type StreamSink, advance } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';

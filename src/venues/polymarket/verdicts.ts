@@ -5,7 +5,7 @@
 // behind an undecided one, in order: a label written to the append-only spool cannot be taken back.
 import type { Clock } from '../../clock.js';
 import type { Book, HashCheck, Market } from '../../records.js';
-import type { StreamProgress } from '../../capture/stream.js';
+import type { StreamProgress } from '../stream.js';
 
 /**
  * How long after a book (venue time) a hashed field may still explain its hash: the venue's hash

@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { type BookStream, type StreamGapReason, type StreamSink, StreamProgress, advance } from '../../capture/stream.js';
+import { type BookStream, type StreamGapReason, type StreamSink, StreamProgress, advance } from '../stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 

@@ -1,10 +1,10 @@
 // What capture asks of a venue's book stream and gives it (the venue's recorder in
-// src/venues/<venue>/recorder.ts speaks the protocol), and what every recorder shares: when a
+// venues/<venue>/recorder.ts speaks the protocol), and what every recorder shares: when a
 // market's last instants are in, and one strictly increasing row time per market.
 import type { Book, Market, TradeRow } from '../records.js';
-import type { Quote, MarketPoll } from '../venues/adapter.js';
-import type { LostReason } from '../venues/channel.js';
-import type { ClobBookSummary } from '../venues/polymarket/book.js';
+import type { Quote, MarketPoll } from './adapter.js';
+import type { LostReason } from './channel.js';
+import type { ClobBookSummary } from './polymarket/book.js';
 
 /**
  * How far a stream has delivered, so that a market is let go only once its last instants are in:
