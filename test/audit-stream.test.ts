@@ -597,11 +597,14 @@ t.test('a restart records no book twice: the unchanged books its snapshots bring
   const counts: number[] = [];
   for (let run = 0; run < 2; run++) {
     const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+    let stopped: Promise<void> | null = null;
+    const stop = () => (stopped ??= capture.stop());
+    t.teardown(stop);
     await capture.start();
     // Until both venues' pre-open books are in (however loaded the machine), then a little more.
     for (let waited = 0; capture.stats.books < 4 && waited < 30_000; waited += 50) await new Promise((r) => setTimeout(r, 50));
     await new Promise((r) => setTimeout(r, 500));
-    await capture.stop();
+    await stop();
     counts.push(capture.stats.books);
   }
   t.ok(clock.now() < OPEN, 'both processes ran before the markets opened');

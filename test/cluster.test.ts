@@ -3,7 +3,7 @@
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import t from 'tap';
 import { KeyStore } from '../src/api/keys.js';
-import { startApiProcess } from './helpers.js';
+import { startApiProcess, stopProcess } from './helpers.js';
 
 /** The API workers among the children of `pid` (tsx may run an esbuild service beside them), waiting up to 10 s for `expected`. */
 async function children(pid: number, expected: number): Promise<number[]> {
@@ -23,13 +23,8 @@ async function children(pid: number, expected: number): Promise<number[]> {
   return pids;
 }
 
-function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    child.once('exit', () => resolve());
-    child.kill('SIGTERM');
-  });
-}
+/** A clean stop (the primary waits for its workers), never waiting forever: stopProcess's SIGKILL after 20 s. */
+const stop = (child: ChildProcess) => stopProcess(child);
 
 t.test('two workers share the port and every key’s limit; a dead worker is replaced', async (t) => {
   const dir = t.testdir();

@@ -10,7 +10,7 @@ import { KeyStore } from '../src/api/keys.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
-import { type ApiProcess, startApiProcess } from './helpers.js';
+import { type ApiProcess, killProcess, startApiProcess } from './helpers.js';
 
 // Markets far longer than real ones, so an export is megabytes and takes real time to read.
 const START = Date.parse('2026-07-26T12:00:00Z');
@@ -97,9 +97,7 @@ function exportRequest(
 }
 
 const server = await startServer();
-t.teardown(() => {
-  server.child.kill('SIGKILL');
-});
+t.teardown(() => killProcess(server.child));
 const done = IDS.map((market_id) => ({ market_id }));
 
 t.test('sixteen concurrent exports never block pages, latest books, or each other', async (t) => {
@@ -200,12 +198,10 @@ t.test('export log lines come through pino with their row counts; nothing raw on
 t.test('kill -9 in the middle of an export: the restart removes what it left', async (t) => {
   const pending = exportRequest(`${server.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`, 'slow');
   await sleep(1500);
-  server.child.kill('SIGKILL');
+  await killProcess(server.child);
   await pending.catch(() => undefined);
   const restarted = await startServer();
-  t.teardown(() => {
-    restarted.child.kill('SIGKILL');
-  });
+  t.teardown(() => killProcess(restarted.child));
   t.same(await fs.readdir(exportDir).catch(() => []), [], 'the export directory is empty after the restart');
   t.equal(
     (await get(`${restarted.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`)).status,
@@ -228,9 +224,7 @@ t.test('two stalled readers do not hold the export slots: each is cut off below 
     EXPORT_SLOW_MS: '1000',
     API_IDLE_MS: '600000',
   });
-  t.teardown(() => {
-    strict.child.kill('SIGKILL');
-  });
+  t.teardown(() => killProcess(strict.child));
   const url = (id: string) => `${strict.url}/v3/wallet-prediction/${id}/snapshots?format=csv`;
   // Readers that take the headers, then nothing: their sockets stay open.
   const stalled = IDS.slice(0, 2).map(

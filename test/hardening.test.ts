@@ -14,7 +14,7 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
-import { startApiProcess, testConfig } from './helpers.js';
+import { killProcess, startApiProcess, testConfig } from './helpers.js';
 
 const START = Date.parse('2026-07-26T12:00:00Z');
 const dir = t.testdir();
@@ -345,9 +345,7 @@ t.test('under overload each key gets its share: a bystander is answered while 64
     BOOK_CACHE_MB: '0',
     SERVING_COPIES: 'off',
   });
-  t.teardown(() => {
-    fair.child.kill('SIGKILL');
-  });
+  t.teardown(() => killProcess(fair.child));
   // A socket the server closed as idle just when the client reused it ends in a connection error before any
   // answer (the keep-alive race: undici's 'other side closed', or a reset of the request written into the
   // closing socket; both seen on a loaded machine): a GET is safe to send again, as clients do.

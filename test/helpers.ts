@@ -119,9 +119,7 @@ export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO
 /** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {
   const children = new Set<ChildProcess>();
-  t.teardown(() => {
-    for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-  });
+  t.teardown(() => Promise.all([...children].map(killProcess)));
   return () => {
     const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/capture.ts')], {
       env,
@@ -146,7 +144,24 @@ export function stopProcess(child: ChildProcess, ms = 20_000): Promise<void> {
     child.kill('SIGTERM');
   });
 }
-export const exited = (p: ChildProcess) => new Promise((r) => p.once('exit', r));
+/** Its exit code (null: a signal), at once when it has already exited. */
+export const exited = (p: ChildProcess): Promise<number | null> =>
+  p.exitCode !== null || p.signalCode !== null ? Promise.resolve(p.exitCode) : new Promise((r) => p.once('exit', (code) => r(code)));
+
+/**
+ * SIGKILL to the process and, when it leads a process group (an API started by startApiProcess,
+ * whose cluster workers share it), to the whole group; resolves once it has exited.
+ */
+export function killProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  try {
+    process.kill(-child.pid!, 'SIGKILL');
+  } catch {
+    child.kill('SIGKILL');
+  }
+  return gone;
+}
 
 /** At least `ms`, then until `enough` holds (a loaded machine starts processes slowly), at most 25 s. */
 export async function runFor(ms: number, enough: () => Promise<boolean>): Promise<void> {
@@ -183,6 +198,8 @@ export async function startApiProcess(dataDir: string, env: Record<string, strin
   const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/api.ts')], {
     env: { ...CHILD_ENV, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // Its own process group: a kill reaches its cluster workers too (killProcess), as a crash of the host would.
+    detached: true,
   });
   const lines: Record<string, unknown>[] = [];
   const stderr: string[] = [];

@@ -50,6 +50,10 @@ export async function roundTrip(
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  // Stopped once, by the run or, when something in it threw, before the duck closes under it.
+  let stopped: Promise<void> | null = null;
+  const stopCapture = () => (stopped ??= capture.stop());
+  t.teardown(stopCapture);
   // The venue's time holds at the start until the replay has loaded a market B subscribed to and,
   // on the market channel (whose replay sends each token's book on subscription), until B recorded
   // a book: B's stream thread reports progress while its connection is still being answered, and a
@@ -82,7 +86,7 @@ export async function roundTrip(
     await new Promise((r) => setTimeout(r, 50));
   }
   diagnosis.capture = { ...capture.stats };
-  await capture.stop();
+  await stopCapture();
   await sealAll(duck, dirB);
   const b = await readStreamLake(duck, dirB);
   diagnosis.rows = b.rows.length;

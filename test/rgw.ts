@@ -41,8 +41,9 @@ export async function startRgw(t: Test): Promise<Rgw> {
   // Root installs the packages on a fresh machine (as CI runs); elsewhere the script says what to run.
   await run('bash', [SCRIPT, 'install'], { timeout: 900_000 });
   const port = await freePort();
-  const { stdout } = await run('bash', [SCRIPT, 'start', dir, String(port)], { timeout: 300_000 });
+  // Before the start: a start that times out still has its daemons stopped (stop is idempotent).
   t.teardown(() => run('bash', [SCRIPT, 'stop', dir], { timeout: 120_000 }).then(() => undefined));
+  const { stdout } = await run('bash', [SCRIPT, 'start', dir, String(port)], { timeout: 300_000 });
   const env: Record<string, string> = {};
   for (const line of stdout.split('\n')) {
     const m = /^(S3_[A-Z_]+)=(.*)$/.exec(line.trim());

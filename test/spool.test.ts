@@ -109,6 +109,7 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
 t.test('a storage gap never holds a row kept after it, late rows at its market’s end included', async (t) => {
   const dir = t.testdir();
   const spool = new Spool(dir);
+  t.teardown(() => spool.close());
   const gaps = new GapLedger(spool, quiet, { gaps: 0 });
   // A bound of one byte: anything buffered makes the next row a drop, and a flush makes room again.
   const keeper = new SpoolKeeper(spool, 1, gaps, quiet);

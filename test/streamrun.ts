@@ -78,6 +78,10 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
   const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  // Stopped once, by the run or, when something in it threw, before the duck closes under them.
+  let stopped: Promise<void> | null = null;
+  const stopAll = () => (stopped ??= capture.stop().finally(() => standin.stop()));
+  t.teardown(stopAll);
   reached = () => Math.min(capture.progress(), standin.stream.delivered(), standin.walletStream.delivered());
   await capture.start();
   const began = Date.now();
@@ -103,8 +107,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
     `${venue} run at ${speed}x: ${((clock.now() - start) / 1000).toFixed(0)} simulated s in ${((Date.now() - anchor) / 1000).toFixed(1)} real s; ` +
       `the clock was held back ${(heldBack / 1000).toFixed(1)} simulated s (${((100 * heldBack) / Math.max(1, unpaced - start)).toFixed(1)}%) for the slowest party`,
   );
-  await capture.stop();
-  await standin.stop();
+  await stopAll();
   await sealAll(duck, dir);
   const lake = await readStreamLake(duck, dir);
   const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
