@@ -74,6 +74,11 @@ export interface Book {
   hash_check?: HashCheck | null;
 }
 
+/** A market's key wherever markets of both venues share a map (catalogue, latest books, caches, heartbeats, the feed): `<venue>:<market_id>`. */
+export function marketKey(venue: string, marketId: string): string {
+  return `${venue}:${marketId}`;
+}
+
 export const VERIFICATIONS = ['snapshot', 'hash', 'rest', 'best_bid_ask', 'none'] as const;
 export type VerifiedBy = (typeof VERIFICATIONS)[number];
 

@@ -4,7 +4,7 @@ import type { Venue } from '../config.js';
 import type { Partition } from '../lake/layout.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { BOOK_COLUMNS, TIME_COLUMNS, relation } from '../lake/sql.js';
-import type { LatestBook } from '../records.js';
+import { type LatestBook, marketKey } from '../records.js';
 import { parseTime } from '../time.js';
 import { exportFile } from './bulk.js';
 import {
@@ -59,7 +59,7 @@ export function bookHandlers(kit: RouteKit) {
     const signature = lake.signature(span.partitions);
     // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
     if (!signature || lake.spooled(span.partitions)) return null;
-    const key = `${venue}:${m.market_id}`;
+    const key = marketKey(venue, m.market_id);
     const sealed = deps.serving ? span.partitions.flatMap((p) => lake.sealedOf(p)) : [];
     // A gzip page of the pre-deflated shape: from the copy, cached or not, asked before or not (nothing to compress,
     // a seventh of the bytes; a client walking a market so is no reason to load it whole).
@@ -207,7 +207,7 @@ export function bookHandlers(kit: RouteKit) {
     async (ctx: RequestContext): Promise<Result> => {
       const m = findMarket(venue, ctx);
       const outcome = resolveOutcome(m, ctx.query.outcome, null);
-      const key = `${venue}:${m.market_id}`;
+      const key = marketKey(venue, m.market_id);
       let latest = deps.latest.get(key);
       if (!latest) {
         // One read per market however many requests ask at once: a burst of requests for markets

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { partitionDir } from '../lake/layout.js';
 import type { IndexedFile, LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
-import type { LatestBook } from '../records.js';
+import { type LatestBook, marketKey } from '../records.js';
 import { newestBooksSql } from './plan.js';
 import { rowBook } from './shape.js';
 import { BOOK_COLUMNS, relation } from '../lake/sql.js';
@@ -62,7 +62,7 @@ export async function preloadLatest(
     const sealed = files.map((f) => path.join(lake.paths.lake, f.path));
     const newest = new Map<string, LatestBook>();
     for (const r of await lake.duck.rows(newestBooksSql(relation('books', { sealed, spool: [] }, BOOK_COLUMNS)!))) {
-      const id = `${venue}:${String(r.market_id)}`;
+      const id = marketKey(venue, String(r.market_id));
       const entry = newest.get(id) ?? { ts: Number(r.ts), books: [] };
       entry.books.push({ market_id: String(r.market_id), ...rowBook(r) });
       newest.set(id, entry);

@@ -25,6 +25,7 @@ import {
   marketLakeRow,
   resolvedAt,
   withStreamFacts,
+  marketKey,
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
@@ -117,12 +118,12 @@ export class Capture {
         ),
       // A new version at once rather than at the next discovery; both tokens announce it, the second changes nothing.
       tickSize: (m, tickSize, recvTs) => {
-        const known = this.known.get(marketKey(m))?.market ?? m;
+        const known = this.known.get(marketKey(m.venue, m.market_id))?.market ?? m;
         if (known.tick_size !== tickSize) this.recordVersion({ ...known, tick_size: tickSize }, recvTs);
       },
       // The venue's own resolution time: a new version at once (discovery's catalogue has no such time).
       resolved: (m, winner, ts, recvTs) => {
-        const known = this.known.get(marketKey(m))?.market ?? m;
+        const known = this.known.get(marketKey(m.venue, m.market_id))?.market ?? m;
         if (known.resolved_time === null) this.recordVersion(resolvedAt(known, winner, ts), recvTs);
       },
       fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
@@ -163,7 +164,7 @@ export class Capture {
           this.gaps.succeed(m, 'metrics', run.first.ts);
         }
       },
-      latest: (m, ts, books) => this.latest.set(marketKey(m), { ts, books }),
+      latest: (m, ts, books) => this.latest.set(marketKey(m.venue, m.market_id), { ts, books }),
     };
   }
 
@@ -275,16 +276,18 @@ export class Capture {
     // may still hold its last changes (a kill then must leave a downtime gap up to the end).
     const reached = Math.min(ts, this.progress());
     // Rows a recorder still holds back (a book's hash verdict waits for a trade) are not in the spool yet.
-    const holding = new Set([...this.streams].flatMap(([venue, s]) => [...(s.holding?.() ?? [])].map((id) => `${venue}:${id}`)));
+    const holding = new Set([...this.streams].flatMap(([venue, s]) => [...(s.holding?.() ?? [])].map((id) => marketKey(venue, id))));
     const open = [...this.known.values()]
-      .filter(({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m))))
+      .filter(
+        ({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m.venue, m.market_id))),
+      )
       .map(({ market: m }) => ({
         venue: m.venue,
         coin: m.coin,
         window: m.window,
         market_id: m.market_id,
         end_time: m.end_time,
-        newest: this.latest.get(marketKey(m))?.ts ?? null,
+        newest: this.latest.get(marketKey(m.venue, m.market_id))?.ts ?? null,
       }));
     await this.announce(open);
     const flushedAt = await this.keeper.flush();
@@ -314,8 +317,8 @@ export class Capture {
    * time: every row before it is on disk). Once per new market: a few small writes an hour.
    */
   private async announce(open: HeartbeatMarket[]): Promise<void> {
-    const named = new Set(this.lastBeat?.open.map((m) => `${m.venue}:${m.market_id}`));
-    const added = open.filter((m) => !named.has(`${m.venue}:${m.market_id}`));
+    const named = new Set(this.lastBeat?.open.map((m) => marketKey(m.venue, m.market_id)));
+    const added = open.filter((m) => !named.has(marketKey(m.venue, m.market_id)));
     if (!added.length) return;
     const { buffered_rows, dropped_rows, seal_backlog, seal_error } = this.health();
     const base: Heartbeat = this.lastBeat ?? {
@@ -466,7 +469,8 @@ export class Capture {
       if (g.venue === adapter.venue && g.dataset === 'markets') this.gaps.close(g, now);
     }
     // What the stream learnt of a market (its resolution time) stands until the catalogue says it too.
-    for (const market of markets) this.recordVersion(withStreamFacts(market, this.known.get(marketKey(market))?.market), now);
+    for (const market of markets)
+      this.recordVersion(withStreamFacts(market, this.known.get(marketKey(market.venue, market.market_id))?.market), now);
     // Forget markets long past, so memory stays flat over weeks of capture.
     for (const [key, { market }] of this.known) {
       if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
@@ -476,7 +480,7 @@ export class Capture {
 
   /** Spools the market as a new version when it differs from the one last recorded. */
   private recordVersion(market: Market, now: number): void {
-    const key = marketKey(market);
+    const key = marketKey(market.venue, market.market_id);
     const version = JSON.stringify(market);
     if (this.known.get(key)?.version === version) return;
     this.known.set(key, { market, version });
@@ -489,7 +493,7 @@ export class Capture {
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
-    this.latest.set(marketKey(m), { ts, books });
+    this.latest.set(marketKey(m.venue, m.market_id), { ts, books });
     this.stats.books += rows.length;
     if (closesGaps) this.gaps.succeed(m, 'books', ts);
   }
@@ -591,11 +595,6 @@ export class LastTrades {
     }
     return trades;
   }
-}
-
-/** A market's key in the known versions and the latest books. */
-function marketKey(m: Pick<Market, 'venue' | 'market_id'>): string {
-  return `${m.venue}:${m.market_id}`;
 }
 
 /** Spool parts whose hour is due for sealing. */

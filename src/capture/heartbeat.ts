@@ -8,6 +8,7 @@ import { readJson } from '../lake/fsutil.js';
 import type { GapRecord } from '../lake/gaplog.js';
 import type { LakePaths } from '../lake/layout.js';
 import type { OpenGap } from './gaps.js';
+import { marketKey } from '../records.js';
 
 export interface HeartbeatMarket {
   venue: Venue;
@@ -98,7 +99,7 @@ export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: nu
   const heldUntil = new Map<string, number>();
   for (const m of beat.open) {
     if (!down) {
-      heldUntil.set(`${m.venue}:${m.market_id}`, beat.ts);
+      heldUntil.set(marketKey(m.venue, m.market_id), beat.ts);
       continue;
     }
     const from = m.newest ?? beat.ts;

@@ -3,7 +3,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue } from '../config.js';
-import type { Market, MarketStatus } from '../records.js';
+import { type Market, type MarketStatus, marketKey } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
 import { listFiles, writeFileAtomic } from './fsutil.js';
@@ -110,7 +110,7 @@ export class Catalogue {
   }
 
   upsert(m: StoredMarket): void {
-    const key = `${m.venue}:${m.market_id}`;
+    const key = marketKey(m.venue, m.market_id);
     const current = this.markets.get(key);
     // A resolution time a stream recorded stays with the market, whichever version is newer (a
     // catalogue version written after a restart does not know it); versions come in any order.
@@ -126,7 +126,7 @@ export class Catalogue {
   }
 
   market(venue: Venue, id: string, now: number): StoredMarket | null {
-    const m = this.markets.get(`${venue}:${id}`);
+    const m = this.markets.get(marketKey(venue, id));
     return m ? withStatus(m, now) : null;
   }
 

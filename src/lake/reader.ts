@@ -13,6 +13,7 @@ import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { lackedColumns } from './manifest.js';
 import { listSpool } from './spool.js';
 import type { Files } from './sql.js';
+import { marketKey } from '../records.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
 
@@ -195,7 +196,7 @@ export class LakeReader {
 
   /** The clock time up to which a market capture is recording now is proven held, or null (not recording it, or no capture known). */
   heldUntil(venue: Venue, marketId: string): number | null {
-    return this.proof.heldUntil.get(`${venue}:${marketId}`) ?? null;
+    return this.proof.heldUntil.get(marketKey(venue, marketId)) ?? null;
   }
 
   /**

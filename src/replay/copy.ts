@@ -28,6 +28,7 @@ import {
   tapeGaps,
   tapeSpan,
 } from './tape.js';
+import { marketKey } from '../records.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
 export const REPLAY_COPY_VERSION = 1;
@@ -336,7 +337,7 @@ export class ReplayCopies implements ReplayCopyStore {
 
   /** Writes the market's copy in the background, unless it has one or is waiting for it. */
   schedule(venue: Venue, m: StoredMarket): void {
-    const key = `${venue}:${m.market_id}`;
+    const key = marketKey(venue, m.market_id);
     if (this.stopped || this.queued.has(key)) return;
     const signature = copySignature(this.lake, venue, m);
     if (!signature || this.present.has(signature)) return;
@@ -381,7 +382,7 @@ export class ReplayCopies implements ReplayCopyStore {
           this.stats.failed++;
           this.log.warn({ market_id: market.market_id, err: (err as Error).message }, 'replay copy not written');
         } finally {
-          this.queued.delete(`${venue}:${market.market_id}`);
+          this.queued.delete(marketKey(venue, market.market_id));
         }
       }
     } finally {

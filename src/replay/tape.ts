@@ -9,6 +9,7 @@ import { type Partition, partitionOf } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';
 import { planPartitions } from '../lake/layout.js';
+import { marketKey } from '../records.js';
 
 /** One outcome's book as recorded, ladders best level first (the lake's order). */
 export interface TapeBook {
@@ -330,7 +331,7 @@ export class TapeCache {
     const signature = lake.signature(partitions);
     // Kept only when nothing more can come: the market is over and its rows are all in sealed files.
     const keep = this.maxBytes > 0 && m.end_time + 60_000 < now && signature !== '' && !lake.spooled(partitions);
-    const key = `${venue}:${m.market_id}`;
+    const key = marketKey(venue, m.market_id);
     const hit = keep ? this.entries.get(key) : undefined;
     if (hit && hit.signature === signature) {
       this.hits++;
@@ -365,7 +366,7 @@ export class TapeCache {
   /** A tape's rendered messages grew by `bytes`: charged to the budget. */
   charge(tape: MarketTape, bytes: number): void {
     tape.bytes += bytes;
-    const key = `${tape.market.venue}:${tape.market.market_id}`;
+    const key = marketKey(tape.market.venue, tape.market.market_id);
     if (this.entries.get(key)?.tape === tape) {
       this.used += bytes;
       this.evict();
