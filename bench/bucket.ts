@@ -12,7 +12,7 @@ import pino from 'pino';
 import { snapshotKey } from '../src/bucket/layout.js';
 import { Publisher } from '../src/bucket/publish.js';
 import { S3 } from '../src/bucket/s3.js';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';

@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { END, buildLake } from './lake.js';

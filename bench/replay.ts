@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import WebSocket from 'ws';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { Capture } from '../src/capture/capture.js';
 import { pacedClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';

@@ -4,7 +4,7 @@ import cluster from 'node:cluster';
 import { clockFrom } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { startCluster } from '../src/api/cluster.js';
-import type { RateChannel } from '../src/api/ratelimit.js';
+import type { RateChannel } from '../src/edge/ratelimit.js';
 import { prepareApiState, startApi } from '../src/api/server.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { createLogger } from '../src/log.js';

@@ -1,7 +1,7 @@
 // make key PLAN=paid LABEL=me | make keys | make revoke KEY_ID=key_...
 // The key is printed once, alone on the last line; only its hash is stored.
 import { loadConfig } from '../src/config.js';
-import { KeyStore, PLANS, type Plan } from '../src/api/keys.js';
+import { KeyStore, PLANS, type Plan } from '../src/edge/keys.js';
 
 const [command, ...args] = process.argv.slice(2);
 const store = KeyStore.open(loadConfig());

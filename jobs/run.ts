@@ -9,7 +9,7 @@ import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
-import { runKey } from '../src/api/keys.js';
+import { runKey } from '../src/edge/keys.js';
 import { StandIn } from '../src/standin/server.js';
 import { standinConfig } from '../src/standin/upstream.js';
 import { createAdapters } from '../src/venues/index.js';

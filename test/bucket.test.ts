@@ -16,7 +16,7 @@ import { Publisher } from '../src/bucket/publish.js';
 import { BucketReplica } from '../src/bucket/replica.js';
 import { type ManifestSnapshot, dataKey, manifestKey, manifestPrefix, snapshotKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { startApi } from '../src/api/server.js';
 import type { Capture } from '../src/capture/capture.js';
 import { startLatestFeed } from '../src/capture/feed.js';

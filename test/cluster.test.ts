@@ -2,7 +2,7 @@
 // primary across them, and a worker that dies replaced. Real processes, real HTTP.
 import { type ChildProcess, execFileSync } from 'node:child_process';
 import t from 'tap';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { startApiProcess, stopProcess } from './helpers.js';
 
 /** The API workers among the children of `pid` (tsx may run an esbuild service beside them), waiting up to 10 s for `expected`. */

@@ -6,7 +6,7 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import t from 'tap';
-import { KeyStore } from '../src/api/keys.js';
+import { KeyStore } from '../src/edge/keys.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';

@@ -8,7 +8,7 @@ import net from 'node:net';
 import path from 'node:path';
 import pino from 'pino';
 import t from 'tap';
-import { KeyStore, runKey } from '../src/api/keys.js';
+import { KeyStore, runKey } from '../src/edge/keys.js';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';

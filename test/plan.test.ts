@@ -2,7 +2,7 @@
 // range, SQL with every value bound, and cursors. The HTTP tests run the same steps end to end.
 import t from 'tap';
 import { Cursors } from '../src/api/cursor.js';
-import { ApiError } from '../src/api/errors.js';
+import { ApiError } from '../src/edge/errors.js';
 import { marketJson, numbers } from '../src/api/shape.js';
 import { bareMarket } from '../src/records.js';
 import {

@@ -2,7 +2,7 @@
 // lease tokens from it. Leases travel over an in-memory channel here; test/cluster.test.ts runs
 // the real processes.
 import t from 'tap';
-import { LeasedLimiter, RateBank, type RateChannel, type RateMessage, RateLimiter } from '../src/api/ratelimit.js';
+import { LeasedLimiter, RateBank, type RateChannel, type RateMessage, RateLimiter } from '../src/edge/ratelimit.js';
 
 /** A worker's line to `bank`, answered a tick later as IPC would be; counts the messages sent. */
 function line(bank: RateBank): RateChannel & { sent: RateMessage[] } {

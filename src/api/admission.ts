@@ -7,7 +7,7 @@
 // full queue refuses the newest request of the tenant holding the most requests, then asking the
 // most lately (arrivals decayed over about a second), not a newcomer who holds or asks less. So a key within its limits keeps being
 // answered however many other keys push, and pushing harder only sheds more of one's own.
-import { fail } from './errors.js';
+import { fail } from '../edge/errors.js';
 
 /** Whether `a` orders before `b`, field by field. */
 function comesFirst(a: number[], b: number[]): boolean {

@@ -1,6 +1,5 @@
 // The Koa app: request id and one log line per request, one error path rendering the
 // envelope, then the route table (auth, plan, rate limit, validation, handler).
-import { randomBytes } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import { brotliCompressSync, constants as zlibConstants, gzipSync } from 'node:zlib';
@@ -12,10 +11,12 @@ import { DuckError } from '../lake/duckdb.js';
 import { ObjectUnavailable } from '../bucket/replica.js';
 import type { Logger } from '../log.js';
 import type { Admission } from './admission.js';
-import { ApiError, echo, fail } from './errors.js';
-import { KEY_RE, type KeyStore } from './keys.js';
+import { ApiError, echo, fail } from '../edge/errors.js';
+import { authenticate } from '../edge/auth.js';
+import { newRequestId } from '../edge/requestid.js';
+import type { KeyStore } from '../edge/keys.js';
 import { parse, validator } from './params.js';
-import { type Limiter, RateLimiter } from './ratelimit.js';
+import { type Limiter, RateLimiter } from '../edge/ratelimit.js';
 import { RequestLog } from './requestlog.js';
 import { SlowReader } from './exports.js';
 import { pages } from './pages.js';
@@ -49,14 +50,6 @@ const REQUEST_ID_RE = /^[A-Za-z0-9._:-]{1,128}$/;
 /** What a browser script may read of a response: ids, rate limits, retry hints, file validators. */
 const EXPOSED =
   'X-Request-Id, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset, Retry-After, ETag, Content-Disposition, Content-Range';
-
-/** Unique per process start (random), then a counter: ids cost nothing per request and never repeat. */
-const ID_PREFIX = `req_${Date.now().toString(36)}${randomBytes(4).toString('hex')}`;
-let idCounter = 0;
-
-export function newRequestId(): string {
-  return `${ID_PREFIX}${(idCounter++).toString(36).padStart(6, '0')}`;
-}
 
 /** Statuses of unpaid traffic that are counted rather than logged one by one (with keyed refusals: see `refused`). */
 const COUNTED = new Set([401, 404, 405, 413, 429, 431]);
@@ -320,35 +313,21 @@ export function createApp(options: AppOptions): App {
 
   async function authorize(ctx: Koa.Context, route: Route) {
     if (route.access === 'public') return null;
-    const header = ctx.get('authorization');
-    const m = /^Bearer\s+(\S+)$/i.exec(header);
-    if (!m) {
-      limitAnonymous(ctx);
-      fail('AUTH_MISSING', 'Send your API key as "Authorization: Bearer <key>"; keys in the query string are not accepted');
-    }
-    const key = KEY_RE.test(m[1]) ? await keys.find(m[1]) : null;
-    if (!key) {
-      limitAnonymous(ctx);
-      fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
-    }
-    ctx.state.keyId = key.key_id;
-    const taken = limiter.take(key.key_id, options.rate(key.plan));
-    const decision = taken instanceof Promise ? await taken : taken;
-    ctx.set({
-      'X-RateLimit-Limit': String(decision.limit),
-      'X-RateLimit-Remaining': String(decision.remaining),
-      'X-RateLimit-Reset': String(decision.reset),
+    // Keys only in the header here: a query string ends up in logs and browser histories.
+    const presented = /^Bearer\s+(\S+)$/i.exec(ctx.get('authorization'))?.[1];
+    const key = await authenticate({ keys, limiter, rate: options.rate }, presented, {
+      need: route.access === 'paid' ? 'paid' : 'key',
+      howToSend: 'Send your API key as "Authorization: Bearer <key>"; keys in the query string are not accepted',
+      paidOnly: 'This route is available on paid plans; this key is on the free plan',
+      anonymous: () => limitAnonymous(ctx),
+      decided: (decision) =>
+        ctx.set({
+          'X-RateLimit-Limit': String(decision.limit),
+          'X-RateLimit-Remaining': String(decision.remaining),
+          'X-RateLimit-Reset': String(decision.reset),
+        }),
     });
-    if (!decision.allowed) {
-      fail(
-        'RATE_LIMITED',
-        `Over the ${key.plan} plan's rate of ${decision.limit} requests per second; retry after ${decision.reset} s`,
-        [],
-        { 'Retry-After': String(Math.max(1, decision.reset)) },
-      );
-    }
-    if (route.access === 'paid' && key.plan !== 'paid')
-      fail('PLAN_REQUIRED', 'This route is available on paid plans; this key is on the free plan');
+    ctx.state.keyId = key.key_id;
     return key;
   }
 

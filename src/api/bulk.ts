@@ -8,7 +8,7 @@ import { COVERAGE } from '../coverage.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
 import { coverageByWindow } from './certificate.js';
-import { echo, fail } from './errors.js';
+import { echo, fail } from '../edge/errors.js';
 import { timeRange } from './params.js';
 import { type PageQuery, TRADE_COLUMNS, exportSql, planPartitions, scansInOrder } from './plan.js';
 import { PARQUET, type RequestContext, type Result, type RouteKit, listRequest, takePage } from './route.js';

@@ -4,7 +4,7 @@
 // whole API (its own DuckDB, lake index and book cache), so reads scale with the cores.
 import cluster from 'node:cluster';
 import type { Logger } from '../log.js';
-import { RateBank } from './ratelimit.js';
+import { RateBank } from '../edge/ratelimit.js';
 
 export interface ApiCluster {
   port: number;

@@ -2,7 +2,7 @@
 // digest of every filter, so a cursor replayed elsewhere or with other filters is refused.
 // It carries the last key of the page, never an offset, so rows captured meanwhile do not shift it.
 import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
-import { echo, fail } from './errors.js';
+import { echo, fail } from '../edge/errors.js';
 
 export type Keyset = (string | number)[];
 

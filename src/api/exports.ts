@@ -12,7 +12,7 @@
 import fs from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { Duck, Params } from '../lake/duckdb.js';
-import { fail } from './errors.js';
+import { fail } from '../edge/errors.js';
 
 /** How often a stream looks for bytes the COPY has written since. */
 const POLL_MS = 20;

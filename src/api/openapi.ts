@@ -1,6 +1,6 @@
 // The OpenAPI 3.1 document, generated from the route table and the same parameter specs the
 // server validates with.
-import { STATUS_OF, type ErrorCode } from './errors.js';
+import { STATUS_OF, type ErrorCode } from '../edge/errors.js';
 import type { Route } from './route.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
 

@@ -5,7 +5,7 @@ import { WINDOWS } from '../config.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
 import { DATASETS } from '../records.js';
 import { parseTime } from '../time.js';
-import { echo, fail } from './errors.js';
+import { echo, fail } from '../edge/errors.js';
 
 export interface ParamSpec {
   name: string;

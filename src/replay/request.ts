@@ -3,7 +3,7 @@
 import { Ajv } from 'ajv';
 import type { Venue } from '../config.js';
 import { parseTime } from '../time.js';
-import { echo, fail } from '../api/errors.js';
+import { echo, fail } from '../edge/errors.js';
 import { WALLET_AGGREGATE_TOPIC } from './wallet.js';
 
 export interface ReplayRequest {

@@ -8,10 +8,11 @@ import type { Clock } from '../clock.js';
 import type { Venue } from '../config.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Logger } from '../log.js';
-import { newRequestId } from '../api/app.js';
-import { ApiError, echo, fail } from '../api/errors.js';
-import { KEY_RE, type KeyStore, type Plan } from '../api/keys.js';
-import type { RateLimiter, LeasedLimiter } from '../api/ratelimit.js';
+import { newRequestId } from '../edge/requestid.js';
+import { ApiError, echo, fail } from '../edge/errors.js';
+import { authenticate } from '../edge/auth.js';
+import type { KeyStore, Plan } from '../edge/keys.js';
+import type { RateLimiter, LeasedLimiter } from '../edge/ratelimit.js';
 import { PROTOCOLS } from './protocols.js';
 import { type ReplayRequest, replayRequest } from './request.js';
 
@@ -100,22 +101,13 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
   let total = 0;
   const tokens = new TokenIndex(deps.lake, 'polymarket');
 
-  const authorize = async (req: http.IncomingMessage, query: Record<string, string>) => {
+  const authorize = (req: http.IncomingMessage, query: Record<string, string>) =>
     // Venue clients set no headers, so the key may come in the URL here; it is never logged.
-    const header = /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '')?.[1];
-    const presented = header ?? query.api_key;
-    if (!presented) fail('AUTH_MISSING', 'Send your API key as "Authorization: Bearer <key>" (or api_key in a replay URL)');
-    const key = KEY_RE.test(presented) ? await deps.keys.find(presented) : null;
-    if (!key) fail('AUTH_INVALID', 'The API key is unknown, revoked or malformed');
-    const taken = deps.limiter.take(key.key_id, deps.rate(key.plan));
-    const decision = taken instanceof Promise ? await taken : taken;
-    if (!decision.allowed)
-      fail('RATE_LIMITED', `Over the ${key.plan} plan's rate of ${decision.limit} requests per second`, [], {
-        'Retry-After': String(Math.max(1, decision.reset)),
-      });
-    if (key.plan !== 'paid') fail('PLAN_REQUIRED', 'Replays are available on paid plans; this key is on the free plan');
-    return key;
-  };
+    authenticate(deps, /^Bearer\s+(\S+)$/i.exec(req.headers.authorization ?? '')?.[1] ?? query.api_key, {
+      need: 'paid',
+      howToSend: 'Send your API key as "Authorization: Bearer <key>" (or api_key in a replay URL)',
+      paidOnly: 'Replays are available on paid plans; this key is on the free plan',
+    });
 
   const start = (ws: WebSocket, request: ReplayRequest, query: Record<string, string>, keyId: string, requestId: string) => {
     const began = performance.now();
