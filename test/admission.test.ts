@@ -22,15 +22,15 @@ t.test(
     const refused = await pushed[1];
     t.same(refused, { ok: false, status: 503 }, "the pusher's newest waiter is refused for it");
     t.equal(admission.queued, 2);
-    // Both now hold one waiting and run nothing: the slots go to the one asking less lately first (the
-    // pusher, by the arrivals made up above), then the other; the bystander is answered, never refused.
+    // Both now hold one waiting and run nothing: the slot goes to the one not refused lately (the
+    // bystander, however often it asked), then the pusher's older waiter.
     running();
-    const first = await pushed[0];
-    t.ok(first.ok, "the pusher's older waiter");
-    if (first.ok) first.v();
     const admitted = await bystander;
-    t.type(admitted, 'function', 'then the bystander');
+    t.type(admitted, 'function', 'the bystander first');
     admitted();
+    const first = await pushed[0];
+    t.ok(first.ok, "then the pusher's older waiter");
+    if (first.ok) first.v();
     t.equal(admission.inFlight, 0);
     t.equal(admission.shed, 1);
   },
@@ -50,4 +50,26 @@ t.test('between keys holding alike, the one asking more lately gives way; a key 
   const admitted = await c;
   t.ok(admitted.ok);
   if (admitted.ok) admitted.v();
+});
+
+t.test('among keys holding alike, one refused lately gives way first, however slowly it asks', async (t) => {
+  const admission = new Admission({ limit: 1, queue: 2, waitMs: 60_000 });
+  const internals = admission as unknown as { arrived(id: string): void; refuse(id: string): never };
+  const running = await admission.enter(undefined, paid('runner'));
+  // The bystander asks often and serially (one at a time); the pusher was refused before.
+  for (let i = 0; i < 50; i++) internals.arrived('bystander');
+  t.throws(() => internals.refuse('pusher'));
+  const bystander = settled(admission.enter(undefined, paid('bystander')));
+  const pushed = settled(admission.enter(undefined, paid('pusher')));
+  // A newcomer holding nothing: a waiter gives way, the refused pusher's, not the bystander's.
+  const newcomer = settled(admission.enter(undefined, paid('newcomer')));
+  t.same(await pushed, { ok: false, status: 503 }, "the refused key's waiter gives way");
+  // Neither refused: the slots go to the one asking less lately first, then the other; neither is shed.
+  running();
+  const first = await newcomer;
+  t.ok(first.ok, 'the newcomer (asking less lately) first');
+  if (first.ok) first.v();
+  const second = await bystander;
+  t.ok(second.ok, 'then the bystander, never shed');
+  if (second.ok) second.v();
 });

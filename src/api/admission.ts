@@ -4,8 +4,9 @@
 // refused at once with 503 and Retry-After, so latency stays bounded and the client knows to come
 // back. Which one is the fairness: each key (a tenant) waits in its own line, a freed slot goes to
 // the tenant running the least for its weight (its plan's), then asking the least lately, and a
-// full queue refuses the newest request of the tenant holding the most requests, then asking the
-// most lately (arrivals decayed over about a second), not a newcomer who holds or asks less. So a key within its limits keeps being
+// full queue refuses the newest request of the tenant holding the most requests, then refused the
+// most lately (it asks beyond what it is given), then asking the most lately (arrivals and
+// refusals decayed over about a second), not a newcomer who holds, is refused or asks less. So a key within its limits keeps being
 // answered however many other keys push, and pushing harder only sheds more of one's own.
 import { fail } from '../edge/errors.js';
 
@@ -51,6 +52,8 @@ export class Admission {
   private readonly lines = new Map<string, Line>();
   /** Each tenant's recent arrivals, decayed: kept beyond its line, since a pusher's line empties between its refusals. */
   private readonly demands = new Map<string, { value: number; at: number }>();
+  /** Each tenant's recent refusals, decayed: a key that keeps coming back refused is the one pushing. */
+  private readonly refusals = new Map<string, { value: number; at: number }>();
   /** Requests refused since start. */
   shed = 0;
 
@@ -76,7 +79,7 @@ export class Admission {
       line.running++;
       return this.releaser(line);
     }
-    if (this.queuedCount >= this.options.queue && !this.evictFor(line)) this.refuse();
+    if (this.queuedCount >= this.options.queue && !this.evictFor(line)) this.refuse(tenant.id);
     await new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
         seq: this.arrivals++,
@@ -92,7 +95,7 @@ export class Admission {
       const timer = setTimeout(() => {
         this.drop(line, waiter);
         try {
-          this.refuse();
+          this.refuse(line.id);
         } catch (err) {
           waiter.refuse(err);
         }
@@ -116,8 +119,12 @@ export class Admission {
 
   /** The tenant's arrivals lately, decayed to now. */
   private demand(id: string, now = performance.now()): number {
-    const d = this.demands.get(id);
-    return d ? d.value * 2 ** (-(now - d.at) / DEMAND_HALF_LIFE_MS) : 0;
+    return decayed(this.demands, id, now);
+  }
+
+  /** The tenant's refusals lately, decayed to now. */
+  private refused(id: string, now = performance.now()): number {
+    return decayed(this.refusals, id, now);
   }
 
   private arrived(id: string): void {
@@ -126,6 +133,7 @@ export class Admission {
     // Memory follows the tenants active lately: the faded are pruned now and then.
     if (this.demands.size > 256 && this.arrivals % 256 === 0) {
       for (const [key] of this.demands) if (this.demand(key, now) < 0.01 && !this.lines.has(key)) this.demands.delete(key);
+      for (const [key] of this.refusals) if (this.refused(key, now) < 0.01) this.refusals.delete(key);
     }
   }
 
@@ -140,7 +148,7 @@ export class Admission {
 
   /**
    * A full queue: the newest waiter of the heaviest waiting tenant (for its weight: the most
-   * requests running and waiting, then asking the most lately) gives way to `line`'s request, if
+   * requests running and waiting, then refused the most lately, then asking the most lately) gives way to `line`'s request, if
    * that tenant is heavier than `line` before it; otherwise `line`'s is refused. Requests held come
    * first: arrival rates say how hard a client pushes only while its machine keeps up (a starved
    * client of many keys asks each slower than one serial client), while a key with nothing in the
@@ -148,7 +156,11 @@ export class Admission {
    */
   private evictFor(line: Line): boolean {
     const now = performance.now();
-    const weightOf = (l: Line) => [(l.running + l.waiting.length) / l.weight, this.demand(l.id, now) / l.weight];
+    const weightOf = (l: Line) => [
+      (l.running + l.waiting.length) / l.weight,
+      this.refused(l.id, now) / l.weight,
+      this.demand(l.id, now) / l.weight,
+    ];
     let heaviest: { line: Line; order: number[] } | null = null;
     for (const l of this.lines.values()) {
       if (l.waiting.length === 0) continue;
@@ -161,7 +173,7 @@ export class Admission {
     this.queuedCount--;
     this.forgetIfIdle(victim);
     try {
-      this.refuse();
+      this.refuse(victim.id);
     } catch (err) {
       evicted.refuse(err);
     }
@@ -170,14 +182,14 @@ export class Admission {
 
   /**
    * A slot is free: it goes to the waiting tenant running the least for its weight; on a tie, the
-   * one asking the least lately; then the one waiting longest.
+   * one refused the least lately, then asking the least lately; then the one waiting longest.
    */
   private next(): void {
     const now = performance.now();
     let chosen: { line: Line; order: number[] } | null = null;
     for (const l of this.lines.values()) {
       if (l.waiting.length === 0) continue;
-      const order = [l.running / l.weight, this.demand(l.id, now) / l.weight, l.waiting[0].seq];
+      const order = [l.running / l.weight, this.refused(l.id, now) / l.weight, this.demand(l.id, now) / l.weight, l.waiting[0].seq];
       if (!chosen || comesFirst(order, chosen.order)) chosen = { line: l, order };
     }
     if (!chosen) return;
@@ -213,8 +225,16 @@ export class Admission {
     if (line.running === 0 && line.waiting.length === 0 && this.lines.get(line.id) === line) this.lines.delete(line.id);
   }
 
-  private refuse(): never {
+  private refuse(tenant: string): never {
     this.shed++;
+    const now = performance.now();
+    this.refusals.set(tenant, { value: this.refused(tenant, now) + 1, at: now });
     fail('UNAVAILABLE', 'The service is at capacity; retry in a second', [], { 'Retry-After': '1' });
   }
+}
+
+/** A tenant's count in `values`, decayed to `now` by DEMAND_HALF_LIFE_MS. */
+function decayed(values: Map<string, { value: number; at: number }>, id: string, now: number): number {
+  const d = values.get(id);
+  return d ? d.value * 2 ** (-(now - d.at) / DEMAND_HALF_LIFE_MS) : 0;
 }
