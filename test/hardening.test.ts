@@ -348,7 +348,8 @@ t.test('under overload each key gets its share: a bystander is answered while 64
   t.teardown(() => killProcess(fair.child));
   // A socket the server closed as idle just when the client reused it ends in a connection error before any
   // answer (the keep-alive race: undici's 'other side closed', or a reset of the request written into the
-  // closing socket; both seen on a loaded machine): a GET is safe to send again, as clients do.
+  // closing socket; both seen on a loaded machine): a GET is safe to send again, as clients do. The pool
+  // the 128 pushing loops share may hold several such sockets (three in a row beside stress-ng --cpu 4).
   let resent = 0;
   const page = async (k: string): Promise<number> => {
     for (let attempt = 0; ; attempt++) {
@@ -360,7 +361,7 @@ t.test('under overload each key gets its share: a bystander is answered while 64
         return res.status;
       } catch (err) {
         const code = (err as { cause?: { code?: string } }).cause?.code ?? '';
-        if (attempt >= 2 || !['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'].includes(code)) throw err;
+        if (attempt >= 9 || !['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE'].includes(code)) throw err;
         resent++;
       }
     }
