@@ -23,6 +23,8 @@ if (cluster.isPrimary && workers > 1) {
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
+  // Spawned over IPC by a supervisor (the test suite, a process manager) that is gone: stop as on SIGTERM.
+  process.once('disconnect', stop);
 } else {
   const duck = await Duck.open(2);
   const rates: RateChannel = {
@@ -40,6 +42,7 @@ if (cluster.isPrimary && workers > 1) {
     })());
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-  // A worker whose primary is gone cannot lease tokens: it finishes what it serves and ends.
-  if (cluster.isWorker) process.once('disconnect', stop);
+  // A worker whose primary is gone cannot lease tokens, and a process whose supervisor (spawned over IPC)
+  // is gone serves no one it answers to: either finishes what it serves and ends.
+  process.once('disconnect', stop);
 }

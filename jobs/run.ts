@@ -66,3 +66,5 @@ const stop = async () => {
 };
 process.once('SIGINT', stop);
 process.once('SIGTERM', stop);
+// Spawned over IPC by a supervisor (the test suite, a process manager) that is gone: stop as on SIGTERM.
+process.once('disconnect', stop);

@@ -27,7 +27,7 @@ import { type IndexedFile, FileIndex } from '../src/lake/fileindex.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
-import { type ApiProcess, quiet, sealAll, startApiProcess, stopProcess, testConfig } from './helpers.js';
+import { type ApiProcess, quiet, sealAll, startApiProcess, testConfig } from './helpers.js';
 import { startRgw } from './rgw.js';
 
 const START = Date.parse('2026-08-04T10:00:00Z');
@@ -357,8 +357,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     // The first with capture's feed; the second without, as `make api` runs by default on two cores: two workers sharing its cache.
     const feedEnv: Record<string, string> =
       i === 0 ? { CAPTURE_FEED_URL: feed.url, CAPTURE_FEED_SECRET: FEED_SECRET } : { API_WORKERS: '2' };
-    const r = await startApiProcess(replicaDirs[i], { ...replicaEnv, ...feedEnv });
-    t.teardown(() => stopProcess(r.child));
+    const r = await startApiProcess(t, replicaDirs[i], { ...replicaEnv, ...feedEnv });
     replicas.push(r);
   }
   const get = async (base: string, route: string) => {

@@ -10,7 +10,10 @@ import { promisify } from 'node:util';
 import t from 'tap';
 import { CHILD_ENV, TS_NODE_ARGS, lakeServer } from './helpers.js';
 
-const run = promisify(execFile);
+const execFileAsync = promisify(execFile);
+/** A child of this test, killed if it runs past three minutes: a hung tool fails the test, never hangs the suite. */
+const run = (file: string, args: string[], options: { env?: NodeJS.ProcessEnv } = {}) =>
+  execFileAsync(file, args, { encoding: 'utf8', timeout: 180_000, killSignal: 'SIGKILL', ...options });
 const START = Date.parse('2026-07-27T23:40:00Z');
 const END = START + 35 * 60_000;
 const {

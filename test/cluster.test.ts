@@ -1,9 +1,9 @@
 // `make api` as deployed: API_WORKERS processes sharing one port, a key's rate limit held by the
 // primary across them, and a worker that dies replaced. Real processes, real HTTP.
-import { type ChildProcess, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import t from 'tap';
 import { KeyStore } from '../src/edge/keys.js';
-import { startApiProcess, stopProcess } from './helpers.js';
+import { startApiProcess } from './helpers.js';
 
 /** The API workers among the children of `pid` (tsx may run an esbuild service beside them), waiting up to 10 s for `expected`. */
 async function children(pid: number, expected: number): Promise<number[]> {
@@ -23,14 +23,10 @@ async function children(pid: number, expected: number): Promise<number[]> {
   return pids;
 }
 
-/** A clean stop (the primary waits for its workers), never waiting forever: stopProcess's SIGKILL after 20 s. */
-const stop = (child: ChildProcess) => stopProcess(child);
-
 t.test('two workers share the port and every key’s limit; a dead worker is replaced', async (t) => {
   const dir = t.testdir();
   const { key } = await KeyStore.at(dir).issue('paid', 'cluster');
-  const api = await startApiProcess(dir, { API_WORKERS: '2', RATE_PAID_PER_SECOND: '20' });
-  t.teardown(() => stop(api.child));
+  const api = await startApiProcess(t, dir, { API_WORKERS: '2', RATE_PAID_PER_SECOND: '20' });
   t.match(
     api.lines.find((l) => l.msg === 'api listening'),
     { workers: 2 },

@@ -5,7 +5,7 @@
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { KeyStore } from '../src/edge/keys.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
@@ -25,16 +25,21 @@ const exportDir = path.join(dir, 'state', 'exports');
 
 type Server = ApiProcess;
 
-function startServer(): Promise<Server> {
+function startServer(t: Test): Promise<Server> {
   // A small threadpool (four pipe-based exports used to exhaust libuv's default four) with
   // four export slots: slow readers hold slots, never threads.
-  return startApiProcess(dir, {
-    CLOCK_START: String(END + HOUR),
-    CLOCK_SPEED: '1',
-    RATE_PAID_PER_SECOND: '100000',
-    UV_THREADPOOL_SIZE: '8',
-    EXPORT_SLOTS: '4',
-  });
+  return startApiProcess(
+    t,
+    dir,
+    {
+      CLOCK_START: String(END + HOUR),
+      CLOCK_SPEED: '1',
+      RATE_PAID_PER_SECOND: '100000',
+      UV_THREADPOOL_SIZE: '8',
+      EXPORT_SLOTS: '4',
+    },
+    'kill',
+  );
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -96,8 +101,7 @@ function exportRequest(
   });
 }
 
-const server = await startServer();
-t.teardown(() => killProcess(server.child));
+const server = await startServer(t);
 const done = IDS.map((market_id) => ({ market_id }));
 
 t.test('sixteen concurrent exports never block pages, latest books, or each other', async (t) => {
@@ -200,8 +204,7 @@ t.test('kill -9 in the middle of an export: the restart removes what it left', a
   await sleep(1500);
   await killProcess(server.child);
   await pending.catch(() => undefined);
-  const restarted = await startServer();
-  t.teardown(() => killProcess(restarted.child));
+  const restarted = await startServer(t);
   t.same(await fs.readdir(exportDir).catch(() => []), [], 'the export directory is empty after the restart');
   t.equal(
     (await get(`${restarted.url}/v3/wallet-prediction/${done[1].market_id}/snapshots?format=csv`)).status,
@@ -212,19 +215,23 @@ t.test('kill -9 in the middle of an export: the restart removes what it left', a
 
 t.test('two stalled readers do not hold the export slots: each is cut off below the minimum rate', async (t) => {
   // Two slots, a 64 KiB/s floor judged over each second, and no idle-socket bound to do the work instead.
-  const strict = await startApiProcess(dir, {
-    CLOCK_START: String(END + HOUR),
-    CLOCK_SPEED: '1',
-    RATE_PAID_PER_SECOND: '100000',
-    UV_THREADPOOL_SIZE: '8',
-    // One process, so health counts the exports it served.
-    API_WORKERS: '1',
-    EXPORT_SLOTS: '2',
-    EXPORT_MIN_BYTES_PER_SECOND: '65536',
-    EXPORT_SLOW_MS: '1000',
-    API_IDLE_MS: '600000',
-  });
-  t.teardown(() => killProcess(strict.child));
+  const strict = await startApiProcess(
+    t,
+    dir,
+    {
+      CLOCK_START: String(END + HOUR),
+      CLOCK_SPEED: '1',
+      RATE_PAID_PER_SECOND: '100000',
+      UV_THREADPOOL_SIZE: '8',
+      // One process, so health counts the exports it served.
+      API_WORKERS: '1',
+      EXPORT_SLOTS: '2',
+      EXPORT_MIN_BYTES_PER_SECOND: '65536',
+      EXPORT_SLOW_MS: '1000',
+      API_IDLE_MS: '600000',
+    },
+    'kill',
+  );
   const url = (id: string) => `${strict.url}/v3/wallet-prediction/${id}/snapshots?format=csv`;
   // Readers that take the headers, then nothing: their sockets stay open.
   const stalled = IDS.slice(0, 2).map(

@@ -9,7 +9,7 @@ import t from 'tap';
 import { startApi } from '../src/api/server.js';
 import { createClock } from '../src/clock.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
-import { CHILD_ENV, TS_NODE_ARGS, lakeTable, lakeServer } from './helpers.js';
+import { CHILD_ENV, exitedWithin, lakeTable, lakeServer, spawnJob } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
 const END = START + 45 * 60_000;
@@ -271,7 +271,6 @@ t.test('every DuckDB example of the analyst guide runs against a real lake and r
 
 t.test('the download job mirrors, skips what is valid, replaces corrupt copies, resumes, and names failures', async (t) => {
   const { download } = await import('../src/download.js');
-  const { spawn } = await import('node:child_process');
   const dest = path.join(dir, 'mirror');
   const req = { baseUrl: api.url, key: paid, namespace: 'wallet-prediction', dest, query: { dataset: 'books', coin: 'btc' } };
   const first = await download(req);
@@ -306,18 +305,14 @@ t.test('the download job mirrors, skips what is valid, replaces corrupt copies, 
   tampered[200] ^= 0xff;
   await fs.writeFile(served, tampered);
   await fs.rm(path.join(dest, listed.url.replace('/v3/wallet-prediction/files/', '')));
-  const cli = spawn(
-    process.execPath,
-    [...TS_NODE_ARGS, path.resolve('jobs/download.ts'), '--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url],
-    {
-      env: { ...CHILD_ENV, PMH_API_KEY: paid },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
+  const cli = spawnJob(t, 'download.ts', ['--dataset', 'books', '--coin', 'btc', '--dest', dest, '--url', api.url], {
+    ...CHILD_ENV,
+    PMH_API_KEY: paid,
+  });
   let out = '';
-  cli.stdout.on('data', (d) => (out += d));
-  cli.stderr.on('data', (d) => (out += d));
-  const code = await new Promise((r) => cli.once('exit', r));
+  cli.stdout!.on('data', (d) => (out += d));
+  cli.stderr!.on('data', (d) => (out += d));
+  const code = await exitedWithin(cli, 120_000);
   await fs.writeFile(served, original);
   t.equal(code, 1, 'exit non-zero');
   t.match(out, new RegExp(`FAILED ${listed.url.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: sha256`));

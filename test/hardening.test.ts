@@ -14,7 +14,7 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
-import { killProcess, startApiProcess, testConfig } from './helpers.js';
+import { startApiProcess, testConfig } from './helpers.js';
 
 const START = Date.parse('2026-07-26T12:00:00Z');
 const dir = t.testdir();
@@ -332,20 +332,24 @@ t.test('under overload each key gets its share: a bystander is answered while 64
   const keys: string[] = [];
   for (let i = 0; i < 65; i++) keys.push((await store.issue('paid', `fair-${i}`)).key);
   const [bystander, ...pushers] = keys;
-  const fair = await startApiProcess(dir, {
-    CLOCK_START: String(START + 2 * HOUR),
-    CLOCK_SPEED: '1',
-    API_WORKERS: '1',
-    RATE_PAID_PER_SECOND: '100000',
-    API_MAX_INFLIGHT: '2',
-    API_QUEUE: '4',
-    // The bystander waits for one of the two running pages to end: bounded by the work, not by a time,
-    // so the wait bound is far above a page however starved the machine (a page took 4-9 s beside stress-ng).
-    API_QUEUE_WAIT_MS: '60000',
-    BOOK_CACHE_MB: '0',
-    SERVING_COPIES: 'off',
-  });
-  t.teardown(() => killProcess(fair.child));
+  const fair = await startApiProcess(
+    t,
+    dir,
+    {
+      CLOCK_START: String(START + 2 * HOUR),
+      CLOCK_SPEED: '1',
+      API_WORKERS: '1',
+      RATE_PAID_PER_SECOND: '100000',
+      API_MAX_INFLIGHT: '2',
+      API_QUEUE: '4',
+      // The bystander waits for one of the two running pages to end: bounded by the work, not by a time,
+      // so the wait bound is far above a page however starved the machine (a page took 4-9 s beside stress-ng).
+      API_QUEUE_WAIT_MS: '60000',
+      BOOK_CACHE_MB: '0',
+      SERVING_COPIES: 'off',
+    },
+    'kill',
+  );
   // A socket the server closed as idle just when the client reused it ends in a connection error before any
   // answer (the keep-alive race: undici's 'other side closed', or a reset of the request written into the
   // closing socket; both seen on a loaded machine): a GET is safe to send again, as clients do. The pool

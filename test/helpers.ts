@@ -123,20 +123,57 @@ export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildPr
   return () => {
     const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/capture.ts')], {
       env,
-      stdio: ['ignore', 'ignore', 'inherit'],
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
     });
     children.add(child);
     return child;
   };
 }
 
+/**
+ * A job (`jobs/<script>`) for test `t`: stopped at its teardown however the test ends, and given an IPC
+ * channel, so a long-running job whose test process died first (the runner's timeout) stops by itself
+ * (jobs stop on `disconnect`) instead of writing on into a directory nobody owns.
+ */
+export function spawnJob(
+  t: Test,
+  script: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  stdout: 'pipe' | 'ignore' = 'pipe',
+): ChildProcess {
+  const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs', script), ...args], {
+    env,
+    stdio: ['ignore', stdout, 'pipe', 'ipc'],
+  });
+  t.teardown(() => killProcess(child));
+  return child;
+}
+
+/** Its exit code once it exits; a job still running after `ms` is killed and fails the wait, never hangs the test. */
+export function exitedWithin(child: ChildProcess, ms: number): Promise<number | null> {
+  let late = false;
+  const timer = setTimeout(() => {
+    late = true;
+    child.kill('SIGKILL');
+  }, ms);
+  return exited(child).then((code) => {
+    clearTimeout(timer);
+    if (late) throw new Error(`${child.spawnargs.join(' ')} still running after ${ms} ms`);
+    return code;
+  });
+}
+
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** SIGTERM, then SIGKILL if it has not exited within `ms`: a teardown that never waits forever, nor leaves a process behind. */
+/**
+ * SIGTERM, then SIGKILL (to its process group, when it leads one) if it has not exited within `ms`:
+ * a teardown that never waits forever, nor leaves a process behind.
+ */
 export function stopProcess(child: ChildProcess, ms = 20_000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {
-    const killer = setTimeout(() => child.kill('SIGKILL'), ms);
+    const killer = setTimeout(() => void killProcess(child), ms);
     child.once('exit', () => {
       clearTimeout(killer);
       resolve();
@@ -193,14 +230,24 @@ export interface ApiProcess {
   stderr: string[];
 }
 
-/** `jobs/api.ts` (as `make api` runs it) over `dataDir` on a free port, once it says it listens. */
-export async function startApiProcess(dataDir: string, env: Record<string, string>): Promise<ApiProcess> {
+/**
+ * `jobs/api.ts` (as `make api` runs it) over `dataDir` on a free port, once it says it listens. Ended at
+ * `t`'s teardown from the moment it is spawned: `stop` (SIGTERM, the clean stop) or `kill` (SIGKILL to it
+ * and its cluster workers, for tests that leave requests hanging on purpose).
+ */
+export async function startApiProcess(
+  t: Test,
+  dataDir: string,
+  env: Record<string, string>,
+  end: 'stop' | 'kill' = 'stop',
+): Promise<ApiProcess> {
   const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('jobs/api.ts')], {
     env: { ...CHILD_ENV, DATA_DIR: dataDir, PORT: '0', LOG_FORMAT: 'json', LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     // Its own process group: a kill reaches its cluster workers too (killProcess), as a crash of the host would.
     detached: true,
   });
+  t.teardown(() => (end === 'stop' ? stopProcess(child) : killProcess(child)));
   const lines: Record<string, unknown>[] = [];
   const stderr: string[] = [];
   child.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));

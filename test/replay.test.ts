@@ -2,7 +2,6 @@
 // (with a disconnect, so the record has gaps): every message in the venue's documented shapes and
 // through capture's own protocol parser, books rebuilt from the messages equal to the lake's rows,
 // hashes reproducing, trades once each, gaps announced, refusals as the API's envelope.
-import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
@@ -16,7 +15,7 @@ import { PolymarketWalk } from '../src/replay/polymarket.js';
 import { ReplaySession } from '../src/replay/session.js';
 import { TapeCache } from '../src/replay/tape.js';
 import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
-import { CHILD_ENV, TS_NODE_ARGS, lakeTable, quiet, testConfig } from './helpers.js';
+import { CHILD_ENV, exitedWithin, lakeTable, quiet, spawnJob, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
 import { OPEN, stopGaps, streamRun } from './streamrun.js';
 
@@ -448,30 +447,16 @@ t.test('round trip: capture’s own recorder pointed at the replay records the o
 
 t.test('make replay writes the same messages as the socket, one per line', async (t) => {
   const out = path.join(t.testdir(), 'replay.ndjson');
-  const child = spawn(
-    process.execPath,
-    [
-      ...TS_NODE_ARGS,
-      'jobs/replay.ts',
-      '--venue',
-      'polymarket',
-      '--from',
-      String(START),
-      '--to',
-      String(END),
-      '--coin',
-      'btc',
-      '--out',
-      out,
-    ],
-    {
-      env: { ...CHILD_ENV, DATA_DIR: run.dir },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
+  const child = spawnJob(
+    t,
+    'replay.ts',
+    ['--venue', 'polymarket', '--from', String(START), '--to', String(END), '--coin', 'btc', '--out', out],
+    { ...CHILD_ENV, DATA_DIR: run.dir },
+    'ignore',
   );
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  t.equal(await new Promise((r) => child.once('exit', r)), 0, stderr);
+  t.equal(await exitedWithin(child, 180_000), 0, stderr);
   const lines = (await fs.readFile(out, 'utf8')).trimEnd().split('\n');
   const socket = full.messages.filter((m) => m.event_type !== 'replay_end').map((m) => JSON.stringify(m));
   t.equal(lines.length, socket.length, `${lines.length} messages`);

@@ -13,7 +13,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { StandIn } from '../src/standin/server.js';
-import { TS_NODE_ARGS, captureEnv, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
+import { TS_NODE_ARGS, captureEnv, killProcess, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
 import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
@@ -27,15 +27,29 @@ try {
   mounted = false;
 }
 
+// The teardown first: whatever fails below, the mount and every process started are undone.
+const undo: (() => unknown)[] = [];
+t.teardown(async () => {
+  try {
+    for (const step of undo.reverse()) await step();
+  } finally {
+    if (mounted) execFileSync('umount', ['-l', dir]);
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
 const anchor = Date.now();
 const START = Date.parse('2026-07-26T12:10:00Z');
 const SPEED = 20;
 const clock = createClock(START, SPEED, anchor);
 const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
 const url = await standin.start(0);
+undo.push(() => standin.stop());
 const duck = await Duck.open(1);
+undo.push(() => duck.close());
 const config = testConfig(dir, { HEALTH_MAX_FLUSH_AGE_MS: '1500', RATE_PAID_PER_SECOND: '100000' });
 const api = await startApi(config, duck, clock, quiet, { port: 0 });
+undo.push(() => api.stop());
 const key = (await api.keys.issue('paid', 'storage test')).key;
 
 const lines: Record<string, unknown>[] = [];
@@ -47,8 +61,10 @@ const capture: ChildProcess = spawn(process.execPath, [...TS_NODE_ARGS, path.res
     { start: START, speed: SPEED, anchor },
     { LOG_LEVEL: 'info', SPOOL_MAX_BUFFER_MB: '1', CAPTURE_STREAM: 'polymarket,wallet-prediction', POLYMARKET_COINS: 'btc,eth' },
   ),
-  stdio: ['ignore', 'pipe', 'inherit'],
+  // An IPC channel: if this process dies first, capture stops by itself (jobs stop on disconnect).
+  stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
 });
+undo.push(() => killProcess(capture));
 let partial = '';
 capture.stdout!.on('data', (d: Buffer) => {
   const parts = (partial + d.toString()).split('\n');
@@ -56,19 +72,6 @@ capture.stdout!.on('data', (d: Buffer) => {
   for (const p of parts) if (p) lines.push(JSON.parse(p));
 });
 const exited = new Promise<number | null>((r) => capture.once('exit', (code) => r(code)));
-
-t.teardown(async () => {
-  try {
-    capture.kill('SIGKILL');
-    await exited;
-    await api.stop();
-    await standin.stop();
-    duck.close();
-  } finally {
-    if (mounted) execFileSync('umount', ['-l', dir]);
-    await fs.rm(dir, { recursive: true, force: true });
-  }
-});
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 async function until(what: string, check: () => Promise<boolean> | boolean, ms = 30_000): Promise<void> {
