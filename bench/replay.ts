@@ -55,7 +55,7 @@ async function buildLake(): Promise<{ seconds: number; rows: number }> {
     WALLET_BASE_URL: `${url}${WALLET_PREFIX}`,
   });
   const duck = await Duck.open(2);
-  const capture = new Capture(config, clock, duck, createAdapters(config, clock), log);
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), log, null);
   progress = () => capture.progress();
   await capture.start();
   while (clock.now() < TO) {

@@ -120,6 +120,7 @@ const lost = (m: Market, reason: string) => console.error(`unexpected gap in ${m
 const recorder: StreamRecorder | ThreadedStream =
   THREADS > 0
     ? new ThreadedStream(
+        'polymarket',
         config,
         createClock(),
         log,

@@ -8,13 +8,14 @@ import { sealingDuck } from '../src/lake/seal.js';
 import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 import { createAdapters } from '../src/venues/index.js';
+import { publisherFor } from '../src/bucket/publish.js';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'capture', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'capture');
 const clock = clockFrom(config.clock);
 const duck = await Duck.open(1, sealingDuck(config));
-const capture = new Capture(config, clock, duck, createAdapters(config, clock), log);
+const capture = new Capture(config, clock, duck, createAdapters(config, clock), log, publisherFor(config, log, duck));
 await capture.start();
 const { port, host, secret } = config.captureFeed;
 const feed =

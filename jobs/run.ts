@@ -13,6 +13,7 @@ import { runKey } from '../src/edge/keys.js';
 import { StandIn } from '../src/standin/server.js';
 import { standinConfig } from '../src/standin/upstream.js';
 import { createAdapters } from '../src/venues/index.js';
+import { publisherFor } from '../src/bucket/publish.js';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'run', 1, config.logFormat);
@@ -29,7 +30,7 @@ const cfg = standinConfig(config, url);
 const duck = await Duck.open(2);
 // Sealing an hour takes seconds: capture gets a lane of its own so it never queues the API's reads.
 const captureDuck = await duck.fork(1);
-const capture = new Capture(cfg, clock, captureDuck, createAdapters(cfg, clock), log);
+const capture = new Capture(cfg, clock, captureDuck, createAdapters(cfg, clock), log, publisherFor(cfg, log, captureDuck));
 await capture.start();
 const api = await startApi(config, duck, clock, log, { latest: capture.latest, capture });
 const { port, host, secret } = config.captureFeed;

@@ -596,7 +596,7 @@ t.test('a restart records no book twice: the unchanged books its snapshots bring
   t.teardown(() => duck.close());
   const counts: number[] = [];
   for (let run = 0; run < 2; run++) {
-    const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+    const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet, null);
     let stopped: Promise<void> | null = null;
     const stop = () => (stopped ??= capture.stop());
     t.teardown(stop);

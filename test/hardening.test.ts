@@ -326,6 +326,11 @@ t.test('idle sockets from one address cannot take the API from another: capped, 
   );
 });
 
+// A bystander's page waits for one of the two running pages, then runs: its time is about two pages, so
+// the test asks for few and small pages (a page took 4-9 s beside stress-ng at 1,000 snapshots; twenty
+// of them took the file past its timeout beside stress-ng --cpu 4 and other work). Eight still tell a
+// fair queue from one that sheds the bystander (the held-count rule alone shed 18 of 20).
+const BYSTANDER_PAGES = 8;
 t.test('under overload each key gets its share: a bystander is answered while 64 keys push', async (t) => {
   // The API in a process of its own, as `make api` runs it: the pushing clients here must not starve its event loop.
   const store = KeyStore.at(dir);
@@ -358,7 +363,7 @@ t.test('under overload each key gets its share: a bystander is answered while 64
   const page = async (k: string): Promise<number> => {
     for (let attempt = 0; ; attempt++) {
       try {
-        const res = await fetch(`${fair.url}/v3/wallet-prediction/99000001/snapshots?limit=1000&interval=1s`, {
+        const res = await fetch(`${fair.url}/v3/wallet-prediction/99000001/snapshots?limit=250&interval=1s`, {
           headers: { authorization: `Bearer ${k}` },
         });
         await res.arrayBuffer();
@@ -392,7 +397,7 @@ t.test('under overload each key gets its share: a bystander is answered while 64
   await new Promise((r) => setTimeout(r, 300));
   const statuses = new Map<number, number>();
   const latencies: number[] = [];
-  for (let i = 0; i < 20; i++) {
+  for (let i = 0; i < BYSTANDER_PAGES; i++) {
     const started = performance.now();
     const status = await page(bystander);
     latencies.push(performance.now() - started);
@@ -403,9 +408,9 @@ t.test('under overload each key gets its share: a bystander is answered while 64
   t.same(failures, [], 'every pushing page got an answer');
   t.ok((pushed.get(503) ?? 0) > 0, `the pushing keys were shed: ${JSON.stringify(Object.fromEntries(pushed))}`);
   // Its wait is for one of the two running pages to end: bounded by the work, so the queue's wait bound is generous here.
-  t.same(Object.fromEntries(statuses), { 200: 20 }, 'every page of the bystander key is answered, none shed');
+  t.same(Object.fromEntries(statuses), { 200: BYSTANDER_PAGES }, 'every page of the bystander key is answered, none shed');
   latencies.sort((a, b) => a - b);
   t.pass(
-    `the bystander's p50 ${latencies[9].toFixed(0)} ms, max ${latencies[19].toFixed(0)} ms beside them; ${resent} pages sent again after a closed socket`,
+    `the bystander's p50 ${latencies[BYSTANDER_PAGES >> 1].toFixed(0)} ms, max ${latencies[BYSTANDER_PAGES - 1].toFixed(0)} ms beside them; ${resent} pages sent again after a closed socket`,
   );
 });

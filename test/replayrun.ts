@@ -51,7 +51,7 @@ export async function roundTrip(
   });
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
-  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet, null);
   // Stopped once, by the run or, when something in it threw, before the duck closes under it.
   let stopped: Promise<void> | null = null;
   const stopCapture = () => (stopped ??= capture.stop());

@@ -77,7 +77,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   });
   const duck = await Duck.open(2);
   t.teardown(() => duck.close());
-  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet);
+  const capture = new Capture(config, clock, duck, createAdapters(config, clock), quiet, null);
   // Stopped once, by the run or, when something in it threw, before the duck closes under them.
   let stopped: Promise<void> | null = null;
   const stopAll = () => (stopped ??= capture.stop().finally(() => standin.stop()));

@@ -16,8 +16,11 @@ import { COMMIT_LOG, type PartitionManifest, readManifest } from '../lake/manife
 import { LakeReader } from '../lake/reader.js';
 import type { Logger } from '../log.js';
 import { type CommitObject, type ManifestSnapshot, commitKey, dataKey, heartbeatKey, manifestKey, snapshotKey } from './layout.js';
-import { type S3, S3Error } from './s3.js';
+import { S3Error } from './s3.js';
 import type { PublishHealth } from '../health.js';
+import type { Config } from '../config.js';
+import { lakePaths } from '../lake/layout.js';
+import { S3 } from './s3.js';
 
 export interface PublishReport {
   partitions: number;
@@ -28,6 +31,11 @@ export interface PublishReport {
 
 /** Partitions published at once: each is a few requests, most of them small. */
 const PARALLEL = 4;
+
+/** The publisher of the lake in `config.dataDir` that a process's config asks for: none without a bucket. */
+export function publisherFor(config: Config, log: Logger, duck: Duck): Publisher | null {
+  return config.bucket ? new Publisher(lakePaths(config.dataDir), new S3(config.bucket), log, config.publishSnapshotMs, duck) : null;
+}
 
 export class Publisher {
   private offset: number | null = null;

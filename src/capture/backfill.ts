@@ -124,10 +124,7 @@ export async function backfill(
     progress?.update(finished, days.length, summary.markets);
   });
   progress?.finish();
-  if (summary.metrics === 0)
-    notes.push(
-      `no price history stored: ${req.venue === 'wallet-prediction' ? 'the wallet API keeps none' : 'the venue returned none for this range (resolved markets have none below 12-hour fidelity)'}`,
-    );
+  if (summary.metrics === 0) notes.push(`no price history stored: ${adapter.historyKept}`);
   await fs.rm(checkpoint, { force: true });
   return summary;
 }

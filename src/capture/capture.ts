@@ -30,12 +30,10 @@ import {
 import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamSink } from '../venues/stream.js';
-import { StreamRecorder } from '../venues/polymarket/recorder.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
-import { WalletStreamRecorder } from '../venues/wallet/recorder.js';
-import { Publisher } from '../bucket/publish.js';
+import { createRecorder, streamTraits } from '../venues/index.js';
+import type { Publisher } from '../bucket/publish.js';
 import type { CaptureHealth } from '../health.js';
-import { S3 } from '../bucket/s3.js';
 
 /** How long before a market's open its tokens are subscribed. */
 const STREAM_LEAD_MS = 60_000;
@@ -55,8 +53,6 @@ export class Capture {
   readonly paths: LakePaths;
   /** What the spool keeps, drops and gaps for storage. */
   private readonly keeper: SpoolKeeper;
-  /** Publishes committed partitions to the bucket, when one is configured. */
-  readonly publisher: Publisher | null;
   private readonly gaps: GapLedger;
   private readonly tradeEvents: ReadonlySet<Venue>;
   private readonly lastTrades = new LastTrades();
@@ -87,14 +83,29 @@ export class Capture {
     private readonly duck: Duck,
     private readonly adapters: VenueAdapter[],
     private readonly log: Logger,
+    /** Publishes committed partitions to the bucket, when one is configured (`publisherFor`). */
+    readonly publisher: Publisher | null,
   ) {
     this.paths = lakePaths(config.dataDir);
     this.spool = new Spool(this.paths.spool);
     this.gaps = new GapLedger(this.spool, log, this.stats);
     this.keeper = new SpoolKeeper(this.spool, config.capture.spoolMaxBufferBytes, this.gaps, log);
-    this.publisher = config.bucket ? new Publisher(this.paths, new S3(config.bucket), log, config.publishSnapshotMs, duck) : null;
-    const polymarket = adapters.find((a) => a.venue === 'polymarket');
-    const sink: StreamSink = {
+    const streamed = adapters.filter((a) => config.capture.stream.venues.includes(a.venue));
+    this.tradeEvents = new Set(streamed.map((a) => a.venue).filter((v) => streamTraits(v).tradesInStream));
+    const threads = config.capture.stream.threads;
+    for (const adapter of streamed) {
+      const { venue } = adapter;
+      const sink = this.streamSink(adapter);
+      // Threads need a clock they can rebuild; a hand-driven test clock keeps the recorder here.
+      if (streamTraits(venue).threaded && threads > 0 && clock.params)
+        this.streams.set(venue, new ThreadedStream(venue, config, clock, log, this.threadSink(sink), threads));
+      else this.streams.set(venue, createRecorder(venue, config, clock, log, sink));
+    }
+  }
+
+  /** Where a venue's stream puts rows, gaps and market versions, with the venue's REST books for a resync. */
+  private streamSink(adapter: VenueAdapter): StreamSink {
+    return {
       books: (m, ts, recvTs, books) => {
         if (this.keeper.keeps(m, 'books', ts, books.length)) this.recordBooks(m, ts, recvTs, books, false);
       },
@@ -126,7 +137,7 @@ export class Capture {
         const known = this.known.get(marketKey(m.venue, m.market_id))?.market ?? m;
         if (known.resolved_time === null) this.recordVersion(resolvedAt(known, winner, ts), recvTs);
       },
-      fetchBooks: polymarket?.bookSummaries?.bind(polymarket),
+      fetchBooks: adapter.bookSummaries?.bind(adapter),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
         const closing = [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]
@@ -136,16 +147,6 @@ export class Capture {
         for (const g of closing) this.gaps.close(g, at);
       },
     };
-    const streamed = config.capture.stream.venues.filter((v) => adapters.some((a) => a.venue === v));
-    // Polymarket's channel sends every trade; other venues' last trade is known only from REST.
-    this.tradeEvents = new Set(streamed.filter((v) => v === 'polymarket'));
-    const threads = config.capture.stream.threads;
-    for (const venue of streamed) {
-      if (venue !== 'polymarket') this.streams.set(venue, new WalletStreamRecorder(config, clock, log, sink));
-      // Threads need a clock they can rebuild; a hand-driven test clock keeps the recorder here.
-      else if (threads > 0 && clock.params) this.streams.set(venue, new ThreadedStream(config, clock, log, this.threadSink(sink), threads));
-      else this.streams.set(venue, new StreamRecorder(config, clock, log, sink));
-    }
   }
 
   /** Where stream threads' rows go: the same checks and counts as the sink's, with rows already encoded. */

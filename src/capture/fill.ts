@@ -10,6 +10,7 @@ import type { Duck } from '../lake/duckdb.js';
 import type { Logger } from '../log.js';
 import { HOUR } from '../time.js';
 import { createAdapters } from '../venues/index.js';
+import { publisherFor } from '../bucket/publish.js';
 
 export interface FillOptions {
   hours: number;
@@ -41,7 +42,7 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   const polled = await upstream.start(clock, config, pollMs);
   // A fill replays hours in minutes by polling; streaming every change at that speed is live capture's job.
   const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] } } };
-  const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log);
+  const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log, publisherFor(cfg, log, duck));
   reached = () => capture.progress();
   await capture.start();
   while (clock.now() < until) await new Promise((r) => setTimeout(r, 50));

@@ -1,21 +1,20 @@
-// The market channel across threads: one thread cannot take 50,000 changes a second with the
+// A venue's stream across threads: one thread cannot take 50,000 changes a second with the
 // parse, apply, hash check and row encoding each needs, so the markets are shared among stream
-// threads (a market's tokens always in one, since its rows hold both outcomes). Capture's thread
-// keeps the spool, gaps and market versions, and takes each thread's rows as encoded runs.
+// threads (a market's tokens always in one, since its rows hold both outcomes), each running the
+// venue's recorder. Capture's thread keeps the spool, gaps and market versions, and takes each
+// thread's rows as encoded runs.
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import pino from 'pino';
 import type { Clock, ClockParams } from '../clock.js';
-import type { Config } from '../config.js';
+import type { Config, Venue } from '../config.js';
 import type { EncodedRun } from '../lake/spool.js';
 import type { Logger } from '../log.js';
 import type { Book, Market } from '../records.js';
-import type { MarketPoll, Quote } from '../venues/adapter.js';
-import type { ClobBookSummary } from '../venues/polymarket/book.js';
+import type { MarketPoll, Quote, VenueBookSummary } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamGapReason, type StreamSink } from '../venues/stream.js';
-import { NO_STREAM_STATS, type StreamStats } from '../venues/polymarket/recorder.js';
 
 export type StreamEvent =
   | { kind: 'lost'; market_id: string; reason: StreamGapReason; from: number; detail: string }
@@ -23,18 +22,20 @@ export type StreamEvent =
   | { kind: 'tick'; market_id: string; tickSize: number; recvTs: number }
   | { kind: 'resolved'; market_id: string; winner: number; ts: number; recvTs: number };
 
-export type ThreadStats = StreamStats & { connects: number };
+/** A recorder's counts (VenueRecorder.counts). */
+export type ThreadStats = Record<string, number>;
 
 export type ToThread =
   | { type: 'track'; markets: Market[]; now: number }
   | { type: 'resume'; newest: [string, number][] }
-  | { type: 'rest'; market_id: string; summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }
+  | { type: 'rest'; market_id: string; summaries: VenueBookSummary[]; recvTs: number }
   | { type: 'polled'; market_id: string; quotes: Quote[]; recvTs: number }
-  | { type: 'fetched'; id: number; summaries?: (ClobBookSummary & { hash?: string })[]; recvTs?: number; error?: string }
+  | { type: 'fetched'; id: number; summaries?: VenueBookSummary[]; recvTs?: number; error?: string }
   | { type: 'close' };
 
 /** What a stream thread starts from (its workerData). */
 export interface ThreadInit {
+  venue: Venue;
   config: Config;
   clock: ClockParams;
   logLevel: string;
@@ -92,8 +93,6 @@ interface Thread {
 const YOUNG_MS = 60_000;
 const RESPAWN_MAX_MS = 30_000;
 
-const EMPTY_STATS: ThreadStats = { ...NO_STREAM_STATS, connects: 0 };
-
 /** The worker's own source: `.ts` when run through tsx, `.js` when compiled. */
 const WORKER = new URL(`./streamworker${path.extname(fileURLToPath(import.meta.url))}`, import.meta.url);
 
@@ -105,6 +104,10 @@ function startWorker(init: ThreadInit): Worker {
   if (!WORKER.pathname.endsWith('.ts')) return new Worker(WORKER, { workerData: init });
   const boot = `import('tsx/esm/api').then((tsx) => { tsx.register(); return import(${JSON.stringify(WORKER.href)}); });`;
   return new Worker(boot, { eval: true, workerData: init, execArgv: [] });
+}
+
+function addCounts(into: ThreadStats, counts: ThreadStats): void {
+  for (const [k, n] of Object.entries(counts)) into[k] = (into[k] ?? 0) + n;
 }
 
 /** FNV-1a: the same market always goes to the same thread. */
@@ -123,9 +126,10 @@ export class ThreadedStream implements BookStream {
   private resumed: [string, number][] = [];
   private readonly respawns = new Set<NodeJS.Timeout>();
   /** Stats of threads that exited, so the sums never go back. */
-  private readonly past: ThreadStats = { ...EMPTY_STATS };
+  private readonly past: ThreadStats = {};
 
   constructor(
+    private readonly venue: Venue,
     private readonly config: Config,
     private readonly clock: Clock,
     private readonly log: Logger,
@@ -137,7 +141,13 @@ export class ThreadedStream implements BookStream {
   }
 
   private spawn(index: number, failures = 0): Thread {
-    const init: ThreadInit = { config: this.config, clock: this.clock.params!, logLevel: this.log.level, fetch: !!this.sink.fetchBooks };
+    const init: ThreadInit = {
+      venue: this.venue,
+      config: this.config,
+      clock: this.clock.params!,
+      logLevel: this.log.level,
+      fetch: !!this.sink.fetchBooks,
+    };
     const worker = startWorker(init);
     let done = () => undefined as void;
     const thread: Thread = {
@@ -145,7 +155,7 @@ export class ThreadedStream implements BookStream {
       tracked: this.threads[index]?.tracked ?? new Map(),
       live: new Set(),
       holding: [],
-      stats: { ...EMPTY_STATS },
+      stats: {},
       newest: this.threads[index]?.newest ?? new Map(),
       reached: this.clock.now(),
       done: new Promise<void>((resolve) => (done = resolve)),
@@ -178,8 +188,8 @@ export class ThreadedStream implements BookStream {
       { thread: index, code, markets: old.tracked.size, respawn_in_ms: delay },
       'stream thread exited; its markets are resubscribed by a new one',
     );
-    for (const k of Object.keys(this.past) as (keyof ThreadStats)[]) this.past[k] += old.stats[k];
-    old.stats = { ...EMPTY_STATS };
+    addCounts(this.past, old.stats);
+    old.stats = {};
     old.live.clear();
     const now = this.clock.now();
     for (const m of old.tracked.values()) {
@@ -303,7 +313,7 @@ export class ThreadedStream implements BookStream {
   /** The recorders' counts summed over the threads, those that exited included. */
   get stats(): ThreadStats {
     const sum = { ...this.past };
-    for (const t of this.threads) for (const k of Object.keys(sum) as (keyof ThreadStats)[]) sum[k] += t.stats[k];
+    for (const t of this.threads) addCounts(sum, t.stats);
     return sum;
   }
 

@@ -1,5 +1,5 @@
-// A stream thread: one share of the streamed markets, with its own WebSocket connections and
-// recorder (parse, apply, hash check, rows), and its rows encoded as spool lines here. What
+// A stream thread: one share of a venue's streamed markets, with its own WebSocket connections and
+// the venue's recorder (parse, apply, hash check, rows), and its rows encoded as spool lines here. What
 // reaches capture's thread is a batch every BATCH_MS: encoded runs, the newest books, gap events.
 import { parentPort, workerData } from 'node:worker_threads';
 import { clockFromParams } from '../clock.js';
@@ -7,9 +7,8 @@ import { partitionOf } from '../lake/layout.js';
 import { RunEncoder } from '../lake/spool.js';
 import pino from 'pino';
 import { type Book, type Market, bookRows, metricRows } from '../records.js';
-import type { ClobBookSummary } from '../venues/polymarket/book.js';
-import type { Quote } from '../venues/adapter.js';
-import { StreamRecorder } from '../venues/polymarket/recorder.js';
+import type { Quote, VenueBookSummary } from '../venues/adapter.js';
+import { createRecorder } from '../venues/index.js';
 import type { FromThread, StreamEvent, ThreadInit, ToThread } from './streamthreads.js';
 
 /**
@@ -29,10 +28,10 @@ const encoder = new RunEncoder();
 const latest = new Map<string, { ts: number; books: Book[] }>();
 let events: StreamEvent[] = [];
 const markets = new Map<string, Market>();
-const fetches = new Map<number, { resolve: (r: { summaries: ClobBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
+const fetches = new Map<number, { resolve: (r: { summaries: VenueBookSummary[]; recvTs: number }) => void; reject: (e: Error) => void }>();
 let nextFetch = 1;
 
-const recorder = new StreamRecorder(init.config, clock, log, {
+const recorder = createRecorder(init.venue, init.config, clock, log, {
   books: (m, ts, recvTs, books) => {
     const partition = partitionOf('books', m.venue, m.coin, m.window, ts);
     for (const row of bookRows(ts, recvTs, books)) encoder.book(partition, row);
@@ -51,7 +50,7 @@ const recorder = new StreamRecorder(init.config, clock, log, {
   ...(init.fetch
     ? {
         fetchBooks: (tokenIds: string[]) =>
-          new Promise<{ summaries: ClobBookSummary[]; recvTs: number }>((resolve, reject) => {
+          new Promise<{ summaries: VenueBookSummary[]; recvTs: number }>((resolve, reject) => {
             const id = nextFetch++;
             fetches.set(id, { resolve, reject });
             post({ type: 'fetch', id, tokenIds });
@@ -67,7 +66,7 @@ function post(message: FromThread, transfer: ArrayBuffer[] = []): void {
 /** Sends what was recorded since the last batch, with the thread's liveness, counts and clock. */
 function send(): void {
   const live = [...markets.values()].filter((m) => recorder.live(m)).map((m) => m.market_id);
-  const stats = { ...recorder.stats, connects: recorder.channel.stats.connects };
+  const stats = recorder.counts();
   const runs = encoder.take();
   post(
     {
@@ -77,7 +76,7 @@ function send(): void {
       latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
       events,
       live,
-      holding: recorder.holding(),
+      holding: [...(recorder.holding?.() ?? [])],
       stats,
     },
     runs.flatMap((r) => r.chunks.map((c) => c.buffer as ArrayBuffer)),

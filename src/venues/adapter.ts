@@ -1,7 +1,6 @@
 // What capture and backfill need from a venue. Everything returned is already normalized.
 import type { Venue, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
-import type { ClobBookSummary } from './polymarket/book.js';
 import { UpstreamError } from './http.js';
 
 export interface Quote {
@@ -11,10 +10,20 @@ export interface Quote {
   last_trade: number | null;
 }
 
+/**
+ * A venue's own full book of one outcome token as its REST sent it (levels as strings, with its hash
+ * where the venue hashes): opaque above the venue, only its recorder reads the rest (Polymarket checks
+ * its streamed copy against it). Venues that stream no hashed books send none.
+ */
+export interface VenueBookSummary {
+  readonly asset_id: string;
+  readonly hash?: string;
+}
+
 export interface MarketPoll {
   books: Book[] | UpstreamError;
   /** The venue's own book summaries (levels as sent, with hashes), where a streamed copy is checked against them. */
-  summaries?: (ClobBookSummary & { hash?: string })[];
+  summaries?: VenueBookSummary[];
   quotes: Quote[] | UpstreamError;
   recvTs: number;
   /** Clock time the poll's requests went out (capture's cycle), where known. */
@@ -23,6 +32,8 @@ export interface MarketPoll {
 
 export interface VenueAdapter {
   readonly venue: Venue;
+  /** Why a backfill can store no price history: what the venue keeps. */
+  readonly historyKept: string;
   /** Markets of these coins and windows that the venue lists around `now`. */
   discover(now: number): Promise<Market[]>;
   /** Both outcome books and the quotes of each open market; failures are per market. */
@@ -30,7 +41,7 @@ export interface VenueAdapter {
   /** Catalogue records of windows starting in [from, to), for backfill. */
   catalogue(coin: string, window: Window, from: number, to: number, now: number): AsyncIterable<Market>;
   /** Full books of these tokens as the venue sends them, for resyncing a streamed copy at once; venues that stream only. */
-  bookSummaries?(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }>;
+  bookSummaries?(tokenIds: string[]): Promise<{ summaries: VenueBookSummary[]; recvTs: number }>;
   /** Price history the venue keeps for a market; [] where it keeps none. */
   priceHistory(market: Market): Promise<{ ts: number; outcome_index: number; price: number }[]>;
 }

@@ -2,9 +2,8 @@
 // venues/<venue>/recorder.ts speaks the protocol), and what every recorder shares: when a
 // market's last instants are in, and one strictly increasing row time per market.
 import type { Book, Market, TradeRow } from '../records.js';
-import type { Quote, MarketPoll } from './adapter.js';
+import type { Quote, MarketPoll, VenueBookSummary } from './adapter.js';
 import type { LostReason } from './channel.js';
-import type { ClobBookSummary } from './polymarket/book.js';
 
 /**
  * How far a stream has delivered, so that a market is let go only once its last instants are in:
@@ -70,6 +69,11 @@ export interface BookStream {
   close(): void | Promise<void>;
 }
 
+/** A venue's recorder: the stream, with what it has counted (received, proved, lost), summed across threads. */
+export interface VenueRecorder extends BookStream {
+  counts(): Record<string, number>;
+}
+
 /** What the recorder needs from capture: where rows and gaps go. */
 export interface StreamSink {
   /** Books of one market at one instant; `ts` is strictly increasing per market. */
@@ -87,5 +91,5 @@ export interface StreamSink {
   /** The venue changed the market's tick size (`tick_size_change`, sent for each of its tokens). */
   tickSize(market: Market, tickSize: number, recvTs: number): void;
   /** Full books over REST, to resync without waiting for the next poll. */
-  fetchBooks?(tokenIds: string[]): Promise<{ summaries: (ClobBookSummary & { hash?: string })[]; recvTs: number }>;
+  fetchBooks?(tokenIds: string[]): Promise<{ summaries: VenueBookSummary[]; recvTs: number }>;
 }

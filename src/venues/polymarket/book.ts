@@ -2,6 +2,7 @@
 // recomputes to prove its copy of a book equals the venue's.
 import { hash as digest } from 'node:crypto';
 import { type Market, type TradeRow, primeLadderJson } from '../../records.js';
+import type { VenueBookSummary } from '../adapter.js';
 
 export interface ClobLevel {
   price: string;
@@ -27,6 +28,12 @@ export interface ClobBookSummary extends ClobBookExtras {
   bids: ClobLevel[];
   asks: ClobLevel[];
 }
+
+/**
+ * The summaries capture hands back to this venue's recorder: its own adapter's (rest.ts), carried
+ * opaque through capture and the stream threads, so they are this venue's shape.
+ */
+export const clobSummaries = (summaries: readonly VenueBookSummary[]) => summaries as readonly (ClobBookSummary & { hash?: string })[];
 
 /**
  * Where the hashed JSON puts `"hash":""`. UPSTREAMS.md C1 gives REST's field order (`hash` fourth,

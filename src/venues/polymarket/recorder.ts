@@ -22,10 +22,11 @@ import {
   type ClobPriceChangeMessage,
   tradeOf,
   type ClobTickSizeMessage,
+  clobSummaries,
   sameLevels,
   stateLadders,
 } from './book.js';
-import { type BookStream, StreamProgress, type StreamSink, advance } from '../stream.js';
+import { StreamProgress, type StreamSink, type VenueRecorder, advance } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';
@@ -34,7 +35,7 @@ import { CopyProofs, type Doubted, NO_STREAM_STATS, type ProofHost, type StreamS
 export { NO_STREAM_STATS, type StreamStats };
 
 const MAX_PENDING = 10_000;
-export class StreamRecorder implements BookStream {
+export class StreamRecorder implements VenueRecorder {
   readonly stats: StreamStats = { ...NO_STREAM_STATS };
   readonly channel: MarketChannelClient;
   private readonly tokens = new Map<string, Token>();
@@ -179,7 +180,7 @@ export class StreamRecorder implements BookStream {
   rest(m: Market, poll: MarketPoll): void {
     if (this.closed || poll.books instanceof UpstreamError) return;
     const recvTs = poll.recvTs;
-    for (const s of poll.summaries ?? []) {
+    for (const s of clobSummaries(poll.summaries ?? [])) {
       const t = this.tokens.get(s.asset_id);
       if (!t || t.market.market_id !== m.market_id) continue;
       const ts = Number(s.timestamp);
@@ -226,6 +227,10 @@ export class StreamRecorder implements BookStream {
     // Changes before the subscription are never announced: REST's tick and trade are taken once the stream is on.
     if (t.streamed) changed = t.book.note({ tick_size: s.tick_size, last_trade_price: s.last_trade_price }, false) || changed;
     if (changed) this.proofs.recheck(t);
+  }
+
+  counts(): Record<string, number> {
+    return { ...this.stats, connects: this.channel.stats.connects };
   }
 
   /** Markets with rows not yet handed over: a heartbeat must keep holding them. */
@@ -441,7 +446,7 @@ export class StreamRecorder implements BookStream {
         try {
           const { summaries, recvTs } = await this.sink.fetchBooks!(ids);
           this.stats.refetches++;
-          for (const s of summaries) {
+          for (const s of clobSummaries(summaries)) {
             const t = this.tokens.get(s.asset_id);
             if (!t || this.closed) continue;
             this.noteRest(t, s);

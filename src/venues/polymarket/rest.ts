@@ -62,6 +62,7 @@ function jsonArray(text: string, field: string): string[] {
 
 export class PolymarketAdapter implements VenueAdapter {
   readonly venue = 'polymarket' as const;
+  readonly historyKept = 'the venue returned none for this range (resolved markets have none below 12-hour fidelity)';
   readonly http: HttpClient;
   /** Gamma markets of the last discovery, for chance quotes between discoveries. */
   private readonly slugs = new Map<string, string>();

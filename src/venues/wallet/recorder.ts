@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { type BookStream, type StreamGapReason, type StreamSink, StreamProgress, advance } from '../stream.js';
+import { type StreamGapReason, type StreamSink, type VenueRecorder, StreamProgress, advance } from '../stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -96,7 +96,7 @@ export interface WalletStreamStats {
   pauses: number;
 }
 
-export class WalletStreamRecorder implements BookStream {
+export class WalletStreamRecorder implements VenueRecorder {
   readonly stats: WalletStreamStats = {
     books: 0,
     rows: 0,
@@ -184,6 +184,10 @@ export class WalletStreamRecorder implements BookStream {
   resumeAfter(newest: ReadonlyMap<string, number>): void {
     this.spooled = newest;
     for (const [id, ts] of newest) if (!this.lastTs.has(id)) this.lastTs.set(id, ts);
+  }
+
+  counts(): Record<string, number> {
+    return { ...this.stats, connects: this.channel.stats.connects };
   }
 
   tracks(m: Market): boolean {

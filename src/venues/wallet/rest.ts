@@ -61,6 +61,7 @@ const CHAINS: Record<string, string> = { '56': 'bnb', '97': 'bnb-testnet' };
 
 export class WalletAdapter implements VenueAdapter {
   readonly venue = 'wallet-prediction' as const;
+  readonly historyKept = 'the wallet API keeps none';
   readonly http: HttpClient;
   private readonly resolvedDetail = new Map<string, WalletTopic>();
   /** The list page discovery fetched, reused by a poll at the same clock time (one call, not two). */
