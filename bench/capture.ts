@@ -14,6 +14,11 @@ import { Spool } from '../src/lake/spool.js';
 import type { BookRow } from '../src/records.js';
 import { Sim } from '../src/standin/sim.js';
 import { HOUR } from '../src/time.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-capture-'));
 // Capture's own DuckDB settings (memory_limit for a seal that streams), as jobs/capture.ts opens it.

@@ -6,11 +6,15 @@ import path from 'node:path';
 import type { Window } from '../src/config.js';
 import type { Duck } from '../src/lake/duckdb.js';
 import { type LakePaths, lakePaths, partitionOf } from '../src/lake/layout.js';
-import { commitFiles, writeParquet } from '../src/lake/writer.js';
+import { commitFiles, onBooksFile, writeParquet } from '../src/lake/writer.js';
 import { marketLakeRow } from '../src/records.js';
 import { GENESIS, Sim } from '../src/standin/sim.js';
 import { DAY, HOUR, WINDOW_MS } from '../src/time.js';
 import { spoolSource } from '../src/lake/sql.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 export const END = Date.parse('2026-10-01T00:00:00Z');
 const SERIES = ['btc', 'eth', 'bnb'].flatMap((coin) => (['5m', '15m'] as Window[]).map((window) => ({ coin, window })));

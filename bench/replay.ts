@@ -21,6 +21,11 @@ import { HOUR, MINUTE } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
 import { writeSection } from './report.js';
 import { freePort } from './tools.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 const HOURS = Number(process.env.BENCH_REPLAY_HOURS ?? 1);
 const SPEED = Number(process.env.BENCH_REPLAY_CAPTURE_SPEED ?? 60);

@@ -18,6 +18,11 @@ import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import { type Market, bareMarket, bookRows as asRows, metricRows } from '../src/records.js';
 import { writeSection } from './report.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 const MARKETS = Number(process.env.BENCH_STREAM_MARKETS ?? 100);
 const SECONDS = Number(process.env.BENCH_STREAM_SECONDS ?? 300);

@@ -12,6 +12,11 @@ import { sealDue } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import type { TradeRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
 const TRADES = Number(process.env.BENCH_TRADES ?? 1_000_000);

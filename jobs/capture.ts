@@ -9,6 +9,11 @@ import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 import { createAdapters } from '../src/venues/index.js';
 import { publisherFor } from '../src/bucket/publish.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy before their commit (the API's fast page path).
+onBooksFile(writeServingCopy);
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'capture', 1, config.logFormat);

@@ -6,6 +6,11 @@ import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy before their commit (the API's fast page path).
+onBooksFile(writeServingCopy);
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'compact', 1, config.logFormat);

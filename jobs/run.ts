@@ -14,6 +14,11 @@ import { StandIn } from '../src/standin/server.js';
 import { standinConfig } from '../src/standin/upstream.js';
 import { createAdapters } from '../src/venues/index.js';
 import { publisherFor } from '../src/bucket/publish.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy before their commit (the API's fast page path).
+onBooksFile(writeServingCopy);
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'run', 1, config.logFormat);

@@ -8,6 +8,11 @@ import { acquireLock } from '../src/lake/lock.js';
 import { recoverSpool } from '../src/lake/spool.js';
 import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { createLogger } from '../src/log.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy before their commit (the API's fast page path).
+onBooksFile(writeServingCopy);
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'seal', 1, config.logFormat);

@@ -12,6 +12,11 @@ import { startApi } from '../src/api/server.js';
 import { type FillOptions, fill } from '../src/capture/fill.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
+import { onBooksFile } from '../src/lake/writer.js';
+import { writeServingCopy } from '../src/pages/copy.js';
+
+// Sealed books files get their serving copy, as the jobs that seal give them.
+onBooksFile(writeServingCopy);
 
 export const quiet = pino({ level: process.env.TEST_LOG ?? 'silent' });
 

@@ -14,7 +14,8 @@ import { relation, sqlPath } from '../src/lake/sql.js';
 import { scansInOrder } from '../src/api/plan.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
-import { testConfig } from './helpers.js';
+import { CHILD_ENV, exitedWithin, spawnJob, testConfig } from './helpers.js';
+import { servingCopyPath } from '../src/pages/copy.js';
 
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
 const books = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);
@@ -315,4 +316,20 @@ t.test('an hour larger than the memory limit seals with capture’s settings, be
     out.every((r, i) => i === 0 || sortedAsDuckDB([out[i - 1], r])[0] === out[i - 1]),
     'in order',
   );
+});
+
+t.test('make seal (jobs/seal.ts) seals the spool and gives each books file its serving copy', async (t) => {
+  const dir = t.testdir();
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(books, [book('m1', HOUR0 + 1000, 0, 1), book('m1', HOUR0 + 1000, 1, 2), book('m2', HOUR0 + 2000, 0, 3)]);
+  await spool.flush();
+  await spool.close();
+  const job = spawnJob(t, 'seal.ts', ['--all'], { ...CHILD_ENV, DATA_DIR: dir, LOG_LEVEL: 'warn' });
+  let stderr = '';
+  job.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  t.equal(await exitedWithin(job, 120_000), 0, stderr);
+  const manifest = await readManifest(lakePaths(dir).manifest, books);
+  t.equal(manifest.files.length, 1, 'the hour sealed');
+  const copy = servingCopyPath(lakePaths(dir).serving, manifest.files[0].sha256);
+  t.ok(await fs.stat(copy).catch(() => null), 'its serving copy written by the job, as capture writes one');
 });

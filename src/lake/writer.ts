@@ -6,7 +6,6 @@ import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
 import { type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
-import { writeServingCopy } from '../pages/copy.js';
 import {
   type HashChecks,
   type ManifestFile,
@@ -20,6 +19,18 @@ import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
 import { sqlPath } from './sql.js';
 
 export const ROW_GROUP_SIZE = 2048;
+
+/**
+ * What a books file gets before its commit besides the Parquet: the serving copy (pages/copy.ts),
+ * which the lake does not know. Set by the process that seals (its job: `onBooksFile(writeServingCopy)`);
+ * unset, there is no copy and the API writes it when a page first needs it.
+ */
+export type BooksFileHook = (duck: Duck, parquet: string, sha256: string, servingDir: string) => Promise<unknown>;
+let booksFileHook: BooksFileHook | null = null;
+
+export function onBooksFile(hook: BooksFileHook | null): void {
+  booksFileHook = hook;
+}
 
 function timeColumn(p: Partition): string {
   return p.dataset === 'gaps' ? 'from_ts' : 'ts';
@@ -120,7 +131,7 @@ export async function writeParquet(
   // Before the commit, so a reader planning from the new manifest finds the copy. A copy that
   // cannot be written (a full disk, say) never fails the seal: the API serves those pages by
   // SQL and writes the copy itself (api/books.ts).
-  if (p.dataset === 'books' && rows > 0) await writeServingCopy(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
+  if (booksFileHook && p.dataset === 'books' && rows > 0) await booksFileHook(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
   await fs.rename(tmp, file);
   await fsyncDir(dir);
   return {
