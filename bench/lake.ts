@@ -11,7 +11,7 @@ import { marketLakeRow } from '../src/records.js';
 import { GENESIS, Sim } from '../src/standin/sim.js';
 import { DAY, HOUR, WINDOW_MS } from '../src/time.js';
 import { spoolSource } from '../src/lake/sql.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);

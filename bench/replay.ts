@@ -22,7 +22,7 @@ import { createAdapters } from '../src/venues/index.js';
 import { writeSection } from './report.js';
 import { freePort } from './tools.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);

@@ -16,7 +16,7 @@ import { Spool } from '../src/lake/spool.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);

@@ -19,7 +19,7 @@ import { Spool } from '../src/lake/spool.js';
 import { type Market, bareMarket, bookRows as asRows, metricRows } from '../src/records.js';
 import { writeSection } from './report.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);

@@ -8,7 +8,7 @@ import { acquireLock } from '../src/lake/lock.js';
 import { migrateTimestamps } from '../src/lake/migrate.js';
 import { createLogger } from '../src/log.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy before their commit (the API's fast page path).
 onBooksFile(writeServingCopy);

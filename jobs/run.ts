@@ -15,7 +15,7 @@ import { standinConfig } from '../src/standin/upstream.js';
 import { createAdapters } from '../src/venues/index.js';
 import { publisherFor } from '../src/bucket/publish.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy before their commit (the API's fast page path).
 onBooksFile(writeServingCopy);

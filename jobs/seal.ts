@@ -9,7 +9,7 @@ import { recoverSpool } from '../src/lake/spool.js';
 import { sealDue, sealingDuck } from '../src/lake/seal.js';
 import { createLogger } from '../src/log.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy before their commit (the API's fast page path).
 onBooksFile(writeServingCopy);

@@ -6,7 +6,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { FileIndex } from '../src/lake/fileindex.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { createLogger } from '../src/log.js';
-import { refreshServingCopies } from '../src/pages/copy.js';
+import { refreshServingCopies } from '../src/pages/copywriter.js';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'serving-copies', 1, config.logFormat);

@@ -147,7 +147,7 @@ export interface Config {
     /** Decoded books of recently read markets kept in memory. */
     bookCacheBytes: number;
     /**
-     * Pages of markets that are over from the books files' serving copies (pages/copy.ts), written
+     * Pages of markets that are over from the books files' serving copies (pages/copyformat.ts), written
      * by the API where one is missing; off: every page not in the book cache by SQL.
      */
     servingCopies: boolean;

@@ -14,7 +14,9 @@ import { marketBooks, pageFromBooks } from '../src/api/shape.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { parquetSource } from '../src/lake/sql.js';
-import { ServingCopies, refreshServingCopies, servingCopyPath, writeServingCopy } from '../src/pages/copy.js';
+import { servingCopyPath } from '../src/pages/copyformat.js';
+import { ServingCopies } from '../src/pages/copyreader.js';
+import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
 import { lakeServer, quiet, testConfig } from './helpers.js';
 
 // Across midnight, so markets span hours and dates (and so more than one file).
@@ -260,7 +262,12 @@ t.test('a market in several files, interleaved in time, comes out in SQL order; 
   // A page read piecewise from interleaved files falls back to the whole market, merged.
   for (const order of ['asc', 'desc'] as const) {
     const q = { from, to, order, after: null, intervalMs: null, outcomeIndex: null };
-    const piecewise = await copies.page([{ sha256: 'sha-0' }, { sha256: 'sha-1' }], 'm2', { from, to }, q, true, 50);
+    const piecewise = await copies.page([{ sha256: 'sha-0' }, { sha256: 'sha-1' }], 'm2', {
+      span: { from, to },
+      q,
+      ladders: true,
+      maxTimes: 50,
+    });
     t.equal(
       piecewise && 'json' in piecewise && piecewise.json.toString(),
       pageFromBooks(want, q, true, 50).json.toString(),

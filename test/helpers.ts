@@ -13,7 +13,7 @@ import { type FillOptions, fill } from '../src/capture/fill.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
 import { onBooksFile } from '../src/lake/writer.js';
-import { writeServingCopy } from '../src/pages/copy.js';
+import { writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);

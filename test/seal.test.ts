@@ -15,7 +15,7 @@ import { scansInOrder } from '../src/api/plan.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
 import { CHILD_ENV, exitedWithin, spawnJob, testConfig } from './helpers.js';
-import { servingCopyPath } from '../src/pages/copy.js';
+import { servingCopyPath } from '../src/pages/copyformat.js';
 
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
 const books = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);

@@ -33,7 +33,8 @@ import {
 import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
 import { singleFlight } from './singleflight.js';
-import { type DeflatedSnapshots, predeflated } from '../pages/copy.js';
+import { predeflated } from '../pages/copyformat.js';
+import type { DeflatedSnapshots } from '../pages/copyreader.js';
 
 export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
@@ -67,7 +68,14 @@ export function bookHandlers(kit: RouteKit) {
     if (deps.serving && gzip && predeflated(pq) && !(await deps.serving.missing(sealed)).length) {
       // Its files kept as used (a bucket-served process evicts a copy with its file).
       await lake.ensure(sealed);
-      const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME, true);
+      const page = await deps.serving.page(sealed, m.market_id, {
+        span,
+        q: pq,
+        ladders,
+        maxTimes: pq.limit,
+        frame: PAGE_FRAME,
+        gzip: true,
+      });
       if (page) return page;
     }
     const cached = deps.books.peek(key, signature);
@@ -76,7 +84,7 @@ export function bookHandlers(kit: RouteKit) {
     if (deps.serving) {
       await lake.ensure(sealed);
       if (!again) {
-        const page = await deps.serving.page(sealed, m.market_id, span, pq, ladders, pq.limit, PAGE_FRAME);
+        const page = await deps.serving.page(sealed, m.market_id, { span, q: pq, ladders, maxTimes: pq.limit, frame: PAGE_FRAME });
         if (page) return page;
       } else {
         const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);

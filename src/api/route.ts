@@ -7,7 +7,7 @@ import type { WindowState } from '../lake/certificate.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
-import type { ServingCopies } from '../pages/copy.js';
+import type { ServingCopies } from '../pages/copyreader.js';
 import type { DeflatedPiece } from '../pages/gzip.js';
 import type { Cursors, Keyset } from './cursor.js';
 import { echo, fail } from '../edge/errors.js';

@@ -27,7 +27,7 @@ import {
   snapshotKey,
 } from './layout.js';
 import { describe } from './publish.js';
-import { servingCopyPath } from '../pages/copy.js';
+import { servingCopyPath } from '../pages/copyformat.js';
 import { type S3, S3Error } from './s3.js';
 
 /** A sealed file the bucket could not give (down, missing, or not the bytes its manifest names): a 503, retried later. */

@@ -154,7 +154,7 @@ export interface LakePaths {
   spool: string;
   manifest: string;
   state: string;
-  /** Serving copies of sealed books files (pages/copy.ts): derived, rebuilt when missing. */
+  /** Serving copies of sealed books files (pages/copyformat.ts): derived, rebuilt when missing. */
   serving: string;
   /** Capture's heartbeat, written after every flush (capture/heartbeat.ts). */
   heartbeat: string;

@@ -21,7 +21,7 @@ import { sqlPath } from './sql.js';
 export const ROW_GROUP_SIZE = 2048;
 
 /**
- * What a books file gets before its commit besides the Parquet: the serving copy (pages/copy.ts),
+ * What a books file gets before its commit besides the Parquet: the serving copy (pages/copywriter.ts),
  * which the lake does not know. Set by the process that seals (its job: `onBooksFile(writeServingCopy)`);
  * unset, there is no copy and the API writes it when a page first needs it.
  */

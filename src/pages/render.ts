@@ -1,6 +1,6 @@
 // A recorded book as the JSON text pages send, rendered straight from DuckDB's result vectors,
 // and a market's books rendered once into buffers (`MarketBooks`): what the book cache holds and
-// what the serving copies (copy.ts) store. Every path that answers a page renders through here,
+// what the serving copies (copyformat.ts) store. Every path that answers a page renders through here,
 // so the SQL path, the cache and the serving copy answer the same bytes.
 import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
 import { type BookSelected, bookColumn } from '../lake/sql.js';

@@ -1,0 +1,486 @@
+// Pages from serving copies (the format: copyformat.ts): a copy's index read once and kept, then
+// only what a page shows read from each file's block, or the market whole when its files interleave.
+import fs from 'node:fs/promises';
+import { Arena } from './arena.js';
+import { composeBooks } from './compose.js';
+import {
+  type CopyEntry,
+  type CopyIndex,
+  DEFLATED_SHAPE,
+  MAGIC,
+  SERVING_VERSION,
+  TRAILER,
+  checkBlock,
+  chunkTables,
+  decode,
+  fixedBytes,
+  fixedPart,
+  predeflated,
+  servingCopyPath,
+} from './copyformat.js';
+import { type DeflatedPiece, freshPiece } from './gzip.js';
+import {
+  HEAD,
+  type MarketBooks,
+  type PageFrame,
+  type PageSelection,
+  type PageSpec,
+  type RenderedSnapshots,
+  pageFromBooks,
+  renderPage,
+  search,
+  selectPage,
+  selectedRows,
+  withBytes,
+} from './render.js';
+
+/** What a page asks of the copies: the market's span, the page's shape and size, and how it is sent. */
+export interface CopyPageRequest {
+  span: { from: number; to: number };
+  q: PageSpec;
+  ladders: boolean;
+  maxTimes: number;
+  /** The response's frame to render into (see PAGE_FRAME); none: a buffer of its own. */
+  frame?: PageFrame | null;
+  /** The client takes gzip: a page of the pre-deflated shape may come as pieces deflated at seal. */
+  gzip?: boolean;
+}
+
+/** A sealed books file, as far as its serving copy is concerned: its content's sha256 names the copy. */
+export interface CopiedFile {
+  sha256: string;
+}
+
+/** Indexes of copies read lately; a few hundred bytes each. */
+const INDEXES_KEPT = 8192;
+
+/** A sealed books file whose copy is to be written: its content's sha256 and its path below the lake. */
+export interface CopySource {
+  sha256: string;
+  path: string;
+}
+
+/** Writes one missing copy (the API's: its own DuckDB lane, a log line); false when the file cannot have one. */
+export type CopyWriter = (file: CopySource) => Promise<boolean>;
+
+export class ServingCopies {
+  private readonly indexes = new Map<string, Promise<CopyIndex | null>>();
+  /** Copies to write, by sha256, one at a time. */
+  private readonly queue = new Map<string, CopySource>();
+  private writing = false;
+  /** Files that cannot have a copy (not in the writer's order): never queued again. */
+  private readonly unwritable = new Set<string>();
+  reads = 0;
+  /** Pages sent mostly as the seal deflated them. */
+  deflatedPages = 0;
+  written = 0;
+
+  constructor(
+    readonly dir: string,
+    private readonly writer: CopyWriter | null = null,
+  ) {}
+
+  /**
+   * Queues the copies of `files` to be written in the background, one after another (a lake
+   * sealed before copies existed, or a copy lost): the page that found them missing took the
+   * SQL path, the next one will not.
+   */
+  schedule(files: readonly CopySource[]): void {
+    if (!this.writer) return;
+    for (const f of files) if (!this.unwritable.has(f.sha256)) this.queue.set(f.sha256, f);
+    if (this.writing) return;
+    this.writing = true;
+    void (async () => {
+      for (let next = this.queue.entries().next(); !next.done; next = this.queue.entries().next()) {
+        const [sha256, source] = next.value;
+        if (!(await this.index(sha256))) {
+          // A failure (a full disk, a file compacted away) is tried again when a page next finds the copy missing.
+          const written = await this.writer!(source).catch(() => null);
+          if (written === false) this.unwritable.add(sha256);
+          else if (written) this.written++;
+        }
+        this.queue.delete(sha256);
+      }
+      this.writing = false;
+    })();
+  }
+
+  get queued(): number {
+    return this.queue.size;
+  }
+
+  /** The copy's index; null when the copy is missing or damaged (not remembered: it may be built later). */
+  private index(sha256: string): Promise<CopyIndex | null> {
+    let found = this.indexes.get(sha256);
+    if (found) {
+      this.indexes.delete(sha256);
+      this.indexes.set(sha256, found);
+      return found;
+    }
+    found = this.readIndex(sha256);
+    this.indexes.set(sha256, found);
+    void found.then((i) => {
+      if (!i) this.indexes.delete(sha256);
+    });
+    if (this.indexes.size > INDEXES_KEPT) this.indexes.delete(this.indexes.keys().next().value!);
+    return found;
+  }
+
+  private async readIndex(sha256: string): Promise<CopyIndex | null> {
+    const handle = await fs.open(servingCopyPath(this.dir, sha256), 'r').catch(() => null);
+    if (!handle) return null;
+    try {
+      const { size } = await handle.stat();
+      if (size < TRAILER) return null;
+      const trailer = Buffer.alloc(TRAILER);
+      await handle.read(trailer, 0, TRAILER, size - TRAILER);
+      const length = trailer.readUInt32LE(0);
+      if (!trailer.subarray(8).equals(MAGIC) || trailer.readUInt32LE(4) !== SERVING_VERSION || length > size - TRAILER) return null;
+      const json = Buffer.alloc(length);
+      await handle.read(json, 0, length, size - TRAILER - length);
+      return JSON.parse(json.toString('utf8')) as CopyIndex;
+    } catch {
+      return null;
+    } finally {
+      await handle.close();
+    }
+  }
+
+  /** Those of `files` whose copy is not there (yet). */
+  async missing<F extends CopiedFile>(files: readonly F[]): Promise<F[]> {
+    const out: F[] = [];
+    for (const f of files) if (!(await this.index(f.sha256))) out.push(f);
+    return out;
+  }
+
+  /**
+   * One market's books in [from, to) across `files` (a market's partitions, in time order), or
+   * null when any file has no copy. Rows come out in (time, outcome) order, as `marketBooksSql`
+   * orders them, whatever the files' order.
+   */
+  async market(files: readonly CopiedFile[], marketId: string, from: number, to: number): Promise<MarketBooks | null> {
+    return this.guarded(files, () => this.readMarket(files, marketId, from, to));
+  }
+
+  private async readMarket(files: readonly CopiedFile[], marketId: string, from: number, to: number): Promise<MarketBooks | null> {
+    const parts: MarketBooks[] = [];
+    for (const f of files) {
+      const index = await this.index(f.sha256);
+      if (!index) return null;
+      const entry = index.markets[marketId];
+      if (!entry) continue;
+      const [offset, length, n] = entry;
+      const block = Buffer.allocUnsafeSlow(length);
+      const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
+      if (!handle) {
+        // Removed since its index was read: missing again, to be written again.
+        this.indexes.delete(f.sha256);
+        return null;
+      }
+      try {
+        const { bytesRead } = await handle.read(block, 0, length, offset);
+        if (bytesRead !== length) throw new Error(`serving copy ${f.sha256}: ${bytesRead} of ${length} bytes`);
+      } finally {
+        await handle.close();
+      }
+      parts.push(decode(block, n));
+    }
+    this.reads++;
+    return composeBooks(parts, from, to);
+  }
+  /**
+   * One page of a market from its files' copies, reading only what the page shows: each block's
+   * times, outcomes and offsets, then the shown rows' heads and text (a few KiB of a block that
+   * may hold megabytes). The same bytes as `pageFromBooks` over the whole market. Null when a
+   * file has no copy. With `gzip` (the client takes it), a page of the pre-deflated shape comes as
+   * deflated pieces, mostly read as the seal deflated them.
+   */
+  async page(
+    files: readonly CopiedFile[],
+    marketId: string,
+    request: CopyPageRequest,
+  ): Promise<RenderedSnapshots | DeflatedSnapshots | null> {
+    return this.guarded(files, () => this.readPage(files, marketId, request));
+  }
+
+  /**
+   * A copy that cannot be read as its index says (damaged on disk: writes are atomic, so not by
+   * a crash) is removed, to be written again; the page takes the SQL path meanwhile.
+   */
+  private async guarded<T>(files: readonly CopiedFile[], read: () => Promise<T | null>): Promise<T | null> {
+    try {
+      return await read();
+    } catch {
+      for (const f of files) {
+        this.indexes.delete(f.sha256);
+        await fs.rm(servingCopyPath(this.dir, f.sha256), { force: true });
+      }
+      return null;
+    }
+  }
+
+  private async readPage(
+    files: readonly CopiedFile[],
+    marketId: string,
+    { span, q, ladders, maxTimes, frame = null, gzip = false }: CopyPageRequest,
+  ): Promise<RenderedSnapshots | DeflatedSnapshots | null> {
+    const parts: Skeleton[] = [];
+    const arena = Arena.take();
+    try {
+      for (const f of files) {
+        const index = await this.index(f.sha256);
+        if (!index) return null;
+        const entry = index.markets[marketId];
+        if (!entry) continue;
+        const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
+        if (!handle) {
+          this.indexes.delete(f.sha256);
+          return null;
+        }
+        // Closed here if its block cannot be read (a damaged copy), else with the others below.
+        parts.push(
+          await skeleton(handle, entry, span, arena).catch(async (err: unknown) => {
+            await handle.close();
+            throw err;
+          }),
+        );
+      }
+      const ranged = parts.filter((p) => p.hi > p.lo);
+      // Files whose rows of this market interleave in time (a busy hour sealed in stretches): the whole market, merged.
+      for (let k = 1; k < ranged.length; k++) {
+        if (ranged[k - 1].ts[ranged[k - 1].hi - 1] >= ranged[k].ts[ranged[k].lo]) {
+          const whole = await this.readMarket(files, marketId, span.from, span.to);
+          return whole && pageFromBooks(whole, q, ladders, maxTimes, frame);
+        }
+      }
+      const [ts, outcome] =
+        ranged.length === 1
+          ? [ranged[0].ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].outcome.subarray(ranged[0].lo, ranged[0].hi)]
+          : joined(ranged, arena);
+      const selection = selectPage(ts, outcome, q, maxTimes);
+      if (gzip && predeflated(q)) {
+        const deflated = await deflatedPage(ranged, ts, selection, ladders, arena);
+        if (deflated) {
+          this.reads++;
+          this.deflatedPages++;
+          return deflated;
+        }
+      }
+      const [lo, hi] = selectedRows(selection);
+      // The shown rows [lo, hi) of the joined times: where each part's share lies, then one read each for heads and text.
+      const shares: { p: Skeleton; first: number; end: number; offsets: Uint32Array; region: number }[] = [];
+      let start = 0;
+      for (const p of ranged) {
+        const [a, b] = [Math.max(lo, start), Math.min(hi, start + p.hi - p.lo)];
+        if (a < b) {
+          const offsets = ladders ? p.ladderAt : p.summaryAt;
+          shares.push({
+            p,
+            first: p.lo + a - start,
+            end: p.lo + b - start,
+            offsets,
+            region: ladders ? p.ladderStart : p.ladderStart + p.ladderAt[p.n],
+          });
+        }
+        start += p.hi - p.lo;
+      }
+      const heads = arena.bytes((hi - lo) * HEAD);
+      const text = arena.bytes(shares.reduce((sum, x) => sum + x.offsets[x.end] - x.offsets[x.first], 0));
+      const at = arena.uints(hi - lo + 1);
+      at[0] = 0;
+      let row = 0;
+      for (const { p, first, end, offsets, region } of shares) {
+        await readInto(p.handle, heads, row * HEAD, p.headsStart + first * HEAD, (end - first) * HEAD);
+        await readInto(p.handle, text, at[row], region + offsets[first], offsets[end] - offsets[first]);
+        const base = at[row] - offsets[first];
+        for (let i = first; i < end; i++) at[++row] = offsets[i + 1] + base;
+      }
+      const shown = withBytes({
+        ts: ts.subarray(lo, hi),
+        outcome: outcome.subarray(lo, hi),
+        heads,
+        ladder: text,
+        ladderAt: at,
+        summary: text,
+        summaryAt: at,
+      });
+      this.reads++;
+      // Rendered into a buffer of its own: the arena goes back to be reused once this returns.
+      return renderPage(shown, selection, q, ladders, lo, frame);
+    } finally {
+      Arena.give(arena);
+      await Promise.all(parts.map((p) => p.handle.close()));
+    }
+  }
+}
+
+/** The parts' rows in the span, one after another (the parts do not interleave in time). */
+function joined(parts: Skeleton[], arena: Arena): [Float64Array, Int32Array] {
+  const n = parts.reduce((sum, p) => sum + p.hi - p.lo, 0);
+  const [ts, outcome] = [arena.doubles(n), arena.ints(n)];
+  let k = 0;
+  for (const p of parts) {
+    ts.set(p.ts.subarray(p.lo, p.hi), k);
+    outcome.set(p.outcome.subarray(p.lo, p.hi), k);
+    k += p.hi - p.lo;
+  }
+  return [ts, outcome];
+}
+
+/** A block's fixed part (times, outcomes, offsets) and where its rows in a span lie. */
+interface Skeleton {
+  handle: fs.FileHandle;
+  n: number;
+  ts: Float64Array;
+  outcome: Int32Array;
+  ladderAt: Uint32Array;
+  summaryAt: Uint32Array;
+  headsStart: number;
+  ladderStart: number;
+  /** The pre-deflated section after the block. */
+  deflated: { at: number; header: number; data: number };
+  /** Rows [lo, hi) of the block are in the span. */
+  lo: number;
+  hi: number;
+}
+
+async function readInto(handle: fs.FileHandle, into: Buffer, at: number, position: number, length: number): Promise<void> {
+  const { bytesRead } = length ? await handle.read(into, at, length, position) : { bytesRead: 0 };
+  if (bytesRead !== length) throw new Error(`serving copy: ${bytesRead} of ${length} bytes at ${position}`);
+}
+
+async function skeleton(
+  handle: fs.FileHandle,
+  [offset, length, n, header, data]: CopyEntry,
+  span: { from: number; to: number },
+  arena: Arena,
+): Promise<Skeleton> {
+  const fixed = fixedBytes(n);
+  const block = arena.bytes(fixed);
+  await readInto(handle, block, 0, offset, fixed);
+  const { ts, outcome, ladderAt, summaryAt } = fixedPart(block, n);
+  checkBlock(block, n, ladderAt, summaryAt, length);
+  const headsStart = offset + fixed;
+  return {
+    handle,
+    n,
+    ts,
+    outcome,
+    ladderAt,
+    summaryAt,
+    headsStart,
+    ladderStart: headsStart + n * HEAD,
+    deflated: { at: offset + length, header, data },
+    lo: search(ts, span.from, false),
+    hi: search(ts, span.to, false),
+  };
+}
+
+/** Rows [first, end) of a block, their heads and one view's text read into the arena. */
+async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean, arena: Arena): Promise<MarketBooks> {
+  const offsets = ladders ? p.ladderAt : p.summaryAt;
+  const region = ladders ? p.ladderStart : p.ladderStart + p.ladderAt[p.n];
+  const heads = arena.bytes((end - first) * HEAD);
+  const text = arena.bytes(offsets[end] - offsets[first]);
+  await readInto(p.handle, heads, 0, p.headsStart + first * HEAD, heads.length);
+  await readInto(p.handle, text, 0, region + offsets[first], text.length);
+  const at = arena.uints(end - first + 1);
+  for (let i = first; i <= end; i++) at[i - first] = offsets[i] - offsets[first];
+  return withBytes({
+    ts: p.ts.subarray(first, end),
+    outcome: p.outcome.subarray(first, end),
+    heads,
+    ladder: text,
+    ladderAt: at,
+    summary: text,
+    summaryAt: at,
+  });
+}
+
+/** A page as deflated pieces: `json` and `framed` left out, its text inflates from `deflated`. */
+export type DeflatedSnapshots = Omit<RenderedSnapshots, 'json' | 'framed'> & { deflated: DeflatedPiece[] };
+
+/**
+ * A page of the pre-deflated shape: in each file's block, the whole chunks it covers as the seal
+ * deflated them, and the times before the first and after the last (a page not starting or ending
+ * on a chunk's edge) rendered and deflated now. Null when it covers no whole chunk: then it is
+ * compressed now, as any other page. `parts` do not interleave in time (the caller checked).
+ */
+async function deflatedPage(
+  parts: Skeleton[],
+  ts: Float64Array,
+  selection: PageSelection,
+  ladders: boolean,
+  arena: Arena,
+): Promise<DeflatedSnapshots | null> {
+  const { shown } = selection;
+  if (!shown.length) return null;
+  const [first, end] = [shown[0][0], shown[shown.length - 1][1]];
+  // Text to deflate now (Buffers) and pieces deflated at seal, in page order.
+  const items: (Buffer | DeflatedPiece)[] = [OPEN];
+  let start = 0;
+  for (const p of parts) {
+    const [a, b] = [Math.max(first, start), Math.min(end, start + p.hi - p.lo)];
+    if (a < b) {
+      if (items.length > 1) items.push(COMMA_TEXT);
+      const own = await partItems(p, p.lo + a - start, p.lo + b - start, ladders, arena);
+      if (!own) return null;
+      items.push(...own);
+    }
+    start += p.hi - p.lo;
+  }
+  items.push(CLOSE);
+  if (items.every((x) => Buffer.isBuffer(x))) return null;
+  // Each run of text between stored chunks deflated (or stored) as one piece.
+  const pieces: DeflatedPiece[] = [];
+  let text: Buffer[] = [];
+  for (const x of items) {
+    if (Buffer.isBuffer(x)) {
+      text.push(x);
+      continue;
+    }
+    if (text.length) pieces.push(freshPiece(Buffer.concat(text)));
+    pieces.push(x);
+    text = [];
+  }
+  pieces.push(freshPiece(Buffer.concat(text)));
+  return { deflated: pieces, books: end - first, times: selection.times, last: ts[shown[shown.length - 1][0]] };
+}
+
+/**
+ * Rows [r0, r1) of one block (whole capture times) as page text: the whole chunks they cover,
+ * joined by commas, between the times before and after them rendered now. Null when the rows do
+ * not start and end on capture times of the block (never, for a page's rows).
+ */
+async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, arena: Arena): Promise<(Buffer | DeflatedPiece)[] | null> {
+  const header = arena.bytes(p.deflated.header);
+  await readInto(p.handle, header, 0, p.deflated.at, header.length);
+  const t = chunkTables(header, ladders, p.n, p.deflated.data);
+  const [g0, g1] = [search(t.firstRow, r0, false), search(t.firstRow, r1, false)];
+  if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
+  const text = async (from: number, to: number): Promise<Buffer> => {
+    const rows = await rowsOf(p, t.firstRow[from], t.firstRow[to], ladders, arena);
+    const groups: [number, number][] = [];
+    for (let g = from; g < to; g++) groups.push([t.firstRow[g], t.firstRow[g + 1]]);
+    const page = renderPage(rows, { shown: groups, times: groups.length }, DEFLATED_SHAPE, ladders, t.firstRow[from]).json as Buffer;
+    return page.subarray(1, page.length - 1);
+  };
+  // Whole chunks [c0, c1): times [a, b). The block's last chunk is whole however many times it holds.
+  const a = Math.min(Math.ceil(g0 / t.k) * t.k, g1);
+  const b = g1 === t.times ? g1 : Math.floor(g1 / t.k) * t.k;
+  if (b <= a) return [await text(g0, g1)];
+  const [c0, c1] = [a / t.k, Math.ceil(b / t.k)];
+  // A buffer of its own: the response is assembled after the arena has gone back.
+  const data = Buffer.allocUnsafe(t.at[c1] - t.at[c0]);
+  await readInto(p.handle, data, 0, p.deflated.at + p.deflated.header + t.at[c0], data.length);
+  const items: (Buffer | DeflatedPiece)[] = [];
+  if (a > g0) items.push(await text(g0, a), COMMA_TEXT);
+  for (let c = c0; c < c1; c++) {
+    if (c > c0) items.push(COMMA_TEXT);
+    items.push({ deflated: data.subarray(t.at[c] - t.at[c0], t.at[c + 1] - t.at[c0]), crc: t.crc[c], length: t.length[c] });
+  }
+  if (b < g1) items.push(COMMA_TEXT, await text(b, g1));
+  return items;
+}
+
+const [OPEN, CLOSE, COMMA_TEXT] = ['[', ']', ','].map((x) => Buffer.from(x));
