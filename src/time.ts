@@ -47,3 +47,8 @@ export function parseTime(raw: string): number | null {
   const ms = Date.parse(text);
   return Number.isFinite(ms) ? ms : null;
 }
+
+/** Exponential backoff: `minMs` at attempt 0, doubled each attempt, never past `maxMs`. */
+export function backoffMs(attempt: number, minMs: number, maxMs: number): number {
+  return Math.min(maxMs, minMs * 2 ** Math.min(Math.max(0, attempt), 30));
+}

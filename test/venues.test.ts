@@ -9,7 +9,7 @@ import { UpstreamError } from '../src/venues/http.js';
 import { PolymarketAdapter, displayedPrice } from '../src/venues/polymarket/rest.js';
 import { signQuery, signedQuery } from '../src/venues/wallet/signing.js';
 import { WalletAdapter } from '../src/venues/wallet/rest.js';
-import { parseTime } from '../src/time.js';
+import { backoffMs, parseTime } from '../src/time.js';
 
 const config = loadConfig({ DATA_DIR: '/tmp/unused' });
 const clock = createClock();
@@ -276,4 +276,12 @@ t.test('production code depends on neither the stand-in nor, in capture, on any 
     if (/'(polymarket|wallet-prediction)'/.test(text)) named.push(entry);
   }
   t.same(named, [], 'nor names a venue');
+});
+
+t.test('one backoff for every retry: the minimum doubled each attempt, capped', async (t) => {
+  t.same(
+    [0, 1, 2, 5, 6, 100].map((a) => backoffMs(a, 250, 10_000)),
+    [250, 500, 1000, 8000, 10_000, 10_000],
+  );
+  t.equal(backoffMs(-1, 250, 10_000), 250, 'no attempt before the first');
 });

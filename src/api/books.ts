@@ -26,7 +26,7 @@ import {
   type Result,
   type RouteKit,
   coverageMeta,
-  page,
+  pagination,
   resolveOutcome,
   sql,
 } from './route.js';
@@ -123,12 +123,7 @@ export function bookHandlers(kit: RouteKit) {
       ctx.stats.rows = rendered.books;
       return {
         data: 'deflated' in rendered ? new DeflatedJson(rendered.deflated) : new RawJson(rendered.json, rendered.framed ?? null),
-        pagination: page(
-          limit,
-          rendered.times,
-          () => [rendered.last!],
-          (k) => cursors.issue(scope, req.filters, k),
-        ),
+        pagination: pagination(limit, rendered.times > limit, () => cursors.issue(scope, req.filters, [rendered.last!])),
         meta,
       };
     };
@@ -312,7 +307,7 @@ export function bookHandlers(kit: RouteKit) {
       ctx.stats.rows = items.length;
       return {
         data: items,
-        pagination: { limit: pq.limit, has_more: more, next_cursor: more ? cursors.issue(scope, req.filters, [last!]) : null },
+        pagination: pagination(pq.limit, more, () => cursors.issue(scope, req.filters, [last!])),
         meta,
       };
     };

@@ -11,7 +11,7 @@ import { coverageByWindow } from './certificate.js';
 import { echo, fail } from '../edge/errors.js';
 import { timeRange } from './params.js';
 import { type PageQuery, TRADE_COLUMNS, exportSql, planPartitions, scansInOrder } from './plan.js';
-import { PARQUET, type RequestContext, type Result, type RouteKit, listRequest, takePage } from './route.js';
+import { PARQUET, type RequestContext, type Result, type RouteKit, listRequest, pagination, takePage } from './route.js';
 import { iso } from './shape.js';
 
 /** format=csv|parquet: the whole range, unpaginated, written by DuckDB and streamed. */
@@ -99,11 +99,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
           sha256: f.sha256,
           url: `${base(ctx)}/files/${f.path}`,
         })),
-        pagination: {
-          limit,
-          has_more: more,
-          next_cursor: more ? cursors.issue(scope, filters, [last.partition.hour, last.path]) : null,
-        },
+        pagination: pagination(limit, more, () => cursors.issue(scope, filters, [last.partition.hour, last.path])),
       };
     };
 

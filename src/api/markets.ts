@@ -4,7 +4,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import type { WindowStatus } from '../lake/certificate.js';
 import { spooledNow, windowStatus } from './certificate.js';
 import { marketJson } from './shape.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, takePage, windowsOf } from './route.js';
+import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, pagination, takePage, windowsOf } from './route.js';
 
 export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const list =
@@ -45,11 +45,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       const last = shown[shown.length - 1];
       return {
         data: shown.map((m) => marketJson(m, statusOf(m))),
-        pagination: {
-          limit: req.limit,
-          has_more: more,
-          next_cursor: more ? cursors.issue(scope, req.filters, [last.start_time, last.market_id]) : null,
-        },
+        pagination: pagination(req.limit, more, () => cursors.issue(scope, req.filters, [last.start_time, last.market_id])),
         meta: { coverage: coverageMeta('markets', venue, coin, req.from) },
       };
     };

@@ -1,7 +1,7 @@
 // Every query and path parameter, declared once. The same declarations build the ajv
 // validators and the OpenAPI document, so the two cannot disagree.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { WINDOWS } from '../config.js';
+import { VENUE_COINS, WINDOWS } from '../config.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
 import { DATASETS } from '../records.js';
 import { parseTime } from '../time.js';
@@ -25,8 +25,8 @@ export interface ParamSpec {
 export const INTERVALS: Record<string, number> = { '1s': 1e3, '5s': 5e3, '15s': 15e3, '1m': 6e4, '5m': 3e5, '15m': 9e5, '1h': 3.6e6 };
 export const MARKET_STATUSES = ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] as const;
 export const METRICS = ['chance', 'price', 'last_trade'] as const;
-export const WALLET_COINS = ['btc', 'eth', 'bnb'] as const;
-export const POLY_COINS = ['btc', 'eth', 'sol', 'xrp'] as const;
+export const WALLET_COINS = VENUE_COINS['wallet-prediction'];
+export const POLY_COINS = VENUE_COINS.polymarket;
 export const MAX_LIMIT = 1000;
 
 const q = (

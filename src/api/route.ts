@@ -9,7 +9,7 @@ import type { Dataset, LatestBook, MarketStatus } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { ServingCopies } from '../pages/copyreader.js';
 import type { DeflatedPiece } from '../pages/gzip.js';
-import type { Cursors, Keyset } from './cursor.js';
+import type { Cursors } from './cursor.js';
 import { echo, fail } from '../edge/errors.js';
 import type { ExportPool } from './exports.js';
 import type { KeyRecord } from '../edge/keys.js';
@@ -186,9 +186,9 @@ export function listRequest(q: Query, defaultOrder: 'asc' | 'desc'): ListRequest
   };
 }
 
-export function page(limit: number, rows: number, key: () => Keyset, issue: (k: Keyset) => string): Result['pagination'] {
-  const hasMore = rows > limit;
-  return { limit, has_more: hasMore, next_cursor: hasMore ? issue(key()) : null };
+/** The envelope's pagination: the cursor of the next page (`next`, called only then) when there is more. */
+export function pagination(limit: number, more: boolean, next: () => string): NonNullable<Result['pagination']> {
+  return { limit, has_more: more, next_cursor: more ? next() : null };
 }
 
 /** The first `limit` items of an ordered list that `keep` accepts, and whether any further one does. */

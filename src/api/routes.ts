@@ -5,15 +5,13 @@ import type { Venue } from '../config.js';
 import { bookHandlers } from './books.js';
 import { fileHandlers } from './bulk.js';
 import { marketHandlers } from './markets.js';
-import { P, type ParamSpec } from './params.js';
+import { P, POLY_COINS, type ParamSpec, WALLET_COINS } from './params.js';
 import { type Access, type RequestContext, type Result, type Route, type RouteDeps, routeKit } from './route.js';
 import { seriesHandlers } from './series.js';
 import { tradeHandlers } from './trades.js';
 import { certificateHandlers } from './certificate.js';
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
-const WALLET_COINS = ['btc', 'eth', 'bnb'];
-const POLY_COINS = ['btc', 'eth', 'sol', 'xrp'];
 
 type Handler = (ctx: RequestContext) => Promise<Result>;
 

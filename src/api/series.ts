@@ -4,7 +4,7 @@ import type { Venue } from '../config.js';
 import { relation } from '../lake/sql.js';
 import { exportFile } from './bulk.js';
 import { planPartitions, timeseriesSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, page, resolveOutcome, sql } from './route.js';
+import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, pagination, resolveOutcome, sql } from './route.js';
 import { iso } from './shape.js';
 
 export function seriesHandlers(kit: RouteKit) {
@@ -40,11 +40,8 @@ export function seriesHandlers(kit: RouteKit) {
       const label = m.outcomes.find((o) => o.index === outcome)?.label ?? null;
       return {
         data: shown,
-        pagination: page(
-          limit,
-          cut.times,
-          () => [Date.parse(shown[shown.length - 1].timestamp)],
-          (k) => cursors.issue(scope, req.filters, k),
+        pagination: pagination(limit, cut.times > limit, () =>
+          cursors.issue(scope, req.filters, [Date.parse(shown[shown.length - 1].timestamp)]),
         ),
         meta: {
           metric,

@@ -7,7 +7,7 @@ import { relation } from '../lake/sql.js';
 import type { TradeRow } from '../records.js';
 import { exportFile } from './bulk.js';
 import { TRADE_COLUMNS, planPartitions, tradesSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, page, resolveOutcome, sql } from './route.js';
+import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, pagination, resolveOutcome, sql } from './route.js';
 import { iso } from './shape.js';
 
 type StoredTrade = Omit<TradeRow, 'market_id'>;
@@ -42,12 +42,7 @@ export function tradeHandlers(kit: RouteKit) {
       ctx.stats.rows = shown.length;
       return {
         data: shown.map(tradeJson),
-        pagination: page(
-          limit,
-          cut.times,
-          () => [shown[shown.length - 1].ts],
-          (k) => cursors.issue(scope, req.filters, k),
-        ),
+        pagination: pagination(limit, cut.times > limit, () => cursors.issue(scope, req.filters, [shown[shown.length - 1].ts])),
         meta: {
           coverage: coverageMeta('trades', venue, [m.coin], req.from),
           // Trades come over the channel that carries the books: a span the books miss, they miss too; and

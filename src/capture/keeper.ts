@@ -6,6 +6,7 @@ import type { Market } from '../records.js';
 import type { Logger } from '../log.js';
 import type { Spool } from '../lake/spool.js';
 import { type GapLedger, gapKey, scopeOf } from './gaps.js';
+import { backoffMs } from '../time.js';
 
 /** Failing storage is retried after this, doubling up to the cap. */
 const RETRY_MIN_MS = 250;
@@ -109,6 +110,6 @@ export class SpoolKeeper {
     }
     this.storage.attempts++;
     this.storage.error = error;
-    this.storage.retryAt = now + Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(this.storage.attempts, 10));
+    this.storage.retryAt = now + backoffMs(this.storage.attempts, RETRY_MIN_MS, RETRY_MAX_MS);
   }
 }

@@ -15,6 +15,7 @@ import type { Book, Market } from '../records.js';
 import type { MarketPoll, Quote, VenueBookSummary } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamGapReason, type StreamSink } from '../venues/stream.js';
+import { backoffMs } from '../time.js';
 
 export type StreamEvent =
   | { kind: 'lost'; market_id: string; reason: StreamGapReason; from: number; detail: string }
@@ -183,7 +184,7 @@ export class ThreadedStream implements BookStream {
     const old = this.threads[index];
     // A thread that keeps dying at start (a broken install, say) is retried with backoff, not in a loop.
     const failures = Date.now() - old.started < YOUNG_MS ? old.failures + 1 : 1;
-    const delay = failures <= 1 ? 0 : Math.min(RESPAWN_MAX_MS, 250 * 2 ** (failures - 2));
+    const delay = failures <= 1 ? 0 : backoffMs(failures - 2, 250, RESPAWN_MAX_MS);
     this.log.error(
       { thread: index, code, markets: old.tracked.size, respawn_in_ms: delay },
       'stream thread exited; its markets are resubscribed by a new one',

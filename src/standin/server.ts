@@ -4,7 +4,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Clock } from '../clock.js';
-import type { Venue, Window } from '../config.js';
+import { VENUE_COINS, type Venue, type Window } from '../config.js';
 import { SECOND } from '../time.js';
 import { GENESIS, POLY_CREATE_LEAD, Sim, type SimMarket, WALLET_LIST_LEAD, hash32 } from './sim.js';
 import { mulberry32 } from './orderbook.js';
@@ -96,13 +96,7 @@ export class StandIn {
   private random: () => number;
 
   constructor(private readonly options: StandInOptions) {
-    this.sim = new Sim(
-      options.seed ?? 1,
-      options.coins ?? {
-        'wallet-prediction': ['btc', 'eth', 'bnb'],
-        polymarket: ['btc', 'eth', 'sol', 'xrp'],
-      },
-    );
+    this.sim = new Sim(options.seed ?? 1, options.coins ?? VENUE_COINS);
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
     // Fault draws seeded through a hash: mulberry32 on small consecutive seeds starts with too few small values.

@@ -8,6 +8,7 @@
 import WebSocket from 'ws';
 import type { Clock } from '../clock.js';
 import type { Logger } from '../log.js';
+import { backoffMs } from '../time.js';
 
 export type LostReason = 'disconnected' | 'stream_stalled';
 
@@ -205,7 +206,7 @@ export class MarketChannelClient {
       if (this.closed || !this.connections.includes(conn)) return;
       conn.failures++;
       // Exponential backoff with full jitter, so many recorders do not reconnect in step.
-      const cap = Math.min(this.options.backoffMaxMs, this.options.backoffMinMs * 2 ** Math.min(conn.failures, 16));
+      const cap = backoffMs(conn.failures, this.options.backoffMinMs, this.options.backoffMaxMs);
       const wait = this.options.backoffMinMs + Math.random() * (cap - this.options.backoffMinMs);
       conn.reconnect = setTimeout(() => this.connect(conn), wait);
     });

@@ -2,6 +2,7 @@
 // arriving), retries with exponential backoff and full jitter, Retry-After on 429, a request
 // budget below the upstream's documented limit, and bounded concurrency.
 import type { UpstreamConfig } from '../config.js';
+import { backoffMs } from '../time.js';
 
 export type UpstreamErrorKind = 'timeout' | 'network' | 'http_5xx' | 'http_4xx' | 'rate_limited' | 'malformed';
 
@@ -64,7 +65,7 @@ export class HttpClient {
             throw e;
           }
           this.stats.retries++;
-          const backoff = Math.random() * Math.min(10_000, this.backoffBaseMs * 2 ** attempt);
+          const backoff = Math.random() * backoffMs(attempt, this.backoffBaseMs, 10_000);
           await sleep(e.retryAfterMs !== undefined ? Math.min(e.retryAfterMs, MAX_RETRY_AFTER_MS) : backoff);
         }
       }
