@@ -6,9 +6,10 @@ import type { Venue } from '../config.js';
 import { type Market, type MarketStatus, marketKey } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
-import { listFiles, writeFileAtomic } from './fsutil.js';
+import { writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { type Files, parquetSource, relation, sqlIdent } from './sql.js';
+import { listSpool } from './spool.js';
 
 export interface StoredMarket extends Market {
   /** When this newest version was captured. */
@@ -59,10 +60,7 @@ export class Catalogue {
         if (p) this.upsert(toMarket(row, p));
       }
     }
-    const spoolParts = (await listFiles(this.paths.spool, '.ndjson'))
-      .map((f) => parsePartitionDir(path.dirname(f).split(path.sep).slice(1).join('/')))
-      .filter((p): p is Partition => p !== null && p.dataset === 'markets');
-    await this.ingest(spoolParts);
+    await this.ingest((await listSpool(this.paths.spool)).map((s) => s.partition).filter((p) => p.dataset === 'markets'));
     if (sealed.length > 0) await this.writeCheckpoint();
   }
 

@@ -2,7 +2,6 @@
 // (fileindex.ts), the market catalogue (catalogue.ts) and the recorded gaps (gaplog.ts), plus
 // the files a query reads (sealed ones from the index, open hours from the spool; never a glob).
 import { readdirSync } from 'node:fs';
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue } from '../config.js';
 import { Catalogue, type StoredMarket } from './catalogue.js';
@@ -11,7 +10,7 @@ import { FileIndex, type IndexedFile } from './fileindex.js';
 import { type GapFilter, type GapRecord, GapLog, gapMatches } from './gaplog.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { lackedColumns } from './manifest.js';
-import { listSpool } from './spool.js';
+import { listSpool, listSpoolOf } from './spool.js';
 import type { Files } from './sql.js';
 import { marketKey } from '../records.js';
 
@@ -112,20 +111,8 @@ export class LakeReader {
    * and left out, where the other order would miss its rows (listed neither as a part nor a file).
    */
   async files(partitions: Partition[]): Promise<Files> {
-    const listed: { p: Partition; parts: { source: string; file: string }[] }[] = [];
-    const segments = await fs.readdir(this.paths.spool).catch(() => [] as string[]);
-    for (const p of partitions) {
-      const dir = partitionDir(p);
-      const parts: { source: string; file: string }[] = [];
-      for (const segment of segments) {
-        const names = await fs.readdir(path.join(this.paths.spool, segment, dir)).catch(() => [] as string[]);
-        for (const name of names) {
-          if (name.endsWith('.ndjson'))
-            parts.push({ source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(this.paths.spool, segment, dir, name) });
-        }
-      }
-      listed.push({ p, parts });
-    }
+    const spooled = await listSpoolOf(this.paths.spool, partitions);
+    const listed = partitions.map((p, i) => ({ p, parts: spooled[i] }));
     await this.index.follow();
     const sealed: IndexedFile[] = [];
     const spool: string[] = [];

@@ -520,20 +520,46 @@ export class Spool {
   }
 }
 
+/** Every part of the spool in `dir`, of every segment and partition. */
 export async function listSpool(dir: string): Promise<SpoolPart[]> {
   const parts: SpoolPart[] = [];
   for (const rel of await listFiles(dir, '.ndjson')) {
     const segments = rel.split(path.sep);
-    const segment = segments[0];
-    const name = segments[segments.length - 1];
     const partition = parsePartitionDir(segments.slice(1, -1).join('/'));
-    const m = PART_NAME.exec(name);
-    if (!partition || !m) continue;
-    const part: SpoolPart = { source: `${segment}:${name.replace('.ndjson', '')}`, file: path.join(dir, rel), partition };
-    if (m[2] !== undefined && RUN_DATASETS.has(partition.dataset)) part.market = Buffer.from(m[2], 'base64url').toString('utf8');
-    parts.push(part);
+    const part = partition && spoolPart(path.join(dir, rel), segments[0], partition, segments[segments.length - 1]);
+    if (part) parts.push(part);
   }
   return parts;
+}
+
+/**
+ * The parts of each of `partitions`, in every segment: a reader of a few partitions lists their
+ * directories only, never the whole spool. Listed in `partitions`' order.
+ */
+export async function listSpoolOf(dir: string, partitions: readonly Partition[]): Promise<SpoolPart[][]> {
+  const segments = await fs.readdir(dir).catch(() => [] as string[]);
+  const listed: SpoolPart[][] = [];
+  for (const p of partitions) {
+    const parts: SpoolPart[] = [];
+    for (const segment of segments) {
+      const names = await fs.readdir(path.join(dir, segment, partitionDir(p))).catch(() => [] as string[]);
+      for (const name of names) {
+        const part = spoolPart(path.join(dir, segment, partitionDir(p), name), segment, p, name);
+        if (part) parts.push(part);
+      }
+    }
+    listed.push(parts);
+  }
+  return listed;
+}
+
+/** The part at `file` (`<segment>/<partition>/<name>` below the spool); null for a file that is not one. */
+function spoolPart(file: string, segment: string, partition: Partition, name: string): SpoolPart | null {
+  const m = PART_NAME.exec(name);
+  if (!m) return null;
+  const part: SpoolPart = { source: `${segment}:${name.replace('.ndjson', '')}`, file, partition };
+  if (m[2] !== undefined && RUN_DATASETS.has(partition.dataset)) part.market = Buffer.from(m[2], 'base64url').toString('utf8');
+  return part;
 }
 
 /** Bytes read from the end of each part to find a market's newest spooled row. */
