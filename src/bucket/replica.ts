@@ -13,7 +13,7 @@ import { CATALOGUE_CHECKPOINT } from '../lake/catalogue.js';
 import type { IndexedFile } from '../lake/fileindex.js';
 import { GAPS_CHECKPOINT } from '../lake/gaplog.js';
 import { type LakePaths, type Partition, partitionDir } from '../lake/layout.js';
-import { type PartitionManifest, writeManifest } from '../lake/manifest.js';
+import { type PartitionManifest, adoptManifest } from '../lake/manifest.js';
 import type { Logger } from '../log.js';
 import {
   type CommitObject,
@@ -321,7 +321,7 @@ export class BucketReplica {
     const fromSnapshot = snapshot !== undefined && etag !== undefined && md5(Buffer.from(snapshot)) === etag;
     const body = fromSnapshot ? Buffer.from(snapshot) : await this.s3.get(manifestKey(this.s3.config.prefix, p));
     if (!body) return;
-    await writeManifest(this.paths.manifest, p, JSON.parse(body.toString('utf8')) as PartitionManifest);
+    await adoptManifest(this.paths.manifest, p, JSON.parse(body.toString('utf8')) as PartitionManifest);
     this.state.etags[partitionDir(p)] = etag ?? md5(body);
     if (fromSnapshot) this.manifestsFromSnapshot++;
     else this.manifestsFetched++;

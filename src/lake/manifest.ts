@@ -82,3 +82,16 @@ export async function writeManifest(manifestDir: string, p: Partition, m: Partit
   await writeFileAtomic(manifestFile(manifestDir, p), JSON.stringify(m, null, 1));
   await fs.appendFile(path.join(manifestDir, COMMIT_LOG), `${JSON.stringify({ partition: partitionDir(p), at: Date.now() })}\n`);
 }
+
+/**
+ * A manifest brought from elsewhere (a bucket), written and announced only when the file does not
+ * hold it already: replica workers sharing a directory each bring the same manifests, and an
+ * announcement of an unchanged one would have every reader following the log read its files again.
+ * Returns whether it wrote.
+ */
+export async function adoptManifest(manifestDir: string, p: Partition, m: PartitionManifest): Promise<boolean> {
+  const held = await fs.readFile(manifestFile(manifestDir, p), 'utf8').catch(() => null);
+  if (held === JSON.stringify(m, null, 1)) return false;
+  await writeManifest(manifestDir, p, m);
+  return true;
+}
