@@ -111,6 +111,8 @@ export class WalletStreamRecorder implements VenueRecorder {
   };
   readonly channel: MarketChannelClient;
   private readonly markets = new Map<string, Held>();
+  /** Markets let go lately (an hour past their end): a push of theirs that comes after is a known loss. */
+  private readonly released = new Map<string, Market>();
   private readonly lastTs = new Map<string, number>();
   private readonly written = new Map<string, string>();
   /** Each market's newest book row a previous process spooled. */
@@ -171,13 +173,19 @@ export class WalletStreamRecorder implements VenueRecorder {
         });
     }
     this.channel.track(markets.map((m) => TOPIC_PREFIX + m.market_id));
-    // Not at the clock's end: pushes of its last instants may still be on their way.
-    const ended = [...this.markets.values()].filter((h) => this.progress.passed(h.market.end_time, now)).map((h) => h.market);
+    // Not at the clock's end: pushes of its last instants may still be on their way. Judged by the
+    // market's own pushes, not the topic's newest: a starved sender can send one market's last pushes
+    // behind another's later ones (seen beside stress-ng --cpu 8), and the topic's time would let it go early.
+    const ended = [...this.markets.values()]
+      .filter((h) => h.market.end_time <= now && (h.ts >= h.market.end_time || now >= h.market.end_time + this.stallMs))
+      .map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);
       this.written.delete(m.market_id);
+      this.released.set(m.market_id, m);
     }
+    for (const [id, m] of this.released) if (now >= m.end_time + 3_600_000) this.released.delete(id);
     if (ended.length) this.channel.untrack(ended.map((m) => TOPIC_PREFIX + m.market_id));
   }
 
@@ -316,7 +324,16 @@ export class WalletStreamRecorder implements VenueRecorder {
   private message(d: Record<string, unknown>, recvTs: number): void {
     const h = this.markets.get(String(d.marketId));
     const ts = Number(d.updateTimestampMs);
-    if (!h || !Number.isFinite(ts)) return;
+    if (!Number.isFinite(ts)) return;
+    if (!h) {
+      // A push of a market already let go, from before its end: an instant missed, and known to be.
+      const gone = this.released.get(String(d.marketId));
+      if (gone && ts < gone.end_time) {
+        this.stats.late++;
+        this.sink.lost(gone, 'stream_late', ts - 1, `a book of ${ts} arrived after the market was let go`);
+      }
+      return;
+    }
     this.noticeSilence(ts);
     this.stats.books++;
     if (ts === h.ts) {
