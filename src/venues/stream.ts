@@ -27,8 +27,13 @@ export class StreamProgress {
 
   /** Whether a market ending at `end` has nothing more to come by `now`. */
   passed(end: number, now: number): boolean {
-    return end <= now && (this.newest >= end || now >= end + this.boundMs);
+    return endPassed(end, this.newest, now, this.boundMs);
   }
+}
+
+/** Whether what ends at `end` has nothing more to come by `now`: a message stamped `newest` reached it, or the bound passed. */
+export function endPassed(end: number, newest: number, now: number, boundMs: number): boolean {
+  return end <= now && (newest >= end || now >= end + boundMs);
 }
 
 /**

@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { type StreamGapReason, type StreamSink, type VenueRecorder, StreamProgress, advance } from '../stream.js';
+import { type StreamGapReason, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -124,7 +124,6 @@ export class WalletStreamRecorder implements VenueRecorder {
    * venue's clock, which a starved process does not stretch (pushes queued while it waits keep theirs).
    */
   private lastPushTs = -Infinity;
-  private readonly progress: StreamProgress;
   private closed = false;
 
   constructor(
@@ -136,7 +135,6 @@ export class WalletStreamRecorder implements VenueRecorder {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
     this.pauseMs = s.pauseMs;
-    this.progress = new StreamProgress(s.stallMs);
     this.channel = new MarketChannelClient(
       // One aggregate topic carries every market: one connection, whatever the per-connection bound.
       {
@@ -148,10 +146,7 @@ export class WalletStreamRecorder implements VenueRecorder {
       clock,
       log,
       {
-        message: (msg, recvTs) => {
-          this.progress.saw(Number((msg as { updateTimestampMs?: unknown }).updateTimestampMs));
-          this.message(msg as Record<string, unknown>, recvTs);
-        },
+        message: (msg, recvTs) => this.message(msg as Record<string, unknown>, recvTs),
         lost: (topics, reason, since, detail) => this.lose(topics, reason, since, detail),
       },
     );
@@ -176,9 +171,7 @@ export class WalletStreamRecorder implements VenueRecorder {
     // Not at the clock's end: pushes of its last instants may still be on their way. Judged by the
     // market's own pushes, not the topic's newest: a starved sender can send one market's last pushes
     // behind another's later ones (seen beside stress-ng --cpu 8), and the topic's time would let it go early.
-    const ended = [...this.markets.values()]
-      .filter((h) => h.market.end_time <= now && (h.ts >= h.market.end_time || now >= h.market.end_time + this.stallMs))
-      .map((h) => h.market);
+    const ended = [...this.markets.values()].filter((h) => endPassed(h.market.end_time, h.ts, now, this.stallMs)).map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);
