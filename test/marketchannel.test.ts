@@ -68,11 +68,11 @@ function emptyBook(market: string, asset: string) {
   return { event_type: 'book', asset_id: asset, market, timestamp: '1757908892000', hash: '', bids: [], asks: [] };
 }
 
-function recorder(t: Test, url: string) {
+function recorder(t: Test, url: string, env: Record<string, string> = {}) {
   const rows: { market: string; ts: number; books: Book[] }[] = [];
   const gaps: string[] = [];
   const resolutions: { market: string; winner: number; ts: number }[] = [];
-  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
+  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url, ...env }), createClock(), quiet, {
     books: (m, ts, _recvTs, books) => rows.push({ market: m.market_id, ts, books }),
     metrics: () => undefined,
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
@@ -281,6 +281,65 @@ t.test("an ended market stays subscribed until the venue's market_resolved gives
   t.same(resolutions, [{ market: 'r', winner: 1, ts: 1757908892351 }], "the venue's time and its winning token's outcome");
   t.equal(rec.stats.resolutions, 1);
   t.same(frames.at(-1), { assets_ids: [up, down], operation: 'unsubscribe', type: 'market' }, 'then the tokens are let go');
+});
+
+t.test("a market ends by its own events, not another's later ones; one of its window after it went is a gap", async (t) => {
+  // Without hashes: a book in doubt waits for REST up to the stall bound, and here nothing may wait on the clock.
+  const documented = fixture('price_change').message;
+  const change = { ...documented, price_changes: documented.price_changes.map((c: object) => ({ ...c, hash: '' })) };
+  const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
+  let socket: WebSocket | undefined;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    socket = ws;
+    ws.send(
+      JSON.stringify([emptyBook(change.market, yes), emptyBook(change.market, no), emptyBook('0xo', 'o-up'), emptyBook('0xo', 'o-down')]),
+    );
+  });
+  const send = (body: unknown) => socket!.send(JSON.stringify(body));
+  // A stall bound no starved run reaches: only events may let the market go here, never the clock.
+  const { rec, rows, gaps } = recorder(t, url, { STREAM_STALL_MS: '600000' });
+  const end = Date.now() - 1;
+  const ending = { ...openMarket('e', change.market, [yes, no]), end_time: end };
+  const open = openMarket('o', '0xo', ['o-up', 'o-down']);
+  rec.track([ending, open], Date.now());
+  await until(() => rows.filter((r) => r.market === 'e' || r.market === 'o').length >= 2);
+  // Another market's change from past the end (another connection's, or sent ahead by a starved sender).
+  const otherAhead = {
+    ...change,
+    market: '0xo',
+    timestamp: String(end + 500),
+    price_changes: [{ ...change.price_changes[0], asset_id: 'o-up' }],
+  };
+  send(otherAhead);
+  await until(() => rows.some((r) => r.market === 'o' && r.ts === end + 500));
+  rec.track([ending, open], Date.now());
+  t.ok(rec.tracks(ending), 'the ended market is kept: nothing of its own says its last change has come');
+  // Its own last change of the window, sent behind the other market's: recorded.
+  send({ ...change, timestamp: String(end - 10) });
+  await until(() => rows.some((r) => r.market === 'e' && r.ts === end - 10));
+  t.ok(
+    rows.some((r) => r.market === 'e' && r.ts === end - 10),
+    'its change from before the end is recorded',
+  );
+  // Its own event at the end: nothing more of its window to come, and it is let go.
+  send({ ...fixture('last_trade_price').message, market: change.market, asset_id: yes, timestamp: String(end + 1) });
+  send({ ...fixture('last_trade_price').message, market: change.market, asset_id: no, timestamp: String(end + 1) });
+  await until(() => {
+    rec.track([ending, open], Date.now());
+    return !rec.tracks(ending);
+  });
+  t.notOk(rec.tracks(ending), 'let go by its own events at its end');
+  t.same(gaps, [], 'no gap so far');
+  // A change of its window arriving after it went cannot be recorded: a gap, not silence.
+  send({ ...change, timestamp: String(end - 5) });
+  await until(() => gaps.length > 0);
+  t.same(gaps, [`e stream_late: a price_change of ${end - 5} arrived after the market was let go`]);
+  t.equal(rec.stats.late, 1);
+  t.notOk(
+    rows.some((r) => r.market === 'e' && r.ts === end - 5),
+    'and no row',
+  );
 });
 
 t.test('a resolution the stream announced stays with the market until the catalogue knows one', async (t) => {

@@ -99,6 +99,66 @@ t.test('the documented push, as a string in a signed connection: both outcome bo
   t.same(gaps, []);
 });
 
+t.test("a market ends by its own pushes, not another's later ones; one of its window after it went is a gap", async (t) => {
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  const end = Date.now() - 1;
+  const push = (marketId: number, ts: number) =>
+    JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: JSON.stringify({ ...payload, marketId, updateTimestampMs: ts }) });
+  let socket: WebSocket | undefined;
+  wss.on('connection', (ws) => {
+    socket = ws;
+    ws.send(JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' }));
+    ws.send(push(payload.marketId, end - 1_000));
+    // Another market's push from past the end, sent ahead of this market's last (as a starved sender did).
+    ws.send(push(payload.marketId + 1, end + 500));
+  });
+  const rows: { market: string; ts: number }[] = [];
+  const gaps: string[] = [];
+  // A stall bound no starved run reaches: only pushes may let the market go here, never the clock.
+  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
+  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_STALL_MS: '600000' });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (m, ts) => rows.push({ market: m.market_id, ts }),
+    metrics: () => undefined,
+    lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  const ending = { ...openWalletMarket(), end_time: end };
+  const open = { ...openWalletMarket(), market_id: String(payload.marketId + 1) };
+  rec.track([ending, open], Date.now());
+  await until(() => rows.some((r) => r.market === open.market_id));
+  rec.track([ending, open], Date.now());
+  t.ok(rec.tracks(ending), 'the ended market is kept: nothing of its own says its last push has come');
+  socket!.send(push(payload.marketId, end - 10));
+  await until(() => rows.some((r) => r.market === ending.market_id && r.ts === end - 10));
+  t.ok(
+    rows.some((r) => r.market === ending.market_id && r.ts === end - 10),
+    'its push from before the end, sent behind, is recorded',
+  );
+  socket!.send(push(payload.marketId, end));
+  await until(() => {
+    rec.track([ending, open], Date.now());
+    return !rec.tracks(ending);
+  });
+  t.notOk(rec.tracks(ending), 'let go by its own push at its end');
+  t.same(gaps, [], 'no gap so far');
+  socket!.send(push(payload.marketId, end - 5));
+  await until(() => gaps.length > 0);
+  t.same(
+    gaps,
+    [`${ending.market_id} stream_late: a book of ${end - 5} arrived after the market was let go`],
+    'a push of its window after it went: a gap',
+  );
+  t.notOk(
+    rows.some((r) => r.ts === end - 5),
+    'and no row',
+  );
+});
+
 t.test('the stand-in refuses what the venue refuses, with its error shape', async (t) => {
   const standin = new StandIn({ clock: createClock(), apiKey: KEY, apiSecret: SECRET });
   const base = (await standin.start(0)).replace(/^http/, 'ws') + WALLET_STREAM_PATH;

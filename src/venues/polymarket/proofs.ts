@@ -63,6 +63,8 @@ export interface Token {
   awaiting: Doubted[];
   /** Whether the stream ever sent this token's book. */
   streamed: boolean;
+  /** Venue time of the newest event the stream sent of this token: its market ends by its own events, not another's. */
+  heardTs: number;
   /** Clock time capture asked for the token: a gap for a snapshot that never came starts there. */
   trackedAt: number;
   /** A REST book newer than the copy, and when it was seen: the stream must catch up within the stall bound. */
@@ -114,6 +116,7 @@ export function newToken(
     doubt: null,
     checkAskedTs: -Infinity,
     streamed: false,
+    heardTs: -Infinity,
     lastTrade: null,
     chance: null,
     price: null,
@@ -160,6 +163,8 @@ export interface StreamStats {
   resolutions: number;
   /** `new_market` announcements seen: discovery finds the markets (with their windows, which these lack); counted only. */
   newMarkets: number;
+  /** Events of a market's window that arrived after the market was let go: each a stream_late gap. */
+  late: number;
 }
 
 export const NO_STREAM_STATS: Readonly<StreamStats> = {
@@ -183,6 +188,7 @@ export const NO_STREAM_STATS: Readonly<StreamStats> = {
   tickChanges: 0,
   resolutions: 0,
   newMarkets: 0,
+  late: 0,
 };
 
 /** What the proofs ask of the recorder. */

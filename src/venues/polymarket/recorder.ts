@@ -26,7 +26,7 @@ import {
   sameLevels,
   stateLadders,
 } from './book.js';
-import { StreamProgress, type StreamSink, type VenueRecorder, advance } from '../stream.js';
+import { StreamProgress, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';
@@ -35,6 +35,7 @@ import { CopyProofs, type Doubted, NO_STREAM_STATS, type ProofHost, type StreamS
 export { NO_STREAM_STATS, type StreamStats };
 
 const MAX_PENDING = 10_000;
+const RELEASED_KEPT_MS = 3_600_000;
 export class StreamRecorder implements VenueRecorder {
   readonly stats: StreamStats = { ...NO_STREAM_STATS };
   readonly channel: MarketChannelClient;
@@ -53,6 +54,8 @@ export class StreamRecorder implements VenueRecorder {
    */
   private readonly resolving = new Map<string, { market: Market; until: number }>();
   private readonly resolveWaitMs: number;
+  /** Tokens of markets let go, kept a while so that an event of their window arriving after is a gap, not silence. */
+  private readonly released = new Map<string, Market>();
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
   /** Rows waiting for a book's hash verdict, per market (a market's rows stay in order behind them). */
@@ -97,6 +100,7 @@ export class StreamRecorder implements VenueRecorder {
           // ending one's changes still on their way): only the stream's own events say how far it has come.
           if ((msg as { event_type?: unknown }).event_type !== 'book')
             this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
+          this.heard(msg as ClobMarketMessage);
           this.message(msg as ClobMarketMessage, recvTs);
           this.verdicts.expire(recvTs);
         },
@@ -125,10 +129,15 @@ export class StreamRecorder implements VenueRecorder {
       ]),
     );
     // Not at the clock's end: a poll can see the end before the stream has delivered what came before it.
+    // Judged by each token's own events, not the stream's newest: another connection, or a starved sender,
+    // can deliver later events of other markets before this one's last. A market goes when all its tokens may.
     // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
-    const ended = [...this.tokens]
-      .filter(([, t]) => this.progress.passed(t.market.end_time, now) && (!t.doubt || now >= t.market.end_time + this.stallMs))
-      .map(([id]) => id);
+    const staying = new Set(
+      [...this.tokens.values()]
+        .filter((t) => !endPassed(t.market.end_time, t.heardTs, now, this.stallMs) || (t.doubt && now < t.market.end_time + this.stallMs))
+        .map((t) => t.market.market_id),
+    );
+    const ended = [...this.tokens].filter(([, t]) => !staying.has(t.market.market_id)).map(([id]) => id);
     this.verdicts.expire(now);
     for (const id of ended) {
       const t = this.tokens.get(id)!;
@@ -142,10 +151,12 @@ export class StreamRecorder implements VenueRecorder {
       this.lastTs.delete(m.market_id);
       this.lastMetricTs.delete(m.market_id);
       this.tokens.delete(id);
+      this.released.set(id, m);
       const until = m.end_time + this.resolveWaitMs;
       if (m.resolved_time === null && !resolved && now < until) this.resolving.set(id, { market: m, until });
       else release.push(id);
     }
+    for (const [id, m] of this.released) if (now >= m.end_time + RELEASED_KEPT_MS) this.released.delete(id);
     for (const [id, r] of this.resolving) {
       if (now < r.until) continue;
       this.resolving.delete(id);
@@ -289,6 +300,34 @@ export class StreamRecorder implements VenueRecorder {
     // A quote is of the newest recorded book: never stamped before it, and the next book comes after it.
     const at = advance(this.lastMetricTs, m.market_id, Math.max(ts, this.lastTs.get(m.market_id) ?? -Infinity));
     this.sink.metrics(m, at, recvTs, quotes);
+  }
+
+  /**
+   * Moves each token's own progress by an event of it. A book-moving event of a market already let
+   * go, from within its window, came too late to be recorded: the instant it moved is a gap.
+   */
+  private heard(msg: ClobMarketMessage): void {
+    const type = msg.event_type;
+    if (type !== 'book' && type !== 'price_change' && type !== 'last_trade_price' && type !== 'tick_size_change') return;
+    const ts = Number((msg as { timestamp?: unknown }).timestamp);
+    if (!Number.isFinite(ts)) return;
+    const changes = (msg as ClobPriceChangeMessage).price_changes;
+    const assets: unknown[] =
+      type !== 'price_change' ? [(msg as { asset_id?: unknown }).asset_id] : Array.isArray(changes) ? changes.map((c) => c?.asset_id) : [];
+    const late = new Map<string, Market>();
+    for (const id of assets) {
+      if (typeof id !== 'string') continue;
+      const t = this.tokens.get(id);
+      if (t) t.heardTs = Math.max(t.heardTs, ts);
+      else if (type === 'book' || type === 'price_change') {
+        const gone = this.released.get(id);
+        if (gone && ts < gone.end_time) late.set(gone.market_id, gone);
+      }
+    }
+    for (const m of late.values()) {
+      this.stats.late++;
+      this.sink.lost(m, 'stream_late', ts - 1, `a ${type} of ${ts} arrived after the market was let go`);
+    }
   }
 
   private message(msg: ClobMarketMessage, recvTs: number): void {
