@@ -49,10 +49,21 @@ t.test('the stand-in really misbehaved', async (t) => {
 });
 
 t.test('capture kept recording before, between and after the faults', async (t) => {
-  const after = await duck.rows(`SELECT count(*) AS n FROM ${books} WHERE epoch_ms(ts) >= ${OUTAGE.to + MINUTE}`);
-  t.ok(Number(after[0].n) > 100, 'books recorded after the outage');
-  const before = await duck.rows(`SELECT count(*) AS n FROM ${books} WHERE epoch_ms(ts) < ${OUTAGE.from}`);
-  t.ok(Number(before[0].n) > 100, 'books recorded before the outage');
+  // How many polls answered in time is the machine's (timeouts are real milliseconds; a starved run
+  // has more of them, each a gap): what capture owes is to go on recording each venue through them.
+  const counts = (await duck.rows(
+    `SELECT venue, count(*) FILTER (WHERE epoch_ms(ts) < ${OUTAGE.from})::INTEGER AS before,
+       count(*) FILTER (WHERE epoch_ms(ts) >= ${OUTAGE.to + MINUTE})::INTEGER AS after FROM ${books} GROUP BY venue ORDER BY venue`,
+  )) as { venue: string; before: number; after: number }[];
+  t.same(
+    counts.map((c) => c.venue),
+    ['polymarket', 'wallet-prediction'],
+    'both venues recorded',
+  );
+  for (const c of counts) {
+    t.ok(c.before > 0, `${c.venue}: ${c.before} books recorded before the outage`);
+    t.ok(c.after > 0, `${c.venue}: ${c.after} books recorded after the outage`);
+  }
 });
 
 t.test('the outage is a gap on every market open through it, with its span', async (t) => {
