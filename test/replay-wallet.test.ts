@@ -94,6 +94,64 @@ t.test('the aggregate topic replays every market’s recorded Yes books, in the 
     'every book gap announced, and passed by the venue client’s unwrap (no updateTimestampMs)',
   );
   t.notOk(got.pushes.some((p) => p.msgType === 'replay_gap'));
+  // The end: per market played, its window's state, coverage and gaps as its certificate says, and the frames it sent.
+  const end = JSON.parse(JSON.parse(got.frames.at(-1)!).data) as {
+    msgType: string;
+    markets: { marketId: number; state: string | null; coverage: object | null; gaps: number; messages: number }[];
+  };
+  t.equal(end.msgType, 'replay_end');
+  const played = [...new Set(ups.map((r) => Number(r.market_id)))];
+  t.ok(
+    played.every((id) => end.markets.some((q) => q.marketId === id)),
+    `every market with books in the range is in the end packet (${end.markets.length} played)`,
+  );
+  for (const q of end.markets) {
+    const frames = got.frames.slice(1, -1).filter((f) => JSON.parse(JSON.parse(f).data).marketId === q.marketId).length;
+    t.equal(q.messages, frames, `${q.marketId}: ${frames} frames`);
+    const res = await fetch(`${api.url}/v3/wallet-prediction/${q.marketId}/certificate`, {
+      headers: { Authorization: `Bearer ${paid}` },
+    });
+    const cert = ((await res.json()) as { data: { state: string; coverage: object; gaps: unknown[] } }).data;
+    t.same(
+      [q.state, q.gaps, q.coverage],
+      [cert.state, cert.gaps.length, cert.state === 'pending' ? null : cert.coverage],
+      `${q.marketId}: ${cert.state}, ${cert.gaps.length} gaps, as its certificate`,
+    );
+  }
+});
+
+t.test('a seek on the aggregate topic: each market of that moment from its book there, answered in the venue framing', async (t) => {
+  const mid = START + 30 * SECOND + 123;
+  const url = walletTopics('venue-key', 'venue-secret').url!(
+    `${api.url.replace('http', 'ws')}${path}?from=${START}&to=${mid + 4 * SECOND}&speed=2`,
+  ).replace(/topic=[^&]*/, 'topic=web3_prediction_orderbook_data');
+  const ws = new WebSocket(url, { headers: { ...protocol.headers, Authorization: `Bearer ${paid}` } });
+  const payloads: Record<string, unknown>[] = [];
+  ws.on('message', (data) => {
+    const frame = JSON.parse(data.toString()) as { type: string; data?: string };
+    if (frame.type === 'DATA' && typeof frame.data === 'string') payloads.push(JSON.parse(frame.data));
+  });
+  const closed = new Promise((resolve) => ws.on('close', resolve));
+  await new Promise((resolve) => ws.once('open', resolve));
+  ws.send(JSON.stringify({ replay: 'pause' }));
+  ws.send(JSON.stringify({ replay: 'seek', to: String(mid) }));
+  ws.send(JSON.stringify({ replay: 'resume' }));
+  await closed;
+  const kinds = payloads.map((p) => p.msgType).filter((k) => String(k).startsWith('replay_') && k !== 'replay_gap');
+  t.same(kinds, ['replay_paused', 'replay_seeked', 'replay_resumed', 'replay_end'], 'each control answered in order, the end last');
+  const seeked = payloads.findIndex((p) => p.msgType === 'replay_seeked');
+  t.equal(payloads[seeked].timestamp, mid);
+  const after = payloads.slice(seeked).filter((p) => p.msgType === 'orderbook');
+  // A market recording at `mid` starts again from the Yes book it held then.
+  const live = [...new Set(ups.filter((r) => r.ts < mid).map((r) => Number(r.market_id)))].filter((id) =>
+    ups.some((r) => Number(r.market_id) === id && r.ts >= mid),
+  );
+  t.ok(live.length > 0);
+  for (const id of live) {
+    const held = ups.filter((r) => Number(r.market_id) === id && r.ts < mid).at(-1)!;
+    const first = after.find((p) => p.marketId === id);
+    t.equal(first?.updateTimestampMs, held.ts, `${id} starts again from its book held at the seek`);
+  }
 });
 
 t.test('one market’s own topic replays that market alone; a malformed topic is refused', async (t) => {

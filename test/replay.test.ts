@@ -166,8 +166,28 @@ const shapes: Record<string, ReturnType<typeof ajv.compile>> = {
   }),
   replay_end: ajv.compile({
     type: 'object',
-    required: ['event_type', 'from', 'to'],
-    properties: { event_type: str, from: num, to: num },
+    required: ['event_type', 'from', 'to', 'markets'],
+    properties: {
+      event_type: str,
+      from: num,
+      to: num,
+      markets: {
+        type: 'array',
+        items: {
+          type: 'object',
+          required: ['market', 'asset_ids', 'state', 'coverage', 'gaps', 'messages'],
+          properties: {
+            market: str,
+            asset_ids: { type: 'array', items: str },
+            state: { enum: ['complete', 'partial', 'pending', 'not_captured', null] },
+            coverage: { type: ['object', 'null'] },
+            gaps: { type: 'integer' },
+            messages: { type: 'integer' },
+          },
+          additionalProperties: false,
+        },
+      },
+    },
     additionalProperties: false,
   }),
 };
@@ -228,7 +248,7 @@ t.test('every message is in the venue’s documented shape and ends with the rep
     if (!check) t.fail(`unexpected event_type ${kind}`);
     else if (!check(m)) t.fail(`${kind}: ${ajv.errorsText(check.errors)}: ${JSON.stringify(m).slice(0, 300)}`);
   }
-  t.same(full.messages.at(-1), { event_type: 'replay_end', from: String(START), to: String(END) });
+  t.match(full.messages.at(-1), { event_type: 'replay_end', from: String(START), to: String(END) });
   for (const kind of ['book', 'price_change', 'last_trade_price', 'replay_gap']) t.ok(kinds.get(kind), `${kinds.get(kind)} ${kind}`);
   t.ok(
     full.texts.some((x) => x.startsWith('[')),
@@ -375,6 +395,143 @@ t.test('a replay from the middle starts with each token’s book as it stood, th
     'nothing at or after `to`',
   );
 });
+
+t.test("the replay's end says, per market played, what its certificate says of the window and how many messages went", async (t) => {
+  const end = full.messages.at(-1) as {
+    markets: { market: string; asset_ids: string[]; state: string | null; coverage: object | null; gaps: number; messages: number }[];
+  };
+  const ids = [...new Set(markets.map((m) => m.market_id))];
+  t.equal(end.markets.length, ids.length, 'every market subscribed, once');
+  const coins = new Map(
+    (
+      (await run.duck.rows(`SELECT DISTINCT market_id, coin FROM ${lakeTable(run.dir, 'markets')}`)) as {
+        market_id: string;
+        coin: string;
+      }[]
+    ).map((r) => [r.market_id, r.coin]),
+  );
+  for (const id of ids) {
+    const token = markets.find((m) => m.market_id === id)!.token_id;
+    const quality = end.markets.find((q) => q.asset_ids.includes(token));
+    if (!quality) {
+      t.fail(`${id} is in the end packet`);
+      continue;
+    }
+    const own = full.messages.filter((m) => m.event_type !== 'replay_end' && m.market === quality.market).length;
+    t.equal(quality.messages, own, `${id}: ${own} messages counted as the client received them`);
+    const res = await fetch(`${api.url}/v3/${coins.get(id)}/markets/${id}/certificate`, { headers: { Authorization: `Bearer ${paid}` } });
+    const cert = ((await res.json()) as { data: { state: string; coverage: object; gaps: unknown[] } }).data;
+    t.equal(quality.state, cert.state, `${id}: ${cert.state}, as its certificate`);
+    t.equal(quality.gaps, cert.gaps.length, `${id}: ${cert.gaps.length} gaps, as its certificate`);
+    // A pending window's coverage is provisional: the end packet does not vouch for it.
+    if (cert.state === 'pending') t.equal(quality.coverage, null, `${id}: no coverage while pending`);
+    else t.same(quality.coverage, cert.coverage, `${id}: the certificate's coverage`);
+  }
+  t.ok(
+    end.markets.some((q) => q.gaps > 0),
+    'the disconnect shows as a gap in the packet',
+  );
+});
+
+/** A token's book message as ladders, best first: what `rebuild` keeps. */
+const laddersOf = (m: Record<string, unknown>) => {
+  const side = (levels: unknown, desc: boolean) =>
+    (levels as ClobLevel[])
+      .map((l) => [Number(l.price), Number(l.size)] as [number, number])
+      .sort((a, b) => (desc ? b[0] - a[0] : a[0] - b[0]));
+  return { bids: side(m.bids, true), asks: side(m.asks, false) };
+};
+
+t.test(
+  'controls on an open replay: pause holds it, a seek sends the books as they stood there, resume plays on; each answered in order',
+  async (t) => {
+    const mid = START + 30 * SECOND + 123;
+    const late = END - SECOND;
+    const ws = new WebSocket(`${base}/v3/replay/polymarket/ws/market?from=${START}&to=${END}&speed=5`, {
+      headers: { Authorization: `Bearer ${paid}` },
+    });
+    const messages: Record<string, unknown>[] = [];
+    let closeCode = 0;
+    ws.on('message', (data) => {
+      for (const m of MARKET_CHANNEL.unwrap(JSON.parse(data.toString()))) messages.push(m as Record<string, unknown>);
+    });
+    const closed = new Promise<void>((resolve) => ws.on('close', (code) => resolve(void (closeCode = code))));
+    await new Promise((resolve) => ws.once('open', resolve));
+    const send = (frame: unknown) => ws.send(typeof frame === 'string' ? frame : JSON.stringify(frame));
+    const control = (kind: string) => messages.filter((m) => m.event_type === kind);
+    const indexOf = (kind: string, nth = 0) => messages.indexOf(control(kind)[nth]);
+    // Bounded by the replay's own end: a control never answered fails the test when the socket closes.
+    const until = async (done: () => boolean) => {
+      while (!done() && !closeCode) await new Promise((r) => setTimeout(r, 10));
+      t.ok(done(), 'answered before the replay ended');
+    };
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    send(MARKET_CHANNEL.subscribe(tokens, true)!);
+    send({ replay: 'pause' });
+    await until(() => control('replay_paused').length > 0);
+    await sleep(300);
+    for (const bad of [{ replay: 'rewind' }, { replay: 'seek' }, { replay: 'seek', to: String(END + 1) }, { replay: 'pause', to: '1' }])
+      send(bad);
+    send({ replay: 'seek', to: new Date(mid).toISOString() });
+    await until(() => control('replay_seeked').length > 0);
+    const seeked = indexOf('replay_seeked');
+    const live = markets.filter((m) => run.rows.some((r) => r.token_id === m.token_id && r.ts < mid));
+    const bookAfter = (token: string, from: number) => messages.slice(from).find((m) => m.event_type === 'book' && m.asset_id === token);
+    await until(() => live.every((m) => bookAfter(m.token_id, seeked)));
+    await sleep(300);
+    send({ replay: 'resume' });
+    await until(() => control('replay_resumed').length > 0);
+    const resumed = indexOf('replay_resumed');
+    await until(() => messages.slice(resumed).some((m) => m.event_type === 'price_change'));
+    send({ replay: 'seek', to: String(late) });
+    await closed;
+
+    t.equal(closeCode, 1000);
+    const answers = messages.filter((m) => String(m.event_type).startsWith('replay_') && m.event_type !== 'replay_gap');
+    t.same(
+      answers.map((m) => m.event_type),
+      ['replay_paused', ...Array(4).fill('replay_error'), 'replay_seeked', 'replay_resumed', 'replay_seeked', 'replay_end'],
+      'every control answered, in the order sent, the end last',
+    );
+    t.ok(Number(answers[0].timestamp) >= START && Number(answers[0].timestamp) < mid, `paused at ${answers[0].timestamp}`);
+    t.same(
+      answers.slice(1, 5).map((m) => m.message),
+      [
+        'replay must be "pause", "resume" or "seek"',
+        'a seek needs "to": an ISO 8601 time or epoch milliseconds',
+        `to must be within the replay's range, from ${START} to before ${END}`,
+        'only a seek takes "to"',
+      ],
+      'each refusal says what was wrong',
+    );
+    t.same([answers[5].timestamp, answers[7].timestamp], [String(mid), String(late)], 'each seek answered with where the replay now is');
+    const moves = (from: number, to: number) =>
+      messages.slice(from, to).filter((m) => m.event_type === 'price_change' || m.event_type === 'last_trade_price');
+    t.same(moves(indexOf('replay_paused'), resumed), [], 'nothing moves while paused, before the seek or after it');
+    // The books the seek sent are each token's as the whole replay rebuilt it just before `mid`.
+    const { states } = rebuild(full.messages, new Map());
+    for (const m of live) {
+      let held = null;
+      for (const st of states) if (st.token === m.token_id && st.ts < mid) held = st;
+      t.same(
+        laddersOf(bookAfter(m.token_id, seeked)!),
+        { bids: held!.bids, asks: held!.asks },
+        `outcome ${m.outcome_index} of ${m.market_id} at the seek`,
+      );
+    }
+    const second = indexOf('replay_seeked', 1);
+    const played = moves(resumed, second);
+    t.ok(
+      played.length > 0 && played.every((m) => Number(m.timestamp) >= mid),
+      `${played.length} changes after resuming, none before the seek's time`,
+    );
+    const after = moves(second, messages.length);
+    t.ok(
+      after.every((m) => Number(m.timestamp) >= late && Number(m.timestamp) < END),
+      `${after.length} after the second seek, from its time`,
+    );
+  },
+);
 
 t.test('paced: a message plays no earlier than its time at the chosen speed; PING gets PONG', async (t) => {
   const speed = 20;

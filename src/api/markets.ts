@@ -2,7 +2,7 @@
 import type { Venue } from '../config.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { WindowStatus } from '../lake/certificate.js';
-import { spooledNow, windowStatus } from './certificate.js';
+import { spooledNow, windowStatus } from '../lake/windowstatus.js';
 import { marketJson } from './shape.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, pagination, takePage, windowsOf } from './route.js';
 

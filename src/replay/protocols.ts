@@ -2,7 +2,9 @@
 // `assets_ids` frames and PING text; the wallet's topics in the URL), how messages are framed, and
 // how the replay says it is over.
 import type { Venue } from '../config.js';
+import type { Coverage, WindowState } from '../lake/certificate.js';
 import type { StoredMarket } from '../lake/reader.js';
+import { type ControlAnswer, applyControl, isControl } from './control.js';
 import { PolymarketWalk } from './polymarket.js';
 import type { ReplayRequest } from './request.js';
 import { type ReplaySession, type ReplayWalk, SCHEDULE } from './session.js';
@@ -26,10 +28,31 @@ export interface ReplayContext {
   charge(tape: MarketTape, bytes: number): void;
 }
 
+/** What the archive holds of a market the replay played, as its certificate says, and what the replay sent of it. */
+export interface MarketQuality {
+  market: StoredMarket;
+  /** The window's state and coverage (null while pending: not yet sealed, or still recording). */
+  state: WindowState | null;
+  coverage: Coverage | null;
+  /** The window's gaps of the books. */
+  gaps: number;
+  messages: number;
+}
+
 export interface ReplayClient {
   message(text: string): void;
-  /** The last message, once `to` is reached. */
-  end(): string;
+  /** The last message, once `to` is reached: the range and, per market played, what its record was worth. */
+  end(quality: MarketQuality[]): string;
+}
+
+/** A market's quality as the replay's end states it, with the venue's own name for the market. */
+function qualityOf(q: MarketQuality, name: Record<string, unknown>) {
+  return { ...name, state: q.state, coverage: q.coverage, gaps: q.gaps, messages: q.messages };
+}
+
+/** A control frame applied and its answer rendered by the venue's framing, sent in order with the replay. */
+function control(ctx: ReplayContext, frame: unknown, render: (answer: ControlAnswer) => string): void {
+  ctx.session.notify(render(applyControl(ctx.session, ctx.request, frame)));
 }
 
 export interface ReplayProtocol {
@@ -103,6 +126,12 @@ const polymarket: ReplayProtocol = {
         }
         // What the venue answers to anything it cannot take: text, not JSON, and the connection stays.
         if (!frame || typeof frame !== 'object') return ctx.send('INVALID OPERATION');
+        if (isControl(frame))
+          return control(ctx, frame, (a) =>
+            JSON.stringify(
+              a.kind === 'replay_error' ? { event_type: a.kind, message: a.message } : { event_type: a.kind, timestamp: String(a.at) },
+            ),
+          );
         if (frame.custom_feature_enabled === true) custom = true;
         if (frame.operation === 'unsubscribe') {
           for (const { asset, m } of named(frame.assets_ids)) {
@@ -152,7 +181,15 @@ const polymarket: ReplayProtocol = {
             }),
           );
       },
-      end: () => JSON.stringify({ event_type: 'replay_end', from: String(request.from), to: String(request.to) }),
+      end: (quality) =>
+        JSON.stringify({
+          event_type: 'replay_end',
+          from: String(request.from),
+          to: String(request.to),
+          markets: quality.map((q) =>
+            qualityOf(q, { market: q.market.condition_id ?? q.market.market_id, asset_ids: q.market.outcomes.map((o) => o.token_id) }),
+          ),
+        }),
     };
   },
 };
@@ -167,18 +204,22 @@ class MarketSchedule implements ReplayWalk {
 
   constructor(
     private readonly markets: StoredMarket[],
-    private readonly subscribe: (m: StoredMarket) => void,
+    /** `at`: the time it was due, for a market due when the schedule started (it plays from there, wherever the clock got to meanwhile). */
+    private readonly subscribe: (m: StoredMarket, at?: number) => void,
+    /** Where the replay stood when the schedule started: markets due by then are subscribed at once (also while paused). */
+    private readonly at: number,
     private readonly to: number,
   ) {}
 
   next(): number {
     const m = this.markets[this.i];
     const t = m ? m.start_time - PRE_OPEN_MS : Infinity;
-    return t < this.to ? t : Infinity;
+    return t <= this.at ? -Infinity : t < this.to ? t : Infinity;
   }
 
   take(): void {
-    this.subscribe(this.markets[this.i++]);
+    const due = this.next() === -Infinity;
+    this.subscribe(this.markets[this.i++], due ? this.at : undefined);
   }
 }
 
@@ -187,24 +228,53 @@ const wallet: ReplayProtocol = {
   frames: (messages) => messages,
   open(ctx) {
     const { session, request } = ctx;
-    const subscribe = (m: StoredMarket, topic: string) =>
-      session.subscribe(m.market_id, async (at) => new WalletWalk(await ctx.tape(m), at, request.to, topic));
+    const subscribe = (m: StoredMarket, topic: string, from?: number) =>
+      session.subscribe(m.market_id, async (at) => new WalletWalk(await ctx.tape(m), at, request.to, topic), true, from);
     const topics = ctx.query.topic.split('|');
     for (const topic of topics) {
       if (topic === WALLET_AGGREGATE_TOPIC) {
         const markets = ctx.markets().filter((m) => m.end_time > request.from && m.start_time - PRE_OPEN_MS < request.to);
         markets.sort((a, b) => a.start_time - b.start_time);
-        session.subscribe(`${SCHEDULE}${topic}`, async () => new MarketSchedule(markets, (m) => subscribe(m, topic), request.to), false);
+        // From where the replay stands (its start, or where a seek moved it): markets over by then are not played.
+        session.subscribe(
+          `${SCHEDULE}${topic}`,
+          async (at) =>
+            new MarketSchedule(
+              markets.filter((m) => m.end_time > at),
+              (m, due) => subscribe(m, topic, due),
+              at,
+              request.to,
+            ),
+          false,
+        );
       } else {
         const m = ctx.market(topic.slice(WALLET_TOPIC_PREFIX.length));
         if (m) subscribe(m, topic);
       }
     }
     ctx.send(WALLET_ACK);
+    const payload = (body: Record<string, unknown>) => walletFrame(topics[0], JSON.stringify(body));
     return {
-      // Binance's SApi socket takes no frames but its own control messages: nothing to answer.
-      message: () => undefined,
-      end: () => walletFrame(topics[0], JSON.stringify({ msgType: 'replay_end', from: request.from, to: request.to })),
+      // Binance's SApi socket takes no frames of a client: only the replay's controls are answered.
+      message: (text) => {
+        let frame: unknown = null;
+        try {
+          frame = JSON.parse(text);
+        } catch {
+          return;
+        }
+        if (isControl(frame))
+          control(ctx, frame, (a) =>
+            payload(a.kind === 'replay_error' ? { msgType: a.kind, message: a.message } : { msgType: a.kind, timestamp: a.at }),
+          );
+      },
+      end: (quality) =>
+        payload({
+          msgType: 'replay_end',
+          from: request.from,
+          to: request.to,
+          markets: quality.map((q) => qualityOf(q, { marketId: Number(q.market.market_id) })),
+        }),
     };
   },
 };

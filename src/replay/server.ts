@@ -13,7 +13,8 @@ import { ApiError, echo, fail } from '../edge/errors.js';
 import { authenticate } from '../edge/auth.js';
 import type { KeyStore, Plan } from '../edge/keys.js';
 import type { RateLimiter, LeasedLimiter } from '../edge/ratelimit.js';
-import { PROTOCOLS } from './protocols.js';
+import { spooledNow, windowStatus } from '../lake/windowstatus.js';
+import { type MarketQuality, PROTOCOLS } from './protocols.js';
 import { type ReplayRequest, replayRequest } from './request.js';
 
 import { ReplaySession } from './session.js';
@@ -80,6 +81,19 @@ class TokenIndex {
     }
     return m ?? null;
   }
+}
+
+/** Per market the replay played, what its certificate says of its window now (from memory) and how many messages went. */
+async function qualityOf(lake: LakeReader, venue: Venue, session: ReplaySession, now: number): Promise<MarketQuality[]> {
+  const spooled = await spooledNow(lake);
+  return session.markets().flatMap((id) => {
+    const m = lake.market(venue, id, now);
+    if (!m) return [];
+    const { state, coverage } = windowStatus(lake, m, now, spooled);
+    const key = { venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' as const };
+    const gaps = lake.gaps(key, m.start_time, m.end_time).length;
+    return [{ market: m, state, coverage, gaps, messages: session.sent.get(id) ?? 0 }];
+  });
 }
 
 /** Under the API's idle bound for sockets (API_IDLE_MS, 60 s by default). */
@@ -153,20 +167,6 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       session.stop();
     });
     ws.on('error', () => session.stop());
-    session.run().then(
-      (how) => {
-        if (how === 'end' && ws.readyState === ws.OPEN) {
-          ws.send(client.end());
-          ws.close(1000, 'replay complete');
-        }
-        finish(how);
-      },
-      (err: unknown) => {
-        deps.log.error({ req_id: requestId, err }, 'replay failed');
-        if (ws.readyState === ws.OPEN) ws.close(1011, 'internal error');
-        finish('failed');
-      },
-    );
     sessions.add(session);
     const finish = (how: string) => {
       sessions.delete(session);
@@ -179,6 +179,23 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       if (n) open.set(keyId, n);
       else open.delete(keyId);
     };
+    void (async () => {
+      try {
+        const how = await session.run();
+        if (how === 'end' && ws.readyState === ws.OPEN) {
+          const end = client.end(await qualityOf(deps.lake, request.venue, session, deps.clock.now()));
+          if (ws.readyState === ws.OPEN) {
+            ws.send(end);
+            ws.close(1000, 'replay complete');
+          }
+        }
+        finish(how);
+      } catch (err) {
+        deps.log.error({ req_id: requestId, err }, 'replay failed');
+        if (ws.readyState === ws.OPEN) ws.close(1011, 'internal error');
+        finish('failed');
+      }
+    })();
   };
 
   const upgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {

@@ -51,6 +51,13 @@ interface Entry {
   walk: ReplayWalk;
 }
 
+interface Subscription {
+  load: (at: number) => Promise<ReplayWalk | null>;
+  market: boolean;
+  /** The schedule that subscribed it, if one did: a seek lets the schedule subscribe again from the new time. */
+  owner: string | null;
+}
+
 export class ReplaySession {
   private readonly heap: Entry[] = [];
   private readonly walks = new Map<string, ReplayWalk>();
@@ -64,6 +71,16 @@ export class ReplaySession {
   private failed: Error | null = null;
   private stopped = false;
   private subscribedAt = -Infinity;
+  private readonly subscriptions = new Map<string, Subscription>();
+  /** The schedule whose walk is taking now: what it subscribes is its own. */
+  private taking: string | null = null;
+  /** The historical time held while paused; null while playing. */
+  private paused: number | null = null;
+  /** Answers to the client's controls, sent in order with the replay's frames, before any of the new position's. */
+  private readonly notices: string[] = [];
+  /** Messages sent per market, over the whole replay (every market ever subscribed, also those let go). */
+  readonly sent = new Map<string, number>();
+  private readonly played = new Set<string>();
   readonly stats = { messages: 0, frames: 0, markets: 0, unsent: 0, firstMessageMs: null as number | null };
   private readonly began = performance.now();
 
@@ -78,28 +95,41 @@ export class ReplaySession {
   /** The historical time playing now. */
   position(): number {
     const { from, to, speed, clock } = this.options;
+    if (this.paused !== null) return this.paused;
     if (speed === Infinity || this.playAt === null) return Math.min(this.reached, to);
     return Math.min(to, Math.max(from, from + (clock.now() - this.playAt) * speed));
   }
 
   /**
-   * Adds a market from the replay's present on: `load` gets the historical time it starts at and
+   * Adds a market from the replay's present on (or from `at`): `load` gets the historical time it starts at and
    * gives its walk (null: nothing recorded). The replay waits for loads in flight, so a market's
    * first messages are never skipped while its tape is read. `market`: false for a walk that
    * subscribes markets itself (a topic's schedule), not counted as one.
    */
-  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>, market = true): 'subscribed' | 'full' {
+  subscribe(key: string, load: (at: number) => Promise<ReplayWalk | null>, market = true, at?: number): 'subscribed' | 'full' {
     if (this.walks.has(key) || this.stopped) return 'subscribed';
     // Each market playing holds its tape: a replay holds at most `maxMarkets` at once (those played out hold nothing).
     if (market && this.playing() >= this.options.maxMarkets) return 'full';
     this.playAt ??= this.options.clock.now();
+    const subscription = { load, market, owner: this.taking };
+    this.subscriptions.set(key, subscription);
+    if (market && !this.sent.has(key)) this.sent.set(key, 0);
+    this.start(key, subscription, at);
+    return 'subscribed';
+  }
+
+  /** Loads a subscription's walk from `at`: the replay's present unless a schedule says when it was due. */
+  private start(key: string, { load, market }: Subscription, at = this.position()): void {
     this.subscribedAt = performance.now();
     const placeholder: ReplayWalk = { next: () => Infinity, take: () => undefined };
-    const loading = load(this.position()).then(
+    const loading = load(at).then(
       (walk) => {
         if (!walk || this.stopped || this.walks.get(key) !== placeholder) return;
         this.walks.set(key, walk);
-        if (market) this.stats.markets++;
+        if (market && !this.played.has(key)) {
+          this.played.add(key);
+          this.stats.markets++;
+        }
         const t = walk.next();
         if (t !== Infinity) this.push({ t, key, walk });
       },
@@ -114,7 +144,6 @@ export class ReplaySession {
       this.poke();
     });
     this.poke();
-    return 'subscribed';
   }
 
   private playing(): number {
@@ -125,6 +154,55 @@ export class ReplaySession {
 
   unsubscribe(key: string): void {
     this.walks.delete(key);
+    this.subscriptions.delete(key);
+  }
+
+  /** The markets this replay has played (or tried to): every one subscribed at any time. */
+  markets(): string[] {
+    return [...this.sent.keys()];
+  }
+
+  /** Sends `text` in order with the replay's frames: after what was already on its way, before anything taken next. */
+  notify(text: string): void {
+    this.notices.push(text);
+    this.poke();
+  }
+
+  /** Holds the replay at its present; a paced replay's clock stops with it (it leaves a shared `play_at` timeline). */
+  pause(): number {
+    this.paused ??= this.position();
+    return this.paused;
+  }
+
+  resume(): number {
+    const at = this.position();
+    if (this.paused === null) return at;
+    this.paused = null;
+    this.moveClockTo(at);
+    this.poke();
+    return at;
+  }
+
+  /**
+   * Moves the replay to `at` (within its range): every market subscribed starts again there, a
+   * book per token first, as at a subscription; a schedule subscribes again what is due by then.
+   */
+  seek(at: number): number {
+    this.heap.length = 0;
+    this.reached = at;
+    if (this.paused !== null) this.paused = at;
+    else this.moveClockTo(at);
+    for (const [key, s] of this.subscriptions) if (s.owner !== null) this.subscriptions.delete(key);
+    this.walks.clear();
+    for (const [key, s] of this.subscriptions) this.start(key, s);
+    this.poke();
+    return at;
+  }
+
+  /** A paced replay's clock set so that `at` plays now. */
+  private moveClockTo(at: number): void {
+    const { from, speed, clock } = this.options;
+    if (speed !== Infinity && this.playAt !== null) this.playAt = clock.now() - (at - from) / speed;
   }
 
   stop(): void {
@@ -144,12 +222,23 @@ export class ReplaySession {
       if (this.loads.size) await Promise.all([...this.loads]);
       if (this.failed) throw this.failed;
       if (this.stopped) break;
+      if (this.notices.length) {
+        for (const text of this.notices.splice(0)) await this.send(text);
+        continue;
+      }
+      // Paused, only what is due at once goes: the books of a market subscribed or sought meanwhile.
+      const paused = this.paused !== null;
       // As fast as possible, a frame fills across instants once the subscriptions have settled.
-      const now = speed === Infinity && performance.now() - this.subscribedAt >= SETTLE_MS ? to - 1 : this.position();
+      const now = paused ? -Infinity : speed === Infinity && performance.now() - this.subscribedAt >= SETTLE_MS ? to - 1 : this.position();
       while (this.heap.length && this.heap[0].t <= now && out.length < maxPerFrame) {
         const e = this.pop();
         if (this.walks.get(e.key) !== e.walk) continue;
+        const before = out.length;
+        this.taking = e.key.startsWith(SCHEDULE) ? e.key : null;
         e.walk.take(out);
+        this.taking = null;
+        const sent = this.sent.get(e.key);
+        if (sent !== undefined) this.sent.set(e.key, sent + out.length - before);
         if (e.t > this.reached) this.reached = Math.min(e.t, to);
         e.t = e.walk.next();
         if (e.t !== Infinity) this.push(e);
@@ -162,7 +251,7 @@ export class ReplaySession {
         out.length = 0;
         continue;
       }
-      if (this.playAt === null) {
+      if (paused || this.playAt === null) {
         await this.idle(IDLE_MS);
         continue;
       }

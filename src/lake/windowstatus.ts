@@ -1,0 +1,59 @@
+// A window's status from what is in memory (the manifests' per-market spans, the gap log, the spool's
+// listing): what market listings, the coverage summary and a replay's closing packet say of each
+// window without reading a file. The certificate route reads the files for the same figures.
+import { type WindowStatus, coverageOf, settledState } from './certificate.js';
+import { type Partition, CAPTURE_LAG_MS, partitionDir, planPartitions } from './layout.js';
+import type { LakeReader, StoredMarket } from './reader.js';
+import { listSpool } from './spool.js';
+import { HOUR } from '../time.js';
+
+/** Whether any of `partitions` holds spool parts: the spool listed once, for a request that asks of many windows. */
+export async function spooledNow(lake: LakeReader): Promise<(partitions: Partition[]) => boolean> {
+  const dirs = new Set((await listSpool(lake.paths.spool)).map((p) => partitionDir(p.partition)));
+  return (partitions) => partitions.some((p) => dirs.has(partitionDir(p)));
+}
+
+/**
+ * What the manifests say of a window without reading a file: whether it is still `pending` (open
+ * with its capture lag, held by capture, or its books in the spool), its first book from the
+ * per-market spans (`spans` false for files sealed before they were kept), and its last sealing.
+ */
+export function windowSpans(lake: LakeReader, m: StoredMarket, now: number, spooled: (partitions: Partition[]) => boolean) {
+  const recordedUntil = m.end_time + CAPTURE_LAG_MS;
+  const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
+  let first = Infinity;
+  let lastModified: number | null = null;
+  let spans = true;
+  for (const p of partitions)
+    for (const f of lake.sealedOf(p)) {
+      const span = f.markets?.[m.market_id];
+      if (!f.markets) spans = false;
+      if (!span) continue;
+      first = Math.min(first, span[1]);
+      lastModified = Math.max(lastModified ?? 0, f.written_at);
+    }
+  const pending = now < recordedUntil || lake.heldUntil(m.venue, m.market_id) !== null || spooled(partitions);
+  return { pending, spans, first: first < recordedUntil ? first : null, lastModified };
+}
+
+/**
+ * A window's status from memory: the same figures the certificate reads from the files, its gaps
+ * from the gap log. Coverage only once settled.
+ */
+export function windowStatus(
+  lake: LakeReader,
+  m: StoredMarket,
+  now: number,
+  spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
+): WindowStatus {
+  const { pending, spans, first, lastModified } = windowSpans(lake, m, now, spooled);
+  if (pending) return { state: 'pending', coverage: null, last_modified: lastModified };
+  if (!spans) return { state: null, coverage: null, last_modified: lastModified };
+  const gaps = lake.gaps(
+    { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' },
+    m.start_time,
+    m.end_time,
+  );
+  const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now });
+  return { state: settledState(coverage), coverage, last_modified: lastModified };
+}
