@@ -137,6 +137,85 @@ t.test('the documented messages, through the recorder: subscribe frames, a book,
   t.same(frames[1], { assets_ids: ['c-up', 'c-down'], operation: 'subscribe', type: 'market', initial_dump: true });
 });
 
+t.test("a dump's books of one market are one row, at its newest book's time: no instant the venue never sent", async (t) => {
+  const up = { ...emptyBook('0xd', 'd-up'), timestamp: '1757908892000', bids: [{ price: '.48', size: '10' }] };
+  const down = { ...emptyBook('0xd', 'd-down'), timestamp: '1757908891500', asks: [{ price: '.52', size: '10' }] };
+  const change = {
+    event_type: 'price_change',
+    market: '0xd',
+    timestamp: '1757908893000',
+    price_changes: [{ asset_id: 'd-up', price: '0.47', size: '5', side: 'BUY', hash: '', best_bid: '0.48', best_ask: '1' }],
+  };
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    ws.send(JSON.stringify([up, down]));
+    ws.send(JSON.stringify(change));
+  });
+  const { rec, rows, gaps } = recorder(t, url);
+  rec.track([openMarket('d', '0xd', ['d-up', 'd-down'])], Date.now());
+  await until(() => rows.some((r) => r.ts === 1757908893000));
+  t.same(
+    rows.map((r) => [r.ts, r.books.map((b) => [b.outcome_index, b.exchange_ts])]),
+    [
+      [
+        1757908892000,
+        [
+          [0, 1757908892000],
+          [1, 1757908891500],
+        ],
+      ],
+      [
+        1757908893000,
+        [
+          [0, 1757908893000],
+          [1, 1757908891500],
+        ],
+      ],
+    ],
+    "the dump's row at the newest book's time, each book with its own; then the change's",
+  );
+  t.same(gaps, []);
+});
+
+t.test("a token's snapshot wait runs from its first subscription, whatever reconnects came since", async (t) => {
+  const stallMs = 300;
+  let first = 0;
+  let connections = 0;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    connections++;
+    if (connections === 1) {
+      // The first connection answers one token only (the other's snapshot withheld), then drops: late in the bound,
+      // so that the reconnect's frame is recent when the snapshot comes (a wait timed from it would end in no gap).
+      first = Date.now();
+      ws.send(JSON.stringify([{ ...emptyBook('0xw', 'w-up'), bids: [{ price: '.40', size: '1' }] }]));
+      setTimeout(() => ws.close(), stallMs - 100);
+      return;
+    }
+    // The reconnect's snapshots come past the bound since the first frame (and within it since this one, as may be).
+    setTimeout(
+      () => ws.send(JSON.stringify([emptyBook('0xw', 'w-up'), emptyBook('0xw', 'w-down')])),
+      Math.max(0, first + stallMs + 50 - Date.now()),
+    );
+  });
+  const { rec, rows, gaps } = recorder(t, url, {
+    STREAM_STALL_MS: String(stallMs),
+    STREAM_BACKOFF_MIN_MS: '10',
+    STREAM_BACKOFF_MAX_MS: '20',
+  });
+  rec.track([openMarket('w', '0xw', ['w-up', 'w-down'])], Date.now());
+  await until(() => rows.some((r) => r.books.length === 2));
+  t.equal(connections, 2, 'the first connection dropped and the tokens were subscribed again');
+  t.match(
+    gaps,
+    [
+      /^w disconnected/,
+      `w stream_resync: no snapshot of Down within ${stallMs} ms of its subscription; its book is taken from a later book`,
+    ],
+    "the synced token's loss, then the other's whole wait: a gap from when capture asked for it",
+  );
+});
+
 t.test('an entry without a size is never applied as if whole: the token resyncs and no row comes of it', async (t) => {
   const change = fixture('price_change').message;
   const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);

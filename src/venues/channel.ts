@@ -33,6 +33,8 @@ export interface StreamProtocol {
 
 export interface ChannelEvents {
   message(msg: object, recvTs: number): void;
+  /** A frame of several messages, when the recorder takes them together (one instant's books, say); else each goes to `message`. */
+  frame?(messages: object[], recvTs: number): void;
   /** The connection serving `assets` is gone or silent: nothing after `since` (clock time) can be vouched for. */
   lost(assets: string[], reason: LostReason, since: number, detail: string): void;
 }
@@ -77,6 +79,8 @@ export class MarketChannelClient {
   private closed = false;
   /** When each asset's subscribe frame was sent: a snapshot is owed from then. */
   private readonly sentAt = new Map<string, number>();
+  /** When each asset's subscribe frame first went out, whatever reconnects came since. */
+  private readonly firstSentAt = new Map<string, number>();
   /** Assets that owe no data now (their markets not open yet, or ended): a connection of only these is not stalled by silence. */
   private owingNothing = new Set<string>();
 
@@ -104,7 +108,7 @@ export class MarketChannelClient {
       if (conn.socket?.readyState === WebSocket.OPEN) {
         if (frame) conn.socket.send(frame);
         const now = this.clock.now();
-        for (const a of batch) this.sentAt.set(a, now);
+        for (const a of batch) this.sent(a, now);
       }
     }
   }
@@ -116,7 +120,10 @@ export class MarketChannelClient {
 
   /** Forgets assets whose markets ended; a connection left with none is closed. */
   untrack(assets: string[]): void {
-    for (const a of assets) this.sentAt.delete(a);
+    for (const a of assets) {
+      this.sentAt.delete(a);
+      this.firstSentAt.delete(a);
+    }
     for (const conn of [...this.connections]) {
       const gone = assets.filter((a) => conn.assets.delete(a));
       if (conn.assets.size === 0) this.drop(conn);
@@ -135,6 +142,16 @@ export class MarketChannelClient {
   /** Clock time the subscribe frame naming `asset` went out on its current connection (undefined: not yet). */
   subscribedAt(asset: string): number | undefined {
     return this.sentAt.get(asset);
+  }
+
+  /** Clock time a subscribe frame naming `asset` first went out: a reconnect does not move it. */
+  firstSubscribedAt(asset: string): number | undefined {
+    return this.firstSentAt.get(asset);
+  }
+
+  private sent(asset: string, at: number): void {
+    this.sentAt.set(asset, at);
+    if (!this.firstSentAt.has(asset)) this.firstSentAt.set(asset, at);
   }
 
   close(): void {
@@ -172,7 +189,7 @@ export class MarketChannelClient {
       conn.lostReported = false;
       const frame = protocol.subscribe([...conn.assets], true);
       if (frame) socket.send(frame);
-      for (const a of conn.assets) this.sentAt.set(a, conn.lastData);
+      for (const a of conn.assets) this.sent(a, conn.lastData);
     });
     socket.on('message', (data, isBinary) => {
       if (isBinary) return;
@@ -190,10 +207,9 @@ export class MarketChannelClient {
       if (!messages.length) return;
       conn.lastData = recvTs;
       conn.failures = 0;
-      for (const msg of messages) {
-        this.stats.messages++;
-        this.events.message(msg, recvTs);
-      }
+      this.stats.messages += messages.length;
+      if (messages.length > 1 && this.events.frame) this.events.frame(messages, recvTs);
+      else for (const msg of messages) this.events.message(msg, recvTs);
     });
     socket.on('error', (err) => {
       if (conn.failures === 0) this.log.warn({ connection: conn.id, err: err.message }, 'market channel error');

@@ -35,6 +35,14 @@ import { CopyProofs, type Doubted, NO_STREAM_STATS, type ProofHost, type StreamS
 export { NO_STREAM_STATS, type StreamStats };
 
 const MAX_PENDING = 10_000;
+
+/** A market's row a frame of books holds until its end: at its newest book that called for one (-Infinity: none did), and whether a book of it was taken. */
+interface HeldRow {
+  market: Market;
+  ts: number;
+  taken: boolean;
+}
+type HeldRows = Map<string, HeldRow>;
 const RELEASED_KEPT_MS = 3_600_000;
 export class StreamRecorder implements VenueRecorder {
   readonly stats: StreamStats = { ...NO_STREAM_STATS };
@@ -95,15 +103,8 @@ export class StreamRecorder implements VenueRecorder {
       clock,
       log,
       {
-        message: (msg, recvTs) => {
-          // Snapshots answer subscriptions out of the stream's order (a new market's, stamped past an
-          // ending one's changes still on their way): only the stream's own events say how far it has come.
-          if ((msg as { event_type?: unknown }).event_type !== 'book')
-            this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
-          this.heard(msg as ClobMarketMessage);
-          this.message(msg as ClobMarketMessage, recvTs);
-          this.verdicts.expire(recvTs);
-        },
+        message: (msg, recvTs) => this.take(msg as ClobMarketMessage, recvTs, null),
+        frame: (msgs, recvTs) => this.frame(msgs as ClobMarketMessage[], recvTs),
         lost: (assets, reason, since, detail) => this.lose(assets, reason, since, detail),
       },
     );
@@ -208,11 +209,14 @@ export class StreamRecorder implements VenueRecorder {
 
   /**
    * Whether a token's first snapshot is overdue: the stall bound has passed since its subscribe
-   * frame went out. REST is not taken before then (it would only race the snapshot); after, it
-   * is, and the span since capture asked for the token is a gap.
+   * frame first went out. REST is not taken before then (it would only race the snapshot); after,
+   * it is, and the span since capture asked for the token is a gap. From the first frame, not the
+   * current connection's: a token never synced loses nothing when its connection drops (it held
+   * nothing), so a reconnect's frame must not start its wait again (found beside stress-ng --cpu 4:
+   * a snapshot 70 s after the first frame, 5 s after a reconnect's, left the changes between unrecorded and ungapped).
    */
   private snapshotOverdue(t: Token, now: number, from: 'REST' | 'a later book' = 'REST'): boolean {
-    const sent = this.channel.subscribedAt(t.book.assetId);
+    const sent = this.channel.firstSubscribedAt(t.book.assetId);
     if (sent === undefined || now - sent <= this.stallMs) return false;
     if (!t.synced) {
       this.stats.snapshotTimeouts++;
@@ -302,6 +306,53 @@ export class StreamRecorder implements VenueRecorder {
     this.sink.metrics(m, at, recvTs, quotes);
   }
 
+  private take(msg: ClobMarketMessage, recvTs: number, held: HeldRows | null): void {
+    // Snapshots answer subscriptions out of the stream's order (a new market's, stamped past an
+    // ending one's changes still on their way): only the stream's own events say how far it has come.
+    if (msg.event_type !== 'book') this.progress.saw(Number((msg as { timestamp?: unknown }).timestamp));
+    this.heard(msg);
+    this.message(msg, recvTs, held);
+    this.verdicts.expire(recvTs);
+  }
+
+  /**
+   * A frame of several messages. The venue's dump (a book per token subscribed) makes one row per
+   * market, at its newest book's time (each book keeps its own as `exchange_ts`): taken one by one,
+   * the first token's book was a row of its own and the second's a row 1 ms later, an instant the
+   * venue never sent.
+   */
+  private frame(msgs: ClobMarketMessage[], recvTs: number): void {
+    const held = msgs.every((m) => m.event_type === 'book') ? this.holdable(msgs as ClobBookMessage[]) : null;
+    for (const msg of msgs) this.take(msg, recvTs, held);
+    if (!held) return;
+    for (const h of held.values()) {
+      if (h.ts > -Infinity) this.record(h.market, h.ts, recvTs);
+      if (h.taken && this.live(h.market)) this.sink.recovered(h.market, recvTs);
+    }
+  }
+
+  /**
+   * Markets whose row a dump can hold until its end: two or more of its tokens' books, none with
+   * changes waiting to be applied after its snapshot (their rows would come before the held one).
+   */
+  private holdable(books: ClobBookMessage[]): HeldRows {
+    const by = new Map<string, { market: Market; tokens: number; quiet: boolean }>();
+    for (const b of books) {
+      const t = this.tokens.get(b.asset_id);
+      if (!t) continue;
+      const quiet = t.pending.length === 0 && Number.isFinite(Number(b.timestamp));
+      const entry = by.get(t.market.market_id);
+      if (!entry) by.set(t.market.market_id, { market: t.market, tokens: 1, quiet });
+      else {
+        entry.tokens++;
+        entry.quiet &&= quiet;
+      }
+    }
+    const held: HeldRows = new Map();
+    for (const [id, e] of by) if (e.tokens > 1 && e.quiet) held.set(id, { market: e.market, ts: -Infinity, taken: false });
+    return held;
+  }
+
   /**
    * Moves each token's own progress by an event of it. A book-moving event of a market already let
    * go, from within its window, came too late to be recorded: the instant it moved is a gap.
@@ -330,7 +381,7 @@ export class StreamRecorder implements VenueRecorder {
     }
   }
 
-  private message(msg: ClobMarketMessage, recvTs: number): void {
+  private message(msg: ClobMarketMessage, recvTs: number, held: HeldRows | null): void {
     if (msg.event_type === 'book') {
       const b = msg as ClobBookMessage;
       const t = this.tokens.get(b.asset_id);
@@ -339,7 +390,7 @@ export class StreamRecorder implements VenueRecorder {
         // the changes since the subscription never came, and the wait is a gap as if REST had been taken.
         if (!t.streamed) this.snapshotOverdue(t, recvTs, 'a later book');
         t.streamed = true;
-        this.snapshot(t, b, Number(b.timestamp), recvTs, 'stream');
+        this.snapshot(t, b, Number(b.timestamp), recvTs, 'stream', held?.get(t.market.market_id));
       }
     } else if (msg.event_type === 'price_change') {
       this.changes(msg as ClobPriceChangeMessage, recvTs);
@@ -399,7 +450,7 @@ export class StreamRecorder implements VenueRecorder {
    * Equal to the copy at its instant, it proves the copy; newer and different, the changes in
    * between never arrived (a gap since the last proof) and the copy starts again from it.
    */
-  private snapshot(t: Token, s: ClobBookSummary, ts: number, recvTs: number, source: 'stream' | 'rest'): void {
+  private snapshot(t: Token, s: ClobBookSummary, ts: number, recvTs: number, source: 'stream' | 'rest', held?: HeldRow): void {
     if (source === 'rest') this.noteRest(t, s);
     else t.book.note({ tick_size: s.tick_size, last_trade_price: s.last_trade_price });
     // The channel's books lack fields the venue hashes (minimum size, neg-risk, often the trade): REST has them, asked once.
@@ -432,7 +483,8 @@ export class StreamRecorder implements VenueRecorder {
       t.pending = [];
       t.synced = true;
       if (source === 'rest') this.stats.resyncs++;
-      if (ts > t.recordedTs) this.record(t.market, ts, recvTs);
+      if (held) held.ts = ts > t.recordedTs ? Math.max(held.ts, ts) : held.ts;
+      else if (ts > t.recordedTs) this.record(t.market, ts, recvTs);
       // Changes that came while waiting are replayed under the same checks as live ones.
       for (const p of pending) {
         const outcome = this.proofs.applyChecked(t, p.changes, p.timestamp, p.ts);
@@ -440,7 +492,9 @@ export class StreamRecorder implements VenueRecorder {
         if (outcome === 'vouched') this.record(t.market, p.ts, recvTs);
       }
     }
-    if (this.live(t.market)) this.sink.recovered(t.market, recvTs);
+    // A held row's market recovers once its row is recorded, at the frame's end.
+    if (held) held.taken = true;
+    else if (this.live(t.market)) this.sink.recovered(t.market, recvTs);
   }
 
   private changes(msg: ClobPriceChangeMessage, recvTs: number): void {
