@@ -46,6 +46,9 @@ const gaps = lakeTable(dir, 'gaps');
 
 t.test('the stand-in really misbehaved', async (t) => {
   t.ok(run.standin.stats.faults > 50, `${run.standin.stats.faults} faults injected`);
+  // What a failure below needs to be read on a starved machine: how much capture did, and when it first knew a market.
+  const [first] = await duck.rows(`SELECT min(epoch_ms(ts))::BIGINT - ${START} AS market_after_ms FROM ${lakeTable(dir, 'markets')}`);
+  t.comment(`capture ${JSON.stringify(run.capture.stats)}; first market version ${first.market_after_ms} ms after the start`);
 });
 
 t.test('capture kept recording before, between and after the faults', async (t) => {
