@@ -23,7 +23,7 @@ function setup() {
   const gaps: string[] = [];
   const asked: string[] = [];
   const stats = { ...NO_STREAM_STATS };
-  const verdicts = new Verdicts<Doubted, Token>(createClock(), new StreamProgress(5_000), () => undefined);
+  const verdicts = new Verdicts<Doubted, Token>(createClock(), new StreamProgress(), () => undefined);
   const proofs = new CopyProofs(
     {
       stats,

@@ -14,8 +14,6 @@ import type { LostReason } from './channel.js';
 export class StreamProgress {
   private newest = -Infinity;
 
-  constructor(private readonly boundMs: number) {}
-
   saw(exchangeTs: number): void {
     if (exchangeTs > this.newest) this.newest = exchangeTs;
   }
@@ -24,12 +22,10 @@ export class StreamProgress {
   latest(): number {
     return this.newest;
   }
-
-  /** Whether a market ending at `end` has nothing more to come by `now`. */
-  passed(end: number, now: number): boolean {
-    return endPassed(end, this.newest, now, this.boundMs);
-  }
 }
+
+/** How long a recorder keeps the markets it let go: an event of their window arriving later is a gap, not silence. */
+export const RELEASED_KEPT_MS = 3_600_000;
 
 /** Whether what ends at `end` has nothing more to come by `now`: a message stamped `newest` reached it, or the bound passed. */
 export function endPassed(end: number, newest: number, now: number, boundMs: number): boolean {

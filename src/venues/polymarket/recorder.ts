@@ -26,7 +26,7 @@ import {
   sameLevels,
   stateLadders,
 } from './book.js';
-import { StreamProgress, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
+import { RELEASED_KEPT_MS, StreamProgress, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';
@@ -43,7 +43,6 @@ interface HeldRow {
   taken: boolean;
 }
 type HeldRows = Map<string, HeldRow>;
-const RELEASED_KEPT_MS = 3_600_000;
 export class StreamRecorder implements VenueRecorder {
   readonly stats: StreamStats = { ...NO_STREAM_STATS };
   readonly channel: MarketChannelClient;
@@ -79,7 +78,7 @@ export class StreamRecorder implements VenueRecorder {
     const s = config.capture.stream;
     this.stallMs = s.stallMs;
     this.resolveWaitMs = s.resolveWaitMs;
-    this.progress = new StreamProgress(s.stallMs);
+    this.progress = new StreamProgress();
     this.verdicts = new Verdicts(clock, this.progress, (m, ts, recvTs, books) => this.sink.books(m, ts, recvTs, books));
     const host: ProofHost = {
       stats: this.stats,

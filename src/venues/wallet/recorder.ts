@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { type StreamGapReason, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
+import { RELEASED_KEPT_MS, type StreamGapReason, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -178,7 +178,7 @@ export class WalletStreamRecorder implements VenueRecorder {
       this.written.delete(m.market_id);
       this.released.set(m.market_id, m);
     }
-    for (const [id, m] of this.released) if (now >= m.end_time + 3_600_000) this.released.delete(id);
+    for (const [id, m] of this.released) if (now >= m.end_time + RELEASED_KEPT_MS) this.released.delete(id);
     if (ended.length) this.channel.untrack(ended.map((m) => TOPIC_PREFIX + m.market_id));
   }
 
