@@ -8,9 +8,9 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { listFiles, sha256File } from '../src/lake/fsutil.js';
 import { StandIn } from '../src/standin/server.js';
-import { lakeTable, testConfig } from './helpers.js';
+import { lakeTable, testConfig, testdir } from './helpers.js';
 
-const dir = t.testdir();
+const dir = testdir(t);
 const clock = createClock(Date.parse('2026-08-01T00:00:00Z'));
 const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
 const config = standinConfig(testConfig(dir), await standin.start(0));

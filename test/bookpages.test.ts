@@ -17,7 +17,7 @@ import { parquetSource } from '../src/lake/sql.js';
 import { servingCopyPath } from '../src/pages/copyformat.js';
 import { ServingCopies } from '../src/pages/copyreader.js';
 import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
-import { lakeServer, quiet, testConfig } from './helpers.js';
+import { lakeServer, quiet, testConfig, testdir } from './helpers.js';
 
 // Across midnight, so markets span hours and dates (and so more than one file).
 const START = Date.parse('2026-07-27T23:35:00Z');
@@ -231,7 +231,7 @@ t.test('a copy that is missing: the page by SQL, the copy written again, then re
 });
 
 t.test('a market in several files, interleaved in time, comes out in SQL order; a file out of order has no copy', async (t) => {
-  const work = t.testdir();
+  const work = testdir(t);
   const scratch = await Duck.open(1);
   t.teardown(() => scratch.close());
   const T0 = Date.parse('2026-07-26T12:00:00Z');

@@ -27,7 +27,7 @@ import { type IndexedFile, FileIndex } from '../src/lake/fileindex.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
-import { type ApiProcess, quiet, sealAll, startApiProcess, testConfig } from './helpers.js';
+import { type ApiProcess, quiet, sealAll, startApiProcess, testConfig, testdir } from './helpers.js';
 import { startRgw } from './rgw.js';
 
 const START = Date.parse('2026-08-04T10:00:00Z');
@@ -37,7 +37,7 @@ const CURSOR_SECRET = 'bucket-test-cursor-secret-0123456789';
 
 const rgw = await startRgw(t);
 const bucketEnv = { ...rgw.env, S3_BUCKET: 'pmh-lake', S3_PREFIX: 'archive', PUBLISH_MS: '200' };
-const dir = t.testdir();
+const dir = testdir(t);
 const config = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000' });
 const s3 = new S3(config.bucket!);
 t.teardown(() => s3.close());
@@ -130,7 +130,7 @@ async function localManifests(): Promise<Map<string, string>> {
 
 t.test('a snapshot that cannot be made never holds publishing', async (t) => {
   // The same lake under another prefix, published by a publisher whose checkpoints reader fails.
-  const copy = t.testdir();
+  const copy = testdir(t);
   await fs.cp(paths.lake, path.join(copy, 'lake'), { recursive: true });
   await fs.cp(paths.manifest, lakePaths(copy).manifest, { recursive: true });
   const other = new S3({ ...config.bucket!, prefix: 'snapshot-fails/' });
@@ -147,7 +147,7 @@ t.test('a snapshot that cannot be made never holds publishing', async (t) => {
 t.test('a file a request still reads is never evicted, by its process or another worker sharing the cache', async (t) => {
   // Two workers' caches over one directory, bound to a byte (every file over it), on a clock the test moves.
   let now = Date.now();
-  const cache = lakePaths(t.testdir());
+  const cache = lakePaths(testdir(t));
   const [a, b] = [0, 1].map(() => new BucketReplica(cache, s3, 1, quiet, () => now));
   for (const r of [a, b]) {
     await r.open();
@@ -213,7 +213,7 @@ async function sha256File(file: string): Promise<string> {
 }
 
 t.test('a file one worker fetched is served by every worker sharing the cache, without a second download, the bucket down', async (t) => {
-  const cache = lakePaths(t.testdir());
+  const cache = lakePaths(testdir(t));
   const down = await deadS3();
   t.teardown(() => down.close());
   const [a, b, c] = [s3, down, s3].map((client) => new BucketReplica(cache, client, 1 << 30, quiet));
@@ -244,7 +244,7 @@ t.test('a file one worker fetched is served by every worker sharing the cache, w
 
 t.test('a bounded cache shared by two workers under a walk of more files than it holds', async (t) => {
   let now = Date.now();
-  const cache = lakePaths(t.testdir());
+  const cache = lakePaths(testdir(t));
   const files = (await localFiles()).filter((f) => f.partition.dataset === 'books').sort((x, y) => y.bytes - x.bytes);
   t.ok(files.length >= 8, `${files.length} books files`);
   // Room for the three largest files, split between two workers as `make api` splits BUCKET_CACHE_MB.
@@ -286,7 +286,7 @@ t.test('a bounded cache shared by two workers under a walk of more files than it
 
 t.test("the analyst guide's bucket statements answer over a copy of the bucket", async (t) => {
   // What `aws s3 sync` would bring down: every key under the prefix, at its key.
-  const copy = path.join(t.testdir(), 'copy');
+  const copy = path.join(testdir(t), 'copy');
   let objects = 0;
   for await (const o of s3.list(s3.config.prefix)) {
     const dest = path.join(copy, o.key.slice(s3.config.prefix.length));
@@ -352,7 +352,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   let published = 0;
   for await (const o of s3.list(manifestPrefix(s3.config.prefix))) if (o.key.endsWith('.json')) published++;
   const replicas: ApiProcess[] = [];
-  const replicaDirs = [0, 1].map((i) => path.join(t.testdir(), `replica-${i}`));
+  const replicaDirs = [0, 1].map((i) => path.join(testdir(t), `replica-${i}`));
   for (let i = 0; i < 2; i++) {
     // The first with capture's feed; the second without, as `make api` runs by default on two cores: two workers sharing its cache.
     const feedEnv: Record<string, string> =
@@ -470,12 +470,12 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   t.test('keys issued and revoked in the bucket apply on every server', async (t) => {
     // Two operators' `make key` at once, each with its own local copy: the conditional write keeps both.
     const stores = ['a', 'b'].map((n) =>
-      KeyStore.open({ ...config, keysFile: path.join(t.testdir(), `${n}.json`), keysObject: KEYS_OBJECT }),
+      KeyStore.open({ ...config, keysFile: path.join(testdir(t), `${n}.json`), keysObject: KEYS_OBJECT }),
     );
     const [paid, second] = await Promise.all([stores[0].issue('paid', 'operator a'), stores[1].issue('paid', 'operator b')]);
     const ids = (await stores[0].list()).map((r) => r.key_id);
     // A server that ran with KEYS_FILE alone keeps its keys when KEYS_OBJECT is turned on: they seed the store.
-    const legacy = path.join(t.testdir(), 'legacy.json');
+    const legacy = path.join(testdir(t), 'legacy.json');
     const before = await new KeyStore(legacy).issue('paid', 'issued before the bucket');
     const moved = KeyStore.open({ ...config, keysFile: legacy, keysObject: 'private/seeded.json' });
     t.match(await moved.find(before.key), { key_id: before.record.key_id }, 'a key issued before KEYS_OBJECT was set still works');

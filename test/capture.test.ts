@@ -12,11 +12,11 @@ import { lakePaths, parsePartitionDir } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
 import { listSpool } from '../src/lake/spool.js';
 import { HOUR } from '../src/time.js';
-import { lakeTable, one, quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, one, quiet, sealAll, testConfig, testdir } from './helpers.js';
 import { spoolSource } from '../src/lake/sql.js';
 
 const START = Date.parse('2026-07-26T12:40:00Z');
-const dir = t.testdir();
+const dir = testdir(t);
 const config = testConfig(dir);
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());

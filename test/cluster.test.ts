@@ -3,7 +3,7 @@
 import { execFileSync } from 'node:child_process';
 import t from 'tap';
 import { KeyStore } from '../src/edge/keys.js';
-import { startApiProcess } from './helpers.js';
+import { startApiProcess, testdir } from './helpers.js';
 
 /** The API workers among the children of `pid` (tsx may run an esbuild service beside them), waiting up to 10 s for `expected`. */
 async function children(pid: number, expected: number): Promise<number[]> {
@@ -24,7 +24,7 @@ async function children(pid: number, expected: number): Promise<number[]> {
 }
 
 t.test('two workers share the port and every key’s limit; a dead worker is replaced', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const { key } = await KeyStore.at(dir).issue('paid', 'cluster');
   const api = await startApiProcess(t, dir, { API_WORKERS: '2', RATE_PAID_PER_SECOND: '20' });
   t.match(

@@ -5,10 +5,11 @@ import path from 'node:path';
 import t from 'tap';
 import { Duck, DuckError } from '../src/lake/duckdb.js';
 import { sqlPath } from '../src/lake/sql.js';
+import { testdir } from './helpers.js';
 
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());
-const dir = t.testdir();
+const dir = testdir(t);
 
 async function failure(sql: string): Promise<DuckError> {
   try {

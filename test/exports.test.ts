@@ -10,12 +10,12 @@ import { KeyStore } from '../src/edge/keys.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
-import { type ApiProcess, killProcess, startApiProcess } from './helpers.js';
+import { type ApiProcess, killProcess, startApiProcess, testdir } from './helpers.js';
 
 // Markets far longer than real ones, so an export is megabytes and takes real time to read.
 const START = Date.parse('2026-07-26T12:00:00Z');
 const END = START + 2 * HOUR;
-const dir = t.testdir();
+const dir = testdir(t);
 const duck = await Duck.open(1);
 const IDS = ['99000001', '99000002', '99000003'];
 for (const id of IDS) await syntheticMarket(duck, dir, id, START, END - START);

@@ -6,11 +6,11 @@ import t from 'tap';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { LakeReader } from '../src/lake/reader.js';
-import { sealAll } from './helpers.js';
+import { sealAll, testdir } from './helpers.js';
 
 const HOUR = 3_600_000;
 const START = Date.parse('2026-08-04T10:00:00Z');
-const dir = t.testdir();
+const dir = testdir(t);
 const paths = lakePaths(dir);
 const duck = await Duck.open(1);
 t.teardown(() => duck.close());

@@ -14,10 +14,10 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { HOUR } from '../src/time.js';
-import { startApiProcess, testConfig } from './helpers.js';
+import { startApiProcess, testConfig, testdir } from './helpers.js';
 
 const START = Date.parse('2026-07-26T12:00:00Z');
-const dir = t.testdir();
+const dir = testdir(t);
 const duck = await Duck.open(2);
 await syntheticMarket(duck, dir, '99000001', START, HOUR);
 const lines: Record<string, any>[] = [];

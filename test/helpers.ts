@@ -59,12 +59,25 @@ export interface LakeServerOptions {
 }
 
 /**
+ * The test's directory, removed only after its teardowns have run. tap removes a `t.testdir()` when
+ * the test ends and only then runs the teardowns registered after it (@tapjs/fixture wraps the end
+ * inside @tapjs/after's), so processes, servers and DuckDB still wrote into a directory being
+ * removed: a write during the removal threw (ENOTEMPTY), the teardowns that stop them were skipped,
+ * and an API process kept the file open to its timeout (cluster.test, once). A teardown registered
+ * first puts the end in order: teardowns, then the removal.
+ */
+export function testdir(t: Test): string {
+  t.teardown(() => undefined);
+  return t.testdir();
+}
+
+/**
  * The fixture most API tests need: a lake written by real capture from the stand-in over
  * [start, end), sealed, and the real API over it on port 0 with its clock at `end`; stopped and
  * closed when the test ends.
  */
 export async function lakeServer(t: Test, options: LakeServerOptions) {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const config = testConfig(dir, options.env);
   const duck = await Duck.open(2);
   const { seed, faults, ...pace } = options.fill ?? {};
@@ -214,7 +227,7 @@ export async function runFor(ms: number, enough: () => Promise<boolean>): Promis
 
 /** A stand-in on a shared clock and a DuckDB for tests that run capture as real processes. */
 export async function processRig(t: Test, start: number, speed: number) {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const anchor = Date.now();
   const clock = createClock(start, speed, anchor);
   const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });

@@ -5,6 +5,7 @@ import path from 'node:path';
 import t from 'tap';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { COMMIT_LOG, type PartitionManifest, adoptManifest, readManifest } from '../src/lake/manifest.js';
+import { testdir } from './helpers.js';
 
 const p = partitionOf('markets', 'polymarket', 'eth', '5m', Date.parse('2026-08-04T10:00:00Z'));
 const manifest = (sha256: string): PartitionManifest => ({
@@ -13,7 +14,7 @@ const manifest = (sha256: string): PartitionManifest => ({
 });
 
 t.test('a manifest the directory already holds is neither written nor announced again', async (t) => {
-  const dir = lakePaths(t.testdir()).manifest;
+  const dir = lakePaths(testdir(t)).manifest;
   await fs.mkdir(dir, { recursive: true });
   const log = async () => (await fs.readFile(path.join(dir, COMMIT_LOG), 'utf8').catch(() => '')).split('\n').filter(Boolean);
   t.equal(await adoptManifest(dir, p, manifest('x')), true, 'a new manifest is written');

@@ -14,11 +14,11 @@ import { ensureGapsDataset, hasEveryColumn, migrateTimestamps, utcAdjusted } fro
 import { syntheticMarket } from '../src/lake/synthetic.js';
 import { commitFiles } from '../src/lake/writer.js';
 import { HOUR } from '../src/time.js';
-import { lakeTable, one, quiet, testConfig } from './helpers.js';
+import { lakeTable, one, quiet, testConfig, testdir } from './helpers.js';
 import { sqlPath } from '../src/lake/sql.js';
 
 const START = Date.parse('2026-07-26T12:00:00Z');
-const dir = t.testdir();
+const dir = testdir(t);
 const paths = lakePaths(dir);
 const duck = await Duck.open(2);
 await syntheticMarket(duck, dir, '99000001', START, 2 * HOUR);

@@ -15,7 +15,7 @@ import { PolymarketWalk } from '../src/replay/polymarket.js';
 import { ReplaySession } from '../src/replay/session.js';
 import { TapeCache } from '../src/replay/tape.js';
 import { type ClobLevel, clobBookHash } from '../src/venues/polymarket/book.js';
-import { CHILD_ENV, exitedWithin, lakeTable, quiet, spawnJob, testConfig } from './helpers.js';
+import { CHILD_ENV, exitedWithin, lakeTable, quiet, spawnJob, testConfig, testdir } from './helpers.js';
 import { roundTrip } from './replayrun.js';
 import { OPEN, stopGaps, streamRun } from './streamrun.js';
 
@@ -603,7 +603,7 @@ t.test('round trip: capture’s own recorder pointed at the replay records the o
 });
 
 t.test('make replay writes the same messages as the socket, one per line', async (t) => {
-  const out = path.join(t.testdir(), 'replay.ndjson');
+  const out = path.join(testdir(t), 'replay.ndjson');
   const child = spawnJob(
     t,
     'replay.ts',

@@ -11,7 +11,7 @@ import { Duck } from '../src/lake/duckdb.js';
 import { StandIn } from '../src/standin/server.js';
 import { SECOND } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
-import { quiet, sealAll, testConfig } from './helpers.js';
+import { quiet, sealAll, testConfig, testdir } from './helpers.js';
 import { type Gap, type Recorded, readStreamLake } from './streamaudit.js';
 import { COINS, venuesAt } from './streamrun.js';
 
@@ -27,7 +27,7 @@ export async function roundTrip(
   start: number,
   end: number,
 ) {
-  const dirB = t.testdir();
+  const dirB = testdir(t);
   let progress = () => start;
   const clock = pacedClock(start, 20, Date.now(), Infinity, 1500, () => progress());
   const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });

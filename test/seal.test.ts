@@ -14,7 +14,7 @@ import { relation, sqlPath } from '../src/lake/sql.js';
 import { scansInOrder } from '../src/api/plan.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
-import { CHILD_ENV, exitedWithin, spawnJob, testConfig } from './helpers.js';
+import { CHILD_ENV, exitedWithin, spawnJob, testConfig, testdir } from './helpers.js';
 import { servingCopyPath } from '../src/pages/copyformat.js';
 
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
@@ -66,7 +66,7 @@ function sortedAsDuckDB(rows: Stored[]): Stored[] {
 }
 
 t.test('each market gets parts of its own, and a row that goes back starts a new part', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const spool = new Spool(lakePaths(dir).spool);
   spool.append(books, [book('m1', HOUR0 + 1000, 0, 1), book('m2', HOUR0 + 1000, 0, 2), book('m1', HOUR0 + 1000, 1, 3)]);
   await spool.flush();
@@ -90,7 +90,7 @@ t.test('each market gets parts of its own, and a row that goes back starts a new
 });
 
 t.test('a seal concatenates runs in sealed order: markets by bytes, overlapping runs merged, restarts included', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const duck = await Duck.open(1);
   t.teardown(() => duck.close());
   const appended: Stored[] = [];
@@ -126,7 +126,7 @@ t.test('a seal concatenates runs in sealed order: markets by bytes, overlapping 
 });
 
 t.test('a busy hour becomes several files of bounded size, each in order, every row once', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const duck = await Duck.open(1);
   t.teardown(() => duck.close());
   const spool = new Spool(lakePaths(dir).spool);
@@ -164,7 +164,7 @@ t.test('a busy hour becomes several files of bounded size, each in order, every 
 });
 
 t.test('an hour still being written is sealed a stretch at a time; readers see every row once throughout', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const paths = lakePaths(dir);
   const duck = await Duck.open(1);
   t.teardown(() => duck.close());
@@ -227,7 +227,7 @@ t.test('an hour still being written is sealed a stretch at a time; readers see e
 });
 
 t.test('flushes and rolls asked for at once neither repeat nor lose a row, and every part stays in order', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const spool = new Spool(lakePaths(dir).spool);
   const appended: Stored[] = [];
   const asked: Promise<unknown>[] = [];
@@ -265,7 +265,7 @@ t.test('flushes and rolls asked for at once neither repeat nor lose a row, and e
 });
 
 t.test('parts of an earlier version (any markets, any order) are sorted as before', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const duck = await Duck.open(1);
   t.teardown(() => duck.close());
   const rows = [book('m2', HOUR0 + 5000, 0, 1), book('m1', HOUR0 + 9000, 1, 2), book('m1', HOUR0 + 3000, 0, 3)];
@@ -284,7 +284,7 @@ t.test('parts of an earlier version (any markets, any order) are sorted as befor
 });
 
 t.test('an hour larger than the memory limit seals with capture’s settings, because it streams', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const spool = new Spool(lakePaths(dir).spool);
   const ladder = Array.from({ length: 40 }, (_, i) => 100 + i);
   let rows = 0;
@@ -319,7 +319,7 @@ t.test('an hour larger than the memory limit seals with capture’s settings, be
 });
 
 t.test('make seal (jobs/seal.ts) seals the spool and gives each books file its serving copy', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const spool = new Spool(lakePaths(dir).spool);
   spool.append(books, [book('m1', HOUR0 + 1000, 0, 1), book('m1', HOUR0 + 1000, 1, 2), book('m2', HOUR0 + 2000, 0, 3)]);
   await spool.flush();

@@ -9,10 +9,10 @@ import { RunEncoder, Spool, listSpool, recoverSpool } from '../src/lake/spool.js
 import { GapLedger } from '../src/capture/gaps.js';
 import { SpoolKeeper } from '../src/capture/keeper.js';
 import type { BookRow, GapRow, Market, MetricRow } from '../src/records.js';
-import { quiet } from './helpers.js';
+import { quiet, testdir } from './helpers.js';
 
 t.test('a half-written tail longer than the read window is cut at the real line end', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const file = path.join(dir, 'dead-seg/books/venue=polymarket/coin=btc/window=5m/date=2026-07-26/hour=13/000001.ndjson');
   await fs.mkdir(path.dirname(file), { recursive: true });
   const whole = `{"ts":1785070800000,"market_id":"m1","pad":"${'x'.repeat(600_000)}"}\n`;
@@ -26,7 +26,7 @@ t.test('a half-written tail longer than the read window is cut at the real line 
 });
 
 t.test('recovery reports each market’s newest spooled row', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const file = path.join(dir, 'dead-seg/metrics/venue=wallet-prediction/coin=btc/window=15m/date=2026-07-26/hour=13/000001.ndjson');
   await fs.mkdir(path.dirname(file), { recursive: true });
   await fs.writeFile(
@@ -75,7 +75,7 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
   const metrics = [metric('a', hour + 10, 0), metric('a', hour + 10, 1), metric('a', hour + 9, 0)];
   const partition = (dataset: 'books' | 'metrics', ts: number) => partitionOf(dataset, 'polymarket', 'btc', '5m', ts);
 
-  const appended = new Spool(path.join(t.testdir(), 'appended'));
+  const appended = new Spool(path.join(testdir(t), 'appended'));
   for (const r of books) appended.append(partition('books', r.ts), [r]);
   for (const r of metrics) appended.append(partition('metrics', r.ts), [r]);
   const encoder = new RunEncoder();
@@ -88,7 +88,7 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
     runs.every((r) => r.chunks.length === 1 && r.chunks[0].byteOffset === 0 && r.chunks[0].byteLength === r.chunks[0].buffer.byteLength),
     'each run travels as one chunk that owns its buffer (transferable)',
   );
-  const encoded = new Spool(path.join(t.testdir(), 'encoded'));
+  const encoded = new Spool(path.join(testdir(t), 'encoded'));
   // Structured clone, as a worker's message delivers them.
   for (const run of structuredClone(runs)) encoded.appendRun(run);
   t.equal(encoded.bufferedRows, appended.bufferedRows);
@@ -107,7 +107,7 @@ t.test('runs encoded in another thread spool exactly the parts and lines that ap
 });
 
 t.test('a storage gap never holds a row kept after it, late rows at its market’s end included', async (t) => {
-  const dir = t.testdir();
+  const dir = testdir(t);
   const spool = new Spool(dir);
   t.teardown(() => spool.close());
   const gaps = new GapLedger(spool, quiet, { gaps: 0 });

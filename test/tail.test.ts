@@ -9,11 +9,11 @@ import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionOf } from '../src/lake/layout.js';
 import { Spool } from '../src/lake/spool.js';
-import { sealAll, testConfig } from './helpers.js';
+import { sealAll, testConfig, testdir } from './helpers.js';
 
 const START = Date.parse('2026-07-28T10:00:00Z');
 const END = START + 7 * 60_000;
-const dir = t.testdir();
+const dir = testdir(t);
 const config = testConfig(dir, { RATE_PAID_PER_SECOND: '100000' });
 const duck = await Duck.open(2);
 // The hour is still open when the fill ends, so every book is in the spool, none sealed.

@@ -12,7 +12,7 @@ import { StandIn } from '../src/standin/server.js';
 import { signatureRefusal } from '../src/standin/signed.js';
 import { WALLET_AGGREGATE_TOPIC, WALLET_STREAM_PATH } from '../src/standin/walletstream.js';
 import { signedSocketUrl } from '../src/venues/wallet/signing.js';
-import { quiet, testConfig } from './helpers.js';
+import { quiet, testConfig, testdir } from './helpers.js';
 
 const { payload } = JSON.parse(fs.readFileSync(new URL('./fixtures/wallet/orderbook.json', import.meta.url), 'utf8'));
 const KEY = 'documented-key';
@@ -67,7 +67,7 @@ t.test('the documented push, as a string in a signed connection: both outcome bo
   const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
   const rows: { ts: number; books: Book[] }[] = [];
   const gaps: string[] = [];
-  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET });
+  const config = testConfig(testdir(t), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET });
   const rec = new WalletStreamRecorder(config, createClock(), quiet, {
     books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
     metrics: () => undefined,
@@ -118,7 +118,7 @@ t.test("a market ends by its own pushes, not another's later ones; one of its wi
   const gaps: string[] = [];
   // A stall bound no starved run reaches: only pushes may let the market go here, never the clock.
   const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
-  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_STALL_MS: '600000' });
+  const config = testConfig(testdir(t), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_STALL_MS: '600000' });
   const rec = new WalletStreamRecorder(config, createClock(), quiet, {
     books: (m, ts) => rows.push({ market: m.market_id, ts }),
     metrics: () => undefined,
@@ -203,7 +203,7 @@ async function neverConnected(t: Test) {
   await new Promise((r) => closed.close(r));
   const rows: { ts: number; books: Book[] }[] = [];
   const gaps: { from: number; reason: string }[] = [];
-  const config = testConfig(t.testdir(), { WALLET_WS_URL: `ws://127.0.0.1:${port}/sapi/wss`, STREAM_STALL_MS: '5000' });
+  const config = testConfig(testdir(t), { WALLET_WS_URL: `ws://127.0.0.1:${port}/sapi/wss`, STREAM_STALL_MS: '5000' });
   const rec = new WalletStreamRecorder(config, createClock(), quiet, {
     books: (_m, ts, _recvTs, books) => rows.push({ ts, books }),
     metrics: () => undefined,
@@ -353,7 +353,7 @@ t.test('a silence of the whole stream is a pause for every market held: each a g
   const gaps: { id: string; reason: string; from: number }[] = [];
   // Each market's gap opens with `lost` and closes at its next `recovered` (called on every push of a live market).
   const events: string[] = [];
-  const config = testConfig(t.testdir(), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_PAUSE_MS: '5000' });
+  const config = testConfig(testdir(t), { WALLET_WS_URL: url, WALLET_API_KEY: KEY, WALLET_API_SECRET: SECRET, STREAM_PAUSE_MS: '5000' });
   const rec = new WalletStreamRecorder(config, createClock(), quiet, {
     books: (m, ts) => rows.push({ id: m.market_id, ts }),
     metrics: () => undefined,
