@@ -4,10 +4,9 @@
 import t, { type Test } from 'tap';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
 import type { WalletStreamRecorder } from '../src/venues/wallet/recorder.js';
-import { SECOND } from '../src/time.js';
 import { lakeTable } from './helpers.js';
 import { auditStream } from './streamaudit.js';
-import { OPEN, streamRun } from './streamrun.js';
+import { streamRun } from './streamrun.js';
 
 /**
  * The 20-minute audits' pace: 60x in the suite. A gap ends on a reconnect's backoff and the next
@@ -22,6 +21,11 @@ const AUDIT_SECONDS = Math.ceil((20 * 60) / AUDIT_SPEED);
 const STRICT = process.env.AUDIT_STRICT === '1';
 /** Gap time allowed outside the injected windows, as a share of them (held only when strict). */
 const AUDIT_OVER = AUDIT_SPEED <= 10 ? 0.1 : 0.5;
+
+type Window = { from: number; to: number };
+/** Fault windows `ms` long, starting `minutes` after `at`. */
+const windows = (at: number, minutes: number[], ms: number): Window[] =>
+  minutes.map((m) => ({ from: at + m * 60_000, to: at + m * 60_000 + ms }));
 
 /** An efficiency figure: held to its target in a strict run, reported in the suite's. */
 function figure(t: Test, met: boolean, message: string): void {
@@ -45,14 +49,20 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
     bestBidAsk: true,
     bareDecimals: true,
   } as const;
-  // And, in simulated time, silent freezes and refused reconnects: fault time whose gaps are measured against it.
-  const start = OPEN + 61 * SECOND;
-  const freezes = [5, 13].map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + 40_000 }));
-  const disconnects = [{ from: start + 9 * 60_000, to: start + 9 * 60_000 + 30_000 }];
-  const run = await streamRun(t, { dropRate: 0.002, freezes, disconnects }, AUDIT_SECONDS, AUDIT_SPEED, {
+  // And, in simulated time from capture's first book, silent freezes and refused reconnects: fault time whose gaps are measured against it.
+  let freezes: Window[] = [];
+  let disconnects: Window[] = [];
+  const run = await streamRun(t, { dropRate: 0.002 }, AUDIT_SECONDS, AUDIT_SPEED, {
     quirks,
     spanMs: 20 * 60_000,
     env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
+    faultsFromFirstBook: (at) => {
+      // The second across a market's end: what REST saw change in its last seconds the stream never delivers.
+      const end = Math.ceil((at + 13 * 60_000) / 300_000) * 300_000;
+      freezes = [...windows(at, [5], 40_000), { from: end - 20_000, to: end + 20_000 }];
+      disconnects = windows(at, [9], 30_000);
+      return { freezes, disconnects };
+    },
   });
   const { expected, recorded, unknowable } = auditStream(t, run);
   const stats = (run.capture.streams.get('polymarket') as ThreadedStream).stats;
@@ -118,21 +128,19 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
   // wide enough for a busy machine at 60x. A push is a whole book without a sequence number: one
   // lost and overwritten by the next before any REST poll saw its book is invisible to any
   // recorder, so the pushes lost at random are few (0.05%) and those are what may go unseen.
-  const start = OPEN + 61 * SECOND;
-  const windows = (at: number[], ms: number) => at.map((m) => ({ from: start + m * 60_000, to: start + m * 60_000 + ms }));
-  const freezes = windows([3, 9, 15], 40_000);
-  const disconnects = windows([6, 12], 30_000);
-  const run = await streamRun(
-    t,
-    { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02, freezes, disconnects },
-    AUDIT_SECONDS,
-    AUDIT_SPEED,
-    {
-      venue: 'wallet-prediction',
-      spanMs: 20 * 60_000,
-      env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
+  // From capture's first book, whenever a busy machine gets there.
+  let freezes: Window[] = [];
+  let disconnects: Window[] = [];
+  const run = await streamRun(t, { dropRate: 0.0005, reorderRate: 0.01, duplicateRate: 0.02 }, AUDIT_SECONDS, AUDIT_SPEED, {
+    venue: 'wallet-prediction',
+    spanMs: 20 * 60_000,
+    env: { POLL_MS: '5000', STREAM_STALL_MS: '60000', STREAM_PING_MS: '30000' },
+    faultsFromFirstBook: (at) => {
+      freezes = windows(at, [3, 9, 15], 40_000);
+      disconnects = windows(at, [6, 12], 30_000);
+      return { freezes, disconnects };
     },
-  );
+  });
   const { expected, recorded, unknowable, withheld } = auditStream(t, run);
   t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
   // The audit counts a change the venue withheld and capture did not record, outside every gap, as

@@ -18,7 +18,7 @@ import { Sim } from '../src/standin/sim.js';
 import { SECOND } from '../src/time.js';
 import { LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
 import { createAdapters } from '../src/venues/index.js';
-import { lakeTable, openMarket, quiet, sealAll, testConfig } from './helpers.js';
+import { lakeTable, openMarket, quiet, sealAll, testConfig, testdir } from './helpers.js';
 import { displayedPrice } from '../src/venues/polymarket/rest.js';
 import type { Market } from '../src/records.js';
 import { auditStream } from './streamaudit.js';
@@ -287,7 +287,7 @@ t.test('a change that leaves the copy as it was means an earlier one never arriv
       ws.send(JSON.stringify({ event_type: 'price_change', market, timestamp: '3000', price_changes: [change] }));
     });
   });
-  const config = testConfig(t.testdir(), { POLYMARKET_WS_URL: `ws://127.0.0.1:${(wss.address() as { port: number }).port}` });
+  const config = testConfig(testdir(t), { POLYMARKET_WS_URL: `ws://127.0.0.1:${(wss.address() as { port: number }).port}` });
   const rows: { ts: number; exchange: number[] }[] = [];
   const gaps: string[] = [];
   const recorder = new StreamRecorder(config, createClock(), quiet, {
@@ -454,7 +454,8 @@ t.test('capture records every change of the stream, verified against the venue',
 });
 
 t.test('a snapshot that never comes: the book is taken from REST after the bound, and the wait is a gap', async (t) => {
-  const run = await streamRun(t, {}, 4, 20, { quirks: { snapshotLossRate: 1 } });
+  // A minute of changes from the first (REST) book on, however long a busy machine takes to get there.
+  const run = await streamRun(t, {}, 4, 20, { quirks: { snapshotLossRate: 1 }, spanMs: 60 * SECOND });
   const stats = (run.capture.streams.get('polymarket') as ThreadedStream).stats;
   t.ok(stats.snapshotTimeouts >= 4, `no snapshot came for any token (${stats.snapshotTimeouts} timed out)`);
   const { recorded } = auditStream(t, run);
@@ -557,7 +558,6 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
   t.ok(wallet.stats.books * 2 >= expected, `the books came over the topic stream (${wallet.stats.books} pushes)`);
   t.ok(wallet.stats.restRows <= 2 * 5, `REST gave at most each market's first rows (${wallet.stats.restRows})`);
 
-  const start = OPEN + 61 * SECOND;
   const faulty = await streamRun(
     t,
     {
@@ -566,12 +566,18 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
       // (about 15 a run) land behind a newer book of their own market, which is what makes one late.
       reorderRate: 0.03,
       duplicateRate: 0.05,
-      freezes: [{ from: start + 30 * SECOND, to: start + 40 * SECOND }],
-      disconnects: [{ from: start + 60 * SECOND, to: start + 63 * SECOND }],
     },
     6,
     20,
-    { venue: 'wallet-prediction' },
+    {
+      venue: 'wallet-prediction',
+      // From capture's first book, whenever a busy machine gets there.
+      spanMs: 120 * SECOND,
+      faultsFromFirstBook: (at) => ({
+        freezes: [{ from: at + 30 * SECOND, to: at + 40 * SECOND }],
+        disconnects: [{ from: at + 60 * SECOND, to: at + 63 * SECOND }],
+      }),
+    },
   );
   auditStream(t, faulty);
   const reasons = new Set(faulty.gaps.map((g) => g.reason));
@@ -582,7 +588,7 @@ t.test("the wallet venue's orderbook topics: every book it pushes is recorded, a
 
 t.test('a restart records no book twice: the unchanged books its snapshots bring again are already spooled', async (t) => {
   // Before the 12:00 markets open: their books are subscribed (a minute ahead) and do not change until then.
-  const dir = t.testdir();
+  const dir = testdir(t);
   // 2x: the 50 s before the open last 25 s of real time, room for two processes' starts on a busy machine.
   const clock = createClock(OPEN - 50 * SECOND, 2);
   const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });

@@ -7,7 +7,7 @@ import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { createClock } from '../src/clock.js';
 import { type Book, resolvedAt, withStreamFacts } from '../src/records.js';
 import { type ClobBookSummary, type HashLayout, LocalBook, clobBookHash } from '../src/venues/polymarket/book.js';
-import { openMarket, quiet, testConfig } from './helpers.js';
+import { openMarket, quiet, testConfig, testdir } from './helpers.js';
 
 const fixture = (name: string) => JSON.parse(fs.readFileSync(new URL(`./fixtures/polymarket/${name}.json`, import.meta.url), 'utf8'));
 
@@ -72,7 +72,7 @@ function recorder(t: Test, url: string, env: Record<string, string> = {}) {
   const rows: { market: string; ts: number; books: Book[] }[] = [];
   const gaps: string[] = [];
   const resolutions: { market: string; winner: number; ts: number }[] = [];
-  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url, ...env }), createClock(), quiet, {
+  const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url, ...env }), createClock(), quiet, {
     books: (m, ts, _recvTs, books) => rows.push({ market: m.market_id, ts, books }),
     metrics: () => undefined,
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
@@ -269,7 +269,7 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
   });
   const rows: { ts: number; checks: (string | null | undefined)[] }[] = [];
   const gaps: string[] = [];
-  const rec = new StreamRecorder(testConfig(t.testdir(), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
+  const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
     books: (_m, ts, _recvTs, books) => rows.push({ ts, checks: books.map((b) => b.hash_check) }),
     metrics: () => undefined,
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
@@ -418,6 +418,54 @@ t.test("a market ends by its own events, not another's later ones; one of its wi
   t.notOk(
     rows.some((r) => r.market === 'e' && r.ts === end - 5),
     'and no row',
+  );
+});
+
+t.test('a change REST showed that the stream never delivered before its market ended is a gap to the end', async (t) => {
+  // A stream frozen across a market's end (found by the fault audit with a freeze over one): the
+  // change REST saw waits for the stream up to the stall bound, which outlasts the market.
+  let socket: WebSocket | undefined;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    socket = ws;
+    ws.send(JSON.stringify([emptyBook('0xf', 'f-up'), emptyBook('0xf', 'f-down'), emptyBook('0xo', 'o-up'), emptyBook('0xo', 'o-down')]));
+  });
+  const { rec, rows, gaps } = recorder(t, url, { STREAM_STALL_MS: '600000' });
+  const end = Date.now() - 1;
+  const frozen = { ...openMarket('f', '0xf', ['f-up', 'f-down']), end_time: end };
+  const open = openMarket('o', '0xo', ['o-up', 'o-down']);
+  rec.track([frozen, open], Date.now());
+  await until(() => rows.some((r) => r.market === 'f'));
+  const summary = (asset: string, bids: { price: string; size: string }[]) => ({
+    market: '0xf',
+    asset_id: asset,
+    timestamp: String(end - 1000),
+    hash: '',
+    bids,
+    asks: [],
+    min_order_size: '5',
+    tick_size: '0.01',
+    neg_risk: false,
+    last_trade_price: '0.5',
+  });
+  // REST's book of the up token has a bid the stream never sent; the down token's is the copy's.
+  const summaries = [summary('f-up', [{ price: '0.45', size: '10' }]), summary('f-down', [])];
+  rec.rest(frozen, { books: [], summaries, quotes: [], recvTs: end - 900 });
+  t.same(gaps, [], 'within the stall bound, the change may still be on its way');
+  // The market's own events at its end: it is let go with the change still undelivered.
+  for (const asset of ['f-up', 'f-down'])
+    socket!.send(JSON.stringify({ ...fixture('last_trade_price').message, market: '0xf', asset_id: asset, timestamp: String(end + 1) }));
+  await until(() => {
+    rec.track([frozen, open], Date.now());
+    return !rec.tracks(frozen);
+  });
+  t.notOk(rec.tracks(frozen), 'let go at its end');
+  t.same(
+    gaps,
+    [
+      `f stream_resync: the stream never delivered the change REST showed at ${end - 1000} before its market ended; streamed copy at 1757908892000`,
+    ],
+    "the loss is a gap (from the copy's last proof to the end), not silence",
   );
 });
 

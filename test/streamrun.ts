@@ -12,7 +12,7 @@ import type { StreamFaults } from '../src/standin/streamserver.js';
 import type { ChannelQuirks } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
-import { quiet, sealAll, testConfig } from './helpers.js';
+import { quiet, sealAll, testConfig, testdir } from './helpers.js';
 import { type Gap, type Recorded, readStreamLake, subscriptions } from './streamaudit.js';
 
 export const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
@@ -28,6 +28,11 @@ export interface RunOptions {
   quirks?: Partial<ChannelQuirks>;
   /** Simulated time to record from the first book on, however long a busy machine takes to start. */
   spanMs?: number;
+  /**
+   * The venue's freezes and disconnects, set from the time capture recorded its first book: fixed
+   * times would fall before a starved capture had subscribed, and its run would test nothing.
+   */
+  faultsFromFirstBook?: (at: number) => Pick<StreamFaults, 'freezes' | 'disconnects'>;
 }
 
 /** Both venues' BTC markets at the stand-in's `url`, with budgets no test reaches. */
@@ -46,7 +51,7 @@ export function venuesAt(url: string) {
 /** Capture with the market channel against the stand-in for `seconds` of real time at `speed`. */
 export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds: number, speed: number, options: RunOptions = {}) {
   const { venue = 'polymarket', env = {}, start = OPEN + 61 * SECOND, during, quirks } = options;
-  const dir = t.testdir();
+  const dir = testdir(t);
   // Paced: the venue's time runs at most a quarter second of real time (three polls, if longer) past
   // the slowest of capture's loops and stream threads and of the stand-in's pumps, and less than half
   // the stall bound, so a starved process sees what a fast one would and no silence of the venue's
@@ -87,14 +92,18 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   const began = Date.now();
   let firstBookAt: number | null = null;
   const watch = setInterval(() => {
-    if (firstBookAt === null && capture.stats.books > 0) firstBookAt = clock.now();
+    if (firstBookAt !== null || capture.stats.books === 0) return;
+    firstBookAt = clock.now();
+    const windows = options.faultsFromFirstBook?.(firstBookAt);
+    if (windows) for (const stream of [standin.stream, standin.walletStream]) Object.assign(stream.faults, windows);
   }, 20);
   t.teardown(() => clearInterval(watch));
   await during?.(capture, clock);
   await new Promise((r) => setTimeout(r, Math.max(0, seconds * 1000 - (Date.now() - began))));
+  // Bounded only against a hang (a run that never records): how long a starved machine takes is not the test's to judge.
   for (
     let waited = 0;
-    options.spanMs && (firstBookAt === null || clock.now() < firstBookAt + options.spanMs) && waited < 60_000;
+    options.spanMs && (firstBookAt === null || clock.now() < firstBookAt + options.spanMs) && waited < 400_000;
     waited += 50
   )
     await new Promise((r) => setTimeout(r, 50));

@@ -19,6 +19,11 @@ export interface FillOptions {
   /** Stop at this clock time instead of catching up with the wall clock. */
   until?: number;
   start?: number;
+  /**
+   * Ends the fill before `until` once this says it has what it came for: a scenario set off by
+   * what capture recorded (tests), not by when the machine was hoped to get there.
+   */
+  stopWhen?: (capture: Capture, now: number) => boolean;
 }
 
 /** What a fill replays from: started on the fill's clock, it answers with capture's config pointed at it. */
@@ -45,7 +50,7 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log, publisherFor(cfg, log, duck));
   reached = () => capture.progress();
   await capture.start();
-  while (clock.now() < until) await new Promise((r) => setTimeout(r, 50));
+  while (clock.now() < until && !options.stopWhen?.(capture, clock.now())) await new Promise((r) => setTimeout(r, 50));
   await capture.stop();
   const sealed = await capture.seal(clock.now());
   await upstream.stop();

@@ -481,6 +481,24 @@ export class CopyProofs {
     this.sink.lost(t.market, 'stream_resync', d.from, `${d.books.length} book(s) whose hash did not reproduce, unproved when ${why}`);
   }
 
+  /**
+   * A token let go while REST showed a change its stream had not delivered (the bound that change
+   * had to arrive in outlasted the market): it was lost, and a stream that far behind vouches for
+   * nothing after its copy's last proof, up to the market's end (found with a freeze across an end).
+   */
+  loseUndelivered(t: Token): void {
+    const ahead = t.restAhead;
+    if (!ahead || !t.synced) return;
+    t.restAhead = null;
+    this.stats.mismatches++;
+    this.sink.lost(
+      t.market,
+      'stream_resync',
+      this.lastProof(t),
+      `the stream never delivered the change REST showed at ${ahead.ts} before its market ended; streamed copy at ${t.book.ts}`,
+    );
+  }
+
   /** A REST book of a synced token: proof, disproof, or a change the stream must still deliver. */
   checkRest(t: Token, s: ClobBookSummary, ts: number, recvTs: number): void {
     if (ts <= t.book.ts) {

@@ -144,6 +144,7 @@ export class StreamRecorder implements VenueRecorder {
       this.verdicts.abandon(t);
       this.verdicts.release(t.market.market_id, true);
       this.proofs.settleDoubt(t, 'its market ended');
+      this.proofs.loseUndelivered(t);
     }
     const release: string[] = [];
     for (const id of ended) {
