@@ -68,6 +68,10 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   const stats = (run.capture.streams.get('polymarket') as ThreadedStream).stats;
   const served = run.standin.stream;
   t.ok(
+    served.stats.frozen > 0 && served.stats.refused > 0,
+    `the faults happened: ${served.stats.frozen} messages held in freezes, ${served.stats.refused} connections refused`,
+  );
+  t.ok(
     served.withheldSnapshots > 0,
     `${served.withheldSnapshots} snapshots withheld (${stats.snapshotTimeouts} came later than the bound, from REST or a book after a trade, each with a gap for the wait)`,
   );

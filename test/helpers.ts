@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { loadConfig, type Config } from '../src/config.js';
 import { Duck, type JsonRow } from '../src/lake/duckdb.js';
@@ -67,9 +68,14 @@ export interface LakeServerOptions {
  * first puts the end in order: teardowns, then the removal.
  */
 export function testdir(t: Test): string {
+  // A second call in one test would remove the first's directory (tap names it by the test): a fresh one inside it.
+  const calls = (testdirs.get(t) ?? 0) + 1;
+  testdirs.set(t, calls);
+  if (calls > 1) return fs.mkdtempSync(path.join(t.testdirName, `${calls}-`));
   t.teardown(() => undefined);
   return t.testdir();
 }
+const testdirs = new WeakMap<Test, number>();
 
 /**
  * The fixture most API tests need: a lake written by real capture from the stand-in over

@@ -67,8 +67,11 @@ export interface Token {
   heardTs: number;
   /** Clock time capture asked for the token: a gap for a snapshot that never came starts there. */
   trackedAt: number;
-  /** A REST book newer than the copy, and when it was seen: the stream must catch up within the stall bound. */
-  restAhead: { summary: ClobBookSummary; ts: number; at: number } | null;
+  /**
+   * A REST book newer than the copy (the newest, of instant `ts`), and since when one was pending (`at`
+   * its receive time, `first` its instant): the stream must catch up within the stall bound.
+   */
+  restAhead: { summary: ClobBookSummary; ts: number; at: number; first: number } | null;
   /** The copy's recent books, oldest first, for checks of instants the stream has passed. */
   history: BookState[];
   /**
@@ -488,7 +491,9 @@ export class CopyProofs {
    */
   loseUndelivered(t: Token): void {
     const ahead = t.restAhead;
-    if (!ahead || !t.synced) return;
+    // Only a change REST showed of an instant before the end: REST may stamp its answer after the
+    // book's last change, so a book of a later instant may differ by a change after the window.
+    if (!ahead || !t.synced || ahead.first >= t.market.end_time) return;
     t.restAhead = null;
     this.stats.mismatches++;
     this.sink.lost(
@@ -514,7 +519,8 @@ export class CopyProofs {
     // Newer than the copy: equal levels prove the copy as of its own time (REST may stamp its
     // answer later than the book's last change); otherwise the change is on its way, or was lost.
     if (sameLevels(s, t.book.ladders())) return this.proveByRest(t, t.book.ts, ts);
-    if (!t.restAhead || t.restAhead.ts < ts) t.restAhead = { summary: s, ts, at: t.restAhead?.at ?? recvTs };
+    if (!t.restAhead || t.restAhead.ts < ts)
+      t.restAhead = { summary: s, ts, at: t.restAhead?.at ?? recvTs, first: t.restAhead?.first ?? ts };
     if (recvTs - t.restAhead.at > this.stallMs) {
       this.desync(t, 'stream_resync', `the stream never delivered the change REST showed at ${ts}; streamed copy at ${t.book.ts}`);
       this.snapshot(t, s, ts, recvTs, 'rest');

@@ -269,6 +269,8 @@ export class StreamRecorder implements VenueRecorder {
 
   close(): void {
     this.verdicts.close(this.tokens.values());
+    // A change REST showed and the stream had not delivered is after the copy's newest row, so inside
+    // the downtime gap a restart writes from that row: no loss to report here (unlike at a market's end).
     for (const t of this.tokens.values()) this.proofs.settleDoubt(t, 'capture stopped');
     this.closed = true;
     this.channel.close();
