@@ -10,6 +10,8 @@ export const VENUE_COINS: Record<Venue, readonly string[]> = {
   'wallet-prediction': ['btc', 'eth', 'bnb'],
   polymarket: ['btc', 'eth', 'sol', 'xrp'],
 };
+/** Every coin either venue trades: each has a reference price (UPSTREAMS.md E). */
+export const REFERENCE_COINS: readonly string[] = [...new Set(Object.values(VENUE_COINS).flat())];
 
 export interface UpstreamConfig {
   timeoutMs: number;
@@ -94,9 +96,19 @@ export interface Config {
       backoffMinMs: number;
       backoffMaxMs: number;
     };
+    /**
+     * The reference prices the markets resolve on, from Polymarket's price socket (RTDS): recorded
+     * for `coins` (both venues' by default: the wallet's markets name no source, so they get the same).
+     */
+    reference: {
+      on: boolean;
+      coins: string[];
+      /** Clock ms without an observation of a symbol, while its socket is open, after which the symbol counts as stalled (a gap). */
+      stallMs: number;
+    };
   };
   wallet: UpstreamConfig & { baseUrl: string; apiKey: string; apiSecret: string; wsUrl: string };
-  polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string; wsUrl: string };
+  polymarket: UpstreamConfig & { gammaUrl: string; clobUrl: string; wsUrl: string; rtdsUrl: string };
   backfill: { concurrency: number };
   /** An S3-compatible bucket the lake is published to (capture) or served from (`LAKE_SOURCE=bucket`); null without S3_BUCKET. Credentials are never logged. */
   bucket: BucketConfig | null;
@@ -371,6 +383,11 @@ export function loadConfig(env: Env = process.env): Config {
         backoffMinMs: int(env, 'STREAM_BACKOFF_MIN_MS', 250, 10, 60_000),
         backoffMaxMs: int(env, 'STREAM_BACKOFF_MAX_MS', 15_000, 10, 600_000),
       },
+      reference: {
+        on: oneOf(env, 'CAPTURE_REFERENCE', ['on', 'off'], 'on') === 'on',
+        coins: list(env, 'REFERENCE_COINS', REFERENCE_COINS, REFERENCE_COINS),
+        stallMs: int(env, 'REFERENCE_STALL_MS', 10_000, 100, 600_000),
+      },
     },
     wallet: {
       baseUrl: url(env, 'WALLET_BASE_URL', `${standin}/sapi/v1/w3w/wallet/prediction`),
@@ -388,6 +405,7 @@ export function loadConfig(env: Env = process.env): Config {
       gammaUrl: url(env, 'POLYMARKET_GAMMA_URL', standin),
       clobUrl: url(env, 'POLYMARKET_CLOB_URL', standin),
       wsUrl: url(env, 'POLYMARKET_WS_URL', polymarketWsUrl(env.POLYMARKET_CLOB_URL || standin)),
+      rtdsUrl: url(env, 'POLYMARKET_RTDS_URL', polymarketRtdsUrl(env.POLYMARKET_CLOB_URL || standin)),
       timeoutMs: int(env, 'POLYMARKET_TIMEOUT_MS', 5000, 50, 120_000),
       maxRetries: int(env, 'POLYMARKET_MAX_RETRIES', 3, 0, 20),
       concurrency: int(env, 'POLYMARKET_CONCURRENCY', 8, 1, 256),
@@ -457,4 +475,10 @@ export function loadConfig(env: Env = process.env): Config {
 export function polymarketWsUrl(clobUrl: string): string {
   if (new URL(clobUrl).hostname === 'clob.polymarket.com') return 'wss://ws-subscriptions-clob.polymarket.com/ws/market';
   return `${clobUrl.replace(/^http/, 'ws').replace(/\/$/, '')}/ws/market`;
+}
+
+/** The price socket (RTDS) beside a CLOB host: the real one for the real venue, else the stand-in's path. */
+export function polymarketRtdsUrl(clobUrl: string): string {
+  if (new URL(clobUrl).hostname === 'clob.polymarket.com') return 'wss://ws-live-data.polymarket.com';
+  return `${clobUrl.replace(/^http/, 'ws').replace(/\/$/, '')}/rtds`;
 }

@@ -184,7 +184,8 @@ export interface MarketRow extends Market {
 /** A span in which capture should have recorded and did not. `market_id` null: the whole series. */
 export interface GapRow {
   market_id: string | null;
-  dataset: 'books' | 'metrics' | 'markets' | 'trades';
+  /** A `reference` gap's `market_id` is its feed, `<source>:<symbol>` (`chainlink:btc/usd`). */
+  dataset: 'books' | 'metrics' | 'markets' | 'trades' | 'reference';
   from_ts: number;
   to_ts: number;
   reason: string;
@@ -193,7 +194,7 @@ export interface GapRow {
 }
 
 /** Every dataset of the lake, in the order listings name them. */
-export const DATASETS = ['markets', 'books', 'metrics', 'gaps', 'trades'] as const;
+export const DATASETS = ['markets', 'books', 'metrics', 'gaps', 'trades', 'reference'] as const;
 export type Dataset = (typeof DATASETS)[number];
 
 export interface DatasetRows {
@@ -202,7 +203,37 @@ export interface DatasetRows {
   metrics: MetricRow;
   gaps: GapRow;
   trades: TradeRow;
+  reference: ReferenceRow;
 }
+
+/** Where a reference price comes from: the oracle the markets resolve on, or the exchange beside it. */
+export const REFERENCE_SOURCES = ['chainlink', 'binance'] as const;
+export type ReferenceSource = (typeof REFERENCE_SOURCES)[number];
+
+/**
+ * One observation of a coin's price as the venue's price socket relayed it. `ts` is the
+ * observation's own time (what a window's open and close are compared on), `sent_ts` when the
+ * socket sent it, `recv_ts` when capture received it.
+ */
+export interface ReferenceRow {
+  ts: number;
+  source: ReferenceSource;
+  symbol: string;
+  price: number;
+  sent_ts: number;
+  recv_ts: number;
+}
+
+/** A coin's symbol on a source, as the venue's price socket writes it (UPSTREAMS.md E): `btc/usd`, `btcusdt`. */
+export function referenceSymbol(source: ReferenceSource, coin: string): string {
+  return source === 'chainlink' ? `${coin}/usd` : `${coin}usdt`;
+}
+
+/** The venue whose price socket relays the reference prices; the lake keeps them under it, for every window. */
+export const REFERENCE_VENUE = 'polymarket' satisfies Venue;
+
+/** A reference feed, as gaps name it: `<source>:<symbol>`. */
+export const referenceFeed = (source: ReferenceSource, symbol: string): string => `${source}:${symbol}`;
 
 /** The market as resolved by its venue at `ts` (the venue's own time), the outcome at `winner` winning. */
 export function resolvedAt(m: Market, winner: number, ts: number): Market {

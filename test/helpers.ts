@@ -29,6 +29,8 @@ export function testConfig(dataDir: string, env: Record<string, string> = {}): C
     WALLET_TIMEOUT_MS: '1000',
     POLYMARKET_TIMEOUT_MS: '1000',
     CAPTURE_STREAM: 'none',
+    // The reference prices' socket is its own file's subject (reference.test.ts); elsewhere it would add rows and gaps tests count.
+    CAPTURE_REFERENCE: 'off',
     // The API writes replay copies in the background from its start: in a test that ends first, into
     // a fixture directory tap is removing. Tests of the copies turn them on and wait for them.
     REPLAY_COPIES: 'off',
@@ -138,7 +140,12 @@ export function captureEnv(
  * the runner's loader starts a child a second slower, which clock-driven tests cannot spare.
  */
 export const TS_NODE_ARGS: readonly string[] = ['--import', 'tsx'];
-export const CHILD_ENV: NodeJS.ProcessEnv = { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', REPLAY_COPIES: 'off' };
+export const CHILD_ENV: NodeJS.ProcessEnv = {
+  ...process.env,
+  _TAPJS_PROCESSINFO_COVERAGE_: '0',
+  REPLAY_COPIES: 'off',
+  CAPTURE_REFERENCE: 'off',
+};
 
 /** Starts `jobs/capture.ts` processes with `env`; a failed assertion never leaves one writing into the test directory. */
 export function captureProcesses(t: Test, env: NodeJS.ProcessEnv): () => ChildProcess {

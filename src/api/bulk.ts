@@ -80,7 +80,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
       const after = cursor ? cursors.read(cursor, scope, filters) : null;
       const { shown, more } = takePage(lake.sealedFiles(), limit, (f) => {
         const p = f.partition;
-        if (p.venue !== venue || !coin.includes(p.coin) || (windows && !windows.includes(p.window))) return false;
+        if (p.venue !== venue || !coin.includes(p.coin) || (windows && !(windows as readonly string[]).includes(p.window))) return false;
         if (q.dataset && p.dataset !== q.dataset) return false;
         if ((from !== null && p.hour + 3_600_000 <= from) || (to !== null && p.hour >= to)) return false;
         return !after || p.hour > Number(after[0]) || (p.hour === Number(after[0]) && f.path > String(after[1]));

@@ -3,6 +3,7 @@
 import { STATUS_OF, type ErrorCode } from '../edge/errors.js';
 import type { Route } from './route.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
+import { REFERENCE_SOURCES } from '../records.js';
 
 const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
 const str = { type: 'string' };
@@ -307,6 +308,18 @@ export const SCHEMAS: Record<string, unknown> = {
     description:
       'One trade of one outcome token. `source` says what the venue sent: `stream`, a trade event (price, size, side, fee and transaction hash as the venue gave them; `timestamp` and `exchange_time` are its time of the trade); `rest_last_trade`, only a last-trade price that REST showed changed (at `timestamp`, when it was seen; size, side and hash null: it may stand for several fills, and is no fill record). `recv_time` is when capture received it.',
   },
+  ReferencePrice: {
+    ...obj({
+      ts: time,
+      recv_ts: time,
+      sent_ts: time,
+      price: num,
+      source: { type: 'string', enum: [...REFERENCE_SOURCES] },
+      symbol: str,
+    }),
+    description:
+      "One observation of a coin's price as Polymarket's price socket (RTDS) relayed it: `ts` is the observation's own time (what a window's open and close are compared on), `sent_ts` when the socket sent it, `recv_ts` when capture received it. `chainlink` is the oracle the markets resolve on (`btc/usd`), `binance` the exchange beside it (`btcusdt`). Each observation once; a span in which some may be missing is in `meta.gaps`.",
+  },
   Certificate: {
     ...obj({
       market_id: str,
@@ -358,6 +371,7 @@ export const RESPONSES: Record<string, unknown> = {
   Coverage: envelope(ref('Coverage'), false),
   FileList: envelope({ type: 'array', items: ref('File') }, true),
   TradeList: envelope({ type: 'array', items: ref('Trade') }, true),
+  ReferenceList: envelope({ type: 'array', items: ref('ReferencePrice') }, true),
   Certificate: envelope(ref('Certificate'), false),
   OpenApi: { type: 'object' },
 };

@@ -1,9 +1,9 @@
 // Every query and path parameter, declared once. The same declarations build the ajv
 // validators and the OpenAPI document, so the two cannot disagree.
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
-import { VENUE_COINS, WINDOWS } from '../config.js';
+import { REFERENCE_COINS, VENUE_COINS, WINDOWS } from '../config.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
-import { DATASETS } from '../records.js';
+import { DATASETS, REFERENCE_SOURCES } from '../records.js';
 import { parseTime } from '../time.js';
 import { echo, fail } from '../edge/errors.js';
 
@@ -134,6 +134,12 @@ export const P = {
     { type: 'string', enum: ['json', 'csv', 'parquet'] },
     enumOf(['json', 'csv', 'parquet']),
   ),
+  source: q(
+    'source',
+    'Where the reference price comes from: `chainlink` (the oracle the markets resolve on) or `binance` (the exchange, beside it).',
+    { type: 'string', enum: [...REFERENCE_SOURCES], default: 'chainlink' },
+    enumOf(REFERENCE_SOURCES),
+  ),
   dataset: q('dataset', 'Which dataset.', { type: 'string', enum: [...DATASETS] }, enumOf(DATASETS)),
   filePath: {
     name: 'path',
@@ -141,7 +147,7 @@ export const P = {
     description: 'A file path from the listing: `<dataset>/venue=.../hour=HH/<name>.parquet`.',
     schema: {
       type: 'string',
-      pattern: `^(${DATASETS.join('|')})/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$`,
+      pattern: `^(${DATASETS.join('|')})/venue=[a-z-]+/coin=[a-z0-9]+/window=(5m|15m|all)/date=\\d{4}-\\d{2}-\\d{2}/hour=\\d{2}/[A-Za-z0-9_-]+\\.parquet$`,
       maxLength: 300,
     },
     expect: 'a path from the files listing',
@@ -161,6 +167,15 @@ export const P = {
     description: 'Coin of the per-coin routes.',
     schema: { type: 'string', enum: [...POLY_COINS] },
     expect: enumOf(POLY_COINS),
+    required: true,
+    notFound: true,
+  } as ParamSpec,
+  referenceCoin: {
+    name: 'coin',
+    in: 'path',
+    description: 'Coin whose reference price is asked for.',
+    schema: { type: 'string', enum: [...REFERENCE_COINS] },
+    expect: enumOf(REFERENCE_COINS),
     required: true,
     notFound: true,
   } as ParamSpec,

@@ -299,3 +299,28 @@ export function exportSql(
   const { limit: _l, after: _a, ...rest } = q;
   return { sql, params: binds({ ...rest, limit: 0, after: null }) };
 }
+
+/** A page of one coin's reference prices from one source, within [from, to). */
+export interface ReferenceQuery {
+  source: string;
+  from: number;
+  to: number;
+  order: 'asc' | 'desc';
+  /** The cursor's time: the page starts after it (before it, descending). */
+  after: number | null;
+}
+
+/** Observations as the reference route selects them, in this order. */
+export const REFERENCE_COLUMNS = ['ts', 'symbol', 'price', 'sent_ts', 'recv_ts'] as const;
+
+export function referenceSql(relation: string, q: ReferenceQuery, rows: number): { sql: string; params: Record<string, string | number> } {
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
+  const select = REFERENCE_COLUMNS.map((c) => (c.endsWith('ts') ? `epoch_ms(${c})::DOUBLE AS ${c}` : c)).join(', ');
+  const sql = `SELECT ${select} FROM (${relation})
+    WHERE source = $source AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)${after}
+    ORDER BY ts ${q.order.toUpperCase()}, recv_ts LIMIT $rows::BIGINT`;
+  const params: Record<string, string | number> = { source: q.source, from: q.from, to: q.to, rows };
+  if (q.after !== null) params.after = q.after;
+  return { sql, params };
+}

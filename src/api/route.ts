@@ -1,11 +1,12 @@
 // What every route module shares: the route and request types, paging helpers, and the kit of
 // lookups a handler needs (find a market, its gaps, its coverage, a page query from a request).
 import type { Readable } from 'node:stream';
+import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
 import type { WindowState } from '../lake/certificate.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import type { Dataset, LatestBook, MarketStatus } from '../records.js';
+import type { Dataset, LatestBook, MarketStatus, ReferenceSource } from '../records.js';
 import type { BookCache } from './bookcache.js';
 import type { ServingCopies } from '../pages/copyreader.js';
 import type { DeflatedPiece } from '../pages/gzip.js';
@@ -43,6 +44,7 @@ export type Query = {
   format?: 'json' | 'csv' | 'parquet';
   dataset?: Dataset;
   timestamp?: string;
+  source?: ReferenceSource;
 };
 
 /** Every field of `Query`; a test checks these are exactly the query parameters params.ts declares. */
@@ -65,6 +67,7 @@ export const QUERY_FIELDS = [
   'format',
   'dataset',
   'timestamp',
+  'source',
 ] as const satisfies readonly (keyof Query)[];
 
 export type PathParams = { market_id?: string; coin?: string; path?: string };
@@ -256,6 +259,16 @@ export function resolveOutcome(m: StoredMarket, raw: unknown, fallback: number |
     );
   }
   return found.index;
+}
+
+/** Rows of a statement that selected `columns`, in order, as objects named by them. */
+export function rowsOf<T>(columns: readonly string[], chunks: DuckDBDataChunk[]): T[] {
+  const out: T[] = [];
+  for (const chunk of chunks) {
+    const vectors = columns.map((_, i) => chunk.getColumnVector(i));
+    for (let row = 0; row < chunk.rowCount; row++) out.push(Object.fromEntries(columns.map((c, i) => [c, vectors[i].getItem(row)])) as T);
+  }
+  return out;
 }
 
 export function sql(s: { sql: string; params: Record<string, string | number> }): [string, Record<string, string | number>] {

@@ -10,6 +10,7 @@ import { type Access, type RequestContext, type Result, type Route, type RouteDe
 import { seriesHandlers } from './series.js';
 import { tradeHandlers } from './trades.js';
 import { certificateHandlers } from './certificate.js';
+import { referenceHandlers } from './reference.js';
 
 const NAMESPACES = ['wallet-prediction', 'provider-alias'] as const;
 
@@ -56,6 +57,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   const trades = tradeHandlers(kit);
   const certificates = certificateHandlers(kit);
   const files = fileHandlers(kit);
+  const reference = referenceHandlers(kit);
   const list = { list: true };
   const heavy = { heavy: true };
   const pages = { list: true, heavy: true };
@@ -69,6 +71,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     route('health', '/v3/health', 'public', 'Health', [], async () => deps.health(), 'Service and lake health.'),
     route('openapi', '/v3/openapi.json', 'public', 'OpenApi', [], async () => ({ data: deps.openapi(), raw: true }), 'This document.'),
     route('whoami', '/v3/whoami', 'key', 'WhoAmI', [], async (ctx) => ({ data: { key_id: ctx.key!.key_id, plan: ctx.key!.plan, rate_limit: { per_second: deps.rate(ctx.key!.plan) } } }), 'The calling key, its plan and its rate.'),
+    route('reference', '/v3/reference/:coin', 'key', 'ReferenceList', [P.referenceCoin, P.source, ...range, P.limit, P.cursor, P.order], reference.reference, "A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now), cursor-paginated.", pages),
   ];
 
   for (const ns of NAMESPACES) {

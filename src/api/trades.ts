@@ -1,13 +1,22 @@
 // Trades of one market: every trade event the venue streamed, or (venues that send none) each
 // last-trade price REST showed changing, labelled by `source`. Paged like the timeseries: a page
 // never splits the trades of one time, and the cursor is that time.
-import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue } from '../config.js';
 import { relation } from '../lake/sql.js';
 import type { TradeRow } from '../records.js';
 import { exportFile } from './bulk.js';
 import { TRADE_COLUMNS, planPartitions, tradesSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, pagination, resolveOutcome, sql } from './route.js';
+import {
+  type RequestContext,
+  type Result,
+  type RouteKit,
+  coverageMeta,
+  firstTimes,
+  pagination,
+  resolveOutcome,
+  rowsOf,
+  sql,
+} from './route.js';
 import { iso } from './shape.js';
 
 type StoredTrade = Omit<TradeRow, 'market_id'>;
@@ -34,7 +43,7 @@ export function tradeHandlers(kit: RouteKit) {
         rows = await lake.duck
           .for(ctx.signal)
           .chunks(...sql(tradesSql(source, pq, wanted)))
-          .then(readTrades);
+          .then((chunks) => rowsOf<StoredTrade>(TRADE_COLUMNS, chunks));
         cut = firstTimes(rows, limit);
         if (rows.length < wanted || cut.times > limit) break;
       }
@@ -72,15 +81,4 @@ function tradeJson(t: StoredTrade) {
     transaction_hash: t.transaction_hash,
     source: t.source,
   };
-}
-
-/** Rows as `tradesSql` selects them: TRADE_COLUMNS, in order. */
-function readTrades(chunks: DuckDBDataChunk[]): StoredTrade[] {
-  const out: StoredTrade[] = [];
-  for (const chunk of chunks) {
-    const vectors = TRADE_COLUMNS.map((_, i) => chunk.getColumnVector(i));
-    for (let row = 0; row < chunk.rowCount; row++)
-      out.push(Object.fromEntries(TRADE_COLUMNS.map((c, i) => [c, vectors[i].getItem(row)])) as unknown as StoredTrade);
-  }
-  return out;
 }

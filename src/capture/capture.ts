@@ -6,11 +6,11 @@ import type { Clock } from '../clock.js';
 import type { Config, Venue } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { writeFileAtomic } from '../lake/fsutil.js';
-import { type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
+import { ALL_WINDOWS, type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import { type Heartbeat, type HeartbeatMarket, readHeartbeat } from './heartbeat.js';
-import { GapLedger, type OpenGap, gapKey, scopeOf } from './gaps.js';
+import { GapLedger, type GapScope, type OpenGap, gapKey, scopeOf } from './gaps.js';
 import { SpoolKeeper } from './keeper.js';
 import type { Logger } from '../log.js';
 import {
@@ -31,7 +31,14 @@ import type { VenueAdapter } from '../venues/adapter.js';
 import { UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamSink } from '../venues/stream.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
-import { createRecorder, streamTraits } from '../venues/index.js';
+import {
+  type ReferenceFeed,
+  type ReferenceRecorder,
+  type ReferenceSink,
+  createRecorder,
+  createReferenceRecorder,
+  streamTraits,
+} from '../venues/index.js';
 import type { Publisher } from '../bucket/publish.js';
 import type { CaptureHealth } from '../health.js';
 
@@ -44,6 +51,7 @@ export interface CaptureStats {
   metrics: number;
   versions: number;
   trades: number;
+  reference: number;
   gaps: number;
   discoverFailures: number;
 }
@@ -58,7 +66,7 @@ export class Capture {
   private readonly lastTrades = new LastTrades();
   /** Streamed markets whose feed this process has had (their end time, to forget them by). */
   private readonly fed = new Map<string, number>();
-  readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, gaps: 0, discoverFailures: 0 };
+  readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, reference: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
   private readonly known = new Map<string, { market: Market; version: string }>();
@@ -76,6 +84,8 @@ export class Capture {
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
+  /** The reference prices' recorder (CAPTURE_REFERENCE), started after a restart's downtime gaps are open. */
+  readonly reference: ReferenceRecorder | null;
 
   constructor(
     private readonly config: Config,
@@ -101,6 +111,22 @@ export class Capture {
         this.streams.set(venue, new ThreadedStream(venue, config, clock, log, this.threadSink(sink), threads));
       else this.streams.set(venue, createRecorder(venue, config, clock, log, sink));
     }
+    this.reference = createReferenceRecorder(config, clock, log, this.referenceSink());
+  }
+
+  /** Where reference observations and their gaps go: one feed's rows end its open gap at the first after its start. */
+  private referenceSink(): ReferenceSink {
+    return {
+      rows: (feed, rows) => {
+        for (const row of rows) {
+          this.spool.append(partitionOf('reference', feed.venue, feed.coin, ALL_WINDOWS, row.ts), [row]);
+          const open = this.gaps.get(gapKey(referenceScope(feed)));
+          if (open && row.ts > open.from_ts) this.gaps.close(open, row.ts);
+        }
+        this.stats.reference += rows.length;
+      },
+      lost: (feed, from, reason, detail) => this.gaps.fail(referenceScope(feed), from, { kind: reason, message: detail }),
+    };
   }
 
   /** Where a venue's stream puts rows, gaps and market versions, with the venue's REST books for a resync. */
@@ -172,7 +198,8 @@ export class Capture {
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
     const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
-    await this.resumeFromHeartbeat(lastTs);
+    const beat = await this.resumeFromHeartbeat(lastTs);
+    if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
     for (const s of this.streams.values()) s.resumeAfter(books);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
@@ -180,6 +207,7 @@ export class Capture {
     this.startedAt = Date.now();
     this.startedClockAt = this.clock.now();
     this.loops = this.adapters.map((a) => this.venueLoop(a));
+    this.reference?.start();
     this.timers.push(setInterval(() => void this.flushDue(), this.config.capture.flushMs));
     this.timers.push(setInterval(() => void this.seal(), 2000));
     // Publishing runs beside sealing and never holds it: a bucket that is down only grows the backlog.
@@ -192,6 +220,7 @@ export class Capture {
     for (const t of this.timers) clearInterval(t);
     await Promise.all(this.loops);
     for (const s of this.streams.values()) await s.close();
+    this.reference?.close();
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
     for (const g of this.gaps.all()) if (g.channel === 'stream') this.gaps.close(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
@@ -210,9 +239,9 @@ export class Capture {
    * really has in the spool) decides: a gap open in the heartbeat whose market has rows after
    * its start was closed, and its row spooled with them; a downtime gap starts after the last row.
    */
-  private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<void> {
+  private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<Heartbeat | null> {
     const beat = await readHeartbeat(this.paths);
-    if (!beat) return;
+    if (!beat) return null;
     const last = (dataset: string, id: string | null) => (id === null ? -Infinity : (lastTs.get(`${dataset}:${id}`) ?? -Infinity));
     for (const g of beat.gaps) {
       // A stream gap ends with the process that had the stream (the downtime gap takes over from
@@ -250,6 +279,22 @@ export class Capture {
       { since: new Date(beat.ts).toISOString(), down_ms: this.clock.now() - beat.ts, gaps: this.gaps.all().length },
       'resuming after a previous capture process; each open market gets a process_down gap for the time nothing ran',
     );
+    return beat;
+  }
+
+  /**
+   * Each reference feed missed what came while no process listened: from its newest spooled
+   * observation (or the end of the feed's gap the previous process had open, if later), else a
+   * stall bound before the heartbeat (an observation received after it may be stamped before it).
+   */
+  private referenceDown(beat: Heartbeat, lastTs: ReadonlyMap<string, number>, feeds: ReferenceFeed[]): void {
+    for (const feed of feeds) {
+      const scope = referenceScope(feed);
+      const openBefore = beat.gaps.find((g) => gapKey(g) === gapKey(scope));
+      const newest = lastTs.get(`reference:${feed.id}`) ?? beat.ts - this.config.capture.reference.stallMs;
+      const from = openBefore ? Math.max(beat.ts, newest, openBefore.from_ts + 1) : newest;
+      this.gaps.fail(scope, from, { kind: 'process_down', message: `capture process ${beat.segment} stopped` });
+    }
   }
 
   /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
@@ -378,6 +423,7 @@ export class Capture {
    */
   progress(): number {
     const streams = [...this.streams.values()].map((s) => s.reached?.() ?? Infinity);
+    if (this.reference) streams.push(this.reference.reached());
     if (this.cycledTo.size < this.adapters.length) return Math.min(this.startedClockAt, ...streams);
     return Math.min(...[...this.cycledTo.values()].map((t) => t + this.config.capture.pollMs), ...streams);
   }
@@ -596,6 +642,18 @@ export class LastTrades {
     }
     return trades;
   }
+}
+
+function referenceScope(feed: ReferenceFeed): GapScope {
+  return {
+    venue: feed.venue,
+    coin: feed.coin,
+    window: ALL_WINDOWS,
+    market_id: feed.id,
+    dataset: 'reference',
+    until: null,
+    channel: 'stream',
+  };
 }
 
 /** Spool parts whose hour is due for sealing. */

@@ -46,7 +46,10 @@ export async function fill(config: Config, duck: Duck, log: Logger, options: Fil
   const clock = pacedClock(start, options.speed, realStart, until, 10 * pollMs, () => reached());
   const polled = await upstream.start(clock, config, pollMs);
   // A fill replays hours in minutes by polling; streaming every change at that speed is live capture's job.
-  const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] } } };
+  // The reference prices stream even so (a second's observation of each symbol, not every book
+  // change): their socket counts as silent only after two real seconds without an observation.
+  const reference = { ...polled.capture.reference, stallMs: Math.max(polled.capture.reference.stallMs, 2_000 * options.speed) };
+  const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] }, reference } };
   const capture = new Capture(cfg, clock, duck, createAdapters(cfg, clock), log, publisherFor(cfg, log, duck));
   reached = () => capture.progress();
   await capture.start();

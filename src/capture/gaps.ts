@@ -2,7 +2,7 @@
 // to an earlier start), a success ends it, and an ended gap is a row in the spool's `gaps` dataset.
 // Nothing else writes gap rows, so no two of a kind overlap and a restart resumes the open ones.
 import type { Venue } from '../config.js';
-import { partitionOf } from '../lake/layout.js';
+import { type PartitionWindow, partitionOf } from '../lake/layout.js';
 import type { Spool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
 import type { GapRow, Market } from '../records.js';
@@ -10,7 +10,8 @@ import type { GapRow, Market } from '../records.js';
 export interface OpenGap {
   venue: Venue;
   coin: string;
-  window: Market['window'];
+  /** `all` for the reference prices' gaps, which belong to no one window. */
+  window: PartitionWindow;
   market_id: string | null;
   dataset: GapRow['dataset'];
   from_ts: number;

@@ -2,7 +2,7 @@
 // the lake (or a checkpoint of it), then only from partitions that changed.
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Venue } from '../config.js';
+import type { Venue, Window } from '../config.js';
 import { type Market, type MarketStatus, marketKey } from '../records.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
@@ -175,7 +175,8 @@ function toMarket(r: JsonRow, p: Partition): StoredMarket {
     slug: (r.slug as string) ?? null,
     title: (r.title as string) ?? null,
     coin: p.coin,
-    window: p.window,
+    // Markets are kept under their own window, never `all`.
+    window: p.window as Window,
     start_time: Number(r.start_time),
     end_time: Number(r.end_time),
     created_time: num(r.created_time),

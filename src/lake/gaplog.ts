@@ -3,12 +3,12 @@
 // when the files change only the new ones are read.
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Venue, Window } from '../config.js';
+import type { Venue } from '../config.js';
 import { filesSignature } from './catalogue.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
 import { writeFileAtomic } from './fsutil.js';
-import { type LakePaths, type Partition, partitionDir } from './layout.js';
+import { type LakePaths, type Partition, type PartitionWindow, partitionDir } from './layout.js';
 import type { SpoolPart } from './spool.js';
 import { type Files, parquetSource, spoolSource } from './sql.js';
 
@@ -18,7 +18,7 @@ export const GAPS_CHECKPOINT = 'gaps.ndjson';
 export interface GapRecord {
   venue: Venue;
   coin: string;
-  window: Window;
+  window: PartitionWindow;
   market_id: string | null;
   dataset: string;
   from_ts: number;
@@ -135,7 +135,7 @@ export class GapLog {
 export interface GapFilter {
   venue: Venue;
   coin?: string;
-  window?: Window;
+  window?: PartitionWindow;
   market_id?: string;
   dataset?: string;
 }

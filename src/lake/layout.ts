@@ -5,11 +5,18 @@ import type { Venue, Window } from '../config.js';
 import { DATASETS, type Dataset } from '../records.js';
 import { HOUR, floorTo, hourParts } from '../time.js';
 
+/**
+ * The window key of the `reference` dataset's partitions: a coin's reference prices serve its
+ * markets of every window, so they are kept once, under `window=all`, beside the windows' own.
+ */
+export const ALL_WINDOWS = 'all';
+export type PartitionWindow = Window | typeof ALL_WINDOWS;
+
 export interface Partition {
   dataset: Dataset;
   venue: Venue;
   coin: string;
-  window: Window;
+  window: PartitionWindow;
   /** Start of the UTC hour, epoch ms. */
   hour: number;
 }
@@ -107,6 +114,7 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     ts('exchange_ts'),
     ts('recv_ts'),
   ],
+  reference: [ts('ts'), col('source', 'VARCHAR'), col('symbol', 'VARCHAR'), col('price', 'DOUBLE'), ts('sent_ts'), ts('recv_ts')],
   gaps: [
     col('market_id', 'VARCHAR'),
     col('dataset', 'VARCHAR'),
@@ -125,6 +133,7 @@ export const SORT_KEYS: Record<Dataset, readonly string[]> = {
   markets: ['market_id', 'ts'],
   gaps: ['market_id', 'from_ts'],
   trades: ['market_id', 'ts', 'outcome_index'],
+  reference: ['source', 'symbol', 'ts'],
 };
 
 export function partitionDir(p: Partition): string {
@@ -133,7 +142,7 @@ export function partitionDir(p: Partition): string {
 }
 
 const DIR_RE = new RegExp(
-  `^(${DATASETS.join('|')})/venue=([a-z-]+)/coin=([a-z0-9]+)/window=(5m|15m)/date=(\\d{4}-\\d{2}-\\d{2})/hour=(\\d{2})$`,
+  `^(${DATASETS.join('|')})/venue=([a-z-]+)/coin=([a-z0-9]+)/window=(5m|15m|${ALL_WINDOWS})/date=(\\d{4}-\\d{2}-\\d{2})/hour=(\\d{2})$`,
 );
 
 export function parsePartitionDir(dir: string): Partition | null {
@@ -141,10 +150,10 @@ export function parsePartitionDir(dir: string): Partition | null {
   if (!m) return null;
   const hour = Date.parse(`${m[5]}T${m[6]}:00:00Z`);
   if (!Number.isFinite(hour)) return null;
-  return { dataset: m[1] as Dataset, venue: m[2] as Venue, coin: m[3], window: m[4] as Window, hour };
+  return { dataset: m[1] as Dataset, venue: m[2] as Venue, coin: m[3], window: m[4] as PartitionWindow, hour };
 }
 
-export function partitionOf(dataset: Dataset, venue: Venue, coin: string, window: Window, atMs: number): Partition {
+export function partitionOf(dataset: Dataset, venue: Venue, coin: string, window: PartitionWindow, atMs: number): Partition {
   return { dataset, venue, coin, window, hour: floorTo(atMs, HOUR) };
 }
 
@@ -201,4 +210,18 @@ export function planPartitions(dataset: Dataset, market: MarketSpan, from: numbe
   const partitions: Partition[] = [];
   for (let h = floorTo(lo, HOUR); h < hi; h += HOUR) partitions.push(partitionOf(dataset, market.venue, market.coin, market.window, h));
   return { partitions: lo < hi ? partitions : [], from: lo, to: hi };
+}
+
+/** The hours of a series' `dataset` that can hold rows in [from, to) (a coin's reference prices, which belong to no market). */
+export function seriesPartitions(
+  dataset: Dataset,
+  venue: Venue,
+  coin: string,
+  window: PartitionWindow,
+  from: number,
+  to: number,
+): Partition[] {
+  const out: Partition[] = [];
+  for (let hour = floorTo(from, HOUR); hour < to; hour += HOUR) out.push({ dataset, venue, coin, window, hour });
+  return out;
 }

@@ -568,7 +568,7 @@ const TAIL_BYTES = 512 * 1024;
 export interface Recovered {
   parts: number;
   truncatedBytes: number;
-  /** Newest spooled `ts` per `<dataset>:<market_id>` (books and metrics), from the parts' tails. */
+  /** Newest spooled `ts` per `<dataset>:<market_id>` (books and metrics) and `reference:<feed>`, from the parts' tails. */
   lastTs: Map<string, number>;
 }
 
@@ -594,6 +594,17 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
         await handle.truncate(keep);
         await handle.sync();
         truncatedBytes += size - keep;
+      }
+      if (part.partition.dataset === 'reference') {
+        // A reference row starts `{"ts":…,"source":…,"symbol":…`: keyed by its feed, `<source>:<symbol>`.
+        for (const m of tail
+          .subarray(0, end)
+          .toString('utf8')
+          .matchAll(/^\{"ts":(\d+),"source":"([a-z]+)","symbol":"([^"]*)"/gm)) {
+          const key = `reference:${m[2]}:${m[3]}`;
+          if (Number(m[1]) > (lastTs.get(key) ?? -Infinity)) lastTs.set(key, Number(m[1]));
+        }
+        continue;
       }
       if (part.partition.dataset !== 'books' && part.partition.dataset !== 'metrics') continue;
       for (const line of tail.subarray(0, end).toString('utf8').split('\n')) {

@@ -12,6 +12,7 @@ import { type ChannelQuirks, MarketChannel, clobSummary, conditionId } from './s
 import type { StreamFaults } from './streamserver.js';
 import { signatureRefusal } from './signed.js';
 import { WalletTopics } from './walletstream.js';
+import { type RtdsFaults, RtdsSocket } from './rtds.js';
 
 export const WALLET_PREFIX = '/sapi/v1/w3w/wallet/prediction';
 
@@ -61,6 +62,8 @@ export interface StandInOptions {
   faults?: Partial<Faults>;
   /** Faults of the WebSocket market channel. */
   streamFaults?: Partial<StreamFaults>;
+  /** Faults of Polymarket's price socket (RTDS). */
+  rtdsFaults?: Partial<RtdsFaults>;
   /** What Polymarket's market channel does that a recorder must cope with (hash layout and skew, books after trades...). */
   channelQuirks?: Partial<ChannelQuirks>;
   coins?: Record<Venue, readonly string[]>;
@@ -89,6 +92,8 @@ export class StandIn {
   readonly stream: MarketChannel;
   /** The wallet venue's orderbook topics, served on the same port. */
   readonly walletStream: WalletTopics;
+  /** Polymarket's price socket (RTDS), served on the same port. */
+  readonly rtds: RtdsSocket;
   readonly stats: ServedStats = { requests: 0, faults: 0, books: { 'wallet-prediction': 0, polymarket: 0 } };
   private server: http.Server | null = null;
   private readonly sockets = new Set<import('node:net').Socket>();
@@ -114,6 +119,7 @@ export class StandIn {
       options.streamFaults ?? {},
       { apiKey: options.apiKey ?? 'standin-key', apiSecret: options.apiSecret ?? 'standin-secret' },
     );
+    this.rtds = new RtdsSocket(this.sim, options.clock, mulberry32(hash32(`${options.seed ?? 1}:rtds`)), options.rtdsFaults ?? {});
   }
 
   get url(): string {
@@ -125,7 +131,8 @@ export class StandIn {
   async start(port = 0, host = '127.0.0.1'): Promise<string> {
     this.server = http.createServer((req, res) => void this.handle(req, res));
     this.server.on('upgrade', (req, socket, head) => {
-      if (this.stream.upgrade(req, socket, head) || this.walletStream.upgrade(req, socket, head)) return;
+      if (this.stream.upgrade(req, socket, head) || this.walletStream.upgrade(req, socket, head) || this.rtds.upgrade(req, socket, head))
+        return;
       socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
     });
     this.server.on('connection', (s) => {
@@ -139,6 +146,7 @@ export class StandIn {
   async stop(): Promise<void> {
     this.stream.close();
     this.walletStream.close();
+    this.rtds.close();
     for (const s of this.sockets) s.destroy();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
@@ -202,13 +210,17 @@ export class StandIn {
     const now = this.options.clock.now();
     if (p === '/_sim/clock') return { status: 200, body: { now } };
     if (p === '/_sim/stats')
-      return { status: 200, body: { ...this.stats, stream: this.stream.stats, walletStream: this.walletStream.stats } };
+      return {
+        status: 200,
+        body: { ...this.stats, stream: this.stream.stats, walletStream: this.walletStream.stats, rtds: this.rtds.stats },
+      };
     if (p === '/_sim/faults' && method === 'POST') {
-      const { stream, channel, ...http } = JSON.parse(body || '{}');
+      const { stream, channel, rtds, ...http } = JSON.parse(body || '{}');
       Object.assign(this.faults, http);
       Object.assign(this.stream.faults, stream ?? {});
       Object.assign(this.stream.quirks, channel ?? {});
       Object.assign(this.walletStream.faults, stream ?? {});
+      Object.assign(this.rtds.faults, rtds ?? {});
       return { status: 200, body: { ...this.faults, stream: this.stream.faults } };
     }
     if (p.startsWith(WALLET_PREFIX)) {

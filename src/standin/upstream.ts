@@ -7,6 +7,7 @@ import type { Config } from '../config.js';
 import { type Faults, StandIn, WALLET_PREFIX } from './server.js';
 import { MARKET_CHANNEL_PATH } from './stream.js';
 import { WALLET_STREAM_PATH } from './walletstream.js';
+import { RTDS_PATH } from './rtds.js';
 
 /** The config capture uses against a stand-in at `url`, with upstream budgets lifted. */
 export function standinConfig(config: Config, url: string, pollMs?: number): Config {
@@ -25,6 +26,7 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
       gammaUrl: url,
       clobUrl: url,
       wsUrl: `${url.replace(/^http/, 'ws')}${MARKET_CHANNEL_PATH}`,
+      rtdsUrl: `${url.replace(/^http/, 'ws')}${RTDS_PATH}`,
       requestsPerSecond: 100_000,
       concurrency: 32,
     },

@@ -6,6 +6,9 @@ import type { Logger } from '../log.js';
 import type { VenueAdapter } from './adapter.js';
 import { StreamRecorder } from './polymarket/recorder.js';
 import { PolymarketAdapter } from './polymarket/rest.js';
+import { ReferenceRecorder, type ReferenceSink } from './polymarket/reference.js';
+
+export type { ReferenceFeed, ReferenceRecorder, ReferenceSink } from './polymarket/reference.js';
 import type { StreamSink, VenueRecorder } from './stream.js';
 import { WalletStreamRecorder } from './wallet/recorder.js';
 import { WalletAdapter } from './wallet/rest.js';
@@ -34,4 +37,9 @@ export function streamTraits(venue: Venue): StreamTraits {
 
 export function createRecorder(venue: Venue, config: Config, clock: Clock, log: Logger, sink: StreamSink): VenueRecorder {
   return venue === 'polymarket' ? new StreamRecorder(config, clock, log, sink) : new WalletStreamRecorder(config, clock, log, sink);
+}
+
+/** The recorder of the reference prices the markets resolve on (Polymarket's price socket), or null when off. */
+export function createReferenceRecorder(config: Config, clock: Clock, log: Logger, sink: ReferenceSink): ReferenceRecorder | null {
+  return config.capture.reference.on ? new ReferenceRecorder(config, clock, log, sink) : null;
 }

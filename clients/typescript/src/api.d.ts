@@ -55,6 +55,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/reference/{coin}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now), cursor-paginated. */
+        get: operations["reference"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/wallet-prediction/markets": {
         parameters: {
             query?: never;
@@ -1336,6 +1353,19 @@ export interface components {
             /** @enum {string} */
             source: "stream" | "rest_last_trade";
         };
+        /** @description One observation of a coin's price as Polymarket's price socket (RTDS) relayed it: `ts` is the observation's own time (what a window's open and close are compared on), `sent_ts` when the socket sent it, `recv_ts` when capture received it. `chainlink` is the oracle the markets resolve on (`btc/usd`), `binance` the exchange beside it (`btcusdt`). Each observation once; a span in which some may be missing is in `meta.gaps`. */
+        ReferencePrice: {
+            /** Format: date-time */
+            ts: string;
+            /** Format: date-time */
+            recv_ts: string;
+            /** Format: date-time */
+            sent_ts: string;
+            price: number;
+            /** @enum {string} */
+            source: "chainlink" | "binance";
+            symbol: string;
+        };
         /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
         Certificate: {
             market_id: string;
@@ -1466,6 +1496,11 @@ export interface components {
         };
         ResponseTradeList: {
             data: components["schemas"]["Trade"][];
+            pagination: components["schemas"]["Pagination"];
+            meta: components["schemas"]["Meta"];
+        };
+        ResponseReferenceList: {
+            data: components["schemas"]["ReferencePrice"][];
             pagination: components["schemas"]["Pagination"];
             meta: components["schemas"]["Meta"];
         };
@@ -1665,6 +1700,138 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ResponseWhoAmI"];
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    reference: {
+        parameters: {
+            query?: {
+                /** @description Where the reference price comes from: `chainlink` (the oracle the markets resolve on) or `binance` (the exchange, beside it). Accepts one of: chainlink, binance. */
+                source?: "chainlink" | "binance";
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Items per page. Accepts an integer from 1 to 1000. */
+                limit?: number;
+                /** @description Opaque cursor from `pagination.next_cursor`. Accepts a cursor from pagination.next_cursor. */
+                cursor?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+            };
+            header?: never;
+            path: {
+                /** @description Coin whose reference price is asked for. Accepts one of: btc, eth, bnb, sol, xrp. */
+                coin: "btc" | "eth" | "bnb" | "sol" | "xrp";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now), cursor-paginated. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ResponseReferenceList"];
                 };
             };
             /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
@@ -3859,8 +4026,8 @@ export interface operations {
     walletPredictionFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
-                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades, reference. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades" | "reference";
                 /** @description Coins, comma-separated. Accepts one of: btc, eth, bnb. */
                 coin?: ("btc" | "eth" | "bnb")[];
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
@@ -6387,8 +6554,8 @@ export interface operations {
     providerAliasFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
-                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades, reference. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades" | "reference";
                 /** @description Coins, comma-separated. Accepts one of: btc, eth, bnb. */
                 coin?: ("btc" | "eth" | "bnb")[];
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
@@ -6820,8 +6987,8 @@ export interface operations {
     coinFiles: {
         parameters: {
             query?: {
-                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades. */
-                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades";
+                /** @description Which dataset. Accepts one of: markets, books, metrics, gaps, trades, reference. */
+                dataset?: "markets" | "books" | "metrics" | "gaps" | "trades" | "reference";
                 /** @description Market windows, comma-separated. Accepts one of: 5m, 15m. */
                 window?: ("5m" | "15m")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
