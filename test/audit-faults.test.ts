@@ -67,9 +67,11 @@ t.test("the venue's own ways, over 20 simulated minutes: every market recorded, 
   const { expected, recorded, unknowable } = auditStream(t, run);
   const stats = (run.capture.streams.get('polymarket') as ThreadedStream).stats;
   const served = run.standin.stream;
+  // A disconnect window cuts the open connections; whether a reconnect comes inside it (refused) or
+  // after is the starved machine's: the clock's pace puts a pump, and so a cut, inside every window.
   t.ok(
-    served.stats.frozen > 0 && served.stats.refused > 0,
-    `the faults happened: ${served.stats.frozen} messages held in freezes, ${served.stats.refused} connections refused`,
+    served.stats.frozen > 0 && served.stats.cut > 0,
+    `the faults happened: ${served.stats.frozen} messages held in freezes, ${served.stats.cut} connections cut and ${served.stats.refused} refused`,
   );
   t.ok(
     served.withheldSnapshots > 0,

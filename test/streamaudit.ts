@@ -9,6 +9,8 @@ import type { StandIn } from '../src/standin/server.js';
 import type { Sim } from '../src/standin/sim.js';
 import { tradeMessage } from '../src/standin/stream.js';
 import { lakeTable } from './helpers.js';
+import { proofOf, readHeartbeat } from '../src/capture/heartbeat.js';
+import { lakePaths } from '../src/lake/layout.js';
 
 export interface Recorded {
   market_id: string;
@@ -41,7 +43,17 @@ export interface Known {
 }
 
 /** The books, book gaps and known markets of a sealed lake, times as epoch milliseconds. */
-export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: Recorded[]; gaps: Gap[]; markets: Known[] }> {
+/**
+ * The lake's books, gaps and markets. `stopped`: capture ended with no restart after, so its last
+ * heartbeat's presumed downtime counts too, as every reader of the record takes it (the rest of
+ * each window it held, from the market's newest book: capture/heartbeat.ts `proofOf`); a stream
+ * thread starved behind the others at the stop had not yet received what came after that book.
+ */
+export async function readStreamLake(
+  duck: Duck,
+  dir: string,
+  options: { stopped?: boolean } = {},
+): Promise<{ rows: Recorded[]; gaps: Gap[]; markets: Known[] }> {
   const rows = (await duck.rows(
     `SELECT market_id, token_id, outcome_index, epoch_ms(ts)::BIGINT AS ts, epoch_ms(exchange_ts)::BIGINT AS ex, bid_prices, bid_sizes, ask_prices, ask_sizes, verified_by, hash_check
      FROM ${lakeTable(dir, 'books')} ORDER BY ts, outcome_index`,
@@ -57,6 +69,12 @@ export async function readStreamLake(duck: Duck, dir: string): Promise<{ rows: R
   )) as unknown as Known[];
   for (const r of rows) Object.assign(r, { ts: Number(r.ts), ex: Number(r.ex), outcome_index: Number(r.outcome_index) });
   for (const g of gaps) Object.assign(g, { f: Number(g.f), t: Number(g.t) });
+  if (options.stopped) {
+    const beat = await readHeartbeat(lakePaths(dir));
+    if (!beat?.stopped) throw new Error('capture did not stop cleanly: no stopped heartbeat to read its presumed downtime from');
+    for (const g of proofOf(beat, Date.now(), Infinity).gaps)
+      if (g.dataset === 'books') gaps.push({ market_id: g.market_id!, f: g.from_ts, t: g.to_ts, reason: `${g.reason} (presumed)` });
+  }
   for (const m of markets) Object.assign(m, { known: Number(m.known), end: Number(m.end) });
   return { rows, gaps, markets };
 }

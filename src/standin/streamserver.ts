@@ -36,6 +36,8 @@ const PUMP_MS = 50;
 export interface ServerStats {
   connections: number;
   refused: number;
+  /** Open connections closed by a disconnect window. */
+  cut: number;
   /** Messages sent, after faults; `changes` counts the book changes inside them. */
   messages: number;
   changes: number;
@@ -64,6 +66,7 @@ export abstract class StreamServer<C extends StreamClient> {
   readonly stats: ServerStats = {
     connections: 0,
     refused: 0,
+    cut: 0,
     messages: 0,
     changes: 0,
     bytes: 0,
@@ -155,7 +158,11 @@ export abstract class StreamServer<C extends StreamClient> {
     const now = this.clock.now();
     this.pumped = now;
     if (this.within(this.faults.disconnects, now)) {
-      for (const c of this.clients) c.socket.terminate();
+      for (const c of this.clients) {
+        this.stats.cut++;
+        c.socket.terminate();
+      }
+      this.clients.clear();
       return;
     }
     const frozen = this.within(this.faults.freezes, now);
