@@ -38,7 +38,8 @@ const CURSOR_SECRET = 'bucket-test-cursor-secret-0123456789';
 const rgw = await startRgw(t);
 const bucketEnv = { ...rgw.env, S3_BUCKET: 'pmh-lake', S3_PREFIX: 'archive', PUBLISH_MS: '200' };
 const dir = testdir(t);
-const config = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000' });
+// The reference prices too: published and served from the bucket like every dataset (and the Python client's suite reads them).
+const config = testConfig(dir, { ...bucketEnv, CURSOR_SECRET, RATE_PAID_PER_SECOND: '100000', CAPTURE_REFERENCE: 'on' });
 const s3 = new S3(config.bucket!);
 t.teardown(() => s3.close());
 const duck = await Duck.open(2);

@@ -23,7 +23,7 @@ const {
 } = await lakeServer(t, {
   start: START,
   end: END,
-  env: { RATE_PAID_PER_SECOND: '100000', CORS_ORIGINS: 'https://research.example.com,http://localhost:5173' },
+  env: { RATE_PAID_PER_SECOND: '100000', CORS_ORIGINS: 'https://research.example.com,http://localhost:5173', CAPTURE_REFERENCE: 'on' },
   shareCapture: true,
 });
 const key = await issue();

@@ -21,7 +21,7 @@ const OUTAGE = { from: Date.parse('2026-07-27T23:50:00Z'), to: Date.parse('2026-
 const { api, key: issue } = await lakeServer(t, {
   start: START,
   end: END,
-  env: { RATE_PAID_PER_SECOND: '100000' },
+  env: { RATE_PAID_PER_SECOND: '100000', CAPTURE_REFERENCE: 'on' },
   fill: { speed: 120, pollMs: 1000, faults: { outages: [{ path: `${WALLET_PREFIX}/order-book`, from: OUTAGE.from, to: OUTAGE.to }] } },
 });
 const key = await issue();
@@ -151,6 +151,20 @@ t.test('lines and heatmaps are drawn from the recorded data, gaps shaded', async
   t.equal(await page.$eval('#series', (el) => Number((el as HTMLElement).dataset.trades)), trades.length, 'the chart marks every one');
   const chart = await pixels('#series canvas', [255, 255, 255]);
   t.ok(chart.painted > 2000, `the chart has ${chart.painted} drawn pixels`);
+  // The reference price under it: every observation of the view, the window's open and close marked.
+  const view = await page.evaluate(() => (window as any).explorer.view as [number, number]);
+  const observed = (await get(`/v3/reference/btc?start_time=${view[0]}&end_time=${view[1]}&limit=1000`)).data;
+  const record = (await get(`/v3/wallet-prediction/${market.market_id}`)).data.reference;
+  t.ok(observed.length > 500 && record.open && record.close, `${observed.length} observations; open and close recorded`);
+  t.equal(
+    await page.$eval('#reference', (el) => Number((el as HTMLElement).dataset.points)),
+    observed.length,
+    'the reference chart holds every one',
+  );
+  t.equal(await page.$eval('#reference', (el) => Number((el as HTMLElement).dataset.marks)), 2, 'and marks the open and the close');
+  t.match(await page.textContent('#reference-title'), new RegExp(`BTC/USD, Chainlink .*: ${record.outcome_by_reference} by the reference`));
+  const line = await pixels('#reference canvas', [255, 255, 255]);
+  t.ok(line.painted > 500, `the reference chart has ${line.painted} drawn pixels`);
   const drawn = await page.$$eval('#heatmaps canvas', (cs) => cs.map((c) => Number((c as HTMLCanvasElement).dataset.snapshots)));
   t.same(drawn, [books.data.length, books.data.length], 'each outcome heatmap drew every snapshot');
   const heat = await pixels('#heatmaps canvas[data-outcome="0"]', [13, 17, 23]);

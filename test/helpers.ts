@@ -88,13 +88,13 @@ export async function lakeServer(t: Test, options: LakeServerOptions) {
   const dir = testdir(t);
   const config = testConfig(dir, options.env);
   const duck = await Duck.open(2);
-  const { seed, faults, ...pace } = options.fill ?? {};
+  const { seed, faults, misresolveRate, ...pace } = options.fill ?? {};
   const run = await fill(
     config,
     duck,
     quiet,
     { hours: 0, speed: 400, pollMs: 3000, ...pace, start: options.start, until: options.end },
-    new StandInUpstream({ seed, faults }),
+    new StandInUpstream({ seed, faults, misresolveRate }),
   );
   await sealAll(duck, dir);
   const shared = options.shareCapture ? { latest: run.capture.latest, capture: run.capture } : {};

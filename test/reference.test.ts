@@ -3,6 +3,8 @@
 // price at an instant; and capture recording the socket against the stand-in with its faults on,
 // audited against the stand-in's model: every observation outside gaps once and exactly, none
 // invented, every fault inside a gap, and each window's open and close equal to the model's.
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import t from 'tap';
 import WebSocket from 'ws';
 import { Capture } from '../src/capture/capture.js';
@@ -10,6 +12,8 @@ import { pacedClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { firstAtOrAfter, outcomeOf } from '../src/lake/referenceprice.js';
 import { StandIn } from '../src/standin/server.js';
+import { Sim } from '../src/standin/sim.js';
+import { VENUE_COINS } from '../src/config.js';
 import { RTDS_PATH, chainlinkAtOrAfter, modelObservation, type RtdsSource } from '../src/standin/rtds.js';
 import { standinConfig } from '../src/standin/upstream.js';
 import { HOUR, MINUTE, SECOND } from '../src/time.js';
@@ -170,7 +174,7 @@ t.test(
     const url = await standin.start(0);
     t.teardown(() => standin.stop());
     const base = standinConfig(
-      testConfig(dir, { CAPTURE_REFERENCE: 'on', REFERENCE_STALL_MS: '5000', STREAM_BACKOFF_MIN_MS: '20', STREAM_BACKOFF_MAX_MS: '200' }),
+      testConfig(dir, { CAPTURE_REFERENCE: 'on', STREAM_BACKOFF_MIN_MS: '20', STREAM_BACKOFF_MAX_MS: '200' }),
       url,
     );
     const config = { ...base, capture: { ...base.capture, venues: [] } };
@@ -243,10 +247,10 @@ t.test(
       gapsOf('chainlink:eth/usd').some((g) => g.from_ts < silence.to && g.to_ts > silence.from),
       'the silent symbol has a gap over its silence',
     );
-    t.notOk(
-      gapsOf('chainlink:btc/usd').some((g) => g.from_ts < silence.to && g.to_ts > silence.from),
-      'the others, flowing, have none there',
-    );
+    // The others, flowing, have none there of their own: one there is the whole socket's (a starved
+    // process's silence counts on the clock), which every feed then has.
+    const over = (feed: string) => gapsOf(feed).some((g) => g.from_ts < silence.to && g.to_ts > silence.from);
+    t.ok(!over('chainlink:btc/usd') || over('binance:btcusdt'), 'the others, flowing, have no gap of their own there');
     t.ok(
       gaps.some((g) => g.reason === 'process_down'),
       'the downtime between the two processes is a gap',
@@ -292,14 +296,16 @@ t.test(
   },
 );
 
-t.test('a fill records the reference, and /v3/reference/{coin} serves it: pages, sources, gaps, bad input', async (t) => {
+t.test('a fill records the reference; /v3/reference/{coin} serves it; every market record checks its resolution against it', async (t) => {
   const start = Date.UTC(2026, 10, 20, 10, 0);
   const end = start + 40 * MINUTE;
-  const { api, key, duck, dir } = await lakeServer(t, { start, end, env: { CAPTURE_REFERENCE: 'on' } });
+  // The venues resolve some markets against their own reference price: the check must find exactly those.
+  const { api, key, duck, dir } = await lakeServer(t, { start, end, env: { CAPTURE_REFERENCE: 'on' }, fill: { misresolveRate: 0.3 } });
+  const model = new Sim(1, VENUE_COINS);
   const k = await key();
   const get = async (path: string) => {
     const res = await fetch(`${api.url}${path}`, { headers: { authorization: `Bearer ${k}` } });
-    return { status: res.status, body: (await res.json()) as { data: any[]; pagination: any; meta: any; error?: any } };
+    return { status: res.status, body: (await res.json()) as { data: any; pagination: any; meta: any; error?: any } };
   };
   const lake = await duck.rows(
     `SELECT epoch_ms(ts)::BIGINT AS ts, price FROM ${lakeTable(dir, 'reference')} WHERE symbol = 'bnb/usd' AND ts >= epoch_ms(${start + 10 * MINUTE}::BIGINT) AND ts < epoch_ms(${start + 25 * MINUTE}::BIGINT) ORDER BY ts`,
@@ -329,10 +335,30 @@ t.test('a fill records the reference, and /v3/reference/{coin} serves it: pages,
   const binance = await get(`/v3/reference/btc?source=binance&start_time=${start + MINUTE}&end_time=${start + 2 * MINUTE}&order=desc`);
   t.equal(binance.status, 200);
   t.ok(
-    binance.body.data.length >= 55 && binance.body.data.every((o) => o.symbol === 'btcusdt' && o.source === 'binance'),
+    binance.body.data.length >= 55 && binance.body.data.every((o: any) => o.symbol === 'btcusdt' && o.source === 'binance'),
     'the exchange source',
   );
   t.ok(Date.parse(binance.body.data[0].ts) > Date.parse(binance.body.data[1].ts), 'descending on asking');
+  const range = `start_time=${start + 10 * MINUTE}&end_time=${start + 25 * MINUTE}`;
+  const csv = await fetch(`${api.url}/v3/reference/bnb.csv?${range}`, { headers: { authorization: `Bearer ${k}` } });
+  t.equal(csv.status, 200);
+  const lines = (await csv.text()).trim().split('\n');
+  t.equal(lines[0], 'ts,source,symbol,price,sent_ts,recv_ts', 'the CSV export: a header');
+  t.same(
+    lines.slice(1).map((l) => [Date.parse(l.split(',')[0]), Number(l.split(',')[3])]),
+    lake.map((r) => [Number(r.ts), Number(r.price)]),
+    'and every observation of the range',
+  );
+  const parquet = await fetch(`${api.url}/v3/reference/bnb?${range}&format=parquet`, { headers: { authorization: `Bearer ${k}` } });
+  t.equal(parquet.status, 200);
+  t.equal(
+    Buffer.from(await parquet.arrayBuffer())
+      .subarray(0, 4)
+      .toString(),
+    'PAR1',
+    'the Parquet export',
+  );
+  t.equal((await get(`/v3/reference/bnb.csv?${range}&limit=5`)).status, 400, 'no paging with a file');
   t.equal((await get('/v3/reference/doge')).status, 404, 'a coin with no reference');
   const bad = await get('/v3/reference/btc?source=pyth');
   t.equal(bad.status, 400);
@@ -340,4 +366,110 @@ t.test('a fill records the reference, and /v3/reference/{coin} serves it: pages,
   t.equal((await get(`/v3/reference/btc?start_time=${start}&end_time=${start + 400 * 86_400_000}`)).status, 400, 'a range too long');
   const res = await fetch(`${api.url}/v3/reference/btc`);
   t.equal(res.status, 401, 'a key is needed');
+
+  // Every market record of both namespaces: open and close by the rule equal the model's, or null
+  // where the record cannot vouch (before capture's first observation); the outcome the model's;
+  // the venue's recorded winner checked against it.
+  const records: any[] = [];
+  for (const base of ['/v3/wallet-prediction/markets', ...['btc', 'eth', 'sol', 'xrp'].map((c) => `/v3/${c}/markets`)])
+    for (let cursor: string | null = null, first = true; first || cursor; first = false) {
+      const { body } = await get(`${base}?limit=100${cursor ? `&cursor=${cursor}` : ''}`);
+      records.push(...body.data);
+      cursor = body.pagination.next_cursor;
+    }
+  let checked = 0;
+  let unknownOpen = 0;
+  const disagreeing = new Set<string>();
+  for (const r of records) {
+    const s = Date.parse(r.start_time);
+    const e = Date.parse(r.end_time);
+    if (s < start || e > end - 2 * MINUTE) continue;
+    const label = `${r.venue} ${r.market_id} ${r.coin} ${r.window} ${r.start_time}`;
+    t.equal(r.reference.source, 'chainlink');
+    t.equal(r.reference.symbol, `${r.coin}/usd`);
+    for (const [got, at] of [
+      [r.reference.open, s],
+      [r.reference.close, e],
+    ] as const) {
+      const truth = chainlinkAtOrAfter(model, r.coin, at);
+      if (got === null) {
+        unknownOpen++;
+        t.equal(at, start, `${label}: null only at capture's first instant (nothing recorded before it)`);
+      } else t.same(got, { ts: new Date(truth.ts).toISOString(), price: truth.price }, `${label} at ${new Date(at).toISOString()}`);
+    }
+    if (!r.reference.open || !r.reference.close) {
+      t.equal(r.reference.agrees_with_resolution, null, `${label}: unchecked without both`);
+      continue;
+    }
+    const byReference = model.referenceWinner({ coin: r.coin, start: s, end: e }) === 0 ? 'Up' : 'Down';
+    t.equal(r.reference.outcome_by_reference, byReference, `${label}: the model's outcome`);
+    if (r.resolution !== 'resolved') continue;
+    checked++;
+    t.equal(r.reference.agrees_with_resolution, r.winning_outcome.label === byReference, `${label}: the venue's winner checked`);
+    if (!r.reference.agrees_with_resolution) disagreeing.add(`${r.venue}:${r.market_id}`);
+  }
+  t.ok(checked > 20 && disagreeing.size > 0 && disagreeing.size < checked, `${checked} resolutions checked, ${disagreeing.size} disagree`);
+  t.ok(unknownOpen > 0, 'windows opening as capture started have no open: nothing before it was recorded');
+  const listed = new Set<string>();
+  for (const base of ['/v3/wallet-prediction/markets', ...['btc', 'eth', 'sol', 'xrp'].map((c) => `/v3/${c}/markets`)]) {
+    const { status, body } = await get(`${base}?resolution_check=disagrees&limit=1000`);
+    t.equal(status, 200);
+    for (const r of body.data) listed.add(`${r.venue}:${r.market_id}`);
+  }
+  t.same([...listed].sort(), [...disagreeing].sort(), 'markets?resolution_check=disagrees lists exactly those');
+  const coverage = (await get('/v3/wallet-prediction/coverage')).body.data.windows;
+  t.equal(
+    coverage.reduce((n: number, w: any) => n + w.resolution_checks.disagrees, 0),
+    [...disagreeing].filter((id) => id.startsWith('predict_fun')).length,
+    '/coverage counts them by coin and window',
+  );
+  const one = records.find((r) => r.venue === 'polymarket' && Date.parse(r.start_time) === start + 15 * MINUTE && r.window === '15m');
+  const cert = await get(`/v3/${one.coin}/markets/${one.market_id}/certificate`);
+  t.equal(cert.status, 200);
+  t.same(
+    cert.body.data.reference,
+    { ...one.reference, coverage: 1 },
+    "the certificate: the record's check, the reference covering the whole window",
+  );
+  t.equal((await get('/v3/btc/markets?resolution_check=wrong')).status, 400);
+
+  // The reference as a market's fourth timeseries signal: the coin's Chainlink observations over its window, on their own.
+  const w = records.find((r) => r.venue === 'predict_fun' && Date.parse(r.start_time) === start + 15 * MINUTE && r.window === '15m');
+  const series: any[] = [];
+  for (let cursor: string | null = null, first = true; first || cursor; first = false) {
+    const { status, body } = await get(
+      `/v3/wallet-prediction/${w.market_id}/timeseries?metric=reference&limit=500${cursor ? `&cursor=${cursor}` : ''}`,
+    );
+    t.equal(status, 200);
+    if (first)
+      t.match(body.meta, { metric: 'reference', outcome: null, reference: { source: 'chainlink', symbol: `${w.coin}/usd` }, gaps: [] });
+    series.push(...body.data);
+    cursor = body.pagination.next_cursor;
+  }
+  const direct = (await get(`/v3/reference/${w.coin}?start_time=${w.start_time}&end_time=${Date.parse(w.end_time) + 60_000}&limit=1000`))
+    .body.data;
+  t.same(
+    series.map((p) => [p.timestamp, p.value]),
+    direct.map((o: any) => [o.ts, o.price]),
+    'every observation of the window and its capture lag',
+  );
+  t.same(
+    series.find((p) => p.timestamp >= w.start_time),
+    { timestamp: w.reference.open.ts, value: w.reference.open.price },
+    "the record's open is among them",
+  );
+  const minutes = (await get(`/v3/wallet-prediction/${w.market_id}/timeseries?metric=reference&interval=1m&limit=100`)).body.data;
+  t.equal(minutes.length, 16, 'the last of each minute (and of the capture lag’s)');
+  const exported = await fetch(`${api.url}/v3/wallet-prediction/${w.market_id}/timeseries.csv?metric=reference`, {
+    headers: { authorization: `Bearer ${k}` },
+  });
+  t.equal((await exported.text()).trim().split('\n').length, series.length + 1, 'the CSV export: a header and every sample');
+
+  // The analyst guide's reference examples run against this lake and return rows.
+  const guide = await fs.readFile(path.resolve('docs/ANALYSTS.md'), 'utf8');
+  const examples = [...guide.matchAll(/```sql\n-- run with reference\n([\s\S]*?)```/g)].map((m) =>
+    m[1].replaceAll('LAKE', path.join(dir, 'lake')),
+  );
+  t.equal(examples.length, 2, 'two examples');
+  for (const example of examples) t.ok((await duck.rows(example.trim().replace(/;$/, ''))).length > 0, example.split('\n')[0]);
 });

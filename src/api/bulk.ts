@@ -25,13 +25,7 @@ export async function exportFile(
   metric?: 'chance' | 'price' | 'last_trade',
 ): Promise<Result> {
   const { deps, lake } = kit;
-  const format = ctx.query.format === 'parquet' ? 'parquet' : 'csv';
-  for (const name of ['limit', 'cursor'] as const) {
-    if (ctx.query[name] !== undefined)
-      fail('INVALID_PARAMETER', `Parameter "${name}" is not accepted with format=${format}: the whole range comes as one file`, [
-        { param: name, message: 'not with csv or parquet' },
-      ]);
-  }
+  const format = exportFormat(ctx);
   timeRange(ctx.query, deps.maxRangeMs);
   const plan = planPartitions(dataset, m, pq.from, pq.to);
   ctx.stats.partitions = plan.partitions.length;
@@ -40,6 +34,32 @@ export async function exportFile(
   const files = await lake.files(plan.partitions);
   const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
   const { sql: query, params } = exportSql(source, pq, kind, format, scansInOrder(files), metric);
+  const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
+  return writeExport(kit, ctx, query, params, format, `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}`);
+}
+
+/** Refuses paging parameters with a file format: the whole range comes as one file. */
+export function exportFormat(ctx: RequestContext): 'csv' | 'parquet' {
+  const format = ctx.query.format === 'parquet' ? 'parquet' : 'csv';
+  for (const name of ['limit', 'cursor'] as const) {
+    if (ctx.query[name] !== undefined)
+      fail('INVALID_PARAMETER', `Parameter "${name}" is not accepted with format=${format}: the whole range comes as one file`, [
+        { param: name, message: 'not with csv or parquet' },
+      ]);
+  }
+  return format;
+}
+
+/** A query's rows streamed as one file while DuckDB writes it (an export slot of its own). */
+export async function writeExport(
+  kit: RouteKit,
+  ctx: RequestContext,
+  query: string,
+  params: Record<string, string | number>,
+  format: 'csv' | 'parquet',
+  name: string,
+): Promise<Result> {
+  const { deps } = kit;
   await fs.mkdir(deps.exportDir, { recursive: true });
   const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
   // The Parquet writer holds a whole row group in memory: small ones.
@@ -56,13 +76,12 @@ export async function exportFile(
     },
     () => undefined,
   );
-  const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
   return {
     data: null,
     file: {
       stream,
       rows,
-      filename: `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}.${format}`,
+      filename: `${name}.${format}`,
       contentType: format === 'csv' ? 'text/csv; charset=utf-8' : PARQUET,
     },
   };

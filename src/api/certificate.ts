@@ -5,6 +5,7 @@
 import type { Venue } from '../config.js';
 import { COMPLETE_SHARE, type Coverage, type WindowState, WINDOW_STATES, coverageOf, settledState } from '../lake/certificate.js';
 import type { LakeReader } from '../lake/reader.js';
+import { RESOLUTION_CHECKS, type ResolutionCheck, resolutionCheck } from '../lake/referenceprice.js';
 import { spooledNow, windowSpans, windowStatus } from '../lake/windowstatus.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
@@ -12,7 +13,7 @@ import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitio
 import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
 import type { HashChecks, Verifications } from '../lake/manifest.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
-import { iso } from './shape.js';
+import { iso, referenceJson } from './shape.js';
 
 export interface WindowsCoverage {
   coin: string;
@@ -26,6 +27,8 @@ export interface WindowsCoverage {
   /** Covered seconds over window seconds, all counted windows together. */
   share: number;
   missing_seconds: Coverage['by_cause'];
+  /** Windows begun by now by what the reference price says of the venue's winner (see the record's `reference`). */
+  resolution_checks: Record<ResolutionCheck, number>;
 }
 
 /** Every window of a venue begun by now, summarised by coin and market window, in one pass over the catalogue. */
@@ -43,6 +46,7 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
       windows: 0,
       complete: 0,
       states: Object.fromEntries(WINDOW_STATES.map((s) => [s, 0])) as Record<WindowState, number>,
+      resolution_checks: Object.fromEntries(RESOLUTION_CHECKS.map((c) => [c, 0])) as Record<ResolutionCheck, number>,
       share: 0,
       missing_seconds: { venue: 0, capture: 0, unproved: 0, unrecorded: 0 },
       windowSeconds: 0,
@@ -50,6 +54,7 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
     };
     by.set(key, row);
     row.states[state]++;
+    row.resolution_checks[resolutionCheck(lake.marketReference(m))]++;
     if (!c) continue;
     row.windows++;
     if (c.share >= COMPLETE_SHARE) row.complete++;
@@ -135,6 +140,11 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },
+          // The resolution checked against the coin's recorded Chainlink price, and how much of the window that price covers.
+          reference: {
+            ...referenceJson(lake.marketReference(m)),
+            coverage: Math.round(lake.referenceCoverage(m.coin, m.start_time, m.end_time) * 1e6) / 1e6,
+          },
         },
         // Pending: ask again once the window and its capture lag are over, or, after that, once sealing has had its turn.
         ...(pending

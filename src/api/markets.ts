@@ -4,6 +4,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import type { WindowStatus } from '../lake/certificate.js';
 import { spooledNow, windowStatus } from '../lake/windowstatus.js';
 import { marketJson } from './shape.js';
+import { resolutionCheck } from '../lake/referenceprice.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, pagination, takePage, windowsOf } from './route.js';
 
 export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
@@ -19,6 +20,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
       const statuses = q.status;
       const minCoverage = q.min_coverage;
       const states = q.state;
+      const checks = q.resolution_check;
       const windowStatuses = new Map<string, WindowStatus>();
       const spooled = await spooledNow(lake);
       const statusOf = (m: StoredMarket) => {
@@ -39,12 +41,13 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
         }
         // Last: the filters that look past the catalogue (manifests and gaps).
         if (states && !states.includes(statusOf(m).state!)) return false;
+        if (checks && !checks.includes(resolutionCheck(lake.marketReference(m)))) return false;
         return minCoverage === undefined || (statusOf(m).coverage?.share ?? -1) >= minCoverage;
       });
       ctx.stats.rows = shown.length;
       const last = shown[shown.length - 1];
       return {
-        data: shown.map((m) => marketJson(m, statusOf(m))),
+        data: shown.map((m) => marketJson(m, statusOf(m), lake.marketReference(m))),
         pagination: pagination(req.limit, more, () => cursors.issue(scope, req.filters, [last.start_time, last.market_id])),
         meta: { coverage: coverageMeta('markets', venue, coin, req.from) },
       };
@@ -53,7 +56,7 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
   const one =
     (venue: Venue) =>
     async (ctx: RequestContext): Promise<Result> => ({
-      data: ((m) => marketJson(m, windowStatus(lake, m, ctx.now)))(findMarket(venue, ctx, ctx.path.coin)),
+      data: ((m) => marketJson(m, windowStatus(lake, m, ctx.now), lake.marketReference(m)))(findMarket(venue, ctx, ctx.path.coin)),
     });
 
   return { list, one };

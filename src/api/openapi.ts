@@ -4,6 +4,7 @@ import { STATUS_OF, type ErrorCode } from '../edge/errors.js';
 import type { Route } from './route.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
 import { REFERENCE_SOURCES } from '../records.js';
+import { RESOLUTION_CHECKS } from '../lake/referenceprice.js';
 
 const nullable = (schema: Record<string, unknown>) => ({ anyOf: [schema, { type: 'null' }] });
 const str = { type: 'string' };
@@ -24,6 +25,15 @@ const ladder = { type: 'array', items: num };
 const provisional = { type: 'boolean', enum: [true] };
 const gap = obj({ from: time, to: time, reason: str, provisional }, ['from', 'to', 'reason']);
 const coverage = obj({ dataset: str, starts: time, truncated: { type: 'boolean' }, note: str });
+/** A window checked against its coin's reference price: on the market record, and (with the reference's coverage) on the certificate. */
+const referenceCheckFields = {
+  source: { type: 'string', enum: ['chainlink'] },
+  symbol: str,
+  open: nullable(obj({ ts: time, price: num })),
+  close: nullable(obj({ ts: time, price: num })),
+  outcome_by_reference: nullable({ type: 'string', enum: ['Up', 'Down'] }),
+  agrees_with_resolution: nullable({ type: 'boolean' }),
+};
 
 export const SCHEMAS: Record<string, unknown> = {
   // Every property a route may add, declared, so generated clients type them.
@@ -100,7 +110,15 @@ export const SCHEMAS: Record<string, unknown> = {
       fee_rate_bps: nullable(num),
       tick_size: nullable(num),
     }),
-    reference_price: obj({ start: nullable(num), end: nullable(num) }),
+    reference_price: {
+      ...obj({ start: nullable(num), end: nullable(num) }),
+      description: 'The start and end prices the venue itself publishes for the window, where it does (the wallet venue); null elsewhere.',
+    },
+    reference: {
+      ...obj(referenceCheckFields),
+      description:
+        "The window as its coin's recorded Chainlink price (Polymarket's price socket) saw it: `open` is the first observation at or after the window's start, `close` the first at or after its end, each null where the record cannot vouch it is the first (a gap of the feed at that instant, or its hour not sealed yet), never a later one. `outcome_by_reference`: Up when close >= open. `agrees_with_resolution`: whether the venue's recorded winner is that outcome (null until both are known). The wallet venue names no resolution source; its markets are checked against the same symbols.",
+    },
   }),
   Book: obj(
     {
@@ -240,6 +258,7 @@ export const SCHEMAS: Record<string, unknown> = {
         windows: { type: 'integer' },
         complete: { type: 'integer' },
         states: obj(Object.fromEntries(WINDOW_STATES.map((state) => [state, { type: 'integer' }]))),
+        resolution_checks: obj(Object.fromEntries(RESOLUTION_CHECKS.map((c) => [c, { type: 'integer' }]))),
         share: num,
         missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
       }),
@@ -344,9 +363,10 @@ export const SCHEMAS: Record<string, unknown> = {
       }),
       trades: { type: 'object', additionalProperties: num, description: 'Trades in the window by source (stream, rest_last_trade).' },
       clock_offset_ms: nullable(obj({ p50: num, p99: num })),
+      reference: obj({ ...referenceCheckFields, coverage: num }),
     }),
     description:
-      "The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled).",
+      "The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). `reference`: the window checked against the coin's recorded Chainlink price, as on the market record (`open`, `close`, `outcome_by_reference`, `agrees_with_resolution`), and `coverage`, the share of the window the sealed reference record vouches for (5-minute spans with observations, less the feed's gaps).",
   },
   WhoAmI: obj({ key_id: str, plan: { type: 'string', enum: ['free', 'paid'] }, rate_limit: obj({ per_second: num }) }),
 };

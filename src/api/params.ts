@@ -3,6 +3,7 @@
 import { Ajv, type ErrorObject, type ValidateFunction } from 'ajv';
 import { REFERENCE_COINS, VENUE_COINS, WINDOWS } from '../config.js';
 import { WINDOW_STATES } from '../lake/certificate.js';
+import { RESOLUTION_CHECKS } from '../lake/referenceprice.js';
 import { DATASETS, REFERENCE_SOURCES } from '../records.js';
 import { parseTime } from '../time.js';
 import { echo, fail } from '../edge/errors.js';
@@ -24,7 +25,7 @@ export interface ParamSpec {
 
 export const INTERVALS: Record<string, number> = { '1s': 1e3, '5s': 5e3, '15s': 15e3, '1m': 6e4, '5m': 3e5, '15m': 9e5, '1h': 3.6e6 };
 export const MARKET_STATUSES = ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] as const;
-export const METRICS = ['chance', 'price', 'last_trade'] as const;
+export const METRICS = ['chance', 'price', 'last_trade', 'reference'] as const;
 export const WALLET_COINS = VENUE_COINS['wallet-prediction'];
 export const POLY_COINS = VENUE_COINS.polymarket;
 export const MAX_LIMIT = 1000;
@@ -115,9 +116,16 @@ export const P = {
     { type: 'number', minimum: 0, maximum: 1 },
     'a number from 0 to 1',
   ),
+  resolutionCheck: q(
+    'resolution_check',
+    "Only windows whose venue-recorded winner `agrees` or `disagrees` with the recorded reference price's outcome, or is `unchecked` (either unknown yet). See the record's `reference`.",
+    { type: 'array', items: { type: 'string', enum: [...RESOLUTION_CHECKS] }, minItems: 1, uniqueItems: true },
+    `some of: ${RESOLUTION_CHECKS.join(', ')}`,
+    { list: true },
+  ),
   metric: q(
     'metric',
-    'Which series: displayed probability, displayed price, or newest execution.',
+    "Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others.",
     { type: 'string', enum: [...METRICS] },
     enumOf(METRICS),
     { required: true },

@@ -324,3 +324,34 @@ export function referenceSql(relation: string, q: ReferenceQuery, rows: number):
   if (q.after !== null) params.after = q.after;
   return { sql, params };
 }
+
+/** A coin's reference prices in [from, to) as one file: CSV with ISO times, Parquet with the lake's types. */
+export function referenceExportSql(relation: string, q: Omit<ReferenceQuery, 'after'>, format: 'csv' | 'parquet') {
+  const time = (c: string) => (format === 'csv' ? `strftime(${c}, ${ISO}) AS ${c}` : c);
+  const sql = `SELECT ${time('ts')}, source, symbol, price, ${time('sent_ts')}, ${time('recv_ts')} FROM (${relation})
+    WHERE source = $source AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)
+    ORDER BY ts ${q.order.toUpperCase()}, recv_ts`;
+  return { sql, params: { source: q.source, from: q.from, to: q.to } as Record<string, string | number> };
+}
+
+/**
+ * A coin's Chainlink reference as a market's timeseries signal (`metric=reference`): every
+ * observation in the page's range, or the last of each interval; `rows` null for a whole export.
+ */
+export function referenceSamplesSql(relation: string, q: PageQuery, rows: number | null, csv = false) {
+  const cmp = q.order === 'asc' ? '>' : '<';
+  const after = q.after === null ? '' : ` AND ts ${cmp} epoch_ms($after::BIGINT)`;
+  const inRange = `source = 'chainlink' AND ts >= epoch_ms($from::BIGINT) AND ts < epoch_ms($to::BIGINT)`;
+  const samples =
+    q.intervalMs === null
+      ? `SELECT ts, price AS value FROM (${relation}) WHERE ${inRange}${after}`
+      : `SELECT * FROM (SELECT max(ts) AS ts, arg_max(price, ts) AS value FROM (${relation}) WHERE ${inRange}
+        GROUP BY floor(epoch_ms(ts) / $interval::BIGINT)) WHERE true${after}`;
+  const ts = csv ? `strftime(ts, ${ISO}) AS timestamp` : rows === null ? 'ts' : 'epoch_ms(ts)::DOUBLE AS ts';
+  const sql = `SELECT ${ts}, value FROM (${samples}) ORDER BY ts ${q.order.toUpperCase()}${rows === null ? '' : ' LIMIT $rows::BIGINT'}`;
+  const params: Record<string, string | number> = { from: q.from, to: q.to };
+  if (q.after !== null) params.after = q.after;
+  if (q.intervalMs !== null) params.interval = q.intervalMs;
+  if (rows !== null) params.rows = rows;
+  return { sql, params };
+}

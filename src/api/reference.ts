@@ -1,12 +1,14 @@
 // A coin's reference prices, as Polymarket's price socket relayed them: one source's observations
 // in time order, each once, with the feed's gaps beside them (a span in which observations may be
 // missing is said, never filled). Without a range, the hour before `end_time` (default: now).
-import { ALL_WINDOWS, seriesPartitions } from '../lake/layout.js';
-import { relation } from '../lake/sql.js';
-import { REFERENCE_VENUE, referenceFeed, referenceSymbol } from '../records.js';
+import { ALL_WINDOWS, SCHEMAS, seriesPartitions } from '../lake/layout.js';
+import { exportFormat, writeExport } from './bulk.js';
+import { type Files, emptyRelation, relation } from '../lake/sql.js';
+import { REFERENCE_VENUE, type ReferenceSource, referenceFeed, referenceSymbol } from '../records.js';
+import type { LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import { fail } from '../edge/errors.js';
-import { REFERENCE_COLUMNS, referenceSql } from './plan.js';
+import { REFERENCE_COLUMNS, referenceExportSql, referenceSql } from './plan.js';
 import { type RequestContext, type Result, type RouteKit, listRequest, pagination, rowsOf, sql } from './route.js';
 import { iso } from './shape.js';
 
@@ -33,11 +35,17 @@ export function referenceHandlers(kit: RouteKit) {
       fail('INVALID_RANGE', `The range is longer than ${deps.maxRangeMs / 86_400_000} days`, [
         { param: 'end_time', message: 'range too long' },
       ]);
+    const files = await referenceFiles(lake, ctx, coin, from, to);
+    if (ctx.query.format && ctx.query.format !== 'json') {
+      const format = exportFormat(ctx);
+      const rel = referenceRelation(files);
+      const { sql: query, params } = referenceExportSql(rel, { source, from, to, order: req.order }, format);
+      const span = `${iso(from)}_${iso(to)}`.replace(/[:.]/g, '');
+      return writeExport(kit, ctx, query, params, format, `reference-${coin}-${source}-${span}`);
+    }
     const scope = `reference:${coin}`;
     const after = req.cursor ? Number(cursors.read(req.cursor, scope, req.filters)[0]) : null;
-    const partitions = seriesPartitions('reference', REFERENCE_VENUE, coin, ALL_WINDOWS, from, to);
-    ctx.stats.partitions = partitions.length;
-    const source_ = relation('reference', await lake.files(partitions));
+    const source_ = relation('reference', files);
     const rows = source_
       ? await lake.duck
           .for(ctx.signal)
@@ -46,7 +54,6 @@ export function referenceHandlers(kit: RouteKit) {
       : [];
     const shown = rows.slice(0, req.limit);
     ctx.stats.rows = shown.length;
-    const feed = referenceFeed(source, referenceSymbol(source, coin));
     return {
       data: shown.map((o) => ({
         ts: iso(o.ts),
@@ -60,12 +67,32 @@ export function referenceHandlers(kit: RouteKit) {
       meta: {
         range: { from: iso(from), to: iso(to) },
         rule: 'The price at an instant is the first observation at or after it (a window opens at its start, closes at its end); Up when the close is at least the open.',
-        gaps: lake
-          .gaps({ venue: REFERENCE_VENUE, coin, window: ALL_WINDOWS, market_id: feed, dataset: 'reference' }, from, to)
-          .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason, ...(g.provisional ? { provisional: true } : {}) })),
+        gaps: referenceGaps(lake, coin, source, from, to),
       },
     };
   };
 
   return { reference };
+}
+
+/** A coin's reference feed's gaps over [from, to), as `meta.gaps`: observations in them may be missing. */
+export function referenceGaps(lake: LakeReader, coin: string, source: ReferenceSource, from: number, to: number) {
+  const feed = referenceFeed(source, referenceSymbol(source, coin));
+  return lake
+    .gaps({ venue: REFERENCE_VENUE, coin, window: ALL_WINDOWS, market_id: feed, dataset: 'reference' }, from, to)
+    .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason, ...(g.provisional ? { provisional: true } : {}) }));
+}
+
+const REFERENCE_SCHEMA = SCHEMAS.reference.map((c) => c.name);
+
+/** The sealed files and spool parts of a coin's reference over [from, to), counted in the request's log line. */
+export async function referenceFiles(lake: LakeReader, ctx: RequestContext, coin: string, from: number, to: number) {
+  const partitions = seriesPartitions('reference', REFERENCE_VENUE, coin, ALL_WINDOWS, from, to);
+  ctx.stats.partitions = partitions.length;
+  return lake.files(partitions);
+}
+
+/** The reference relation of `files`, with no rows where there are none (an export of an empty range is a header). */
+export function referenceRelation(files: Files): string {
+  return relation('reference', files) ?? emptyRelation('reference', REFERENCE_SCHEMA);
 }

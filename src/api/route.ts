@@ -5,6 +5,7 @@ import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
 import type { WindowState } from '../lake/certificate.js';
+import type { ResolutionCheck } from '../lake/referenceprice.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Dataset, LatestBook, MarketStatus, ReferenceSource } from '../records.js';
 import type { BookCache } from './bookcache.js';
@@ -39,12 +40,13 @@ export type Query = {
   order?: 'asc' | 'desc';
   interval?: string;
   outcome?: string;
-  metric?: 'chance' | 'price' | 'last_trade';
+  metric?: 'chance' | 'price' | 'last_trade' | 'reference';
   include_orderbook?: 'true' | 'false';
   format?: 'json' | 'csv' | 'parquet';
   dataset?: Dataset;
   timestamp?: string;
   source?: ReferenceSource;
+  resolution_check?: ResolutionCheck[];
 };
 
 /** Every field of `Query`; a test checks these are exactly the query parameters params.ts declares. */
@@ -68,6 +70,7 @@ export const QUERY_FIELDS = [
   'dataset',
   'timestamp',
   'source',
+  'resolution_check',
 ] as const satisfies readonly (keyof Query)[];
 
 export type PathParams = { market_id?: string; coin?: string; path?: string };

@@ -71,14 +71,15 @@ export function buildRoutes(deps: RouteDeps): Route[] {
     route('health', '/v3/health', 'public', 'Health', [], async () => deps.health(), 'Service and lake health.'),
     route('openapi', '/v3/openapi.json', 'public', 'OpenApi', [], async () => ({ data: deps.openapi(), raw: true }), 'This document.'),
     route('whoami', '/v3/whoami', 'key', 'WhoAmI', [], async (ctx) => ({ data: { key_id: ctx.key!.key_id, plan: ctx.key!.plan, rate_limit: { per_second: deps.rate(ctx.key!.plan) } } }), 'The calling key, its plan and its rate.'),
-    route('reference', '/v3/reference/:coin', 'key', 'ReferenceList', [P.referenceCoin, P.source, ...range, P.limit, P.cursor, P.order], reference.reference, "A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now), cursor-paginated.", pages),
+    // The file routes first: `/v3/reference/:coin` would take `btc.csv` for a coin.
+    ...withExports(route('reference', '/v3/reference/:coin', 'key', 'ReferenceList', [P.referenceCoin, P.source, ...range, P.limit, P.cursor, P.order, P.format], reference.reference, "A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now), cursor-paginated.", pages)).reverse(),
   ];
 
   for (const ns of NAMESPACES) {
     const b = `/v3/${ns}`;
     // prettier-ignore
     routes.push(
-      route(`${ns}.markets`, `${b}/markets`, 'paid', 'MarketList', [P.walletCoin, P.window, P.status, P.state, P.minCoverage, ...range, ...paging], markets.list('wp.markets', wallet, WALLET_COINS), 'Discover and filter markets.', list),
+      route(`${ns}.markets`, `${b}/markets`, 'paid', 'MarketList', [P.walletCoin, P.window, P.status, P.state, P.minCoverage, P.resolutionCheck, ...range, ...paging], markets.list('wp.markets', wallet, WALLET_COINS), 'Discover and filter markets.', list),
       route(`${ns}.orderbook`, `${b}/:market_id/orderbook/latest`, 'paid', 'LatestBook', [P.marketId, P.outcome], books.latest(wallet), 'The newest recorded full-L2 book of a market.'),
       ...withExports(route(`${ns}.snapshots`, `${b}/:market_id/snapshots`, 'paid', 'SnapshotList', [P.marketId, ...range, ...paging, P.outcome, P.interval, P.format], books.snapshots('wp.snapshots', wallet, true), 'Recorded full-L2 snapshots, cursor-paginated.', pages)),
       route(`${ns}.snapshotAt`, `${b}/:market_id/snapshots/at`, 'paid', 'SnapshotAt', [P.marketId, P.timestamp, P.outcome], books.snapshotAt('wp.snapshots', wallet, true), 'The book in force at an instant: the newest recorded at or before it.', heavy),
@@ -97,7 +98,7 @@ export function buildRoutes(deps: RouteDeps): Route[] {
   routes.push(
     route('coin.files', '/v3/:coin/files', 'key', 'FileList', [P.coin, P.dataset, P.window, ...range, P.limit, P.cursor], files.list('coin.files', poly, (ctx) => `/v3/${ctx.path.coin}`, POLY_COINS), 'Sealed Parquet files of another venue for one coin.', list),
     route('coin.file', '/v3/:coin/files/*path', 'key', 'Parquet', [P.coin, P.filePath], files.download(poly), 'One sealed Parquet file of another venue.'),
-    route('coin.markets', '/v3/:coin/markets', 'key', 'MarketList', [P.coin, P.window, P.type, P.status, P.state, P.minCoverage, ...range, P.limit, P.cursor, P.order], markets.list('coin.markets', poly, POLY_COINS), 'Markets of other venues for one coin.', list),
+    route('coin.markets', '/v3/:coin/markets', 'key', 'MarketList', [P.coin, P.window, P.type, P.status, P.state, P.minCoverage, P.resolutionCheck, ...range, P.limit, P.cursor, P.order], markets.list('coin.markets', poly, POLY_COINS), 'Markets of other venues for one coin.', list),
     ...withExports(route('coin.snapshots', '/v3/:coin/markets/:market_id/snapshots', 'key', 'SnapshotList', [P.coin, P.marketId, P.includeOrderbook, P.interval, ...range, ...paging, P.outcome, P.format], books.snapshots('coin.snapshots', poly, false), 'Recorded snapshots of another venue’s market.', pages)),
     route('coin.snapshotAt', '/v3/:coin/markets/:market_id/snapshots/at', 'key', 'SnapshotAt', [P.coin, P.marketId, P.timestamp, P.outcome, P.includeOrderbook], books.snapshotAt('coin.snapshots', poly, false), 'The book in force at an instant: the newest recorded at or before it.', heavy),
     route('coin.changes', '/v3/:coin/markets/:market_id/orderbook/changes', 'key', 'ChangeList', [P.coin, P.marketId, ...range, P.limit, P.cursor, P.outcome], books.changes('coin.changes', poly), 'Recorded book changes of another venue’s market: a snapshot per outcome, then the levels each recorded book changed.', pages),

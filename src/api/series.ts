@@ -1,10 +1,24 @@
-// Price series: chance, price or last trade of one outcome, every sample or the last of each bucket.
+// Price series: chance, price or last trade of one outcome, every sample or the last of each bucket;
+// or the coin's reference price over the market's range (`metric=reference`), a signal of its own.
 import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue } from '../config.js';
 import { relation } from '../lake/sql.js';
-import { exportFile } from './bulk.js';
-import { planPartitions, timeseriesSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, coverageMeta, firstTimes, pagination, resolveOutcome, sql } from './route.js';
+import type { StoredMarket } from '../lake/reader.js';
+import { referenceSymbol } from '../records.js';
+import { referenceFiles, referenceGaps, referenceRelation } from './reference.js';
+import { exportFile, exportFormat, writeExport } from './bulk.js';
+import { type PageQuery, planPartitions, referenceSamplesSql, timeseriesSql } from './plan.js';
+import {
+  type ListRequest,
+  type RequestContext,
+  type Result,
+  type RouteKit,
+  coverageMeta,
+  firstTimes,
+  pagination,
+  resolveOutcome,
+  sql,
+} from './route.js';
 import { iso } from './shape.js';
 
 export function seriesHandlers(kit: RouteKit) {
@@ -19,6 +33,7 @@ export function seriesHandlers(kit: RouteKit) {
       const { pq, req } = pageQuery(ctx, m, scope, outcome);
       // Required by the route's ParamSpecs: validation refused the request without it.
       const metric = ctx.query.metric!;
+      if (metric === 'reference') return referenceSeries(ctx, m, pq, req, scope);
       if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'timeseries', pq, 'metrics', metric);
       const plan = planPartitions('metrics', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
@@ -51,6 +66,39 @@ export function seriesHandlers(kit: RouteKit) {
         },
       };
     };
+
+  /** The coin's Chainlink price over the market's range, with the feed's gaps: the record's open and close are read from the same observations. */
+  const referenceSeries = async (ctx: RequestContext, m: StoredMarket, pq: PageQuery, req: ListRequest, scope: string): Promise<Result> => {
+    const files = await referenceFiles(lake, ctx, m.coin, pq.from, pq.to);
+    const symbol = referenceSymbol('chainlink', m.coin);
+    if (ctx.query.format && ctx.query.format !== 'json') {
+      const format = exportFormat(ctx);
+      const rel = referenceRelation(files);
+      const { sql: query, params } = referenceSamplesSql(rel, { ...pq, after: null }, null, format === 'csv');
+      return writeExport(kit, ctx, query, params, format, `${m.market_id}-timeseries-reference`);
+    }
+    const rel = relation('reference', files);
+    const rows = rel
+      ? await lake.duck
+          .for(ctx.signal)
+          .chunks(...sql(referenceSamplesSql(rel, pq, pq.limit + 1)))
+          .then(readSamples)
+      : [];
+    const shown = rows.slice(0, pq.limit).map((s) => ({ timestamp: iso(s.ts)!, value: s.value }));
+    ctx.stats.rows = shown.length;
+    return {
+      data: shown,
+      pagination: pagination(pq.limit, rows.length > pq.limit, () =>
+        cursors.issue(scope, req.filters, [Date.parse(shown[shown.length - 1].timestamp)]),
+      ),
+      meta: {
+        metric: 'reference',
+        outcome: null,
+        reference: { source: 'chainlink', symbol },
+        gaps: referenceGaps(lake, m.coin, 'chainlink', pq.from, pq.to),
+      },
+    };
+  };
 
   return { timeseries };
 }

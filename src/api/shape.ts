@@ -3,13 +3,14 @@ import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { JsonRow } from '../lake/duckdb.js';
 import { type RenderedSnapshots, bookFragment, columnsOf } from '../pages/render.js';
 import type { WindowStatus } from '../lake/certificate.js';
+import type { MarketReference } from '../lake/referenceprice.js';
 import type { StoredMarket } from '../lake/reader.js';
 import type { Book } from '../records.js';
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 
 /** `coverage`: the sealed window's, or null while open, unsealed or sealed before manifests carried spans. */
-export function marketJson(m: StoredMarket, window: WindowStatus | null = null) {
+export function marketJson(m: StoredMarket, window: WindowStatus | null = null, reference: MarketReference | null = null) {
   const coverage = window?.coverage ?? null;
   const winner = m.winning_outcome_index === null ? null : (m.outcomes.find((o) => o.index === m.winning_outcome_index) ?? null);
   return {
@@ -52,7 +53,13 @@ export function marketJson(m: StoredMarket, window: WindowStatus | null = null) 
       tick_size: m.tick_size,
     },
     reference_price: { start: m.reference_price_start, end: m.reference_price_end },
+    reference: reference && referenceJson(reference),
   };
+}
+
+export function referenceJson(r: MarketReference) {
+  const point = (o: { ts: number; price: number } | null) => o && { ts: iso(o.ts), price: o.price };
+  return { ...r, open: point(r.open), close: point(r.close) };
 }
 
 export interface BookJson {

@@ -111,3 +111,25 @@ export async function pruneEmptyDirs(dir: string, stop: string): Promise<void> {
 export function shortHash(text: string): string {
   return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }
+
+/**
+ * A per-file checkpoint (what was read of each sealed file, one JSON line per file: `{file, [field]: value}`),
+ * into `into`; a damaged one is dropped whole, which only costs reading the files again.
+ */
+export async function readFileCheckpoint<T>(file: string, field: string, into: Map<string, T>): Promise<void> {
+  const text = await fs.readFile(file, 'utf8').catch(() => '');
+  try {
+    for (const line of text.split('\n')) {
+      if (!line) continue;
+      const entry = JSON.parse(line) as { file: string } & Record<string, T>;
+      into.set(entry.file, entry[field]);
+    }
+  } catch {
+    into.clear();
+  }
+}
+
+/** The text of a per-file checkpoint (see readFileCheckpoint). */
+export function fileCheckpointText<T>(entries: Map<string, T>, field: string): string {
+  return [...entries].map(([file, value]) => `${JSON.stringify({ file, [field]: value })}\n`).join('');
+}

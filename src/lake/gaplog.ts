@@ -1,13 +1,12 @@
 // Recorded capture gaps in memory: every gaps file (and the spool's open-hour gaps). Each sealed
 // file is read once (its rows kept by path and sha256, and in a checkpoint for the next start);
 // when the files change only the new ones are read.
-import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue } from '../config.js';
 import { filesSignature } from './catalogue.js';
 import type { Duck, JsonRow } from './duckdb.js';
 import type { FileIndex, IndexedFile } from './fileindex.js';
-import { writeFileAtomic } from './fsutil.js';
+import { fileCheckpointText, readFileCheckpoint, writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, type PartitionWindow, partitionDir } from './layout.js';
 import type { SpoolPart } from './spool.js';
 import { type Files, parquetSource, spoolSource } from './sql.js';
@@ -95,21 +94,12 @@ export class GapLog {
 
   private async readCheckpoint(): Promise<void> {
     this.checkpointRead = true;
-    const text = await fs.readFile(this.checkpointFile, 'utf8').catch(() => '');
-    try {
-      for (const line of text.split('\n')) {
-        if (!line) continue;
-        const { file, rows } = JSON.parse(line) as { file: string; rows: GapRecord[] };
-        this.sealed.set(file, rows);
-      }
-    } catch {
-      this.sealed.clear(); // a damaged checkpoint only costs a full read
-    }
+    await readFileCheckpoint(this.checkpointFile, 'rows', this.sealed);
   }
 
   /** Every sealed file's rows, so a restart (or a new replica, from the bucket's snapshot) reads only files sealed since. */
   async writeCheckpoint(): Promise<string> {
-    const text = [...this.sealed].map(([file, rows]) => `${JSON.stringify({ file, rows })}\n`).join('');
+    const text = fileCheckpointText(this.sealed, 'rows');
     await writeFileAtomic(this.checkpointFile, text);
     return text;
   }

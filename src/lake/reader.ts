@@ -8,11 +8,13 @@ import { Catalogue, type StoredMarket } from './catalogue.js';
 import type { Duck } from './duckdb.js';
 import { FileIndex, type IndexedFile } from './fileindex.js';
 import { type GapFilter, type GapRecord, GapLog, gapMatches } from './gaplog.js';
+import { MARK_BUCKET_MS, ReferenceMarks } from './referencemarks.js';
+import { type MarketReference, type Observed, firstAtOrAfter, marketReference } from './referenceprice.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { lackedColumns } from './manifest.js';
 import { listSpool, listSpoolOf } from './spool.js';
 import type { Files } from './sql.js';
-import { marketKey } from '../records.js';
+import { REFERENCE_VENUE, marketKey, referenceFeed, referenceSymbol } from '../records.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
 
@@ -31,6 +33,7 @@ export class LakeReader {
   private readonly index: FileIndex;
   private readonly catalogue: Catalogue;
   private readonly gapLog: GapLog;
+  private readonly marks: ReferenceMarks;
   private updating: Promise<unknown> = Promise.resolve();
   private proof: CaptureProofView = { heldUntil: new Map(), gaps: [] };
 
@@ -44,6 +47,7 @@ export class LakeReader {
     const ensure = (list: readonly IndexedFile[]) => this.ensure(list);
     this.catalogue = new Catalogue(paths, duck, this.index, files, ensure);
     this.gapLog = new GapLog(paths, duck, this.index, files, ensure);
+    this.marks = new ReferenceMarks(paths, duck, this.index, ensure);
   }
 
   /** Makes sure sealed files are on this disk before DuckDB opens them (a no-op for a local lake). */
@@ -58,6 +62,7 @@ export class LakeReader {
     this.index.takeChanged();
     const gapFilesRead = await this.gapLog.load(await listSpool(this.paths.spool));
     if (gapFilesRead > 0) await this.gapLog.writeCheckpoint();
+    if ((await this.marks.load()) > 0) await this.marks.writeCheckpoint();
     const indexed = performance.now();
     await this.catalogue.load();
     return {
@@ -91,6 +96,7 @@ export class LakeReader {
     const spooled = spool.filter((s) => s.partition.dataset === 'markets').map((s) => s.partition);
     await this.catalogue.ingest([...changed.filter((p) => p.dataset === 'markets'), ...spooled]);
     await this.gapLog.load(spool);
+    await this.marks.load();
     if (walk) await this.writeCheckpoints();
     return changed;
   }
@@ -101,6 +107,7 @@ export class LakeReader {
    */
   async writeCheckpoints(): Promise<{ catalogue: string; gaps: string }> {
     await this.index.writeCheckpoint();
+    await this.marks.writeCheckpoint();
     return { catalogue: await this.catalogue.writeCheckpoint(), gaps: await this.gapLog.writeCheckpoint() };
   }
 
@@ -198,6 +205,53 @@ export class LakeReader {
         !recorded.some((r) => r.from_ts === g.from_ts && r.market_id === g.market_id && r.dataset === g.dataset && r.reason === g.reason),
     );
     return pending.length ? [...recorded, ...pending].sort((a, b) => a.from_ts - b.from_ts) : recorded;
+  }
+
+  /**
+   * A coin's Chainlink price at `t` (a 5-minute boundary) as the sealed record vouches for it: the
+   * first observation at or after it, when the one before it was recorded with no gap between.
+   */
+  referenceAt(coin: string, t: number): Observed | null {
+    const feed = referenceFeed('chainlink', referenceSymbol('chainlink', coin));
+    const { first, before } = this.marks.around(feed, t);
+    if (!first) return null;
+    const gaps = this.gaps(
+      { venue: REFERENCE_VENUE, coin, window: 'all', market_id: feed, dataset: 'reference' },
+      before ?? t,
+      first.ts + 1,
+    );
+    return firstAtOrAfter(before === null ? [first] : [{ ts: before, price: NaN }, first], gaps, t);
+  }
+
+  /** A market's window as its coin's reference saw it (see referenceprice.ts). */
+  marketReference(m: StoredMarket): MarketReference {
+    return marketReference(m, referenceSymbol('chainlink', m.coin), (t) => this.referenceAt(m.coin, t));
+  }
+
+  /**
+   * The share of [from, to) the coin's Chainlink feed is vouched for: 5-minute buckets with
+   * observations (sealed), less its gaps. Capture not running is a bucket without any.
+   */
+  referenceCoverage(coin: string, from: number, to: number): number {
+    if (to <= from) return 0;
+    const feed = referenceFeed('chainlink', referenceSymbol('chainlink', coin));
+    const spans: [number, number][] = [];
+    for (let b = Math.floor(from / MARK_BUCKET_MS) * MARK_BUCKET_MS; b < to; b += MARK_BUCKET_MS)
+      if (this.marks.heard(feed, b)) spans.push([Math.max(b, from), Math.min(b + MARK_BUCKET_MS, to)]);
+    // The feed's gaps merged (a restart's downtime gap may begin inside the gap the stop closed).
+    const merged: [number, number][] = [];
+    for (const g of this.gaps({ venue: REFERENCE_VENUE, coin, window: 'all', market_id: feed, dataset: 'reference' }, from, to)) {
+      const last = merged[merged.length - 1];
+      if (last && g.from_ts <= last[1]) last[1] = Math.max(last[1], g.to_ts);
+      else merged.push([g.from_ts, g.to_ts]);
+    }
+    let covered = 0;
+    for (const [a, z] of spans) {
+      let missing = 0;
+      for (const [gf, gt] of merged) missing += Math.max(0, Math.min(z, gt) - Math.max(a, gf));
+      covered += z - a - missing;
+    }
+    return covered / (to - from);
   }
 
   upsert(m: StoredMarket): void {

@@ -42,3 +42,58 @@ export function outcomeOf(open: Observed | null, close: Observed | null): 'Up' |
   if (!open || !close) return null;
   return close.price >= open.price ? 'Up' : 'Down';
 }
+
+/** A market as the check needs it. */
+export interface ResolvedMarket {
+  coin: string;
+  start_time: number;
+  end_time: number;
+  resolution: 'pending' | 'resolved' | 'invalid';
+  winning_outcome_index: number | null;
+  outcomes: readonly { index: number; label: string }[];
+}
+
+export interface MarketReference {
+  source: 'chainlink';
+  symbol: string;
+  open: Observed | null;
+  close: Observed | null;
+  outcome_by_reference: 'Up' | 'Down' | null;
+  /** Whether the venue's recorded winner is the reference's outcome; null while either is unknown. */
+  agrees_with_resolution: boolean | null;
+}
+
+/** Which way a market's winner went: its label where it says Up or Down, else the venues' order (outcome 0 is Up). */
+export function winnerDirection(m: ResolvedMarket): 'Up' | 'Down' | null {
+  if (m.resolution !== 'resolved' || m.winning_outcome_index === null) return null;
+  const label = m.outcomes.find((o) => o.index === m.winning_outcome_index)?.label.toLowerCase();
+  if (label === 'up' || label === 'down') return label === 'up' ? 'Up' : 'Down';
+  return m.winning_outcome_index === 0 ? 'Up' : 'Down';
+}
+
+/**
+ * A market's window as its reference saw it: open and close by the rule (`at`: the vouched price
+ * at an instant, or null), the outcome they give, and whether the venue's winner agrees.
+ */
+export function marketReference(m: ResolvedMarket, symbol: string, at: (t: number) => Observed | null): MarketReference {
+  const open = at(m.start_time);
+  const close = at(m.end_time);
+  const outcome = outcomeOf(open, close);
+  const winner = winnerDirection(m);
+  return {
+    source: 'chainlink',
+    symbol,
+    open,
+    close,
+    outcome_by_reference: outcome,
+    agrees_with_resolution: outcome === null || winner === null ? null : outcome === winner,
+  };
+}
+
+/** What `markets?resolution_check=` filters on. */
+export type ResolutionCheck = 'agrees' | 'disagrees' | 'unchecked';
+export const RESOLUTION_CHECKS: readonly ResolutionCheck[] = ['agrees', 'disagrees', 'unchecked'];
+
+export function resolutionCheck(r: MarketReference): ResolutionCheck {
+  return r.agrees_with_resolution === null ? 'unchecked' : r.agrees_with_resolution ? 'agrees' : 'disagrees';
+}

@@ -61,6 +61,9 @@ export function chainlinkAtOrAfter(sim: Sim, coin: string, t: number): ModelObse
   return o.ts >= t ? o : modelObservation(sim, 'chainlink', coin, sec + 1);
 }
 
+/** Symbols the socket sends that no market here trades. */
+export const OTHER_COINS = ['doge', 'hype'];
+
 export const INVALID_REQUEST = JSON.stringify({ message: 'Invalid request body' });
 
 interface Client extends StreamClient {
@@ -77,7 +80,8 @@ export class RtdsSocket extends StreamServer<Client> {
   constructor(sim: Sim, clock: Clock, random: () => number, faults: Partial<RtdsFaults>) {
     super(sim, clock, random, faults, RTDS_PATH);
     Object.assign(this.faults, { silences: [], snapshotOnFilter: false, ...faults });
-    this.coins = [...new Set(Object.values(sim.coins).flat())];
+    // The venue's socket relays more symbols than the markets' coins (RTDS-STUDY.md 4): a recorder keeps its own.
+    this.coins = [...new Set([...Object.values(sim.coins).flat(), ...OTHER_COINS])];
   }
 
   protected accept(socket: WebSocket, _req: http.IncomingMessage): Client {

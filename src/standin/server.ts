@@ -62,6 +62,8 @@ export interface StandInOptions {
   faults?: Partial<Faults>;
   /** Faults of the WebSocket market channel. */
   streamFaults?: Partial<StreamFaults>;
+  /** Share of markets the venues resolve against the reference price (what the resolution check is for). */
+  misresolveRate?: number;
   /** Faults of Polymarket's price socket (RTDS). */
   rtdsFaults?: Partial<RtdsFaults>;
   /** What Polymarket's market channel does that a recorder must cope with (hash layout and skew, books after trades...). */
@@ -102,6 +104,7 @@ export class StandIn {
 
   constructor(private readonly options: StandInOptions) {
     this.sim = new Sim(options.seed ?? 1, options.coins ?? VENUE_COINS);
+    this.sim.misresolveRate = options.misresolveRate ?? 0;
     this.faults = { ...NO_FAULTS, ...options.faults };
     this.random = mulberry32(options.seed ?? 1);
     // Fault draws seeded through a hash: mulberry32 on small consecutive seeds starts with too few small values.

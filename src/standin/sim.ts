@@ -113,9 +113,19 @@ export class Sim {
     return at !== null && t >= at ? FINE_TICK : TICK;
   }
 
-  winner(m: SimMarket): 0 | 1 {
+  /** The outcome the reference path gives (Up when the end's price is at least the start's). */
+  referenceWinner(m: Pick<SimMarket, 'coin' | 'start' | 'end'>): 0 | 1 {
     return this.reference(m.coin, m.end) >= this.reference(m.coin, m.start) ? 0 : 1;
   }
+
+  /** The outcome the venue resolves: the reference's, but for the share `misresolveRate` it gets wrong (a knob). */
+  winner(m: SimMarket): 0 | 1 {
+    const right = this.referenceWinner(m);
+    return this.misresolveRate > 0 && this.rand(m.venue, m.code, 'misresolve') < this.misresolveRate ? ((1 - right) as 0 | 1) : right;
+  }
+
+  /** Share of markets the venue resolves against its own reference price (0: none). */
+  misresolveRate = 0;
 
   market(venue: Venue, coin: string, window: Window, start: number): SimMarket {
     const coinIndex = this.coins[venue].indexOf(coin);

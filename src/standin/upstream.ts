@@ -37,7 +37,7 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
 export class StandInUpstream implements FillUpstream {
   private served: StandIn | null = null;
 
-  constructor(private readonly options: { seed?: number; faults?: Partial<Faults> } = {}) {}
+  constructor(private readonly options: { seed?: number; faults?: Partial<Faults>; misresolveRate?: number } = {}) {}
 
   /** The stand-in once started (its model and counts are what tests audit against). */
   get standin(): StandIn {
@@ -53,6 +53,7 @@ export class StandInUpstream implements FillUpstream {
       apiSecret: config.wallet.apiSecret,
       walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
       faults: this.options.faults,
+      misresolveRate: this.options.misresolveRate,
     });
     return standinConfig(config, await this.served.start(0), pollMs);
   }

@@ -25,6 +25,8 @@ const state = {
   snapshots: [], // loaded for the heatmaps, in time order
   series: { ts: [], chance: [], price: [], last_trade: [] },
   trades: [], // of the shown outcome in the view: { t, price, side, source }
+  reference: { ts: [], price: [], gaps: [] }, // the coin's Chainlink price in the view, and its feed's gaps
+  referencePlot: null,
   gaps: [],
   interval: null,
   loading: 0, // generation counter: a newer load abandons an older one
@@ -219,6 +221,7 @@ async function setView(view) {
   state.snapshots = [];
   state.series = { ts: [], chance: [], price: [], last_trade: [] };
   state.trades = [];
+  state.reference = { ts: [], price: [], gaps: [] };
   state.gaps = [];
   state.pagesLoaded = 0;
   const chosen = intervalFor(view[1] - view[0]);
@@ -226,11 +229,13 @@ async function setView(view) {
   $('view').textContent =
     `${short(view[0])} to ${short(view[1])} UTC, ${state.interval ? `one book per ${state.interval}` : 'every recorded book'}`;
   drawSeries();
+  drawReference();
   drawHeatmaps();
   status('loading books...');
-  await Promise.all([loadSeries(generation), loadSnapshots(generation), loadTrades(generation)]);
+  await Promise.all([loadSeries(generation), loadSnapshots(generation), loadTrades(generation), loadReference(generation)]);
   if (generation !== state.loading) return;
   drawSeries();
+  drawReference();
   status(`${state.snapshots.length} snapshots, ${state.series.ts.length} samples, ${state.trades.length} trades`);
   scrubTo(state.ladderAt !== null && state.ladderAt >= view[0] && state.ladderAt < view[1] ? state.ladderAt : view[1] - 1);
 }
@@ -296,6 +301,23 @@ async function loadTrades(generation) {
     trades.push(...page.data.map((x) => ({ t: Date.parse(x.timestamp), price: x.price, side: x.side, source: x.source })));
   }
   state.trades = trades;
+}
+
+/** The coin's Chainlink price in the view (every observation: about one a second) and its feed's gaps. */
+async function loadReference(generation) {
+  const m = state.market;
+  const ts = [];
+  const price = [];
+  const gaps = [];
+  for await (const page of pages(`/v3/reference/${m.coin}`, { start_time: state.view[0], end_time: state.view[1], limit: 1000 })) {
+    if (generation !== state.loading) return;
+    for (const o of page.data) {
+      ts.push(Date.parse(o.ts));
+      price.push(o.price);
+    }
+    for (const g of page.meta.gaps) if (!gaps.some((x) => x.from === Date.parse(g.from))) gaps.push({ from: Date.parse(g.from), to: Date.parse(g.to) });
+  }
+  state.reference = { ts, price, gaps };
 }
 
 function seriesFromBooks(snapshots) {
@@ -365,6 +387,81 @@ function drawSeries() {
     el,
   );
   el.dataset.points = String(state.series.ts.length);
+}
+
+/**
+ * The coin's reference price under the market's lines: the window's open and close as the market
+ * record gives them (a dot each, the open's level dashed across), nothing where the record has none.
+ */
+function drawReference() {
+  const el = $('reference');
+  const m = state.market;
+  if (!el || !m) return;
+  const r = state.reference;
+  const rows = r.ts.map((t, i) => [t, r.price[i]]);
+  for (const g of r.gaps) if (g.from > state.view[0] && g.from < state.view[1]) rows.push([g.from, null]);
+  rows.sort((a, b) => a[0] - b[0]);
+  if (state.referencePlot) state.referencePlot.destroy();
+  const marks = [m.reference?.open, m.reference?.close].filter(Boolean).map((p) => ({ t: Date.parse(p.ts), price: p.price }));
+  const shown = marks.filter((p) => p.t >= state.view[0] && p.t < state.view[1]);
+  const prices = [...r.price, ...shown.map((p) => p.price)];
+  const [lo, hi] = prices.length ? [Math.min(...prices), Math.max(...prices)] : [0, 1];
+  const pad = Math.max((hi - lo) * 0.1, hi * 1e-5);
+  $('reference-title').textContent = `${m.coin.toUpperCase()}/USD, Chainlink (what the window resolves on)${
+    m.reference?.outcome_by_reference ? `: ${m.reference.outcome_by_reference} by the reference` : ''
+  }${m.reference?.agrees_with_resolution === false ? ', the venue resolved it the other way' : ''}`;
+  state.referencePlot = new uPlot(
+    {
+      width: Math.max(300, el.clientWidth || 800),
+      height: 160,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
+      scales: { x: { time: true, min: state.view[0] / 1000, max: state.view[1] / 1000 }, y: { range: [lo - pad, hi + pad] } },
+      series: [{}, { label: 'price', stroke: '#0969da', width: 1.25, spanGaps: false }],
+      hooks: {
+        drawClear: [
+          (u) => {
+            const ctx = u.ctx;
+            ctx.save();
+            ctx.fillStyle = 'rgba(120, 120, 120, 0.22)';
+            for (const g of r.gaps) {
+              const a = Math.max(u.valToPos(g.from / 1000, 'x', true), u.bbox.left);
+              const b = Math.min(u.valToPos(g.to / 1000, 'x', true), u.bbox.left + u.bbox.width);
+              if (b > a) ctx.fillRect(a, u.bbox.top, Math.max(1, b - a), u.bbox.height);
+            }
+            ctx.restore();
+          },
+        ],
+        draw: [
+          (u) => {
+            const ctx = u.ctx;
+            ctx.save();
+            const open = marks[0] && m.reference?.open ? marks[0] : null;
+            if (open) {
+              const y = u.valToPos(open.price, 'y', true);
+              ctx.setLineDash([4 * devicePixelRatio, 4 * devicePixelRatio]);
+              ctx.strokeStyle = '#57606a';
+              ctx.beginPath();
+              ctx.moveTo(u.bbox.left, y);
+              ctx.lineTo(u.bbox.left + u.bbox.width, y);
+              ctx.stroke();
+              ctx.setLineDash([]);
+            }
+            for (const p of shown) {
+              ctx.fillStyle = '#cf222e';
+              ctx.beginPath();
+              ctx.arc(u.valToPos(p.t / 1000, 'x', true), u.valToPos(p.price, 'y', true), 4 * devicePixelRatio, 0, 2 * Math.PI);
+              ctx.fill();
+            }
+            ctx.restore();
+            el.dataset.marks = String(shown.length);
+          },
+        ],
+      },
+    },
+    [rows.map((x) => x[0] / 1000), rows.map((x) => x[1])],
+    el,
+  );
+  el.dataset.points = String(r.ts.length);
 }
 
 /**

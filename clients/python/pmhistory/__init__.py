@@ -147,11 +147,15 @@ class Client:
 
     def markets(self, coin: Items = None, window: Items = None, status: Items = None, start_time: Time = None,
                 end_time: Time = None, order: Optional[str] = None, page_size: int = 1000,
-                venue_coin: Optional[str] = None, min_coverage: Optional[float] = None) -> Iterator[Dict[str, Any]]:
+                venue_coin: Optional[str] = None, min_coverage: Optional[float] = None,
+                resolution_check: Items = None) -> Iterator[Dict[str, Any]]:
         """Markets newest first (or `order="asc"`). `venue_coin="sol"` reads another venue's per-coin routes.
-        `min_coverage=0.99`: only ended, sealed windows whose books cover at least that share of the window."""
+        `min_coverage=0.99`: only ended, sealed windows whose books cover at least that share of the window.
+        `resolution_check="disagrees"`: only windows whose venue winner disagrees with the recorded reference
+        price's outcome (each record's `reference` says open, close and outcome)."""
         params = dict(window=_items(window), status=_items(status), start_time=_time(start_time),
-                      end_time=_time(end_time), order=order, limit=page_size, min_coverage=min_coverage)
+                      end_time=_time(end_time), order=order, limit=page_size, min_coverage=min_coverage,
+                      resolution_check=_items(resolution_check))
         if venue_coin:
             return self.walk(f"/v3/{venue_coin}/markets", **params)
         return self.walk(f"/v3/{self.namespace}/markets", coin=_items(coin), **params)
@@ -221,6 +225,21 @@ class Client:
         path = f"/v3/{venue_coin}/markets/{market_id}/trades" if venue_coin else f"/v3/{self.namespace}/{market_id}/trades"
         return self.walk(path, start_time=_time(start_time), end_time=_time(end_time), outcome=outcome, order=order,
                          limit=page_size)
+
+    def reference(self, coin: str, source: str = "chainlink", start_time: Time = None, end_time: Time = None,
+                  order: Optional[str] = None, page_size: int = 1000) -> Iterator[Dict[str, Any]]:
+        """A coin's reference prices as Polymarket's price socket relayed them, each observation once in time
+        order: `source="chainlink"` (the markets' resolution source, `btc/usd`) or `"binance"` (`btcusdt`).
+        `ts` is the observation's own time. Without a range, the hour before `end_time` (default now). Spans in
+        which observations may be missing are in `reference_gaps`."""
+        return self.walk(f"/v3/reference/{coin}", source=source, start_time=_time(start_time), end_time=_time(end_time),
+                         order=order, limit=page_size)
+
+    def reference_gaps(self, coin: str, source: str = "chainlink", start_time: Time = None,
+                       end_time: Time = None) -> List[Dict[str, Any]]:
+        """Gaps of a coin's reference feed over the range: observations in them may be missing."""
+        page = self.get(f"/v3/reference/{coin}", source=source, start_time=_time(start_time), end_time=_time(end_time), limit=1)
+        return page["meta"].get("gaps", [])
 
     def certificate(self, market_id: str, venue_coin: Optional[str] = None) -> Dict[str, Any]:
         """How complete the record of a market window is: coverage share, missing seconds by cause

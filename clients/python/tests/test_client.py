@@ -99,6 +99,21 @@ class ClientTest(unittest.TestCase):
         # The wallet venue sends no trade events: what REST showed, labelled, never passed off as fills.
         self.assertTrue(all(t["source"] == "rest_last_trade" and t["size"] is None for t in walked))
 
+    def test_reference_walk_and_records(self):
+        market = self.api.market(MARKET)
+        start, end = market["start_time"], market["end_time"]
+        walked = list(self.api.reference("btc", start_time=start, end_time=end, page_size=50))
+        whole = raw(f"/v3/reference/btc?start_time={start}&end_time={end}&limit=1000")["data"]
+        self.assertGreater(len(walked), 50)
+        self.assertEqual(walked, whole)
+        self.assertEqual({o["symbol"] for o in walked}, {"btc/usd"})
+        self.assertEqual(self.api.reference_gaps("btc", start_time=start, end_time=end), [])
+        self.assertEqual(set(market["reference"]), {"source", "symbol", "open", "close", "outcome_by_reference",
+                                                    "agrees_with_resolution"})
+        checked = list(self.api.markets(resolution_check="agrees,disagrees", page_size=100))
+        self.assertGreater(len(checked), 0)
+        self.assertTrue(all(m["reference"]["agrees_with_resolution"] is not None for m in checked))
+
     def test_certificate(self):
         cert = self.api.certificate(MARKET)
         self.assertEqual(cert["market_id"], MARKET)

@@ -55,6 +55,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v3/reference/{coin}.parquet": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now): the whole range as one Parquet file. */
+        get: operations["referenceParquet"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v3/reference/{coin}.csv": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A coin's reference prices as Polymarket's price socket relayed them (Chainlink, the markets' resolution source, or Binance), with the feed's gaps; without a range, the hour before end_time (default now): the whole range as one CSV file. */
+        get: operations["referenceCsv"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v3/reference/{coin}": {
         parameters: {
             query?: never;
@@ -1134,9 +1168,28 @@ export interface components {
                 fee_rate_bps: number | null;
                 tick_size: number | null;
             };
+            /** @description The start and end prices the venue itself publishes for the window, where it does (the wallet venue); null elsewhere. */
             reference_price: {
                 start: number | null;
                 end: number | null;
+            };
+            /** @description The window as its coin's recorded Chainlink price (Polymarket's price socket) saw it: `open` is the first observation at or after the window's start, `close` the first at or after its end, each null where the record cannot vouch it is the first (a gap of the feed at that instant, or its hour not sealed yet), never a later one. `outcome_by_reference`: Up when close >= open. `agrees_with_resolution`: whether the venue's recorded winner is that outcome (null until both are known). The wallet venue names no resolution source; its markets are checked against the same symbols. */
+            reference: {
+                /** @enum {string} */
+                source: "chainlink";
+                symbol: string;
+                open: {
+                    /** Format: date-time */
+                    ts: string;
+                    price: number;
+                } | null;
+                close: {
+                    /** Format: date-time */
+                    ts: string;
+                    price: number;
+                } | null;
+                outcome_by_reference: ("Up" | "Down") | null;
+                agrees_with_resolution: boolean | null;
             };
         };
         Book: {
@@ -1276,6 +1329,11 @@ export interface components {
                     pending: number;
                     not_captured: number;
                 };
+                resolution_checks: {
+                    agrees: number;
+                    disagrees: number;
+                    unchecked: number;
+                };
                 share: number;
                 missing_seconds: {
                     venue: number;
@@ -1366,7 +1424,7 @@ export interface components {
             source: "chainlink" | "binance";
             symbol: string;
         };
-        /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). */
+        /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). `reference`: the window checked against the coin's recorded Chainlink price, as on the market record (`open`, `close`, `outcome_by_reference`, `agrees_with_resolution`), and `coverage`, the share of the window the sealed reference record vouches for (5-minute spans with observations, less the feed's gaps). */
         Certificate: {
             market_id: string;
             window: {
@@ -1431,6 +1489,24 @@ export interface components {
                 p50: number;
                 p99: number;
             } | null;
+            reference: {
+                /** @enum {string} */
+                source: "chainlink";
+                symbol: string;
+                open: {
+                    /** Format: date-time */
+                    ts: string;
+                    price: number;
+                } | null;
+                close: {
+                    /** Format: date-time */
+                    ts: string;
+                    price: number;
+                } | null;
+                outcome_by_reference: ("Up" | "Down") | null;
+                agrees_with_resolution: boolean | null;
+                coverage: number;
+            };
         };
         WhoAmI: {
             key_id: string;
@@ -1796,6 +1872,265 @@ export interface operations {
             };
         };
     };
+    referenceParquet: {
+        parameters: {
+            query?: {
+                /** @description Where the reference price comes from: `chainlink` (the oracle the markets resolve on) or `binance` (the exchange, beside it). Accepts one of: chainlink, binance. */
+                source?: "chainlink" | "binance";
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+            };
+            header?: never;
+            path: {
+                /** @description Coin whose reference price is asked for. Accepts one of: btc, eth, bnb, sol, xrp. */
+                coin: "btc" | "eth" | "bnb" | "sol" | "xrp";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as one Parquet file, in the lake's column types */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.apache.parquet": string;
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    referenceCsv: {
+        parameters: {
+            query?: {
+                /** @description Where the reference price comes from: `chainlink` (the oracle the markets resolve on) or `binance` (the exchange, beside it). Accepts one of: chainlink, binance. */
+                source?: "chainlink" | "binance";
+                /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                start_time?: string;
+                /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
+                end_time?: string;
+                /** @description Time order. Accepts one of: asc, desc. */
+                order?: "asc" | "desc";
+            };
+            header?: never;
+            path: {
+                /** @description Coin whose reference price is asked for. Accepts one of: btc, eth, bnb, sol, xrp. */
+                coin: "btc" | "eth" | "bnb" | "sol" | "xrp";
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole range as CSV: a header row, then one row per book (or sample); ladders as JSON arrays in cells */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "X-RateLimit-Limit": components["headers"]["RateLimitLimit"];
+                    "X-RateLimit-Remaining": components["headers"]["RateLimitRemaining"];
+                    "X-RateLimit-Reset": components["headers"]["RateLimitReset"];
+                    "Content-Disposition"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/csv": string;
+                };
+            };
+            /** @description INVALID_PARAMETER, INVALID_CURSOR, INVALID_RANGE */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description AUTH_MISSING, AUTH_INVALID */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description NOT_FOUND, MARKET_NOT_FOUND */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description METHOD_NOT_ALLOWED */
+            405: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description PAYLOAD_TOO_LARGE */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description RATE_LIMITED */
+            429: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description HEADERS_TOO_LARGE */
+            431: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description INTERNAL_ERROR */
+            500: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description UNAVAILABLE */
+            503: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
     reference: {
         parameters: {
             query?: {
@@ -1811,6 +2146,8 @@ export interface operations {
                 cursor?: string;
                 /** @description Time order. Accepts one of: asc, desc. */
                 order?: "asc" | "desc";
+                /** @description json (paginated), or csv / parquet: the whole range as one file, unpaginated. Accepts one of: json, csv, parquet. This operation is documented with its JSON response; for files use the `/v3/reference/{coin}.csv` and `.parquet` operations, whose responses are typed. */
+                format?: "json" | "csv" | "parquet";
             };
             header?: never;
             path: {
@@ -1941,6 +2278,8 @@ export interface operations {
                 state?: ("complete" | "partial" | "pending" | "not_captured")[];
                 /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
+                /** @description Only windows whose venue-recorded winner `agrees` or `disagrees` with the recorded reference price's outcome, or is `unchecked` (either unknown yet). See the record's `reference`. Accepts some of: agrees, disagrees, unchecked. */
+                resolution_check?: ("agrees" | "disagrees" | "unchecked")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -2913,8 +3252,8 @@ export interface operations {
     walletPredictionTimeseries: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -3061,8 +3400,8 @@ export interface operations {
     walletPredictionTimeseriesCsv: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -3204,8 +3543,8 @@ export interface operations {
     walletPredictionTimeseriesParquet: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -4469,6 +4808,8 @@ export interface operations {
                 state?: ("complete" | "partial" | "pending" | "not_captured")[];
                 /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
+                /** @description Only windows whose venue-recorded winner `agrees` or `disagrees` with the recorded reference price's outcome, or is `unchecked` (either unknown yet). See the record's `reference`. Accepts some of: agrees, disagrees, unchecked. */
+                resolution_check?: ("agrees" | "disagrees" | "unchecked")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -5441,8 +5782,8 @@ export interface operations {
     providerAliasTimeseries: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -5589,8 +5930,8 @@ export interface operations {
     providerAliasTimeseriesCsv: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -5732,8 +6073,8 @@ export interface operations {
     providerAliasTimeseriesParquet: {
         parameters: {
             query: {
-                /** @description Which series: displayed probability, displayed price, or newest execution. Accepts one of: chance, price, last_trade. */
-                metric: "chance" | "price" | "last_trade";
+                /** @description Which series: displayed probability, displayed price, newest execution, or `reference`: the coin's Chainlink price (the markets' resolution source) over the market's window, a signal of its own, never merged into the others. Accepts one of: chance, price, last_trade, reference. */
+                metric: "chance" | "price" | "last_trade" | "reference";
                 /** @description Outcome token: 0, 1, or its label (case-insensitive). Accepts 0, 1, or an outcome label such as Up. */
                 outcome?: string;
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
@@ -7284,6 +7625,8 @@ export interface operations {
                 state?: ("complete" | "partial" | "pending" | "not_captured")[];
                 /** @description Only settled windows (not `pending`) whose sealed books cover at least this share of the window (0 to 1; see the certificate route). Windows still open, held by capture or not yet sealed are left out. Accepts a number from 0 to 1. */
                 min_coverage?: number;
+                /** @description Only windows whose venue-recorded winner `agrees` or `disagrees` with the recorded reference price's outcome, or is `unchecked` (either unknown yet). See the record's `reference`. Accepts some of: agrees, disagrees, unchecked. */
+                resolution_check?: ("agrees" | "disagrees" | "unchecked")[];
                 /** @description Inclusive start of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */
                 start_time?: string;
                 /** @description Exclusive end of the time range. Accepts epoch milliseconds or an ISO-8601 time (UTC when no zone). */

@@ -136,6 +136,9 @@ export class ReferenceRecorder {
 
   private message(msg: object, recvTs: number): void {
     for (const o of observationsOf(msg)) {
+      // Any symbol's observation moves the venue's clock on, ours or not: a socket sending only
+      // other coins (doge, hype) is not silent, but our symbols in it are.
+      if (o.ts > this.heardTo) this.heardTo = o.ts;
       const state = this.feeds.get(referenceFeed(o.source, o.symbol));
       if (!state) {
         this.counts.ignored++;
@@ -152,7 +155,6 @@ export class ReferenceRecorder {
       // An older observation arriving late ends nothing: the gap is after the newest one held.
       if (state.downFrom !== null && o.ts > state.downFrom) state.downFrom = null;
       if (o.ts > state.newest) state.newest = o.ts;
-      if (o.ts > this.heardTo) this.heardTo = o.ts;
     }
     this.watchSilence();
   }
