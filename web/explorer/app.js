@@ -315,7 +315,8 @@ async function loadReference(generation) {
       ts.push(Date.parse(o.ts));
       price.push(o.price);
     }
-    for (const g of page.meta.gaps) if (!gaps.some((x) => x.from === Date.parse(g.from))) gaps.push({ from: Date.parse(g.from), to: Date.parse(g.to) });
+    for (const g of page.meta.gaps)
+      if (!gaps.some((x) => x.from === Date.parse(g.from))) gaps.push({ from: Date.parse(g.from), to: Date.parse(g.to) });
   }
   state.reference = { ts, price, gaps };
 }
