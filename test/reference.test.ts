@@ -8,7 +8,8 @@ import path from 'node:path';
 import t from 'tap';
 import WebSocket from 'ws';
 import { Capture } from '../src/capture/capture.js';
-import { pacedClock } from '../src/clock.js';
+import { createClock, pacedClock } from '../src/clock.js';
+import { startApi } from '../src/api/server.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { firstAtOrAfter, outcomeOf } from '../src/lake/referenceprice.js';
 import { StandIn } from '../src/standin/server.js';
@@ -293,6 +294,51 @@ t.test(
     t.comment(
       `${rows.length} observations, ${gaps.length} gaps, ${inGaps} unrecorded inside them; ${priced} instants priced, ${unknown} unknown`,
     );
+
+    // Replayed, the silent symbol's gap is said where it begins, and nothing is sent inside it.
+    const api = await startApi(config, duck, createClock(start + span + HOUR, 1), quiet, { port: 0 });
+    t.teardown(() => api.stop());
+    const key = (await api.keys.issue('paid', 'test')).key;
+    const texts = await new Promise<string[]>((resolve, reject) => {
+      const ws = new WebSocket(
+        `${api.url.replace(/^http/, 'ws')}/v3/replay/polymarket/rtds?from=${silence.from - 30 * SECOND}&to=${silence.to + 30 * SECOND}&speed=max`,
+        { headers: { authorization: `Bearer ${key}` } },
+      );
+      const got: string[] = [];
+      ws.on('open', () =>
+        ws.send(
+          JSON.stringify({
+            action: 'subscribe',
+            subscriptions: [{ topic: 'crypto_prices_chainlink', type: '*', filters: '{"symbol":"eth/usd"}' }],
+          }),
+        ),
+      );
+      ws.on('message', (d) => got.push(d.toString()));
+      ws.on('close', () => resolve(got));
+      ws.on('error', reject);
+    });
+    const messages = texts.map((x) => JSON.parse(x));
+    const said = messages.filter((m) => m.type === 'replay_gap');
+    // Every gap of the feed over the replayed range, the silence's among them, said once (a starved run may have more).
+    const replayFrom = silence.from - 30 * SECOND;
+    const replayTo = silence.to + 30 * SECOND;
+    const expectedGaps = gapsOf('chainlink:eth/usd').filter((g) => g.from_ts < replayTo && g.to_ts > replayFrom);
+    t.ok(
+      expectedGaps.some((g) => g.from_ts < silence.to && g.to_ts > silence.from),
+      'the silence is a gap of the feed',
+    );
+    t.same(
+      said.map((m) => [m.payload.topic, m.payload.symbol, m.payload.from, m.payload.to]).sort(),
+      expectedGaps.map((g) => ['crypto_prices_chainlink', 'eth/usd', g.from_ts, g.to_ts]).sort(),
+      'the replay says each gap of the feed, once',
+    );
+    const updates = messages.filter((m) => m.type === 'update');
+    t.ok(updates.length > 20 && updates.every((m) => m.payload.symbol === 'eth/usd'), `${updates.length} updates, of the symbol asked for`);
+    t.same(
+      updates.filter((m) => expectedGaps.some((g) => m.payload.timestamp > g.from_ts && m.payload.timestamp < g.to_ts)),
+      [],
+      'none inside them',
+    );
   },
 );
 
@@ -464,6 +510,100 @@ t.test('a fill records the reference; /v3/reference/{coin} serves it; every mark
     headers: { authorization: `Bearer ${k}` },
   });
   t.equal((await exported.text()).trim().split('\n').length, series.length + 1, 'the CSV export: a header and every sample');
+
+  // Replay over a socket speaking the price socket's protocol: the documented subscribe frame, every
+  // observation of the range sent in the venue's own message, as the venue sent it, read back by capture's parser.
+  const base = api.url.replace(/^http/, 'ws');
+  const rtds = (query: string, frames: string[]) =>
+    new Promise<{ texts: string[]; arrivals: number[] }>((resolve, reject) => {
+      const ws = new WebSocket(`${base}/v3/replay/polymarket/rtds?${query}`, { headers: { authorization: `Bearer ${k}` } });
+      const got = { texts: [] as string[], arrivals: [] as number[] };
+      ws.on('open', () => frames.forEach((f) => ws.send(f)));
+      ws.on('message', (d) => {
+        got.texts.push(d.toString());
+        got.arrivals.push(api.clock.now());
+      });
+      ws.on('close', () => resolve(got));
+      ws.on('error', reject);
+    });
+  const from = start + 20 * MINUTE;
+  const to = from + 3 * MINUTE;
+  const documented = JSON.stringify({
+    action: 'subscribe',
+    subscriptions: [
+      { topic: 'crypto_prices_chainlink', type: '*', filters: '{"symbol":"btc/usd"}' },
+      { topic: 'crypto_prices', type: 'update', filters: 'btcusdt,ethusdt' },
+    ],
+  });
+  const replayed = await rtds(`from=${from}&to=${to}&speed=max`, [documented, 'PING', 'not json', '{"replay":"seek"}']);
+  t.ok(
+    replayed.texts.some(
+      (x) => x.startsWith('{"topic":"replay","type":"replay_error"') && /a seek needs "to"/.test(JSON.parse(x).payload.message),
+    ),
+    "a replay control is answered in the socket's framing, on a topic of its own",
+  );
+  t.ok(replayed.texts.includes('PONG'), 'PING is answered PONG');
+  t.ok(replayed.texts.includes('{"message":"Invalid request body"}'), 'a frame the socket cannot take is answered with its error body');
+  const ended = JSON.parse(replayed.texts.at(-1)!);
+  t.match(ended, { topic: 'replay', type: 'replay_end', payload: { from, to } }, 'the last frame ends the replay');
+  const got = replayed.texts.flatMap((x) => (x.startsWith('{"topic":"crypto') ? observationsOf(JSON.parse(x)) : []));
+  const want = await duck.rows(
+    `SELECT source, symbol, epoch_ms(ts)::BIGINT AS ts, price, epoch_ms(sent_ts)::BIGINT AS sent FROM ${lakeTable(dir, 'reference')}
+     WHERE ((source = 'chainlink' AND symbol = 'btc/usd') OR (source = 'binance' AND symbol IN ('btcusdt', 'ethusdt')))
+       AND sent_ts >= epoch_ms(${from}::BIGINT) AND sent_ts < epoch_ms(${to}::BIGINT) ORDER BY sent_ts, ts, symbol`,
+  );
+  t.ok(want.length > 500, `${want.length} observations in the range`);
+  t.same(
+    [...got].sort((a, b) => a.sent_ts - b.sent_ts || a.ts - b.ts || a.symbol.localeCompare(b.symbol)),
+    want.map((r) => ({ source: r.source, symbol: r.symbol, ts: Number(r.ts), price: Number(r.price), sent_ts: Number(r.sent) })),
+    'every observation of the subscribed symbols once, as the venue sent it',
+  );
+  t.same(
+    got.map((o) => o.sent_ts),
+    [...got.map((o) => o.sent_ts)].sort((a, b) => a - b),
+    'in the order the socket sent them',
+  );
+  t.equal(ended.payload.messages, got.length);
+  // Beside the market channel on one timeline (the same play_at): neither sends an instant before its time on it.
+  // On the API's clock, which play_at is read on.
+  const playAt = api.clock.now() + 1500;
+  const speed = 30;
+  const market = records.find(
+    (r) => r.venue === 'polymarket' && Date.parse(r.start_time) <= from && Date.parse(r.end_time) >= from + MINUTE,
+  );
+  const window = `from=${from}&to=${from + MINUTE}&speed=${speed}&play_at=${playAt}`;
+  const [prices, books] = await Promise.all([
+    rtds(window, [JSON.stringify({ action: 'subscribe', subscriptions: [{ topic: 'crypto_prices_chainlink', type: '*' }] })]),
+    new Promise<{ texts: string[]; arrivals: number[] }>((resolve, reject) => {
+      const ws = new WebSocket(`${base}/v3/replay/polymarket/ws/market?${window}`, { headers: { authorization: `Bearer ${k}` } });
+      const got = { texts: [] as string[], arrivals: [] as number[] };
+      ws.on('open', () => ws.send(JSON.stringify({ assets_ids: market.outcomes.map((o: any) => o.token_id), type: 'market' })));
+      ws.on('message', (d) => {
+        got.texts.push(d.toString());
+        got.arrivals.push(api.clock.now());
+      });
+      ws.on('close', () => resolve(got));
+      ws.on('error', reject);
+    }),
+  ]);
+  const early = (texts: string[], arrivals: number[], timeOf: (m: any) => number | null) =>
+    texts.flatMap((x, i) => {
+      const m = JSON.parse(x.startsWith('[') ? x : `[${x}]`)[0];
+      const at = timeOf(m);
+      return at !== null && arrivals[i] < playAt + (at - from) / speed - 5 ? [x.slice(0, 80)] : [];
+    });
+  const priceTimes = prices.texts.filter((x) => x.startsWith('{"topic":"crypto')).length;
+  t.ok(priceTimes > 50 && books.texts.length > 1, `${priceTimes} prices and ${books.texts.length} book frames on one timeline`);
+  t.same(
+    early(prices.texts, prices.arrivals, (m) => (m.topic?.startsWith('crypto') ? m.timestamp : null)),
+    [],
+    'no price before its time',
+  );
+  t.same(
+    early(books.texts, books.arrivals, (m) => (m.timestamp && m.event_type !== 'replay_end' ? Number(m.timestamp) : null)),
+    [],
+    'no book before its time',
+  );
 
   // The analyst guide's reference examples run against this lake and return rows.
   const guide = await fs.readFile(path.resolve('docs/ANALYSTS.md'), 'utf8');

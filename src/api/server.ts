@@ -62,6 +62,8 @@ function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) 
 
 export interface Api {
   url: string;
+  /** The clock its routes and replays read (a replay's `play_at` is on it). */
+  clock: Clock;
   lake: LakeReader;
   keys: KeyStore;
   server: http.Server;
@@ -304,6 +306,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const address = server.address() as AddressInfo;
   return {
     url: `http://${config.host}:${address.port}`,
+    clock,
     lake,
     keys,
     server,

@@ -10,6 +10,8 @@ import type { ReplayRequest } from './request.js';
 import { type ReplaySession, type ReplayWalk, SCHEDULE } from './session.js';
 import { type MarketTape, PRE_OPEN_MS } from './tape.js';
 import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';
+import { type FeedGap, HourSchedule, ObservationWalk, RTDS_TOPICS, type SentObservation, filteredSymbols } from './rtds.js';
+import type { ReferenceSource } from '../records.js';
 
 /** What a protocol may ask of the replay it speaks for. */
 export interface ReplayContext {
@@ -26,6 +28,10 @@ export interface ReplayContext {
   /** Markets a replay plays at once at most. */
   maxMarkets: number;
   charge(tape: MarketTape, bytes: number): void;
+  /** A reference source's observations of the coins sent in [from, to), and its feeds' gaps there (the price socket's replay). */
+  observations(source: ReferenceSource, from: number, to: number): Promise<{ rows: SentObservation[]; gaps: FeedGap[] }>;
+  /** The coins whose reference prices the archive keeps. */
+  referenceCoins: readonly string[];
 }
 
 /** What the archive holds of a market the replay played, as its certificate says, and what the replay sent of it. */
@@ -279,4 +285,95 @@ const wallet: ReplayProtocol = {
   },
 };
 
-export const PROTOCOLS: Record<Venue, ReplayProtocol> = { polymarket, 'wallet-prediction': wallet };
+/**
+ * Polymarket's price socket: topics subscribed (and unsubscribed) by the venue's frames, with or
+ * without `filters`; text PING answered PONG; a frame it cannot take answered with its error body.
+ * The end packet and the controls' answers are frames of a topic the venue never sends, `replay`.
+ */
+const rtds: ReplayProtocol = {
+  // The socket sends each update as its own frame.
+  frames: (messages) => messages,
+  open(ctx) {
+    const { session, request } = ctx;
+    /** Per topic subscribed, the symbols asked for (null: all), read by its walks as they send. */
+    const topics = new Map<ReferenceSource, { wanted: Set<string> | null }>();
+    const invalid = () => ctx.send(JSON.stringify({ message: 'Invalid request body' }));
+    const schedule = (source: ReferenceSource) => `${SCHEDULE}rtds:${source}`;
+    const start = (source: ReferenceSource, wanted: { wanted: Set<string> | null }) =>
+      session.subscribe(
+        schedule(source),
+        async (at) =>
+          new HourSchedule(at, request.to, (from, to, due) =>
+            session.subscribe(
+              `rtds:${source}:${from}`,
+              async (now) => {
+                const { rows, gaps } = await ctx.observations(source, from, to);
+                // A gap open where the replay starts is said at once; a later one where it begins, in its own hour.
+                const said = due === undefined ? gaps.filter((g) => g.from >= from) : gaps;
+                return new ObservationWalk(rows, said, RTDS_TOPICS[source], wanted, Math.max(now, from));
+              },
+              false,
+              due,
+            ),
+          ),
+        false,
+      );
+    return {
+      message(text) {
+        if (text === 'PING') return ctx.send('PONG');
+        let frame: { action?: unknown; subscriptions?: unknown } | null;
+        try {
+          frame = JSON.parse(text);
+        } catch {
+          return invalid();
+        }
+        if (isControl(frame))
+          return control(ctx, frame, (a) =>
+            JSON.stringify(
+              a.kind === 'replay_error'
+                ? { topic: 'replay', type: a.kind, timestamp: Date.now(), payload: { message: a.message } }
+                : { topic: 'replay', type: a.kind, timestamp: Date.now(), payload: { timestamp: a.at } },
+            ),
+          );
+        if (!frame || (frame.action !== 'subscribe' && frame.action !== 'unsubscribe') || !Array.isArray(frame.subscriptions))
+          return invalid();
+        for (const sub of frame.subscriptions as { topic?: unknown; filters?: unknown }[]) {
+          const source = (Object.keys(RTDS_TOPICS) as ReferenceSource[]).find((s) => RTDS_TOPICS[s] === sub?.topic);
+          const symbols = source ? filteredSymbols(source, sub.filters, ctx.referenceCoins) : undefined;
+          if (!source || symbols === undefined) {
+            invalid();
+            continue;
+          }
+          const had = topics.get(source);
+          if (frame.action === 'unsubscribe') {
+            // Its hours go with it: each was subscribed by the topic's schedule.
+            if (had) for (const key of session.ownedBy(schedule(source))) session.unsubscribe(key);
+            session.unsubscribe(schedule(source));
+            topics.delete(source);
+            continue;
+          }
+          // More symbols on a topic playing: its walks send them from now (the socket has no snapshot to send first).
+          if (had) {
+            if (had.wanted !== null) had.wanted = symbols === null ? null : new Set([...had.wanted, ...symbols]);
+            continue;
+          }
+          const entry = { wanted: symbols };
+          topics.set(source, entry);
+          start(source, entry);
+        }
+      },
+      end: () =>
+        JSON.stringify({
+          topic: 'replay',
+          type: 'replay_end',
+          timestamp: Date.now(),
+          payload: { from: request.from, to: request.to, messages: session.stats.messages },
+        }),
+    };
+  },
+};
+
+/** A replay socket's protocol: each venue's feed, and Polymarket's price socket. */
+export type ReplayKind = Venue | 'polymarket-rtds';
+
+export const PROTOCOLS: Record<ReplayKind, ReplayProtocol> = { polymarket, 'wallet-prediction': wallet, 'polymarket-rtds': rtds };

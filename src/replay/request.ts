@@ -24,8 +24,10 @@ const RANGE = {
   api_key: { type: 'string', maxLength: 64 },
 };
 const TOPIC = 'web3_prediction_orderbook_(data|[0-9]+)';
-const checks: Record<Venue, ReturnType<typeof ajv.compile>> = {
-  polymarket: ajv.compile({ type: 'object', properties: RANGE, required: ['from'], additionalProperties: false }),
+const rangeOnly = ajv.compile({ type: 'object', properties: RANGE, required: ['from'], additionalProperties: false });
+const checks: Record<Venue | 'polymarket-rtds', ReturnType<typeof ajv.compile>> = {
+  polymarket: rangeOnly,
+  'polymarket-rtds': rangeOnly,
   // The venue's own query (topics and its signature, which a replay takes and does not check) beside the range.
   'wallet-prediction': ajv.compile({
     type: 'object',
@@ -43,8 +45,14 @@ const checks: Record<Venue, ReturnType<typeof ajv.compile>> = {
 };
 
 /** The replay's range and pace from the URL, or the reason it is refused (INVALID_PARAMETER / INVALID_RANGE). */
-export function replayRequest(venue: Venue, query: Record<string, string>, now: number, maxRangeMs: number): ReplayRequest {
-  const check = checks[venue];
+export function replayRequest(
+  kind: Venue | 'polymarket-rtds',
+  query: Record<string, string>,
+  now: number,
+  maxRangeMs: number,
+): ReplayRequest {
+  const venue: Venue = kind === 'polymarket-rtds' ? 'polymarket' : kind;
+  const check = checks[kind];
   if (!check(query)) {
     const e = check.errors![0];
     const param = e.instancePath.slice(1) || String(e.params.additionalProperty ?? e.params.missingProperty ?? '');

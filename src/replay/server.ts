@@ -14,15 +14,18 @@ import { authenticate } from '../edge/auth.js';
 import type { KeyStore, Plan } from '../edge/keys.js';
 import type { RateLimiter, LeasedLimiter } from '../edge/ratelimit.js';
 import { spooledNow, windowStatus } from '../lake/windowstatus.js';
-import { type MarketQuality, PROTOCOLS } from './protocols.js';
+import { type MarketQuality, PROTOCOLS, type ReplayKind } from './protocols.js';
+import { feedGaps, readObservations } from './rtds.js';
+import { REFERENCE_COINS } from '../config.js';
 import { type ReplayRequest, replayRequest } from './request.js';
 
 import { ReplaySession } from './session.js';
 import type { TapeCache } from './tape.js';
 
-export const REPLAY_PATHS: Record<string, Venue> = {
+export const REPLAY_PATHS: Record<string, ReplayKind> = {
   '/v3/replay/polymarket/ws/market': 'polymarket',
   '/v3/replay/wallet-prediction/sapi/wss': 'wallet-prediction',
+  '/v3/replay/polymarket/rtds': 'polymarket-rtds',
 };
 
 export interface ReplayLimits {
@@ -123,7 +126,14 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       paidOnly: 'Replays are available on paid plans; this key is on the free plan',
     });
 
-  const start = (ws: WebSocket, request: ReplayRequest, query: Record<string, string>, keyId: string, requestId: string) => {
+  const start = (
+    ws: WebSocket,
+    kind: ReplayKind,
+    request: ReplayRequest,
+    query: Record<string, string>,
+    keyId: string,
+    requestId: string,
+  ) => {
     const began = performance.now();
     total++;
     open.set(keyId, (open.get(keyId) ?? 0) + 1);
@@ -131,7 +141,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       { req_id: requestId, key_id: keyId, venue: request.venue, from: request.from, to: request.to, speed: request.speed },
       'replay started',
     );
-    const protocol = PROTOCOLS[request.venue];
+    const protocol = PROTOCOLS[kind];
     const session = new ReplaySession(
       {
         ...request,
@@ -158,6 +168,11 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       tape: (m) => deps.tapes.get(deps.lake, request.venue, m, deps.clock.now()),
       maxMarkets: deps.limits.markets,
       charge: (tape, bytes) => deps.tapes.charge(tape, bytes),
+      observations: async (source, from, to) => ({
+        rows: await readObservations(deps.lake, source, REFERENCE_COINS, from, to),
+        gaps: feedGaps(deps.lake, source, REFERENCE_COINS, from, to),
+      }),
+      referenceCoins: REFERENCE_COINS,
     });
     ws.on('message', (data, binary) => client.message(binary ? '' : data.toString()));
     // A protocol ping now and then: a replay with nothing due keeps its socket (and the API's idle bound) alive.
@@ -201,16 +216,16 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
   const upgrade = (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
     const requestId = newRequestId();
     const url = new URL(req.url ?? '/', 'http://replay');
-    const venue = REPLAY_PATHS[url.pathname];
+    const kind = REPLAY_PATHS[url.pathname];
     const query = Object.fromEntries(url.searchParams);
     (async () => {
-      if (!venue) fail('NOT_FOUND', `No replay at ${echo(url.pathname)}; replays: ${Object.keys(REPLAY_PATHS).join(', ')}`);
+      if (!kind) fail('NOT_FOUND', `No replay at ${echo(url.pathname)}; replays: ${Object.keys(REPLAY_PATHS).join(', ')}`);
       const key = await authorize(req, query);
-      const request = replayRequest(venue, query, deps.clock.now(), deps.limits.maxRangeMs);
+      const request = replayRequest(kind, query, deps.clock.now(), deps.limits.maxRangeMs);
       if (total >= deps.limits.total) fail('UNAVAILABLE', 'Every replay slot is in use; retry shortly', [], { 'Retry-After': '5' });
       if ((open.get(key.key_id) ?? 0) >= deps.limits.perKey)
         fail('RATE_LIMITED', `At most ${deps.limits.perKey} replays at once per key`, [], { 'Retry-After': '5' });
-      wss.handleUpgrade(req, socket, head, (ws) => start(ws, request, query, key.key_id, requestId));
+      wss.handleUpgrade(req, socket, head, (ws) => start(ws, kind, request, query, key.key_id, requestId));
     })().catch((err: unknown) => {
       if (err instanceof ApiError) refuse(socket, err, requestId);
       else {

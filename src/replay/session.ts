@@ -157,6 +157,11 @@ export class ReplaySession {
     this.subscriptions.delete(key);
   }
 
+  /** The subscriptions a schedule made (its hours, its markets). */
+  ownedBy(schedule: string): string[] {
+    return [...this.subscriptions].filter(([, s]) => s.owner === schedule).map(([key]) => key);
+  }
+
   /** The markets this replay has played (or tried to): every one subscribed at any time. */
   markets(): string[] {
     return [...this.sent.keys()];
