@@ -406,6 +406,25 @@ t.test('a fill records the reference; /v3/reference/{coin} serves it; every mark
   );
   t.equal((await get(`/v3/reference/bnb.csv?${range}&limit=5`)).status, 400, 'no paging with a file');
   t.equal((await get('/v3/reference/doge')).status, 404, 'a coin with no reference');
+  // In bulk too, in both namespaces: bnb's reference (a wallet coin) is listed and served by the wallet namespace.
+  const referenceFiles = (await get('/v3/wallet-prediction/files?dataset=reference&coin=bnb&limit=100')).body.data;
+  t.ok(
+    referenceFiles.length > 0 && referenceFiles.every((f: any) => f.dataset === 'reference' && f.coin === 'bnb' && f.window === 'all'),
+    `${referenceFiles.length} files`,
+  );
+  const file = await fetch(`${api.url}${referenceFiles[0].url}`, { headers: { authorization: `Bearer ${k}` } });
+  t.equal(
+    Buffer.from(await file.arrayBuffer())
+      .subarray(0, 4)
+      .toString(),
+    'PAR1',
+    'and downloaded',
+  );
+  t.ok((await get('/v3/btc/files?dataset=reference&limit=5')).body.data.length > 0, 'and the per-coin files list theirs');
+  t.ok(
+    (await get('/v3/wallet-prediction/coverage')).body.data.recorded.some((r: any) => r.dataset === 'reference' && r.coin === 'bnb'),
+    "/coverage's recorded spans name them",
+  );
   const bad = await get('/v3/reference/btc?source=pyth');
   t.equal(bad.status, 400);
   t.match(bad.body.error.message, /source/);

@@ -5,6 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue } from '../config.js';
 import { COVERAGE } from '../coverage.js';
+import type { Partition } from '../lake/layout.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
 import { coverageByWindow } from './certificate.js';
@@ -87,6 +88,14 @@ export async function writeExport(
   };
 }
 
+/**
+ * Whether a sealed file belongs to a namespace's listing: its venue's files, and the reference prices
+ * of its coins, which both venues' markets are checked against (kept once, under the relaying venue).
+ */
+function inNamespace(p: Partition, venue: Venue): boolean {
+  return p.venue === venue || p.dataset === 'reference';
+}
+
 export function fileHandlers({ lake, cursors }: RouteKit) {
   const list =
     (id: string, venue: Venue, base: (ctx: RequestContext) => string, coins: readonly string[]) =>
@@ -99,7 +108,8 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
       const after = cursor ? cursors.read(cursor, scope, filters) : null;
       const { shown, more } = takePage(lake.sealedFiles(), limit, (f) => {
         const p = f.partition;
-        if (p.venue !== venue || !coin.includes(p.coin) || (windows && !(windows as readonly string[]).includes(p.window))) return false;
+        if (!inNamespace(p, venue) || !coin.includes(p.coin) || (windows && !(windows as readonly string[]).includes(p.window)))
+          return false;
         if (q.dataset && p.dataset !== q.dataset) return false;
         if ((from !== null && p.hour + 3_600_000 <= from) || (to !== null && p.hour >= to)) return false;
         return !after || p.hour > Number(after[0]) || (p.hour === Number(after[0]) && f.path > String(after[1]));
@@ -128,7 +138,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
       const rel = String(ctx.path.path);
       const file = lake.sealedFile(rel);
       // Only what the manifest lists: nothing else below (or outside) the lake can be named.
-      if (!file || file.partition.venue !== venue || (ctx.path.coin && file.partition.coin !== ctx.path.coin)) {
+      if (!file || !inNamespace(file.partition, venue) || (ctx.path.coin && file.partition.coin !== ctx.path.coin)) {
         fail('NOT_FOUND', `No sealed file ${echo(rel)} in this namespace; list them with /files`, [
           { param: 'path', message: 'not in the files listing' },
         ]);
@@ -151,7 +161,7 @@ export function fileHandlers({ lake, cursors }: RouteKit) {
       >();
       for (const f of lake.sealedFiles()) {
         const p = f.partition;
-        if (p.venue !== venue || f.min_ts === null || f.max_ts === null) continue;
+        if (!inNamespace(p, venue) || f.min_ts === null || f.max_ts === null) continue;
         const key = `${p.dataset}|${p.coin}|${p.window}`;
         const r = recorded.get(key) ?? {
           dataset: p.dataset,
