@@ -4,7 +4,7 @@ import type { StoredMarket } from '../lake/reader.js';
 import type { WindowStatus } from '../lake/certificate.js';
 import { spooledNow, windowStatus } from '../lake/windowstatus.js';
 import { marketJson } from './shape.js';
-import { resolutionCheck } from '../lake/referenceprice.js';
+import { type MarketReference, resolutionCheck } from '../lake/referenceprice.js';
 import { type RequestContext, type Result, type RouteKit, coverageMeta, listRequest, pagination, takePage, windowsOf } from './route.js';
 
 export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
@@ -27,6 +27,12 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
         if (!windowStatuses.has(m.market_id)) windowStatuses.set(m.market_id, windowStatus(lake, m, ctx.now, spooled));
         return windowStatuses.get(m.market_id)!;
       };
+      // Read once per market: the filter and the record both want it.
+      const references = new Map<string, MarketReference>();
+      const referenceOf = (m: StoredMarket) => {
+        if (!references.has(m.market_id)) references.set(m.market_id, lake.marketReference(m));
+        return references.get(m.market_id)!;
+      };
       const { shown, more } = takePage(lake.walk(req.order, ctx.now), req.limit, (m) => {
         if (m.venue !== venue || !coin.includes(m.coin)) return false;
         if ((windows && !windows.includes(m.window)) || (statuses && !statuses.includes(m.status))) return false;
@@ -41,13 +47,13 @@ export function marketHandlers({ lake, cursors, findMarket }: RouteKit) {
         }
         // Last: the filters that look past the catalogue (manifests and gaps).
         if (states && !states.includes(statusOf(m).state!)) return false;
-        if (checks && !checks.includes(resolutionCheck(lake.marketReference(m)))) return false;
+        if (checks && !checks.includes(resolutionCheck(referenceOf(m)))) return false;
         return minCoverage === undefined || (statusOf(m).coverage?.share ?? -1) >= minCoverage;
       });
       ctx.stats.rows = shown.length;
       const last = shown[shown.length - 1];
       return {
-        data: shown.map((m) => marketJson(m, statusOf(m), lake.marketReference(m))),
+        data: shown.map((m) => marketJson(m, statusOf(m), referenceOf(m))),
         pagination: pagination(req.limit, more, () => cursors.issue(scope, req.filters, [last.start_time, last.market_id])),
         meta: { coverage: coverageMeta('markets', venue, coin, req.from) },
       };

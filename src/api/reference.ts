@@ -4,7 +4,7 @@
 import { ALL_WINDOWS, SCHEMAS, seriesPartitions } from '../lake/layout.js';
 import { exportFormat, writeExport } from './bulk.js';
 import { type Files, emptyRelation, relation } from '../lake/sql.js';
-import { REFERENCE_VENUE, type ReferenceSource, referenceFeed, referenceSymbol } from '../records.js';
+import { REFERENCE_VENUE, type ReferenceSource } from '../records.js';
 import type { LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import { fail } from '../edge/errors.js';
@@ -77,9 +77,8 @@ export function referenceHandlers(kit: RouteKit) {
 
 /** A coin's reference feed's gaps over [from, to), as `meta.gaps`: observations in them may be missing. */
 export function referenceGaps(lake: LakeReader, coin: string, source: ReferenceSource, from: number, to: number) {
-  const feed = referenceFeed(source, referenceSymbol(source, coin));
   return lake
-    .gaps({ venue: REFERENCE_VENUE, coin, window: ALL_WINDOWS, market_id: feed, dataset: 'reference' }, from, to)
+    .referenceGaps(coin, source, from, to)
     .map((g) => ({ from: iso(g.from_ts), to: iso(g.to_ts), reason: g.reason, ...(g.provisional ? { provisional: true } : {}) }));
 }
 

@@ -10,11 +10,11 @@ import { FileIndex, type IndexedFile } from './fileindex.js';
 import { type GapFilter, type GapRecord, GapLog, gapMatches } from './gaplog.js';
 import { MARK_BUCKET_MS, ReferenceMarks } from './referencemarks.js';
 import { type MarketReference, type Observed, firstAtOrAfter, marketReference } from './referenceprice.js';
-import { type LakePaths, type Partition, partitionDir } from './layout.js';
+import { ALL_WINDOWS, type LakePaths, type Partition, partitionDir } from './layout.js';
 import { lackedColumns } from './manifest.js';
 import { listSpool, listSpoolOf } from './spool.js';
 import type { Files } from './sql.js';
-import { REFERENCE_VENUE, marketKey, referenceFeed, referenceSymbol } from '../records.js';
+import { REFERENCE_VENUE, type ReferenceSource, marketKey, referenceFeed, referenceSymbol } from '../records.js';
 
 export type { GapRecord, IndexedFile, StoredMarket };
 
@@ -207,6 +207,12 @@ export class LakeReader {
     return pending.length ? [...recorded, ...pending].sort((a, b) => a.from_ts - b.from_ts) : recorded;
   }
 
+  /** The gaps of a coin's reference feed on `source` that overlap [from, to): its observations there may be missing. */
+  referenceGaps(coin: string, source: ReferenceSource, from: number, to: number): GapRecord[] {
+    const feed = referenceFeed(source, referenceSymbol(source, coin));
+    return this.gaps({ venue: REFERENCE_VENUE, coin, window: ALL_WINDOWS, market_id: feed, dataset: 'reference' }, from, to);
+  }
+
   /**
    * A coin's Chainlink price at `t` (a 5-minute boundary) as the sealed record vouches for it: the
    * first observation at or after it, when the one before it was recorded with no gap between.
@@ -215,11 +221,7 @@ export class LakeReader {
     const feed = referenceFeed('chainlink', referenceSymbol('chainlink', coin));
     const { first, before } = this.marks.around(feed, t);
     if (!first) return null;
-    const gaps = this.gaps(
-      { venue: REFERENCE_VENUE, coin, window: 'all', market_id: feed, dataset: 'reference' },
-      before ?? t,
-      first.ts + 1,
-    );
+    const gaps = this.referenceGaps(coin, 'chainlink', before ?? t, first.ts + 1);
     return firstAtOrAfter(before === null ? [first] : [{ ts: before, price: NaN }, first], gaps, t);
   }
 
@@ -240,7 +242,7 @@ export class LakeReader {
       if (this.marks.heard(feed, b)) spans.push([Math.max(b, from), Math.min(b + MARK_BUCKET_MS, to)]);
     // The feed's gaps merged (a restart's downtime gap may begin inside the gap the stop closed).
     const merged: [number, number][] = [];
-    for (const g of this.gaps({ venue: REFERENCE_VENUE, coin, window: 'all', market_id: feed, dataset: 'reference' }, from, to)) {
+    for (const g of this.referenceGaps(coin, 'chainlink', from, to)) {
       const last = merged[merged.length - 1];
       if (last && g.from_ts <= last[1]) last[1] = Math.max(last[1], g.to_ts);
       else merged.push([g.from_ts, g.to_ts]);

@@ -10,7 +10,8 @@ import type { ReplayRequest } from './request.js';
 import { type ReplaySession, type ReplayWalk, SCHEDULE } from './session.js';
 import { type MarketTape, PRE_OPEN_MS } from './tape.js';
 import { WALLET_ACK, WALLET_AGGREGATE_TOPIC, WALLET_TOPIC_PREFIX, WalletWalk, walletFrame } from './wallet.js';
-import { type FeedGap, HourSchedule, ObservationWalk, RTDS_TOPICS, type SentObservation, filteredSymbols } from './rtds.js';
+import { type FeedGap, HourSchedule, ObservationWalk, type SentObservation, filteredSymbols } from './rtds.js';
+import { RTDS_TOPICS } from '../venues/polymarket/rtds.js';
 import type { ReferenceSource } from '../records.js';
 
 /** What a protocol may ask of the replay it speaks for. */

@@ -5,13 +5,9 @@
 import type { LakeReader } from '../lake/reader.js';
 import { ALL_WINDOWS, seriesPartitions } from '../lake/layout.js';
 import { relation } from '../lake/sql.js';
-import { REFERENCE_VENUE, type ReferenceSource, referenceFeed, referenceSymbol } from '../records.js';
+import { REFERENCE_VENUE, type ReferenceSource, referenceSymbol } from '../records.js';
 import { HOUR, MINUTE } from '../time.js';
 import type { ReplayWalk } from './session.js';
-
-import { RTDS_TOPICS } from '../venues/polymarket/rtds.js';
-
-export { RTDS_TOPICS };
 
 /**
  * The symbols a subscription's `filters` names of `coins` (null: every one), or undefined when the
@@ -76,9 +72,7 @@ export interface FeedGap {
 export function feedGaps(lake: LakeReader, source: ReferenceSource, coins: readonly string[], from: number, to: number): FeedGap[] {
   return coins.flatMap((coin) => {
     const symbol = referenceSymbol(source, coin);
-    return lake
-      .gaps({ venue: REFERENCE_VENUE, coin, window: ALL_WINDOWS, market_id: referenceFeed(source, symbol), dataset: 'reference' }, from, to)
-      .map((g) => ({ symbol, from: g.from_ts, to: g.to_ts, reason: g.reason }));
+    return lake.referenceGaps(coin, source, from, to).map((g) => ({ symbol, from: g.from_ts, to: g.to_ts, reason: g.reason }));
   });
 }
 
