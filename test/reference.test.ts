@@ -339,6 +339,15 @@ t.test(
       [],
       'none inside them',
     );
+
+    // The reference's coverage counts no time capture did not hold the feed: not before its first observation, nor after its last.
+    const own = rows.filter((r) => r.symbol === 'btc/usd').map((r) => Number(r.ts));
+    const firstBucket = Math.floor(own[0] / (5 * MINUTE)) * 5 * MINUTE;
+    const lastBucket = Math.floor(own[own.length - 1] / (5 * MINUTE)) * 5 * MINUTE;
+    const opening = api.lake.referenceCoverage('btc', firstBucket, firstBucket + 5 * MINUTE);
+    const closing = api.lake.referenceCoverage('btc', lastBucket, lastBucket + 5 * MINUTE);
+    t.ok(opening > 0 && opening <= (firstBucket + 5 * MINUTE - own[0]) / (5 * MINUTE), `the window capture started inside: ${opening}`);
+    t.ok(closing > 0 && closing <= (own[own.length - 1] - lastBucket) / (5 * MINUTE), `the window capture stopped inside: ${closing}`);
   },
 );
 

@@ -231,15 +231,21 @@ export class LakeReader {
   }
 
   /**
-   * The share of [from, to) the coin's Chainlink feed is vouched for: 5-minute buckets with
-   * observations (sealed), less its gaps. Capture not running is a bucket without any.
+   * The share of [from, to) the coin's Chainlink feed is vouched for: the spans its sealed
+   * observations run through (a bucket beside one without any counts only from its first or to its
+   * last: capture was not holding the feed before it started or after it stopped), less its gaps.
    */
   referenceCoverage(coin: string, from: number, to: number): number {
     if (to <= from) return 0;
     const feed = referenceFeed('chainlink', referenceSymbol('chainlink', coin));
     const spans: [number, number][] = [];
-    for (let b = Math.floor(from / MARK_BUCKET_MS) * MARK_BUCKET_MS; b < to; b += MARK_BUCKET_MS)
-      if (this.marks.heard(feed, b)) spans.push([Math.max(b, from), Math.min(b + MARK_BUCKET_MS, to)]);
+    for (let b = Math.floor(from / MARK_BUCKET_MS) * MARK_BUCKET_MS; b < to; b += MARK_BUCKET_MS) {
+      const mark = this.marks.mark(feed, b);
+      if (!mark) continue;
+      const start = this.marks.mark(feed, b - MARK_BUCKET_MS) ? b : mark.first_t;
+      const end = this.marks.mark(feed, b + MARK_BUCKET_MS) ? b + MARK_BUCKET_MS : mark.last_t;
+      if (Math.min(end, to) > Math.max(start, from)) spans.push([Math.max(start, from), Math.min(end, to)]);
+    }
     // The feed's gaps merged (a restart's downtime gap may begin inside the gap the stop closed).
     const merged: [number, number][] = [];
     for (const g of this.referenceGaps(coin, 'chainlink', from, to)) {

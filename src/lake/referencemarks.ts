@@ -109,9 +109,9 @@ export class ReferenceMarks {
     };
   }
 
-  /** Whether the feed has any observation in the bucket starting at `bucket`. */
-  heard(feed: string, bucket: number): boolean {
-    return this.merged.has(`${feed}@${bucket}`);
+  /** The feed's first and last observation in the bucket starting at `bucket`, if it has any. */
+  mark(feed: string, bucket: number): Mark | undefined {
+    return this.merged.get(`${feed}@${bucket}`);
   }
 
   private async readCheckpoint(): Promise<void> {
