@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -169,6 +169,10 @@ bench-trades: install
 ## make bench-reference: capture's reference-price socket against the stand-in, a simulated hour (about a minute)
 bench-reference: install
 	$(TSX) bench/reference.ts
+
+## make bench-venuetext: bytes per row of the venue's text and hash columns on a `make run` lake
+bench-venuetext: install
+	$(TSX) bench/venuetext.ts
 
 typecheck: install
 	npx tsc --noEmit -p . $(TSC_CACHE)

@@ -166,16 +166,16 @@ let firstSeen = 0;
 let seenAtFirst = 0;
 let maxBacklog = 0;
 let steadyBacklog = 0;
-while (recorder.stats.changes < feed.changes && performance.now() - started < 600_000) {
+while ((recorder.stats.changes ?? 0) < feed.changes && performance.now() - started < 600_000) {
   await new Promise((r) => setTimeout(r, 20));
-  if (!firstSeen && recorder.stats.changes > 0) {
+  if (!firstSeen && (recorder.stats.changes ?? 0) > 0) {
     firstSeen = performance.now();
-    seenAtFirst = recorder.stats.changes;
+    seenAtFirst = recorder.stats.changes ?? 0;
   }
   if (firstSeen && RATE > 0) {
     const offered = Math.min(feed.changes, (RATE * (performance.now() - firstSeen)) / 1000);
-    maxBacklog = Math.max(maxBacklog, offered - recorder.stats.changes);
-    if (performance.now() - firstSeen > 1000) steadyBacklog = Math.max(steadyBacklog, offered - recorder.stats.changes);
+    maxBacklog = Math.max(maxBacklog, offered - (recorder.stats.changes ?? 0));
+    if (performance.now() - firstSeen > 1000) steadyBacklog = Math.max(steadyBacklog, offered - (recorder.stats.changes ?? 0));
   }
 }
 clearInterval(flusher);
@@ -200,6 +200,9 @@ const bookFiles = (await fs.readdir(path.join(dir, 'lake', 'books'), { recursive
 let parquetBytes = 0;
 for (const f of bookFiles) parquetBytes += (await fs.stat(path.join(dir, 'lake', 'books', String(f)))).size;
 duck.close();
+// BENCH_STREAM_KEEP=dir keeps the sealed books there (bench/venuetext.ts reads their columns).
+if (process.env.BENCH_STREAM_KEEP)
+  await fs.cp(path.join(dir, 'lake', 'books'), path.join(process.env.BENCH_STREAM_KEEP, 'books'), { recursive: true });
 await fs.rm(dir, { recursive: true, force: true });
 
 process.send!(

@@ -72,6 +72,26 @@ export interface Book {
    * hash to check (the wallet venue sends none; a REST fallback; books recorded before 2026-11-27).
    */
   hash_check?: HashCheck | null;
+  /**
+   * How the venue wrote the levels' numbers (numbertext.ts): the decimals of every price and of
+   * every size, null for the shortest form; `level_texts` the texts themselves where neither code
+   * says them. Absent (null) for books recorded before 2026-11-28: their text is the shortest form.
+   */
+  price_decimals?: number | null;
+  size_decimals?: number | null;
+  level_texts?: string | null;
+  /**
+   * The fields the venue's book hash covers beside the levels, as the venue wrote them and as the
+   * copy knew them for this book (Polymarket: a JSON object of `min_order_size`, `tick_size`,
+   * `neg_risk`, `last_trade_price`, the known ones in that order). Null: none known, or no hash.
+   */
+  hash_fields?: string | null;
+  /**
+   * The hash the venue sent with this book, kept only where the venue's formula over the row
+   * (`venueHashOf` in venues/polymarket/book.ts: its time, texts and `hash_fields`) does not give
+   * it back; null where it does, or where the venue sent none (`hash_check` null).
+   */
+  venue_hash?: string | null;
 }
 
 /** A market's key wherever markets of both venues share a map (catalogue, latest books, caches, heartbeats, the feed): `<venue>:<market_id>`. */
@@ -112,6 +132,11 @@ export function bookRows(ts: number, recvTs: number, books: readonly Book[]): Bo
     ask_sizes: b.ask_sizes,
     verified_by: b.verified_by ?? null,
     hash_check: b.hash_check ?? null,
+    price_decimals: b.price_decimals ?? null,
+    size_decimals: b.size_decimals ?? null,
+    level_texts: b.level_texts ?? null,
+    hash_fields: b.hash_fields ?? null,
+    venue_hash: b.venue_hash ?? null,
   }));
 }
 
@@ -174,6 +199,9 @@ export interface TradeRow {
   source: TradeSource;
   exchange_ts: number | null;
   recv_ts: number;
+  /** How the venue wrote the price and size (numbertext.ts `textForm`); absent before 2026-11-28 (the shortest form). */
+  price_decimals?: number | null;
+  size_decimals?: number | null;
 }
 
 export interface MarketRow extends Market {

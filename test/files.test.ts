@@ -93,6 +93,11 @@ t.test('downloads match the listing and read back with an independent Parquet re
         'ask_sizes',
         'verified_by',
         'hash_check',
+        'price_decimals',
+        'size_decimals',
+        'level_texts',
+        'hash_fields',
+        'venue_hash',
       ],
     );
     const rows = await parquetReadObjects({ file, compressors, rowEnd: 3 });

@@ -9,7 +9,7 @@ import t from 'tap';
 const FLOORS: readonly (readonly string[])[] = [
   ['config'],
   ['clock', 'log', 'time'],
-  ['records', 'coverage', 'progress'],
+  ['records', 'coverage', 'progress', 'numbertext'],
   ['health'],
   ['lake'],
   ['pages'],

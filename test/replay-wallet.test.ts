@@ -74,12 +74,13 @@ t.test('the aggregate topic replays every market’s recorded Yes books, in the 
         key(
           Number(r.market_id),
           r.ts,
-          r.bid_prices.map((p, i) => [String(p), String(r.bid_sizes[i])]),
-          r.ask_prices.map((p, i) => [String(p), String(r.ask_sizes[i])]),
+          // In the venue's text: the stand-in writes every price and size with two decimals (standin/walletstream.ts).
+          r.bid_prices.map((p, i) => [p.toFixed(2), r.bid_sizes[i].toFixed(2)]),
+          r.ask_prices.map((p, i) => [p.toFixed(2), r.ask_sizes[i].toFixed(2)]),
         ),
       )
       .sort(),
-    `${ups.length} Yes books, each once`,
+    `${ups.length} Yes books, each once, in the venue's text`,
   );
   const gaps = got.frames
     .slice(1)

@@ -29,7 +29,8 @@ export async function roundTrip(
 ) {
   const dirB = testdir(t);
   let progress = () => start;
-  const clock = pacedClock(start, 20, Date.now(), Infinity, 1500, () => progress());
+  const leadMs = 1500;
+  const clock = pacedClock(start, 20, Date.now(), Infinity, leadMs, () => progress());
   const standin = new StandIn({ clock, coins: COINS, walletWeightPerMinute: Number.MAX_SAFE_INTEGER });
   const url = await standin.start();
   t.teardown(() => standin.stop());
@@ -70,7 +71,17 @@ export async function roundTrip(
     rows: 0,
     gaps: [] as string[],
   };
+  // B's clock also waits for the replay's delivery: a replay in the same busy process (or reading a
+  // tape B just subscribed to) that falls behind sends its backlog at once, and B would record those
+  // books after rows of its own polls, where a venue never falls behind.
   progress = () => {
+    const open = replayApi.replays.stats().open;
+    const sent = open.length ? Math.min(...open.map((s) => s.sentTo)) : Infinity;
+    // A quarter second past what the replay has sent, not the lead: a poll of B's in between would
+    // come before the books the replay sends late (the replay wakes every 10 ms, 200 simulated).
+    return Math.min(Math.max(start, sent - leadMs + 250), pacedProgress());
+  };
+  const pacedProgress = () => {
     if (!replaying) {
       const open = replayApi.replays.stats().open;
       replaying = open.some((s) => s.markets > 0) && (venue !== 'polymarket' || capture.stats.books > 0);
@@ -105,10 +116,17 @@ export async function roundTrip(
     const outcome = outcomeOf(r);
     firstB.set(outcome, Math.min(firstB.get(outcome) ?? Infinity, r.ts));
   }
+  // A's first book of an outcome likewise: the replay sends it with the venue's time of that book, which
+  // a recorder places by its own rules (A's subscription dump row came at its receipt, after a poll's row).
+  const firstA = new Map<string, number>();
+  for (const r of a.rows) {
+    const outcome = outcomeOf(r);
+    firstA.set(outcome, Math.min(firstA.get(outcome) ?? Infinity, r.ts));
+  }
+  const first = (r: Recorded) => Math.max(firstB.get(outcomeOf(r)) ?? Infinity, firstA.get(outcomeOf(r)) ?? -Infinity);
   const subscribed = Math.min(...firstB.values());
   const outside = (r: Recorded, gaps: Gap[]) => !gaps.some((g) => g.market_id === r.market_id && r.ts >= g.f - 10 && r.ts <= g.t + 10);
-  const within = (r: Recorded) =>
-    r.ts > (firstB.get(outcomeOf(r)) ?? Infinity) && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
+  const within = (r: Recorded) => r.ts > first(r) && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
   const keyOf = (r: Recorded) =>
     `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
   const inA = new Set(a.rows.map(keyOf));

@@ -47,6 +47,9 @@ t.test("the venue's documented last_trade_price is one trade row, every field ke
     source: 'stream',
     exchange_ts: 1750428146322,
     recv_ts: 1750428146400,
+    // The venue's text: "0.456" and "219.217767".
+    price_decimals: 3,
+    size_decimals: 6,
   });
   // The venue's clients treat every field but the price as optional: what is missing stays null, never guessed.
   const bare = { event_type: 'last_trade_price', asset_id: '2', price: '.57' } as ClobLastTradeMessage;
@@ -64,6 +67,9 @@ t.test("the venue's documented last_trade_price is one trade row, every field ke
     source: 'stream',
     exchange_ts: null,
     recv_ts: 5000,
+    // ".57" fits no code: read back in the shortest form ("0.57").
+    price_decimals: null,
+    size_decimals: null,
   });
   t.equal(tradeOf(MARKET, { ...documented, asset_id: '3' }, 0), null, 'a token of another market is not this market’s trade');
   t.equal(tradeOf(MARKET, { ...documented, price: 'x' }, 0), null, 'nor is a trade without a price');

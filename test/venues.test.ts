@@ -41,8 +41,45 @@ t.test('ladders come out best first whatever the upstream order', async (t) => {
     ],
     'test',
   );
-  t.same(poly, { bid_prices: [0.5, 0.49, 0.48], bid_sizes: [30, 20.5, 10], ask_prices: [0.51, 0.52, 0.53], ask_sizes: [3, 2, 1] });
-  t.same(ladders([], [], 'empty'), { bid_prices: [], bid_sizes: [], ask_prices: [], ask_sizes: [] });
+  // How the venue wrote them: every price with two decimals; sizes each in their shortest form.
+  t.same(poly, {
+    bid_prices: [0.5, 0.49, 0.48],
+    bid_sizes: [30, 20.5, 10],
+    ask_prices: [0.51, 0.52, 0.53],
+    ask_sizes: [3, 2, 1],
+    price_decimals: 2,
+    size_decimals: null,
+    level_texts: null,
+  });
+  t.same(ladders([], [], 'empty'), {
+    bid_prices: [],
+    bid_sizes: [],
+    ask_prices: [],
+    ask_sizes: [],
+    price_decimals: null,
+    size_decimals: null,
+    level_texts: null,
+  });
+  // Texts no code says ("10.0" beside "20.55") are kept whole, best first.
+  t.same(
+    ladders(
+      [
+        { price: '0.5', size: '10.0' },
+        { price: '0.4', size: '20.55' },
+      ],
+      [],
+      'mixed',
+    ),
+    {
+      bid_prices: [0.5, 0.4],
+      bid_sizes: [10, 20.55],
+      ask_prices: [],
+      ask_sizes: [],
+      price_decimals: null,
+      size_decimals: null,
+      level_texts: '[["0.5","0.4"],["10.0","20.55"],[],[]]',
+    },
+  );
   const oneSided = ladders([{ price: '0.01', size: '14225.02' }], [], 'one-sided');
   t.same(oneSided.bid_prices, [0.01]);
   t.same(oneSided.ask_prices, []);

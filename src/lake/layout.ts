@@ -56,6 +56,12 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     // Added 2026-11-26: files sealed before lack it (read as NULL, `make migrate` adds it).
     col('verified_by', 'VARCHAR'),
     col('hash_check', 'VARCHAR'),
+    // Added 2026-11-28 (the venue's text and hash; manifest entries say so with `form`).
+    col('price_decimals', 'TINYINT'),
+    col('size_decimals', 'TINYINT'),
+    col('level_texts', 'VARCHAR'),
+    col('hash_fields', 'VARCHAR'),
+    col('venue_hash', 'VARCHAR'),
   ],
   metrics: [
     ts('ts'),
@@ -113,6 +119,9 @@ export const SCHEMAS: Record<Dataset, readonly Column[]> = {
     col('source', 'VARCHAR'),
     ts('exchange_ts'),
     ts('recv_ts'),
+    // Added 2026-11-28.
+    col('price_decimals', 'TINYINT'),
+    col('size_decimals', 'TINYINT'),
   ],
   reference: [ts('ts'), col('source', 'VARCHAR'), col('symbol', 'VARCHAR'), col('price', 'DOUBLE'), ts('sent_ts'), ts('recv_ts')],
   gaps: [

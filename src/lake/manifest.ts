@@ -33,19 +33,39 @@ export interface ManifestFile {
    * for books with no hash checked. Present exactly when the file has the column.
    */
   hash_check?: HashChecks;
+  /**
+   * Books and trades files: the venue's text columns (books' `price_decimals`, `size_decimals`,
+   * `level_texts`, `hash_fields`, `venue_hash`; trades' decimals), added 2026-11-28: how many of
+   * the file's books kept their texts whole (`level_texts`) and the venue's hash (`venue_hash`).
+   * Present exactly when the file has the columns.
+   */
+  venue_text?: VenueTextCounts;
 }
+
+export interface VenueTextCounts {
+  level_texts: number;
+  venue_hash: number;
+}
+
+/** The columns each dataset gained on 2026-11-28 (`venue_text`). */
+export const VENUE_TEXT_COLUMNS: Readonly<Partial<Record<Partition['dataset'], readonly string[]>>> = {
+  books: ['price_decimals', 'size_decimals', 'level_texts', 'hash_fields', 'venue_hash'],
+  trades: ['price_decimals', 'size_decimals'],
+};
 
 export type Verifications = Record<VerifiedBy | 'unknown', number>;
 export type HashChecks = Record<HashCheck | 'none', number>;
 
 /**
  * The columns added to its dataset since a sealed file was written, as its manifest entry says:
- * books' `verified_by` (2026-11-26) and `hash_check` (2026-11-27). Readers take them as NULL.
+ * books' `verified_by` (2026-11-26) and `hash_check` (2026-11-27), the venue's text columns of books
+ * and trades (2026-11-28, `venue_text`). Readers take them as NULL.
  */
 export function lackedColumns(f: ManifestFile & { partition: Partition }): string[] {
-  if (f.partition.dataset !== 'books') return [];
-  if (!f.verified_by) return ['verified_by', 'hash_check'];
-  return f.hash_check ? [] : ['hash_check'];
+  const text = f.venue_text ? [] : [...(VENUE_TEXT_COLUMNS[f.partition.dataset] ?? [])];
+  if (f.partition.dataset !== 'books') return text;
+  if (!f.verified_by) return ['verified_by', 'hash_check', ...text];
+  return f.hash_check ? text : ['hash_check', ...text];
 }
 
 /**

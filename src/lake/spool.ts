@@ -108,6 +108,8 @@ export function newSegmentId(): string {
   return `${stamp}-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
 }
 
+const PRINTABLE = /^[ -~]*$/;
+
 /** The fields of a book row before its ladders, remembered per token (they repeat on every change). */
 const bookHeads = new Map<string, { market: string; outcome: string; index: number; text: string; ascii: boolean }>();
 
@@ -116,7 +118,7 @@ function bookHead(r: BookRow): { text: string; ascii: boolean } {
   if (!head || head.market !== r.market_id || head.outcome !== r.outcome || head.index !== r.outcome_index) {
     const text = `"market_id":${JSON.stringify(r.market_id)},"token_id":${JSON.stringify(r.token_id)},"outcome_index":${r.outcome_index},"outcome":${JSON.stringify(r.outcome)}`;
     // JSON text has no control characters: printable ASCII is all of ASCII here.
-    head = { market: r.market_id, outcome: r.outcome, index: r.outcome_index, text, ascii: /^[ -~]*$/.test(text) };
+    head = { market: r.market_id, outcome: r.outcome, index: r.outcome_index, text, ascii: PRINTABLE.test(text) };
     if (bookHeads.size >= 100_000) bookHeads.clear();
     bookHeads.set(r.token_id, head);
   }
@@ -124,9 +126,19 @@ function bookHead(r: BookRow): { text: string; ascii: boolean } {
   // One of a few known words: no escaping needed.
   const by = r.verified_by ? `"${r.verified_by}"` : 'null';
   const check = r.hash_check ? `"${r.hash_check}"` : 'null';
+  // The venue's text columns only where set (a key left out reads as null): most rows have a code or two at most.
+  let venue = '';
+  if (r.price_decimals != null) venue += `"price_decimals":${r.price_decimals},`;
+  if (r.size_decimals != null) venue += `"size_decimals":${r.size_decimals},`;
+  const texts = r.level_texts ? JSON.stringify(r.level_texts) : '';
+  if (texts) venue += `"level_texts":${texts},`;
+  const fields = r.hash_fields ? JSON.stringify(r.hash_fields) : '';
+  if (fields) venue += `"hash_fields":${fields},`;
+  // A hash is hex: no escaping needed.
+  if (r.venue_hash) venue += `"venue_hash":"${r.venue_hash}",`;
   return {
-    text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},"verified_by":${by},"hash_check":${check},`,
-    ascii: head.ascii,
+    text: `{"ts":${r.ts},"recv_ts":${r.recv_ts},${head.text},"exchange_ts":${ex},"verified_by":${by},"hash_check":${check},${venue}`,
+    ascii: head.ascii && PRINTABLE.test(texts) && PRINTABLE.test(fields),
   };
 }
 

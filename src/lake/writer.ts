@@ -12,6 +12,7 @@ import {
   type MarketRows,
   SPANNED_DATASETS,
   type Verifications,
+  type VenueTextCounts,
   readManifest,
   writeManifest,
 } from './manifest.js';
@@ -104,6 +105,7 @@ export async function writeParquet(
   let markets: Record<string, MarketRows> | undefined;
   let verified: Verifications | undefined;
   let checks: HashChecks | undefined;
+  let venueText: VenueTextCounts | undefined;
   if (SPANNED_DATASETS.has(p.dataset) && rows > 0) {
     const books = p.dataset === 'books';
     // A few columns of a file just written (its footer and pages are in the OS cache): a few ms an hour's file.
@@ -111,6 +113,7 @@ export async function writeParquet(
       `SELECT market_id, count(*)::DOUBLE AS n, epoch_ms(min(ts))::DOUBLE AS lo, epoch_ms(max(ts))::DOUBLE AS hi
        ${books ? `, ${VERIFICATIONS.map((v) => `count(*) FILTER (WHERE verified_by = '${v}')::DOUBLE AS "${v}"`).join(', ')}` : ''}
        ${books ? `, ${HASH_CHECKS.map((v) => `count(*) FILTER (WHERE hash_check = '${v}')::DOUBLE AS "hash_${v}"`).join(', ')}` : ''}
+       ${books ? ', count(level_texts)::DOUBLE AS level_texts, count(venue_hash)::DOUBLE AS venue_hash' : ''}
        FROM read_parquet(${sqlPath(tmp)}) GROUP BY market_id ORDER BY market_id`,
     );
     markets = Object.fromEntries(
@@ -125,6 +128,8 @@ export async function writeParquet(
       verified = fileVerifications(spans, rows);
       checks = fileHashChecks(spans, rows);
     }
+    const sum = (k: string) => spans.reduce((n, r) => n + Number(r[k] ?? 0), 0);
+    venueText = { level_texts: books ? sum('level_texts') : 0, venue_hash: books ? sum('venue_hash') : 0 };
   }
   const bytes = (await fs.stat(tmp)).size;
   const sha256 = await sha256File(tmp);
@@ -146,6 +151,7 @@ export async function writeParquet(
     ...(markets ? { markets } : {}),
     ...(verified ? { verified_by: verified } : {}),
     ...(checks ? { hash_check: checks } : {}),
+    ...(venueText ? { venue_text: venueText } : {}),
   };
 }
 

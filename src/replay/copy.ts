@@ -31,7 +31,7 @@ import {
 import { marketKey } from '../records.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
-export const REPLAY_COPY_VERSION = 1;
+export const REPLAY_COPY_VERSION = 2;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
 /** A market is copied this long after its window ends (its last rows sealed by then, as the tape cache's rule). */
 const SETTLE_MS = 60_000;
@@ -203,6 +203,8 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
     side: null,
     feeRateBps: null,
     transactionHash: null,
+    priceDecimals: null,
+    sizeDecimals: null,
   }));
   const text = inflateRawSync(buf.subarray(start + at[7], start + at[7] + header.packed));
   if (text.length !== header.text) throw new Error('a replay copy whose messages do not inflate to their length');

@@ -4,57 +4,62 @@
 // venue's best bid and ask and book hash after it, `last_trade_price` for every streamed trade,
 // `tick_size_change` where the market's tick moved, `market_resolved` at its resolution, and a
 // `replay_gap` control message where the record has a gap. Times are the archive's (`ts`).
-import { clobHashOfParts } from '../venues/polymarket/book.js';
+import { venueHashOf } from '../venues/polymarket/book.js';
+import { numberText } from '../numbertext.js';
 import { type MarketTape, type TapeBooks, firstAt } from './tape.js';
 import type { ReplayWalk } from './session.js';
 
 const text = (n: number) => String(n);
 
 /**
- * One side as the venue writes it (`"bids":[{"price":"0.48","size":"30"},...]`, best level last;
- * the lake keeps it best first), built as text from the tape's levels (`n` prices at `p`, their
- * sizes at `q`): numbers need no escaping, and level objects or array views per row made the
- * garbage collector a third of rendering.
+ * One side of row i as the venue writes it (`"bids":[{"price":"0.48","size":"30.00"},...]`, best
+ * level last; the lake keeps it best first), in the venue's text: `p` is the offset of the side's
+ * `n` prices in the row's ladders, `q` of their sizes. Built as text: numbers need no escaping, and
+ * level objects per row made the garbage collector a third of rendering.
  */
-function sideJson(name: 'bids' | 'asks', l: Float64Array, p: number, q: number, n: number): string {
+function sideJson(name: 'bids' | 'asks', books: TapeBooks, i: number, p: number, q: number, n: number): string {
   let json = `"${name}":[`;
-  for (let i = n - 1; i >= 0; i--) json += `{"price":"${l[p + i]}","size":"${l[q + i]}"}${i ? ',' : ''}`;
+  for (let k = n - 1; k >= 0; k--) json += `{"price":"${books.text(i, p + k)}","size":"${books.text(i, q + k)}"}${k ? ',' : ''}`;
   return `${json}]`;
 }
 
-type Entry = (price: number, size: number, side: 'BUY' | 'SELL') => void;
+type Entry = (price: string, size: string, side: 'BUY' | 'SELL') => void;
 
 /**
- * The levels of one side that differ between two books (new aggregate size, 0 for a level gone):
- * one merge walk over both ladders, best first (bids descending, asks ascending). The previous
- * book's `n0` prices are at `p0` with sizes at `q0`, the next one's likewise.
+ * The levels of one side that differ between two rows of a token (new aggregate size, "0" for a
+ * level gone), in the venue's text of the row that holds each: one merge walk over both ladders,
+ * best first (bids descending, asks ascending). Offsets are into each row's ladders.
  */
 function sideChanges(
-  l: Float64Array,
+  books: TapeBooks,
+  prev: number,
   p0: number,
   q0: number,
   n0: number,
+  next: number,
   p1: number,
   q1: number,
   n1: number,
   side: 'BUY' | 'SELL',
   entry: Entry,
 ) {
+  const l = books.levels;
+  const [a0, a1] = [books.at[prev], books.at[next]];
   // Walking best first, a bid's "later" price is lower and an ask's higher.
   const sign = side === 'BUY' ? -1 : 1;
   let i = 0;
   let j = 0;
   while (i < n0 || j < n1) {
-    const was = i < n0 ? l[p0 + i] : NaN;
-    const now = j < n1 ? l[p1 + j] : NaN;
+    const was = i < n0 ? l[a0 + p0 + i] : NaN;
+    const now = j < n1 ? l[a1 + p1 + j] : NaN;
     if (j >= n1 || (i < n0 && sign * (now - was) > 0)) {
-      entry(was, 0, side);
+      entry(books.text(prev, p0 + i), books.zeroSize(next), side);
       i++;
     } else if (i >= n0 || sign * (was - now) > 0) {
-      entry(now, l[q1 + j], side);
+      entry(books.text(next, p1 + j), books.text(next, q1 + j), side);
       j++;
     } else {
-      if (l[q0 + i] !== l[q1 + j]) entry(now, l[q1 + j], side);
+      if (l[a0 + q0 + i] !== l[a1 + q1 + j]) entry(books.text(next, p1 + j), books.text(next, q1 + j), side);
       i++;
       j++;
     }
@@ -63,18 +68,23 @@ function sideChanges(
 
 /** Every level two rows of one token differ in, bids then asks, each as the venue's change states it. */
 function bookChanges(books: TapeBooks, prev: number, next: number, entry: Entry): void {
-  const l = books.levels;
-  const [a0, b0, s0] = [books.at[prev], books.bids[prev], books.asks[prev]];
-  const [a1, b1, s1] = [books.at[next], books.bids[next], books.asks[next]];
-  sideChanges(l, a0, a0 + b0, b0, a1, a1 + b1, b1, 'BUY', entry);
-  sideChanges(l, a0 + 2 * b0, a0 + 2 * b0 + s0, s0, a1 + 2 * b1, a1 + 2 * b1 + s1, s1, 'SELL', entry);
+  const [b0, s0] = [books.bids[prev], books.asks[prev]];
+  const [b1, s1] = [books.bids[next], books.asks[next]];
+  sideChanges(books, prev, 0, b0, b0, next, 0, b1, b1, 'BUY', entry);
+  sideChanges(books, prev, 2 * b0, 2 * b0 + s0, s0, next, 2 * b1, 2 * b1 + s1, s1, 'SELL', entry);
 }
 
 /** A row's two sides as the venue writes them. */
 function sidesJson(books: TapeBooks, i: number): [string, string] {
-  const [a, b, s] = [books.at[i], books.bids[i], books.asks[i]];
-  return [sideJson('bids', books.levels, a, a + b, b), sideJson('asks', books.levels, a + 2 * b, a + 2 * b + s, s)];
+  const [b, s] = [books.bids[i], books.asks[i]];
+  return [sideJson('bids', books, i, 0, b, b), sideJson('asks', books, i, 2 * b, 2 * b + s, s)];
 }
+
+/**
+ * Not the venue's: beside a hash the archive computed with the venue's formula because the venue's
+ * own is not in the record (it sent none, or the row predates the lake keeping it). Clients ignore it.
+ */
+const FORMULA = ',"hash_source":"formula"';
 
 /** Kinds in the order messages of one instant go: a gap's notice, the tick, trades, then books. */
 const GAP = 0;
@@ -244,37 +254,74 @@ export class PolymarketWalk implements ReplayWalk {
   }
 
   /**
-   * The hashed fields beside the levels that the archive holds for a row, as the hash's JSON tail
-   * (never `min_order_size`, which it does not keep), and the last trade's text.
+   * The hashed fields of a row recorded before the lake kept the venue's (2026-11-28): the tick,
+   * neg-risk and the last trade the archive holds (never `min_order_size`, which it did not keep).
    */
-  private extrasOf(i: number): { json: string; trade: string | null } {
+  private olderFields(i: number): string {
     const ts = this.tape.books.ts[i];
     const tick = this.tickOf(ts);
-    const price = this.lastTradeOf(this.tape.books.outcome[i], ts);
-    const trade = price === null ? null : text(price);
-    const json =
-      (tick === null ? '' : `,"tick_size":"${tick}"`) +
-      (this.negRisk === undefined ? '' : `,"neg_risk":${this.negRisk}`) +
-      (trade === null ? '' : `,"last_trade_price":"${trade}"`);
-    return { json, trade };
+    const trade = this.lastTradeOf(this.tape.books.outcome[i], ts);
+    const fields = [
+      ...(tick === null ? [] : [`"tick_size":"${tick}"`]),
+      ...(this.negRisk === undefined ? [] : [`"neg_risk":${this.negRisk}`]),
+      ...(trade === null ? [] : [`"last_trade_price":"${text(trade)}"`]),
+    ];
+    return `{${fields.join(',')}}`;
+  }
+
+  /**
+   * Row i's hash: the one the venue sent with its book, which the lake keeps (as `venue_hash` where
+   * the venue's formula over the row does not give it back); else the formula's, and the message
+   * says so with `hash_source` (the venue sent none, or the row was recorded before the lake kept
+   * what the formula needs).
+   */
+  private hashOf(i: number, bids: string, asks: string): { hash: string; formula: boolean } {
+    const books = this.tape.books;
+    const kept = books.venueHashes.get(i);
+    if (kept !== undefined) return { hash: kept, formula: false };
+    const fields = books.fieldsOf(i);
+    const hash = venueHashOf(this.condition, this.assets[books.outcome[i]], this.venueTime(i), bids, asks, fields ?? this.olderFields(i));
+    return { hash, formula: !books.hashed[i] || fields === null };
+  }
+
+  /** The last trade price a row's book carries, as the venue wrote it: from its hashed fields, else the archive's trades. */
+  private bookTrade(i: number): string | null {
+    const fields = this.tape.books.fieldsOf(i);
+    if (fields !== null) {
+      const trade = (JSON.parse(fields) as { last_trade_price?: unknown }).last_trade_price;
+      return typeof trade === 'string' ? trade : null;
+    }
+    const price = this.lastTradeOf(this.tape.books.outcome[i], this.tape.books.ts[i]);
+    return price === null ? null : text(price);
+  }
+
+  /**
+   * The venue's time of row i's book, which its messages carry and its hash covers: the row's own
+   * time but where the 1 ms rule moved it (two instants of one market in one millisecond) or the
+   * token's book did not change at the row's instant (it keeps its last change's time).
+   */
+  private venueTime(i: number): number {
+    const exchange = this.tape.books.exchange[i];
+    return Number.isNaN(exchange) ? this.tape.books.ts[i] : exchange;
   }
 
   private bookMessage(i: number): string {
     const books = this.tape.books;
     if (!books.has(i)) throw new Error(`the ladders of row ${i} of market ${this.tape.market.market_id} were not read`);
-    const timestamp = text(books.ts[i]);
+    const timestamp = text(this.venueTime(i));
     const asset = this.assets[books.outcome[i]];
     const [bids, asks] = sidesJson(books, i);
-    const extras = this.extrasOf(i);
-    const hash = clobHashOfParts(this.condition, asset, timestamp, bids, asks, extras.json);
-    const trade = extras.trade === null ? '' : `,"last_trade_price":"${extras.trade}"`;
-    return `{"event_type":"book","asset_id":${JSON.stringify(asset)},"market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","hash":"${hash}",${bids},${asks}${trade}}`;
+    const { hash, formula } = this.hashOf(i, bids, asks);
+    const price = this.bookTrade(i);
+    const trade = price === null ? '' : `,"last_trade_price":"${price}"`;
+    return `{"event_type":"book","asset_id":${JSON.stringify(asset)},"market":${JSON.stringify(this.condition)},"timestamp":"${timestamp}","hash":"${hash}"${formula ? FORMULA : ''},${bids},${asks}${trade}}`;
   }
 
   /** One recorded instant of the market: fresh books where a client has no copy, then one `price_change` with every token's changes. */
   private groupMessages(first: number, end: number): string[] {
     const books = this.tape.books;
     const out: string[] = [];
+    // The instant's time: the venue's, but where the 1 ms rule moved it (ARCHITECTURE.md, docs/REPLAY.md).
     const timestamp = text(books.ts[first]);
     let entries = '';
     for (let i = first; i < end; i++) {
@@ -290,11 +337,10 @@ export class PolymarketWalk implements ReplayWalk {
       );
       if (!changes.length) continue;
       const [bids, asks] = sidesJson(books, i);
-      const hash = clobHashOfParts(this.condition, assetId, timestamp, bids, asks, this.extrasOf(i).json);
-      const at = books.at[i];
-      const bestBid = books.bids[i] ? books.levels[at] : '0';
-      const bestAsk = books.asks[i] ? books.levels[at + 2 * books.bids[i]] : '1';
-      const best = `,"hash":"${hash}","best_bid":"${bestBid}","best_ask":"${bestAsk}"}`;
+      const { hash, formula } = this.hashOf(i, bids, asks);
+      const bestBid = books.bids[i] ? books.text(i, 0) : '0';
+      const bestAsk = books.asks[i] ? books.text(i, 2 * books.bids[i]) : '1';
+      const best = `,"hash":"${hash}","best_bid":"${bestBid}","best_ask":"${bestAsk}"${formula ? FORMULA : ''}}`;
       for (const c of changes) entries += `${entries ? ',' : ''}${c}${best}`;
     }
     if (entries)
@@ -312,8 +358,8 @@ export class PolymarketWalk implements ReplayWalk {
       event_type: 'last_trade_price',
       asset_id: this.assets[tr.outcome],
       market: this.condition,
-      price: text(tr.price),
-      ...(tr.size === null ? {} : { size: text(tr.size) }),
+      price: numberText(tr.price, tr.priceDecimals),
+      ...(tr.size === null ? {} : { size: numberText(tr.size, tr.sizeDecimals) }),
       ...(tr.side === null ? {} : { side: tr.side.toUpperCase() }),
       ...(tr.feeRateBps === null ? {} : { fee_rate_bps: text(tr.feeRateBps) }),
       timestamp: text(tr.ts),

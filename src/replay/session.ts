@@ -81,7 +81,16 @@ export class ReplaySession {
   /** Messages sent per market, over the whole replay (every market ever subscribed, also those let go). */
   readonly sent = new Map<string, number>();
   private readonly played = new Set<string>();
-  readonly stats = { messages: 0, frames: 0, markets: 0, unsent: 0, firstMessageMs: null as number | null };
+  readonly stats = {
+    messages: 0,
+    frames: 0,
+    markets: 0,
+    unsent: 0,
+    firstMessageMs: null as number | null,
+    loading: 0,
+    /** The historical time up to which every message due has been handed to the socket (a starved replay falls behind its clock). */
+    sentTo: -Infinity,
+  };
   private readonly began = performance.now();
 
   constructor(
@@ -139,8 +148,10 @@ export class ReplaySession {
     );
     this.walks.set(key, placeholder);
     this.loads.add(loading);
+    this.stats.loading++;
     void loading.finally(() => {
       this.loads.delete(loading);
+      this.stats.loading--;
       this.poke();
     });
     this.poke();
@@ -235,8 +246,14 @@ export class ReplaySession {
       const paused = this.paused !== null;
       // As fast as possible, a frame fills across instants once the subscriptions have settled.
       const now = paused ? -Infinity : speed === Infinity && performance.now() - this.subscribedAt >= SETTLE_MS ? to - 1 : this.position();
+      // Paced, a frame holds one instant, as the venue's do: a client that takes a frame's messages as
+      // one instant would merge two (two instants of one venue millisecond, say, which the archive keeps
+      // a millisecond apart). As fast as possible, frames fill across instants.
+      let instant: number | null = null;
       while (this.heap.length && this.heap[0].t <= now && out.length < maxPerFrame) {
+        if (speed !== Infinity && instant !== null && this.heap[0].t !== instant && out.length) break;
         const e = this.pop();
+        instant = e.t;
         if (this.walks.get(e.key) !== e.walk) continue;
         const before = out.length;
         this.taking = e.key.startsWith(SCHEDULE) ? e.key : null;
@@ -256,6 +273,7 @@ export class ReplaySession {
         out.length = 0;
         continue;
       }
+      if (!paused && now > this.stats.sentTo) this.stats.sentTo = now;
       if (paused || this.playAt === null) {
         await this.idle(IDLE_MS);
         continue;

@@ -10,6 +10,7 @@ import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import { relation } from '../lake/sql.js';
 import { planPartitions } from '../lake/layout.js';
 import { marketKey } from '../records.js';
+import { numberText } from '../numbertext.js';
 
 /** One outcome's book as recorded, ladders best level first (the lake's order). */
 export interface TapeBook {
@@ -51,6 +52,21 @@ export class TapeBooks {
    * outcomes only: its messages are rendered, and a walk asks ladders of the rows it starts from).
    */
   known: Uint8Array | null = null;
+  /** The venue's time of each row's book (NaN: not known), which its hash covers. */
+  exchange: Float64Array;
+  /** How the venue wrote each row's prices and sizes (numbertext.ts), -1 for the shortest form. */
+  priceDecimals: Int8Array;
+  sizeDecimals: Int8Array;
+  /** Whether the venue sent a hash with each row's book (`hash_check` not null). */
+  hashed: Uint8Array;
+  /** Each row's hashed fields (an index into `fieldTexts`, -1 for none). */
+  fields: Int32Array;
+  readonly fieldTexts: string[] = [];
+  /** The few rows whose texts fit no code (`level_texts`) or whose hash the formula does not give (`venue_hash`). */
+  readonly levelTexts = new Map<number, string>();
+  readonly venueHashes = new Map<number, string>();
+  private readonly fieldIndex = new Map<string, number>();
+  private readonly parsedTexts = new Map<number, string[]>();
 
   /** Times and outcomes alone: ladders are added row by row (`add`). */
   static sparse(ts: Float64Array, outcome: Int32Array): TapeBooks {
@@ -63,12 +79,27 @@ export class TapeBooks {
       bids: new Int32Array(n),
       asks: new Int32Array(n),
       known: new Uint8Array(n),
+      exchange: new Float64Array(n).fill(NaN),
+      priceDecimals: new Int8Array(n).fill(-1),
+      sizeDecimals: new Int8Array(n).fill(-1),
+      hashed: new Uint8Array(n),
+      fields: new Int32Array(n).fill(-1),
     });
     return books;
   }
 
   /** Row i of a sparse tape gets the ladders of row j of `from` (the same book, read from the lake). */
   add(i: number, from: TapeBooks, j: number): void {
+    this.exchange[i] = from.exchange[j];
+    this.priceDecimals[i] = from.priceDecimals[j];
+    this.sizeDecimals[i] = from.sizeDecimals[j];
+    this.hashed[i] = from.hashed[j];
+    const fields = from.fieldsOf(j);
+    this.fields[i] = fields === null ? -1 : this.fieldId(fields);
+    const texts = from.levelTexts.get(j);
+    if (texts !== undefined) this.levelTexts.set(i, texts);
+    const hash = from.venueHashes.get(j);
+    if (hash !== undefined) this.venueHashes.set(i, hash);
     const values = from.levels.subarray(from.at[j], from.at[j] + 2 * (from.bids[j] + from.asks[j]));
     const levels = new Float64Array(this.levels.length + values.length);
     levels.set(this.levels);
@@ -85,7 +116,10 @@ export class TapeBooks {
     return this.known === null || this.known[i] === 1;
   }
 
-  /** From chunks of `TAPE_BOOK_SELECT`: ts, outcome, the four ladders as one list, and how many bids and asks. */
+  /**
+   * From chunks of `TAPE_BOOK_SELECT`: ts, outcome, the four ladders as one list, how many bids and
+   * asks, then the venue's time, text codes, texts, hashed fields, hash and whether one was sent.
+   */
   constructor(chunks: DuckDBDataChunk[]) {
     const n = chunks.reduce((sum, c) => sum + c.rowCount, 0);
     this.ts = new Float64Array(n);
@@ -93,6 +127,11 @@ export class TapeBooks {
     this.at = new Int32Array(n);
     this.bids = new Int32Array(n);
     this.asks = new Int32Array(n);
+    this.exchange = new Float64Array(n);
+    this.priceDecimals = new Int8Array(n);
+    this.sizeDecimals = new Int8Array(n);
+    this.hashed = new Uint8Array(n);
+    this.fields = new Int32Array(n);
     const size = chunks.reduce((sum, c) => sum + (c.getColumnVector(2) as DuckDBListVector).childVector.itemCount, 0);
     this.levels = new Float64Array(size);
     let i = 0;
@@ -103,11 +142,22 @@ export class TapeBooks {
       const ladders = c.getColumnVector(2) as DuckDBListVector;
       const bids = c.getColumnVector(3);
       const asks = c.getColumnVector(4);
+      const [exchange, pd, sd, texts, fields, hash, hashed] = [5, 6, 7, 8, 9, 10, 11].map((k) => c.getColumnVector(k));
       for (let r = 0; r < c.rowCount; r++, i++) {
         this.ts[i] = ts.getItem(r) as number;
         this.outcome[i] = outcome.getItem(r) as number;
         this.bids[i] = bids.getItem(r) as number;
         this.asks[i] = asks.getItem(r) as number;
+        this.exchange[i] = (exchange.getItem(r) as number | null) ?? NaN;
+        this.priceDecimals[i] = (pd.getItem(r) as number | null) ?? -1;
+        this.sizeDecimals[i] = (sd.getItem(r) as number | null) ?? -1;
+        this.hashed[i] = hashed.getItem(r) ? 1 : 0;
+        const f = fields.getItem(r) as string | null;
+        this.fields[i] = f === null ? -1 : this.fieldId(f);
+        const text = texts.getItem(r) as string | null;
+        if (text !== null) this.levelTexts.set(i, text);
+        const h = hash.getItem(r) as string | null;
+        if (h !== null) this.venueHashes.set(i, h);
         this.at[i] = offset;
         const values = readDoubles(ladders, r);
         this.levels.set(values, offset);
@@ -121,7 +171,45 @@ export class TapeBooks {
   }
 
   get bytes(): number {
-    return this.levels.byteLength + this.ts.length * 24;
+    return this.levels.byteLength + this.ts.length * 43 + (this.levelTexts.size + this.venueHashes.size) * 120;
+  }
+
+  private fieldId(text: string): number {
+    let id = this.fieldIndex.get(text);
+    if (id === undefined) {
+      id = this.fieldTexts.push(text) - 1;
+      this.fieldIndex.set(text, id);
+    }
+    return id;
+  }
+
+  /** Row i's hashed fields as kept (`hash_fields`), or null. */
+  fieldsOf(i: number): string | null {
+    const f = this.fields[i];
+    return f < 0 ? null : this.fieldTexts[f];
+  }
+
+  /** A removed level's size ("0") as row i writes sizes ("0.00" where they have two decimals). */
+  zeroSize(i: number): string {
+    const d = this.levelTexts.size && this.levelTexts.has(i) ? -1 : this.sizeDecimals[i];
+    return d < 0 ? '0' : numberText(0, d);
+  }
+
+  /**
+   * The k-th number of row i's ladders (bid prices, bid sizes, ask prices, ask sizes, as `at[i]`
+   * lays them out) as the venue wrote it.
+   */
+  text(i: number, k: number): string {
+    const whole = this.levelTexts.size ? this.levelTexts.get(i) : undefined;
+    if (whole !== undefined) {
+      let flat = this.parsedTexts.get(i);
+      if (!flat) this.parsedTexts.set(i, (flat = (JSON.parse(whole) as string[][]).flat()));
+      return flat[k];
+    }
+    const b = this.bids[i];
+    const price = k < b || (k >= 2 * b && k < 2 * b + this.asks[i]);
+    const decimals = price ? this.priceDecimals[i] : this.sizeDecimals[i];
+    return numberText(this.levels[this.at[i] + k], decimals < 0 ? null : decimals);
   }
 
   /** Row i as a book: views of its ladders, no copy. */
@@ -168,6 +256,9 @@ export interface TapeTrade {
   side: string | null;
   feeRateBps: number | null;
   transactionHash: string | null;
+  /** How the venue wrote the price and size (numbertext.ts), null for the shortest form. */
+  priceDecimals: number | null;
+  sizeDecimals: number | null;
 }
 
 export interface TapeGap {
@@ -225,11 +316,28 @@ export function tapeSpan(dataset: 'books' | 'trades', m: StoredMarket) {
  */
 export const TAPE_BOOK_SELECT =
   'epoch_ms(ts)::DOUBLE AS ts, outcome_index, list_concat(bid_prices, bid_sizes, ask_prices, ask_sizes) AS ladders, ' +
-  'len(bid_prices)::INTEGER AS bids, len(ask_prices)::INTEGER AS asks';
-export const BOOK_TAPE_COLUMNS = ['ts', 'market_id', 'outcome_index', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'];
+  'len(bid_prices)::INTEGER AS bids, len(ask_prices)::INTEGER AS asks, epoch_ms(exchange_ts)::DOUBLE AS exchange_ts, ' +
+  'price_decimals::INTEGER AS price_decimals, size_decimals::INTEGER AS size_decimals, level_texts, hash_fields, venue_hash, ' +
+  'hash_check IS NOT NULL AS hashed';
+export const BOOK_TAPE_COLUMNS = [
+  'ts',
+  'market_id',
+  'outcome_index',
+  'bid_prices',
+  'bid_sizes',
+  'ask_prices',
+  'ask_sizes',
+  'exchange_ts',
+  'price_decimals',
+  'size_decimals',
+  'level_texts',
+  'hash_fields',
+  'venue_hash',
+  'hash_check',
+];
 /** Only what a tape uses is read (the lake's files hold more columns). */
 const TAPE_COLUMNS = {
-  trades: ['ts', 'market_id', 'outcome_index', 'price', 'size', 'side', 'fee_rate_bps', 'transaction_hash', 'source'],
+  trades: 'ts market_id outcome_index price size side fee_rate_bps transaction_hash source price_decimals size_decimals'.split(' '),
   markets: ['ts', 'market_id', 'tick_size'],
   books: BOOK_TAPE_COLUMNS,
 };
@@ -271,7 +379,7 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     read(
       tradeSpan,
       'trades',
-      'epoch_ms(ts)::DOUBLE AS ts, outcome_index, price, size, side, fee_rate_bps, transaction_hash',
+      'epoch_ms(ts)::DOUBLE AS ts, outcome_index, price, size, side, fee_rate_bps, transaction_hash, price_decimals, size_decimals',
       `${range} AND source = 'stream'`,
     ),
     read(
@@ -290,12 +398,17 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     side: typeof r.side === 'string' ? r.side : null,
     feeRateBps: numberOrNull(r.fee_rate_bps),
     transactionHash: typeof r.transaction_hash === 'string' ? r.transaction_hash : null,
+    priceDecimals: numberOrNull(r.price_decimals),
+    sizeDecimals: numberOrNull(r.size_decimals),
   }));
   const ticks: { ts: number; tick: number }[] = [];
   for (const r of versions) {
     const tick = numberOrNull(r.tick_size);
     if (tick !== null && tick > 0 && ticks.at(-1)?.tick !== tick) ticks.push({ ts: Number(r.ts), tick });
   }
+  const streamed = streamedTicks(books);
+  // The books' hashed fields say when the stream moved the tick; a market version says it only when a poll saw it.
+  if (streamed.length) ticks.splice(1, ticks.length - 1, ...streamed.filter((v) => !ticks.length || v.ts > ticks[0].ts));
   const gaps = tapeGaps(lake, venue, m);
   return {
     market: m,
@@ -306,6 +419,30 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     bytes: 200 + books.bytes + trades.length * 150,
     rendered: new Map(),
   };
+}
+
+/**
+ * The tick each book row was hashed with (its `hash_fields`), where it moved: the first row with a
+ * new tick, at its instant. Rows before the lake kept the fields say nothing (none found: []).
+ */
+function streamedTicks(books: TapeBooks): { ts: number; tick: number }[] {
+  const tickOf = new Map<number, number | null>();
+  const out: { ts: number; tick: number }[] = [];
+  let last: number | null = null;
+  for (let i = 0; i < books.length; i++) {
+    const f = books.fields[i];
+    if (f < 0) continue;
+    let tick = tickOf.get(f);
+    if (tick === undefined) {
+      const text = (JSON.parse(books.fieldTexts[f]) as { tick_size?: unknown }).tick_size;
+      tick = typeof text === 'string' && Number(text) > 0 ? Number(text) : null;
+      tickOf.set(f, tick);
+    }
+    if (tick === null || tick === last) continue;
+    if (last !== null) out.push({ ts: books.ts[i], tick });
+    last = tick;
+  }
+  return out;
 }
 
 /**

@@ -2,7 +2,7 @@
 // one Yes-priced book per recorded instant (the first outcome's, as recorded), in a `DATA` frame
 // whose `data` is a JSON string, and a `replay_gap` payload where the record has a gap (it carries
 // no `updateTimestampMs`, so a venue client's book handling passes it by).
-import type { MarketTape } from './tape.js';
+import type { MarketTape, TapeBooks } from './tape.js';
 import type { ReplayWalk } from './session.js';
 
 export const WALLET_AGGREGATE_TOPIC = 'web3_prediction_orderbook_data';
@@ -13,7 +13,9 @@ export const WALLET_ACK = JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', sub
 
 export const walletFrame = (topic: string, payload: string) => JSON.stringify({ type: 'DATA', topic, data: payload });
 
-const pairs = (prices: ArrayLike<number>, sizes: ArrayLike<number>) => Array.from(prices, (p, i) => [String(p), String(sizes[i])]);
+/** Row i's `n` levels at offset `p` (prices) and `q` (sizes) of its ladders, as `[price, size]` pairs in the venue's text. */
+const pairs = (books: TapeBooks, i: number, p: number, q: number, n: number) =>
+  Array.from({ length: n }, (_, k) => [books.text(i, p + k), books.text(i, q + k)]);
 
 export class WalletWalk implements ReplayWalk {
   private book: number;
@@ -65,13 +67,14 @@ export class WalletWalk implements ReplayWalk {
   }
 
   private bookFrame(i: number): string {
-    const b = this.tape.books.row(i);
+    const books = this.tape.books;
+    const [b, a] = [books.bids[i], books.asks[i]];
     const payload = JSON.stringify({
       msgType: 'orderbook',
       marketId: Number(this.tape.market.market_id),
-      updateTimestampMs: b.ts,
-      bids: pairs(b.bidPrices, b.bidSizes),
-      asks: pairs(b.askPrices, b.askSizes),
+      updateTimestampMs: books.ts[i],
+      bids: pairs(books, i, 0, b, b),
+      asks: pairs(books, i, 2 * b, 2 * b + a, a),
     });
     return walletFrame(this.topic, payload);
   }

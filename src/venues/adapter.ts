@@ -2,6 +2,7 @@
 import type { Venue, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
 import { UpstreamError } from './http.js';
+import { type BookTextForm, bookTextForm } from '../numbertext.js';
 
 export interface Quote {
   outcome_index: number;
@@ -63,19 +64,33 @@ export interface Level {
 }
 
 /** Ladders best first (bids descending, asks ascending), whatever order the upstream used. */
-export function ladders(bids: unknown, asks: unknown, where: string): Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> {
+export function ladders(
+  bids: unknown,
+  asks: unknown,
+  where: string,
+): Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'> & BookTextForm {
+  const text = (v: unknown) => (typeof v === 'string' ? v.trim() : String(v));
   const side = (levels: unknown, name: string, dir: 1 | -1) => {
     if (!Array.isArray(levels)) throw new UpstreamError('malformed', `${where}: ${name} is not an array`);
     const parsed = levels.map((l: Level, i) => ({
       price: decimal(l?.price, `${where}.${name}[${i}].price`),
       size: decimal(l?.size, `${where}.${name}[${i}].size`),
+      priceText: text(l?.price),
+      sizeText: text(l?.size),
     }));
     parsed.sort((a, b) => dir * (a.price - b.price));
-    return { prices: parsed.map((l) => l.price), sizes: parsed.map((l) => l.size) };
+    return {
+      prices: parsed.map((l) => l.price),
+      sizes: parsed.map((l) => l.size),
+      priceTexts: parsed.map((l) => l.priceText),
+      sizeTexts: parsed.map((l) => l.sizeText),
+    };
   };
   const b = side(bids, 'bids', -1);
   const a = side(asks, 'asks', 1);
-  return { bid_prices: b.prices, bid_sizes: b.sizes, ask_prices: a.prices, ask_sizes: a.sizes };
+  // How the venue wrote them, so a replay sends its text (numbertext.ts).
+  const form = bookTextForm({ bidPrices: b.priceTexts, bidSizes: b.sizeTexts, askPrices: a.priceTexts, askSizes: a.sizeTexts });
+  return { bid_prices: b.prices, bid_sizes: b.sizes, ask_prices: a.prices, ask_sizes: a.sizes, ...form };
 }
 
 export function statusByTime(now: number, start: number, end: number): 'upcoming' | 'open' | 'closed' {

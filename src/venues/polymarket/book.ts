@@ -3,6 +3,7 @@
 import { hash as digest } from 'node:crypto';
 import { type Market, type TradeRow, primeLadderJson } from '../../records.js';
 import type { VenueBookSummary } from '../adapter.js';
+import { type BookTextForm, bookTextForm, textForm } from '../../numbertext.js';
 
 export interface ClobLevel {
   price: string;
@@ -163,8 +164,13 @@ export function tradeOf(market: Market, msg: ClobLastTradeMessage, recvTs: numbe
     source: 'stream',
     exchange_ts: exchangeTs,
     recv_ts: recvTs,
+    price_decimals: venueForm(msg.price),
+    size_decimals: venueForm(msg.size),
   };
 }
+
+/** How the venue wrote one number (numbertext.ts), so a replay sends its text; a form no code says is taken as the shortest. */
+const venueForm = (v: unknown): number | null => (typeof v === 'string' && v.trim() !== '' ? (textForm([v.trim()]) ?? null) : null);
 
 export interface ClobTickSizeMessage {
   event_type: 'tick_size_change';
@@ -236,8 +242,21 @@ export class LocalBook {
     readonly assetId: string,
   ) {}
 
-  reset(levels: { market?: string; bids: ClobLevel[]; asks: ClobLevel[] }, ts: number): void {
+  /** The hash the venue sent with the current book (its snapshot's, or its newest change's); null when it sent none. */
+  sentHash: string | null = null;
+  /** The hashed fields as known when that hash came: what a row repeating this book keeps beside it. */
+  private sentExtras = '';
+  private rowCache: { key: string; row: BookTextRow } | null = null;
+
+  /** The venue's hash of the book just applied (null: it sent none), kept with the fields known now. */
+  sent(hash: string | null): void {
+    this.sentHash = hash;
+    this.sentExtras = this.extrasText;
+  }
+
+  reset(levels: { market?: string; bids: ClobLevel[]; asks: ClobLevel[]; hash?: unknown }, ts: number): void {
     if (levels.market) this.market = levels.market;
+    this.sent(typeof levels.hash === 'string' && levels.hash ? levels.hash : null);
     this.bids.set(levels.bids.map(level).sort((a, b) => a.p - b.p));
     this.asks.set(levels.asks.map(level).sort((a, b) => b.p - a.p));
     this.ts = ts;
@@ -355,6 +374,39 @@ export class LocalBook {
     return this.earlier.length;
   }
 
+  /**
+   * What a lake row keeps of this book beyond its numbers: the venue's text (as codes, or whole),
+   * the hashed fields as known, and the venue's hash where the formula over the row, as a reader
+   * computes it for `market` (`venueHashOf`), does not give it back.
+   */
+  textRow(market: string): BookTextRow {
+    // Beside a venue hash, the fields as they were when it came (a later trade does not move a book's hash until it changes).
+    const extras = this.sentHash !== null ? this.sentExtras : this.extrasText;
+    const key = `${this.bids.version}:${this.asks.version}:${this.ts}:${market}:${this.sentHash}:${extras}`;
+    if (this.rowCache?.key === key) return this.rowCache.row;
+    const texts = (levels: Level[], k: 'price' | 'size') => levels.map((l) => l[k]).reverse();
+    const form = bookTextForm({
+      bidPrices: texts(this.bids.levels, 'price'),
+      bidSizes: texts(this.bids.levels, 'size'),
+      askPrices: texts(this.asks.levels, 'price'),
+      askSizes: texts(this.asks.levels, 'size'),
+    });
+    // '{}' rather than null beside a venue hash: none of the fields was known, which the formula needs to know too.
+    const fields = extras ? `{${extras.slice(1)}}` : this.sentHash !== null ? '{}' : null;
+    let venueHash: string | null = null;
+    if (this.sentHash !== null) {
+      const formula = digest(
+        'sha1',
+        hashText(opening(market, this.assetId), String(this.ts), this.bids.hashJson(), this.asks.hashJson(), extras, 'hash-fourth'),
+        'hex',
+      );
+      if (formula !== this.sentHash) venueHash = this.sentHash;
+    }
+    const row = { ...form, hash_fields: fields, venue_hash: venueHash };
+    this.rowCache = { key, row };
+    return row;
+  }
+
   /** Ladders best first, as the lake stores them; the same arrays until the book changes. */
   ladders(): Ladders {
     const c = this.cached;
@@ -370,6 +422,27 @@ export class LocalBook {
     this.cached = { bids: this.bids.version, asks: this.asks.version, ladders };
     return ladders;
   }
+}
+
+/** What a lake row keeps of a book beyond its numbers (the books columns of the same names). */
+export type BookTextRow = BookTextForm & { hash_fields: string | null; venue_hash: string | null };
+
+/**
+ * The venue's hash of a recorded book as its formula gives it (UPSTREAMS.md C1, REST's field order)
+ * over the row: the market's condition id, the token, the row's venue time, its levels in the
+ * venue's text and order, and the hashed fields it kept (`hash_fields`). A row whose venue hash this
+ * does not give keeps it (`venue_hash`).
+ */
+export function venueHashOf(
+  market: string,
+  assetId: string,
+  exchangeTs: number,
+  bidsJson: string,
+  asksJson: string,
+  hashFields: string | null,
+): string {
+  const extras = hashFields && hashFields.length > 2 ? `,${hashFields.slice(1, -1)}` : '';
+  return clobHashOfParts(market, assetId, String(exchangeTs), bidsJson, asksJson, extras);
 }
 
 /** A copy's book at one instant, as a later check needs it. */

@@ -273,6 +273,7 @@ export class CopyProofs {
       if (ts <= t.book.ts) return 'unchanged';
       return this.missedBefore(t, timestamp, ts, hash);
     }
+    t.book.sent(hash ?? null);
     this.remember(t);
     // A new book: what vouched for the last one says nothing of it.
     t.check = 'none';

@@ -593,6 +593,7 @@ export class StreamRecorder implements VenueRecorder {
         ask_prices: l.ask_prices,
         ask_sizes: l.ask_sizes,
         verified_by: t.check,
+        ...t.book.textRow(m.condition_id ?? m.market_id),
       });
     }
     if (!books.length) return;

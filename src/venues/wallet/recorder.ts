@@ -30,6 +30,10 @@ export function mirrorLadders(yes: Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_
     bid_sizes: yes.ask_sizes,
     ask_prices: yes.bid_prices.map(complement),
     ask_sizes: yes.bid_sizes,
+    // Derived, not sent: no venue text to keep (the shortest form).
+    price_decimals: null,
+    size_decimals: null,
+    level_texts: null,
   };
 }
 

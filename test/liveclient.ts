@@ -1,0 +1,105 @@
+// An independent client of Polymarket's market channel, written from UPSTREAMS.md C1 alone (none of
+// capture's code): it subscribes to every token the venue has been asked for, as a live bot would,
+// and keeps every frame as it was received, for a replay to be compared with.
+import WebSocket from 'ws';
+
+/** Put among the frames where the connection was cut (the client connects again at once). */
+export const RECONNECT = 'RECONNECT';
+
+export interface LiveRecording {
+  /** Every frame's text as received, PONGs left out; `RECONNECT` where the connection was cut. */
+  frames: string[];
+  stop(): void;
+}
+
+/** Records the market channel at `url` for the tokens `tokens()` names, subscribing new ones as they appear; reconnects when cut. */
+export function recordMarketChannel(url: string, tokens: () => string[]): LiveRecording {
+  const frames: string[] = [];
+  let stopped = false;
+  let ws: WebSocket | null = null;
+  let asked = new Set<string>();
+  const ask = () => {
+    if (!ws || ws.readyState !== WebSocket.OPEN) return;
+    const fresh = tokens().filter((t) => !asked.has(t));
+    if (!fresh.length) return;
+    // The documented frames: the first names the channel, later ones add tokens to it.
+    const frame = asked.size
+      ? { assets_ids: fresh, operation: 'subscribe', type: 'market', initial_dump: true }
+      : { assets_ids: fresh, type: 'market', initial_dump: true, custom_feature_enabled: true };
+    for (const t of fresh) asked.add(t);
+    ws.send(JSON.stringify(frame));
+  };
+  const connect = () => {
+    if (stopped) return;
+    asked = new Set();
+    const socket = new WebSocket(url);
+    ws = socket;
+    socket.on('open', ask);
+    socket.on('message', (data) => {
+      const text = data.toString();
+      if (text !== 'PONG') frames.push(text);
+    });
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      if (ws !== socket) return;
+      frames.push(RECONNECT);
+      setTimeout(connect, 20);
+    });
+  };
+  connect();
+  const timer = setInterval(() => {
+    ask();
+    if (ws?.readyState === WebSocket.OPEN) ws.send('PING');
+  }, 50);
+  return {
+    frames,
+    stop() {
+      stopped = true;
+      clearInterval(timer);
+      ws?.close();
+    },
+  };
+}
+
+/**
+ * The spans the client itself was cut off: from the newest venue time it had heard before each cut to
+ * the first after it. What it knows of the last trade there is its own affair, not the venue's.
+ */
+export function cutsOf(frames: readonly string[]): { from: number; to: number }[] {
+  const cuts: { from: number; to: number }[] = [];
+  let heard = -Infinity;
+  let open: { from: number; to: number } | null = null;
+  for (const text of frames) {
+    if (text === RECONNECT) {
+      open = { from: heard, to: Infinity };
+      cuts.push(open);
+      continue;
+    }
+    for (const m of messagesOf([text])) {
+      const ts = Number(m.timestamp);
+      if (!Number.isFinite(ts)) continue;
+      heard = Math.max(heard, ts);
+      if (open) {
+        open.to = ts;
+        open = null;
+      }
+    }
+  }
+  return cuts;
+}
+
+/** The messages of recorded frames: a frame is one JSON object or an array of them; bare text is not a message. */
+export function messagesOf(frames: readonly string[]): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const text of frames) {
+    if (text === RECONNECT) continue;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      continue;
+    }
+    for (const m of Array.isArray(parsed) ? parsed : [parsed]) if (m && typeof m === 'object') out.push(m as Record<string, unknown>);
+  }
+  return out;
+}
