@@ -1,6 +1,7 @@
 // An independent client of Polymarket's market channel, written from UPSTREAMS.md C1 alone (none of
 // capture's code): it subscribes to every token the venue has been asked for, as a live bot would,
 // and keeps every frame as it was received, for a replay to be compared with.
+import { createHmac, randomBytes } from 'node:crypto';
 import WebSocket from 'ws';
 
 /** Put among the frames where the connection was cut (the client connects again at once). */
@@ -100,6 +101,60 @@ export function messagesOf(frames: readonly string[]): Record<string, unknown>[]
       continue;
     }
     for (const m of Array.isArray(parsed) ? parsed : [parsed]) if (m && typeof m === 'object') out.push(m as Record<string, unknown>);
+  }
+  return out;
+}
+
+/**
+ * Records the wallet venue's aggregate order-book topic at `base` (its SApi socket path included), as
+ * UPSTREAMS.md C2 says a client connects: the topic in a query signed with HMAC-SHA256 over it, the
+ * key in `X-MBX-APIKEY`; every frame kept as received, `RECONNECT` where it was cut.
+ */
+export function recordWalletTopics(base: string, apiKey: string, secret: string): LiveRecording {
+  const frames: string[] = [];
+  let stopped = false;
+  let ws: WebSocket | null = null;
+  const connect = () => {
+    if (stopped) return;
+    const query = `random=${randomBytes(8).toString('hex')}&topic=web3_prediction_orderbook_data&recvWindow=5000&timestamp=${Date.now()}`;
+    const signature = createHmac('sha256', secret).update(query).digest('hex');
+    const socket = new WebSocket(`${base}?${query}&signature=${signature}`, { headers: { 'X-MBX-APIKEY': apiKey } });
+    ws = socket;
+    socket.on('message', (data) => frames.push(data.toString()));
+    socket.on('error', () => undefined);
+    socket.on('close', () => {
+      if (ws !== socket) return;
+      frames.push(RECONNECT);
+      setTimeout(connect, 20);
+    });
+  };
+  connect();
+  const timer = setInterval(() => {
+    if (ws?.readyState === WebSocket.OPEN) ws.ping();
+  }, 1000);
+  return {
+    frames,
+    stop() {
+      stopped = true;
+      clearInterval(timer);
+      ws?.close();
+    },
+  };
+}
+
+/** The order-book payloads of wallet frames: each `DATA` frame's `data` is a JSON string, parsed a second time. */
+export function walletPushesOf(frames: readonly string[]): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const text of frames) {
+    if (text === RECONNECT) continue;
+    try {
+      const frame = JSON.parse(text) as { type?: string; data?: unknown };
+      if (frame.type !== 'DATA' || typeof frame.data !== 'string') continue;
+      const push = JSON.parse(frame.data) as Record<string, unknown>;
+      if (push && typeof push === 'object') out.push(push);
+    } catch {
+      continue;
+    }
   }
   return out;
 }

@@ -10,11 +10,24 @@ import { SECOND } from '../src/time.js';
 import { walletTopics } from '../src/venues/wallet/channel.js';
 import { quiet, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
+import { type LiveRecording, RECONNECT, recordWalletTopics, walletPushesOf } from './liveclient.js';
+import { WALLET_STREAM_PATH } from '../src/standin/walletstream.js';
 import { OPEN, stopGaps, streamRun } from './streamrun.js';
 
 const START = OPEN + 250 * SECOND;
 const DISCONNECT = { from: START + 40 * SECOND, to: START + 46 * SECOND };
-const run = await streamRun(t, { disconnects: [DISCONNECT] }, 5, 20, { venue: 'wallet-prediction', start: START, spanMs: 100 * SECOND });
+// A live bot's record of the same session: every frame of the aggregate topic the venue sent it.
+let live: LiveRecording | null = null;
+const run = await streamRun(t, { disconnects: [DISCONNECT] }, 5, 20, {
+  venue: 'wallet-prediction',
+  start: START,
+  spanMs: 100 * SECOND,
+  during: async (_capture, _clock, { url }) => {
+    live = recordWalletTopics(`${url.replace('http', 'ws')}${WALLET_STREAM_PATH}`, 'standin-key', 'standin-secret');
+  },
+});
+const liveFrames = (live as LiveRecording | null)!;
+liveFrames.stop();
 const END = run.end;
 
 const api = await startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000' }), run.duck, createClock(END + 60 * SECOND, 1), quiet, {
@@ -48,6 +61,48 @@ function replay(query: string, topics: string[]): Promise<{ pushes: Record<strin
 
 const ups = run.rows.filter((r) => r.outcome_index === 0 && r.ts >= START && r.ts < END);
 const markets = [...new Set(run.rows.map((r) => r.market_id))];
+
+t.test('the replay pushes what the venue pushed: a live client’s record of the session, book by book', async (t) => {
+  const got = await replay(`from=${START}&to=${END}&speed=max`, ['web3_prediction_orderbook_data']);
+  const keyed = (pushes: Record<string, unknown>[]) =>
+    new Map(
+      pushes
+        .filter((p) => p.msgType === 'orderbook')
+        .map((p) => [`${p.marketId}@${p.updateTimestampMs}`, JSON.stringify([p.bids, p.asks])] as const),
+    );
+  const heard = keyed(walletPushesOf(liveFrames.frames));
+  const replayed = keyed(got.pushes);
+  // Outside the record's gaps and the live client's own cuts (the venue replays nothing after a reconnect).
+  const gaps = [...run.gaps, ...(await stopGaps(run))];
+  const cuts: { from: number; to: number }[] = [];
+  let heardTs = -Infinity;
+  for (const text of liveFrames.frames) {
+    if (text === RECONNECT) cuts.push({ from: heardTs, to: Infinity });
+    else
+      for (const p of walletPushesOf([text])) {
+        const ts = Number(p.updateTimestampMs);
+        if (!Number.isFinite(ts)) continue;
+        heardTs = Math.max(heardTs, ts);
+        if (cuts.length && cuts.at(-1)!.to === Infinity) cuts.at(-1)!.to = ts;
+      }
+  }
+  let compared = 0;
+  const differ: string[] = [];
+  for (const [key, books] of replayed) {
+    const [market, at] = key.split('@');
+    const ts = Number(at);
+    if (ts < START || gaps.some((g) => g.market_id === market && ts >= g.f - 10 && ts <= g.t + 10)) continue;
+    if (cuts.some((c) => ts >= c.from && ts <= c.to)) continue;
+    const l = heard.get(key);
+    if (l === undefined) continue;
+    compared++;
+    if (l !== books) differ.push(`${key}: ${l} != ${books}`);
+  }
+  t.ok(heard.size > 100, `${heard.size} books the live client was pushed`);
+  // Most recorded books are REST polls (the venue never pushed them), and the disconnect cuts the client off.
+  t.ok(compared > 50, `${compared} books both pushed, compared`);
+  t.same(differ.slice(0, 3), [], `${differ.length} differ in their levels or text`);
+});
 
 t.test('the aggregate topic replays every market’s recorded Yes books, in the venue’s frames', async (t) => {
   t.ok(markets.length >= 3, `${markets.length} markets`);
