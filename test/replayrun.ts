@@ -129,6 +129,21 @@ export async function roundTrip(
   const within = (r: Recorded) => r.ts > first(r) && r.ts < end - 2 * SECOND && outside(r, a.gaps) && outside(r, b.gaps);
   const keyOf = (r: Recorded) =>
     `${r.market_id}/${r.outcome_index}@${r.ts}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
+  // The same book at the same venue time, recorded up to a second later than the other recorder did:
+  // where a recorder puts its row also follows its own polls, whose rows a book that arrives after them
+  // must follow (the replay, in this busy process, may send late). Never an earlier row, other levels
+  // or another venue time.
+  const bookOf = (r: Recorded) =>
+    `${r.market_id}/${r.outcome_index}@${r.ex}:${JSON.stringify([r.bid_prices, r.bid_sizes, r.ask_prices, r.ask_sizes])}`;
+  const placed = (rows: Recorded[]) => {
+    const at = new Map<string, number[]>();
+    for (const r of rows) at.set(bookOf(r), [...(at.get(bookOf(r)) ?? []), r.ts]);
+    return at;
+  };
+  const placedA = placed(a.rows);
+  const placedB = placed(b.rows);
+  const laterIn = (at: Map<string, number[]>, r: Recorded) => (at.get(bookOf(r)) ?? []).some((ts) => ts >= r.ts && ts <= r.ts + SECOND);
+  const earlierIn = (at: Map<string, number[]>, r: Recorded) => (at.get(bookOf(r)) ?? []).some((ts) => ts <= r.ts && ts >= r.ts - SECOND);
   const inA = new Set(a.rows.map(keyOf));
   const inB = new Set(b.rows.map(keyOf));
   const compared = a.rows.filter(within);
@@ -140,7 +155,7 @@ export async function roundTrip(
     diagnosis,
     compared: compared.length,
     unrecorded,
-    missing: compared.filter((r) => !inB.has(keyOf(r))),
-    extra: b.rows.filter(within).filter((r) => !inA.has(keyOf(r))),
+    missing: compared.filter((r) => !inB.has(keyOf(r)) && !laterIn(placedB, r)),
+    extra: b.rows.filter(within).filter((r) => !inA.has(keyOf(r)) && !earlierIn(placedA, r)),
   };
 }

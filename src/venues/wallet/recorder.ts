@@ -21,7 +21,10 @@ import { RELEASED_KEPT_MS, type StreamGapReason, type StreamSink, type VenueReco
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
 /** The Yes book's ladders seen from the No side: a Yes bid at p is a No ask at 1 - p (at `decimals`). */
-export function mirrorLadders(yes: Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes'>, decimals: number) {
+export function mirrorLadders(
+  yes: Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_prices' | 'ask_sizes' | 'size_decimals' | 'level_texts'>,
+  decimals: number,
+) {
   const scale = 10 ** decimals;
   // Integers, so 1 - 0.51 is 0.49 and not 0.48999999999999999.
   const complement = (p: number) => (scale - Math.round(p * scale)) / scale;
@@ -30,9 +33,9 @@ export function mirrorLadders(yes: Pick<Book, 'bid_prices' | 'bid_sizes' | 'ask_
     bid_sizes: yes.ask_sizes,
     ask_prices: yes.bid_prices.map(complement),
     ask_sizes: yes.bid_sizes,
-    // Derived, not sent: no venue text to keep (the shortest form).
-    price_decimals: null,
-    size_decimals: null,
+    // Written as the venue writes its books: prices at the market's precision, the sizes the other book's.
+    price_decimals: decimals,
+    size_decimals: yes.level_texts ? null : (yes.size_decimals ?? null),
     level_texts: null,
   };
 }
