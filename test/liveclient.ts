@@ -13,32 +13,21 @@ export interface LiveRecording {
   stop(): void;
 }
 
-/** Records the market channel at `url` for the tokens `tokens()` names, subscribing new ones as they appear; reconnects when cut. */
-export function recordMarketChannel(url: string, tokens: () => string[]): LiveRecording {
+/**
+ * A connection that keeps every frame as received (`keep` says which) and, when cut, says so with
+ * `RECONNECT` and connects again at once; `tick` runs every `everyMs` on the open socket.
+ */
+function recording(open: () => WebSocket, keep: (text: string) => boolean, everyMs: number, tick: (ws: WebSocket) => void): LiveRecording {
   const frames: string[] = [];
   let stopped = false;
   let ws: WebSocket | null = null;
-  let asked = new Set<string>();
-  const ask = () => {
-    if (!ws || ws.readyState !== WebSocket.OPEN) return;
-    const fresh = tokens().filter((t) => !asked.has(t));
-    if (!fresh.length) return;
-    // The documented frames: the first names the channel, later ones add tokens to it.
-    const frame = asked.size
-      ? { assets_ids: fresh, operation: 'subscribe', type: 'market', initial_dump: true }
-      : { assets_ids: fresh, type: 'market', initial_dump: true, custom_feature_enabled: true };
-    for (const t of fresh) asked.add(t);
-    ws.send(JSON.stringify(frame));
-  };
   const connect = () => {
     if (stopped) return;
-    asked = new Set();
-    const socket = new WebSocket(url);
+    const socket = open();
     ws = socket;
-    socket.on('open', ask);
     socket.on('message', (data) => {
       const text = data.toString();
-      if (text !== 'PONG') frames.push(text);
+      if (keep(text)) frames.push(text);
     });
     socket.on('error', () => undefined);
     socket.on('close', () => {
@@ -49,9 +38,8 @@ export function recordMarketChannel(url: string, tokens: () => string[]): LiveRe
   };
   connect();
   const timer = setInterval(() => {
-    ask();
-    if (ws?.readyState === WebSocket.OPEN) ws.send('PING');
-  }, 50);
+    if (ws?.readyState === WebSocket.OPEN) tick(ws);
+  }, everyMs);
   return {
     frames,
     stop() {
@@ -62,11 +50,41 @@ export function recordMarketChannel(url: string, tokens: () => string[]): LiveRe
   };
 }
 
+/** Records the market channel at `url` for the tokens `tokens()` names, subscribing new ones as they appear; reconnects when cut. */
+export function recordMarketChannel(url: string, tokens: () => string[]): LiveRecording {
+  let asked = new Set<string>();
+  const ask = (ws: WebSocket) => {
+    const fresh = tokens().filter((t) => !asked.has(t));
+    if (!fresh.length) return;
+    // The documented frames: the first names the channel, later ones add tokens to it.
+    const frame = asked.size
+      ? { assets_ids: fresh, operation: 'subscribe', type: 'market', initial_dump: true }
+      : { assets_ids: fresh, type: 'market', initial_dump: true, custom_feature_enabled: true };
+    for (const t of fresh) asked.add(t);
+    ws.send(JSON.stringify(frame));
+  };
+  const open = () => {
+    asked = new Set();
+    const ws = new WebSocket(url);
+    ws.on('open', () => ask(ws));
+    return ws;
+  };
+  return recording(
+    open,
+    (text) => text !== 'PONG',
+    50,
+    (ws) => {
+      ask(ws);
+      ws.send('PING');
+    },
+  );
+}
+
 /**
  * The spans the client itself was cut off: from the newest venue time it had heard before each cut to
- * the first after it. What it knows of the last trade there is its own affair, not the venue's.
+ * the first after it (`timesOf` a frame's venue times). What it knows there is its own affair, not the venue's.
  */
-export function cutsOf(frames: readonly string[]): { from: number; to: number }[] {
+export function cutsOf(frames: readonly string[], timesOf: (frame: string) => number[] = marketTimes): { from: number; to: number }[] {
   const cuts: { from: number; to: number }[] = [];
   let heard = -Infinity;
   let open: { from: number; to: number } | null = null;
@@ -76,9 +94,7 @@ export function cutsOf(frames: readonly string[]): { from: number; to: number }[
       cuts.push(open);
       continue;
     }
-    for (const m of messagesOf([text])) {
-      const ts = Number(m.timestamp);
-      if (!Number.isFinite(ts)) continue;
+    for (const ts of timesOf(text)) {
       heard = Math.max(heard, ts);
       if (open) {
         open.to = ts;
@@ -88,6 +104,17 @@ export function cutsOf(frames: readonly string[]): { from: number; to: number }[
   }
   return cuts;
 }
+
+const marketTimes = (frame: string) =>
+  messagesOf([frame])
+    .map((m) => Number(m.timestamp))
+    .filter(Number.isFinite);
+
+/** A wallet frame's venue times (`updateTimestampMs`). */
+export const walletTimes = (frame: string) =>
+  walletPushesOf([frame])
+    .map((p) => Number(p.updateTimestampMs))
+    .filter(Number.isFinite);
 
 /** The messages of recorded frames: a frame is one JSON object or an array of them; bare text is not a message. */
 export function messagesOf(frames: readonly string[]): Record<string, unknown>[] {
@@ -111,35 +138,17 @@ export function messagesOf(frames: readonly string[]): Record<string, unknown>[]
  * key in `X-MBX-APIKEY`; every frame kept as received, `RECONNECT` where it was cut.
  */
 export function recordWalletTopics(base: string, apiKey: string, secret: string): LiveRecording {
-  const frames: string[] = [];
-  let stopped = false;
-  let ws: WebSocket | null = null;
-  const connect = () => {
-    if (stopped) return;
+  const open = () => {
     const query = `random=${randomBytes(8).toString('hex')}&topic=web3_prediction_orderbook_data&recvWindow=5000&timestamp=${Date.now()}`;
     const signature = createHmac('sha256', secret).update(query).digest('hex');
-    const socket = new WebSocket(`${base}?${query}&signature=${signature}`, { headers: { 'X-MBX-APIKEY': apiKey } });
-    ws = socket;
-    socket.on('message', (data) => frames.push(data.toString()));
-    socket.on('error', () => undefined);
-    socket.on('close', () => {
-      if (ws !== socket) return;
-      frames.push(RECONNECT);
-      setTimeout(connect, 20);
-    });
+    return new WebSocket(`${base}?${query}&signature=${signature}`, { headers: { 'X-MBX-APIKEY': apiKey } });
   };
-  connect();
-  const timer = setInterval(() => {
-    if (ws?.readyState === WebSocket.OPEN) ws.ping();
-  }, 1000);
-  return {
-    frames,
-    stop() {
-      stopped = true;
-      clearInterval(timer);
-      ws?.close();
-    },
-  };
+  return recording(
+    open,
+    () => true,
+    1000,
+    (ws) => ws.ping(),
+  );
 }
 
 /** The order-book payloads of wallet frames: each `DATA` frame's `data` is a JSON string, parsed a second time. */

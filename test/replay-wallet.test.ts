@@ -10,7 +10,7 @@ import { SECOND } from '../src/time.js';
 import { walletTopics } from '../src/venues/wallet/channel.js';
 import { quiet, testConfig } from './helpers.js';
 import { roundTrip } from './replayrun.js';
-import { type LiveRecording, RECONNECT, recordWalletTopics, walletPushesOf } from './liveclient.js';
+import { type LiveRecording, cutsOf, recordWalletTopics, walletPushesOf, walletTimes } from './liveclient.js';
 import { WALLET_STREAM_PATH } from '../src/standin/walletstream.js';
 import { OPEN, stopGaps, streamRun } from './streamrun.js';
 
@@ -74,18 +74,7 @@ t.test('the replay pushes what the venue pushed: a live client’s record of the
   const replayed = keyed(got.pushes);
   // Outside the record's gaps and the live client's own cuts (the venue replays nothing after a reconnect).
   const gaps = [...run.gaps, ...(await stopGaps(run))];
-  const cuts: { from: number; to: number }[] = [];
-  let heardTs = -Infinity;
-  for (const text of liveFrames.frames) {
-    if (text === RECONNECT) cuts.push({ from: heardTs, to: Infinity });
-    else
-      for (const p of walletPushesOf([text])) {
-        const ts = Number(p.updateTimestampMs);
-        if (!Number.isFinite(ts)) continue;
-        heardTs = Math.max(heardTs, ts);
-        if (cuts.length && cuts.at(-1)!.to === Infinity) cuts.at(-1)!.to = ts;
-      }
-  }
+  const cuts = cutsOf(liveFrames.frames, walletTimes);
   let compared = 0;
   const differ: string[] = [];
   for (const [key, books] of replayed) {
