@@ -1,7 +1,8 @@
-// make replay-copies: writes the replay copy of every finished Polymarket market of the lake that
+// make replay-copies: writes the replay copy of every finished market of the lake (both venues) that
 // lacks one (the API writes those of markets ended in the last hours by itself, and older ones after
 // their first replay). Idempotent; safe beside capture and the API.
 import path from 'node:path';
+import { proofOf, readHeartbeat } from '../src/capture/heartbeat.js';
 import { clockFrom } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -16,9 +17,11 @@ const paths = lakePaths(config.dataDir);
 const duck = await Duck.open(1);
 const lake = new LakeReader(duck, paths);
 await lake.open();
+// A market capture still holds (its last rows not flushed yet) is not finished: its copy waits.
+lake.setProof(proofOf(await readHeartbeat(paths), Date.now(), config.api.captureDownAfterMs));
 const began = performance.now();
 const copies = new ReplayCopies(path.join(paths.serving, 'replay'), lake, log);
-copies.sweep('polymarket', clockFrom(config.clock).now(), Infinity);
+copies.sweep(clockFrom(config.clock).now(), Infinity);
 await copies.idle();
 log.info({ ...copies.stats, ms: Math.round(performance.now() - began) }, 'replay copies');
 duck.close();

@@ -333,3 +333,79 @@ t.test('make seal (jobs/seal.ts) seals the spool and gives each books file its s
   const copy = servingCopyPath(lakePaths(dir).serving, manifest.files[0].sha256);
   t.ok(await fs.stat(copy).catch(() => null), 'its serving copy written by the job, as capture writes one');
 });
+
+t.test(
+  'a market capture finished is sealed at its end in a file of its own; its signature survives the hour’s seal and a compaction',
+  async (t) => {
+    const dir = testdir(t);
+    const paths = lakePaths(dir);
+    const duck = await Duck.open(1);
+    t.teardown(() => duck.close());
+    const reader = new LakeReader(duck, paths);
+    await reader.open();
+    const spool = new Spool(paths.spool);
+    const during = HOUR0 + 20 * 60_000;
+    const finished = new Set<string>();
+    const seal = () =>
+      sealDue(duck, paths, during, () => 0, spool, { finished: (p, market) => p.dataset === 'books' && finished.has(market) });
+    const appended: Stored[] = [];
+    const add = (market: string, ts: number, outcome: 0 | 1) => {
+      const size = appended.length;
+      spool.append(books, [book(market, ts, outcome, size)]);
+      appended.push({ market_id: market, ts, outcome_index: outcome, size });
+    };
+    for (let s = 0; s < 300; s++) for (const m of ['a', 'b']) for (const o of [0, 1] as const) add(m, HOUR0 + s * 1000 + o, o);
+    await spool.flush();
+    t.equal((await seal()).files, 0, 'nothing finished, the hour not over: nothing sealed');
+    t.ok(reader.spooled([books], 'a') && reader.spooled([books], 'b'));
+
+    finished.add('a');
+    t.equal((await seal()).files, 1, 'market a finished: sealed now, its hour still open');
+    const manifest = await readManifest(paths.manifest, books);
+    t.same(
+      manifest.files.map((f) => Object.keys(f.markets ?? {})),
+      [['a']],
+      'a file of market a alone',
+    );
+    await seal();
+    t.notOk(reader.spooled([books], 'a'), 'no part of a left in the spool (after the pass a sealed part lingers)');
+    t.ok(reader.spooled([books], 'b'), 'b still spooled');
+    t.ok(reader.spooled([books]), 'the hour still spooled');
+    await reader.update();
+    const signature = reader.marketSignature([books], 'a');
+    t.not(signature, '', 'a has a signature');
+    t.equal(reader.marketSignature([books], 'b'), '', 'b has none yet');
+    const aRows = async () =>
+      (
+        await duck.rows(
+          `SELECT market_id, epoch_ms(ts)::BIGINT AS ts, outcome_index, bid_sizes[1] AS size FROM (${relation('books', await reader.files([books], 'a'))}) WHERE market_id = 'a'`,
+        )
+      ).map(asStored);
+    t.same(sortedAsDuckDB(await aRows()), sortedAsDuckDB(appended.filter((r) => r.market_id === 'a')), 'a read whole from its file');
+    t.same((await reader.files([books], 'a')).spool, [], 'a market-filtered read lists no part of another market');
+
+    // A row of a finished market that still comes starts a new part: sealed with its hour, and a's signature is gone till then.
+    add('a', HOUR0 + 400_000, 0);
+    add('b', HOUR0 + 400_000, 0);
+    await spool.flush();
+    await seal();
+    t.ok(reader.spooled([books], 'a'), 'a late row of a is in the spool (its market is finished once)');
+    await spool.close();
+    await sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0, spool);
+    await sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0, spool);
+    await reader.update();
+    const sealedA = reader.marketSignature([books], 'a');
+    t.not(sealedA, signature, 'the late row changed what a holds');
+    const sealedB = reader.marketSignature([books], 'b');
+    t.same(sortedAsDuckDB(await aRows()), sortedAsDuckDB(appended.filter((r) => r.market_id === 'a')), 'every row of a once');
+
+    // A compaction rewrites the hour as one file: what each market holds is the same, and so are their signatures.
+    const { compact } = await import('../src/lake/compact.js');
+    const report = await compact(duck, paths, HOUR0 + 3 * HOUR);
+    t.equal(report.merged, 2, 'the hour’s two files compacted');
+    await reader.update(true);
+    t.equal((await readManifest(paths.manifest, books)).files.length, 1);
+    t.equal(reader.marketSignature([books], 'a'), sealedA, 'a’s signature unchanged by the compaction');
+    t.equal(reader.marketSignature([books], 'b'), sealedB, 'b’s too');
+  },
+);

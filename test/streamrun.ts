@@ -23,7 +23,7 @@ export interface RunOptions {
   env?: Record<string, string>;
   start?: number;
   /** Runs while capture records (after its start), e.g. to inject a fault of capture's own. */
-  during?: (capture: Capture, clock: Clock, venue: { standin: StandIn; url: string }) => Promise<void>;
+  during?: (capture: Capture, clock: Clock, venue: { standin: StandIn; url: string; dir: string }) => Promise<void>;
   /** What the market channel does that the real venue does (hash layout and skew, books after trades...). */
   quirks?: Partial<ChannelQuirks>;
   /** Simulated time to record from the first book on, however long a busy machine takes to start. */
@@ -98,7 +98,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
     if (windows) for (const stream of [standin.stream, standin.walletStream]) Object.assign(stream.faults, windows);
   }, 20);
   t.teardown(() => clearInterval(watch));
-  await during?.(capture, clock, { standin, url });
+  await during?.(capture, clock, { standin, url, dir });
   await new Promise((r) => setTimeout(r, Math.max(0, seconds * 1000 - (Date.now() - began))));
   // Bounded only against a hang (a run that never records): how long a starved machine takes is not the test's to judge,
   // but a run cut short by the bound has not done what its test is about, and says so.

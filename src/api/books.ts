@@ -57,11 +57,12 @@ export function bookHandlers(kit: RouteKit) {
   ): Promise<RenderedSnapshots | DeflatedSnapshots | null> => {
     if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time + CAPTURE_LAG_MS >= now) return null;
     const span = planPartitions('books', m, null, null);
-    const signature = lake.signature(span.partitions);
-    // Rows still in the spool (an hour not sealed yet, or written late) are read by SQL.
-    if (!signature || lake.spooled(span.partitions)) return null;
+    // What its files hold of this market alone: capture seals a market at its end, while its hour's others still record.
+    const signature = lake.marketSignature(span.partitions, m.market_id);
+    // Rows still in the spool (not sealed yet, or written late) are read by SQL.
+    if (!signature || lake.spooled(span.partitions, m.market_id)) return null;
     const key = marketKey(venue, m.market_id);
-    const sealed = deps.serving ? span.partitions.flatMap((p) => lake.sealedOf(p)) : [];
+    const sealed = deps.serving ? span.partitions.flatMap((p) => lake.sealedOf(p, m.market_id)) : [];
     // A gzip page of the pre-deflated shape: from the copy, cached or not, asked before or not (nothing to compress,
     // a seventh of the bytes; a client walking a market so is no reason to load it whole).
     // Only from copies on disk: on a bucket-served process, a cached market's evicted files are not fetched for it.
@@ -98,7 +99,7 @@ export function bookHandlers(kit: RouteKit) {
     }
     if (!again) return null;
     const loaded = await deps.books.load(key, signature, async () => {
-      const files = await lake.files(span.partitions);
+      const files = await lake.files(span.partitions, m.market_id);
       if (files.spool.length) return null;
       const wide = relation('books', files, BOOK_COLUMNS);
       return wide ? marketBooks(await lake.duck.chunks(...sql(marketBooksSql(wide, m.market_id, span.from, span.to)))) : null;
@@ -137,7 +138,7 @@ export function bookHandlers(kit: RouteKit) {
     ladders: boolean,
     limit: number,
   ): Promise<RenderedSnapshots> => {
-    const files = await lake.files(partitions);
+    const files = await lake.files(partitions, m.market_id);
     const wide = relation('books', files, BOOK_COLUMNS);
     const db = lake.duck.for(ctx.signal);
     if (wide && bounded.intervalMs === null) {
@@ -192,7 +193,7 @@ export function bookHandlers(kit: RouteKit) {
   const readLatest = async (m: StoredMarket, key: string): Promise<LatestBook | undefined> => {
     const plan = planPartitions('books', m, null, null);
     for (const p of [...plan.partitions].reverse()) {
-      const source = relation('books', await lake.files([p]), BOOK_COLUMNS);
+      const source = relation('books', await lake.files([p], m.market_id), BOOK_COLUMNS);
       const rows = source ? await lake.duck.rows(latestSql(source), { market_id: m.market_id }) : [];
       if (!rows.length) continue;
       const read: LatestBook = { ts: Number(rows[0].ts), books: rows.map((r) => ({ market_id: m.market_id, ...rowBook(r) })) };
@@ -252,7 +253,7 @@ export function bookHandlers(kit: RouteKit) {
       const plan = planPartitions('books', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
-      const wide = relation('books', await lake.files(plan.partitions), BOOK_COLUMNS);
+      const wide = relation('books', await lake.files(plan.partitions, m.market_id), BOOK_COLUMNS);
       const db = lake.duck.for(ctx.signal);
       const outcomes = pq.outcomeIndex === null ? Math.max(m.outcomes.length, 1) : 1;
       const before = new Map<number, BookLike>();
@@ -269,7 +270,7 @@ export function bookHandlers(kit: RouteKit) {
       const counted = planPartitions('books', m, m.start_time, pq.after === null ? pq.from : pq.after + 1);
       // A first page from the open has nothing before it: no listing, no query.
       const narrow = counted.partitions.length
-        ? relation('books', await lake.files(counted.partitions), ['market_id', 'ts', 'outcome_index'])
+        ? relation('books', await lake.files(counted.partitions, m.market_id), ['market_id', 'ts', 'outcome_index'])
         : null;
       if (narrow) {
         for (const r of await db.rows(...sql(bookCountsSql(narrow, m.market_id, counted.from, counted.to)))) {

@@ -32,7 +32,7 @@ export async function exportFile(
   ctx.stats.partitions = plan.partitions.length;
   const columns =
     dataset === 'books' ? EXPORT_BOOK_COLUMNS : dataset === 'trades' ? TRADE_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
-  const files = await lake.files(plan.partitions);
+  const files = await lake.files(plan.partitions, m.market_id);
   const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
   const { sql: query, params } = exportSql(source, pq, kind, format, scansInOrder(files), metric);
   const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');

@@ -90,7 +90,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const m = findMarket(venue, ctx);
       // From an hour before the open: a book recorded before it holds at the open.
       const plan = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
-      const books = relation('books', await lake.files(plan.partitions), [
+      const books = relation('books', await lake.files(plan.partitions, m.market_id), [
         'ts',
         'market_id',
         'exchange_ts',
@@ -98,7 +98,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
         'verified_by',
         'hash_check',
       ]);
-      const trades = relation('trades', await lake.files(planPartitions('trades', m, null, null).partitions), [
+      const trades = relation('trades', await lake.files(planPartitions('trades', m, null, null).partitions, m.market_id), [
         'ts',
         'market_id',
         'source',
@@ -113,7 +113,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const asOf = Math.min(ctx.now, held ?? Infinity);
       const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf });
       const recordedUntil = m.end_time + CAPTURE_LAG_MS;
-      const { pending, lastModified } = windowSpans(lake, m, ctx.now, (ps) => lake.spooled(ps));
+      const { pending, lastModified } = windowSpans(lake, m, ctx.now, (ps, market) => lake.spooled(ps, market));
       const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];
       ctx.stats.partitions = plan.partitions.length;
       return {

@@ -44,7 +44,9 @@ const UPDATE_MS = 2000;
 const REINDEX_MS = 3_600_000;
 
 /** How often markets that ended lately are looked at for a replay copy (replay/copy.ts). */
-const REPLAY_SWEEP_MS = 30_000;
+/** The sweep over the last hours (a copy lost, or not written while the API was down); recent markets are looked at on every update. */
+const REPLAY_SWEEP_MS = 5 * 60_000;
+const RECENT_COPIES_MS = 3_600_000;
 
 /** Runs `task` every `ms`, never two at once. */
 function every(ms: number, task: () => Promise<unknown>, failed: (err: unknown) => void): NodeJS.Timeout {
@@ -164,6 +166,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         await replica?.sync(walk);
         await lake.update(walk);
         latestReads.prune(latest, clock.now());
+        // A market capture sealed at its end since the last update gets its replay copy now.
+        replayCopies?.sweep(clock.now(), RECENT_COPIES_MS);
       },
       (err) => log.warn({ err }, 'lake update failed'),
     ),
@@ -203,11 +207,11 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   // of every recent market written again there would cost more than the replays they serve.
   const replayCopies = config.api.replay.copies && !replica ? new ReplayCopies(path.join(paths.serving, 'replay'), lake, log) : null;
   if (replayCopies) {
-    replayCopies.sweep('polymarket', clock.now());
+    replayCopies.sweep(clock.now());
     timers.push(
       every(
         REPLAY_SWEEP_MS,
-        async () => replayCopies.sweep('polymarket', clock.now()),
+        async () => replayCopies.sweep(clock.now()),
         (err) => log.warn({ err }, 'replay copy sweep failed'),
       ),
     );

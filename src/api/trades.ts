@@ -34,7 +34,7 @@ export function tradeHandlers(kit: RouteKit) {
       if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'trades', pq, 'trades');
       const plan = planPartitions('trades', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
-      const source = relation('trades', await lake.files(plan.partitions), TRADE_COLUMNS);
+      const source = relation('trades', await lake.files(plan.partitions, m.market_id), TRADE_COLUMNS);
       const limit = pq.limit;
       let rows: StoredTrade[] = [];
       let cut = { times: 0, end: 0 };

@@ -393,11 +393,27 @@ export class Capture {
     };
   }
 
+  /**
+   * Whether every row of a market is on disk and no more will come: over by the last heartbeat's
+   * time and not named open in it (a heartbeat is written after its flush, and names a market until
+   * every loop and stream thread has passed its end and no row of it is held back).
+   */
+  private finished(venue: Venue, marketId: string): boolean {
+    const beat = this.lastBeat;
+    const known = this.known.get(marketKey(venue, marketId));
+    return (
+      beat !== null &&
+      known !== undefined &&
+      known.market.end_time <= beat.ts &&
+      !beat.open.some((m) => m.venue === venue && m.market_id === marketId)
+    );
+  }
+
   /** Seals due hours; a failure (a full disk, say) leaves the rows in the spool, logged once per streak. */
   seal(now = this.clock.now()): Promise<SealReport | void> {
     const grace = (d: string) => (d === 'markets' ? this.config.capture.marketsSealGraceMs : this.config.capture.sealGraceMs);
     this.sealing = this.sealing
-      .then(() => sealDue(this.duck, this.paths, now, grace, this.spool))
+      .then(() => sealDue(this.duck, this.paths, now, grace, this.spool, { finished: (p, market) => this.finished(p.venue, market) }))
       .then((report) => {
         if (report.files > 0) this.log.info(report, 'sealed');
         if (this.sealFailure) this.log.warn({ backlog: this.sealFailure.backlog }, 'sealing recovered');

@@ -12,7 +12,7 @@ import { MARK_BUCKET_MS, ReferenceMarks } from './referencemarks.js';
 import { type MarketReference, type Observed, firstAtOrAfter, marketReference } from './referenceprice.js';
 import { ALL_WINDOWS, type LakePaths, type Partition, partitionDir } from './layout.js';
 import { lackedColumns } from './manifest.js';
-import { listSpool, listSpoolOf } from './spool.js';
+import { listSpool, listSpoolOf, marketSources, partMayHold } from './spool.js';
 import type { Files } from './sql.js';
 import { REFERENCE_VENUE, type ReferenceSource, marketKey, referenceFeed, referenceSymbol } from '../records.js';
 
@@ -117,7 +117,7 @@ export class LakeReader {
    * The spool is listed first: a part sealed in between is then in the index followed after,
    * and left out, where the other order would miss its rows (listed neither as a part nor a file).
    */
-  async files(partitions: Partition[]): Promise<Files> {
+  async files(partitions: Partition[], market?: string): Promise<Files> {
     const spooled = await listSpoolOf(this.paths.spool, partitions);
     const listed = partitions.map((p, i) => ({ p, parts: spooled[i] }));
     await this.index.follow();
@@ -126,8 +126,10 @@ export class LakeReader {
     for (const { p, parts } of listed) {
       const indexed = this.index.of(p);
       const done = new Set(indexed.flatMap((f) => f.sources));
-      sealed.push(...indexed);
-      for (const part of parts) if (!done.has(part.source)) spool.push(part.file);
+      // With `market`, files and parts that hold none of its rows are left out (a market sealed at its end has a file of its own).
+      sealed.push(...(market === undefined ? indexed : indexed.filter((f) => mayHold(f, market))));
+      for (const part of parts)
+        if (!done.has(part.source) && (market === undefined || part.market === undefined || part.market === market)) spool.push(part.file);
     }
     await this.ensure(sealed);
     const lacking = new Map<string, readonly string[]>();
@@ -138,9 +140,10 @@ export class LakeReader {
     return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool, ...(lacking.size ? { lacking } : {}) };
   }
 
-  /** The sealed files of one partition, as the index has them (no commit log followed). */
-  sealedOf(p: Partition): IndexedFile[] {
-    return this.index.of(p);
+  /** The sealed files of one partition (that may hold rows of `market`, when given), as the index has them (no commit log followed). */
+  sealedOf(p: Partition, market?: string): IndexedFile[] {
+    const files = this.index.of(p);
+    return market === undefined ? files : files.filter((f) => mayHold(f, market));
   }
 
   /** Every sealed file, by hour, then path. */
@@ -158,10 +161,33 @@ export class LakeReader {
   }
 
   /**
-   * Whether any spool part holds rows of `partitions` now. Synchronous on purpose: a couple of
-   * reads of small, cached directories cost microseconds, less than a trip to the threadpool.
+   * What the sealed files of `partitions` hold of one market: the spool parts its rows were sealed
+   * from (which a compaction or a migration keeps, so a copy made from them stays valid) and their
+   * rows, or a file's hash where its sources may hold any market. '' when no file holds its rows.
    */
-  spooled(partitions: Partition[]): boolean {
+  marketSignature(partitions: Partition[], market: string): string {
+    let out = '';
+    for (const p of partitions) {
+      const sources: string[] = [];
+      let rows = 0;
+      for (const f of this.index.of(p)) {
+        if (!mayHold(f, market)) continue;
+        const own = f.markets ? marketSources(f.sources, market) : null;
+        if (own) {
+          sources.push(...own);
+          rows += f.markets![market][0];
+        } else out += `${f.path}@${f.sha256}\n`;
+      }
+      if (sources.length) out += `${partitionDir(p)}:${rows}:${sources.sort().join(',')}\n`;
+    }
+    return out;
+  }
+
+  /**
+   * Whether any spool part holds rows of `partitions` now (of `market`, when given). Synchronous on
+   * purpose: a couple of reads of small, cached directories cost microseconds, less than a trip to the threadpool.
+   */
+  spooled(partitions: Partition[], market?: string): boolean {
     let segments: string[];
     try {
       segments = readdirSync(this.paths.spool);
@@ -171,7 +197,8 @@ export class LakeReader {
     for (const segment of segments) {
       for (const p of partitions) {
         try {
-          if (readdirSync(path.join(this.paths.spool, segment, partitionDir(p))).some((n) => n.endsWith('.ndjson'))) return true;
+          const names = readdirSync(path.join(this.paths.spool, segment, partitionDir(p)));
+          if (names.some((n) => n.endsWith('.ndjson') && (market === undefined || partMayHold(n, market)))) return true;
         } catch {
           // no part of this partition in this segment
         }
@@ -281,4 +308,9 @@ export class LakeReader {
   get size(): number {
     return this.catalogue.size;
   }
+}
+
+/** Whether a sealed file may hold rows of `market`: files sealed since 2026-11-25 (books, trades) say which markets they hold. */
+function mayHold(f: IndexedFile, market: string): boolean {
+  return !f.markets || Object.hasOwn(f.markets, market);
 }

@@ -21,7 +21,7 @@ import { pruneEmptyDirs, shortHash } from './fsutil.js';
 import { type LakePaths, type Partition, partitionDir } from './layout.js';
 import { readManifest } from './manifest.js';
 import { ensureGapsDataset } from './migrate.js';
-import { RUN_DATASETS, type Spool, type SpoolPart, listSpool } from './spool.js';
+import { FINISHED_DATASETS, RUN_DATASETS, type Spool, type SpoolPart, listSpool } from './spool.js';
 import { commitFiles, writeParquet } from './writer.js';
 import { spoolSource } from './sql.js';
 
@@ -64,16 +64,20 @@ export const FILE_SPOOL_BYTES = 2 * 2 ** 30;
  */
 const ROLL_SHARE = 0.75;
 
+/** Whether capture has finished recording a market (every row of it on disk): its runs are sealed before its hour is. */
+export type Finished = (p: Partition, market: string) => boolean;
+
 export async function sealDue(
   duck: Duck,
   paths: LakePaths,
   now: number,
   grace: Grace,
   spool?: Spool,
-  { fileSpoolBytes = FILE_SPOOL_BYTES } = {},
+  { fileSpoolBytes = FILE_SPOOL_BYTES, finished }: { fileSpoolBytes?: number; finished?: Finished } = {},
 ): Promise<SealReport> {
   const due = (p: Partition) => isDue(p, now, grace);
   if (spool) await spool.release(due);
+  if (spool && finished) await spool.finish(finished);
   // Busy hours not over yet: what their closed parts hold is sealed now (see Spool.roll).
   const rolled = new Set((spool ? await spool.roll(fileSpoolBytes * ROLL_SHARE) : []).map(partitionDir));
   const groups = new Map<string, SpoolPart[]>();
@@ -86,11 +90,20 @@ export async function sealDue(
   // DuckDB creates its temp_directory (sealingDuck) when it first spills, but not its parent.
   await fs.mkdir(paths.state, { recursive: true });
   for (const [dir, group] of groups) {
-    const seal = due(group[0].partition) || rolled.has(dir);
+    const partition = group[0].partition;
+    const whole = due(partition) || rolled.has(dir);
+    // Otherwise only the closed runs of markets capture finished (one file of them, committed apart from the rest of the hour).
+    const seal = whole
+      ? () => true
+      : (part: SpoolPart) =>
+          finished !== undefined &&
+          FINISHED_DATASETS.has(partition.dataset) &&
+          part.market !== undefined &&
+          finished(partition, part.market);
     // Capture seals every few seconds: a part it sealed stays until the next pass, so a reader
     // that listed it just before the commit still finds it (and then leaves it out, as sealed).
     const { files, rows } = await sealPartition(duck, paths, group, { seal, linger: spool !== undefined, fileSpoolBytes });
-    if (!seal) continue;
+    if (!whole && files === 0) continue;
     report.partitions += 1;
     report.files += files;
     report.rows += rows;
@@ -100,14 +113,14 @@ export async function sealDue(
 }
 
 /**
- * Seals the closed parts of one partition (with `seal`), and removes parts sealed before: all of
+ * Seals the closed parts of one partition that `seal` selects, and removes parts sealed before: all of
  * them, or all but those sealed now (with `linger`).
  */
 async function sealPartition(
   duck: Duck,
   paths: LakePaths,
   group: SpoolPart[],
-  { seal, linger, fileSpoolBytes }: { seal: boolean; linger: boolean; fileSpoolBytes: number },
+  { seal, linger, fileSpoolBytes }: { seal: (part: SpoolPart) => boolean; linger: boolean; fileSpoolBytes: number },
 ): Promise<{ files: number; rows: number }> {
   const partition = group[0].partition;
   const manifest = await readManifest(paths.manifest, partition);
@@ -116,7 +129,7 @@ async function sealPartition(
   const spent: SpoolPart[] = [];
   for (const part of group) {
     if (done.has(part.source)) spent.push(part);
-    else if (!seal) continue;
+    else if (!seal(part)) continue;
     else if ((await fs.stat(part.file)).size > 0) fresh.push(part);
     else spent.push(part);
   }

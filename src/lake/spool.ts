@@ -24,6 +24,8 @@ export interface SpoolPart {
 
 /** Datasets spooled as sorted runs of one market each: the ones with a row per change. */
 export const RUN_DATASETS: ReadonlySet<Dataset> = new Set(['books', 'metrics', 'trades']);
+/** Datasets whose runs are sealed when their market is over (Spool.finish): what a market's replay and pages read. */
+export const FINISHED_DATASETS: ReadonlySet<Dataset> = new Set(['books', 'trades']);
 
 interface OpenPart {
   handle: FileHandle;
@@ -102,6 +104,27 @@ function marketToken(market: string): string {
 }
 
 const PART_NAME = /^(\d+)(?:\.([A-Za-z0-9_-]*))?\.ndjson$/;
+
+/**
+ * Whether a part file named `name` may hold rows of `market`: a part of that market's run, or a
+ * part of no one market (a spool of an older version). Its sealed source (`<segment>:<name>`) says the same.
+ */
+export function partMayHold(name: string, market: string): boolean {
+  const m = PART_NAME.exec(name.endsWith('.ndjson') ? name : `${name}.ndjson`);
+  return m !== null && (m[2] === undefined || m[2] === marketToken(market));
+}
+
+/** The sealed sources of `market`'s own runs, or null when some source may hold any market's rows (see partMayHold). */
+export function marketSources(sources: readonly string[], market: string): string[] | null {
+  const token = marketToken(market);
+  const own: string[] = [];
+  for (const source of sources) {
+    const m = PART_NAME.exec(`${source.slice(source.indexOf(':') + 1)}.ndjson`);
+    if (!m || m[2] === undefined) return null;
+    if (m[2] === token) own.push(source);
+  }
+  return own;
+}
 
 export function newSegmentId(): string {
   const stamp = new Date().toISOString().replace(/[-:.TZ]/g, '');
@@ -256,6 +279,8 @@ export class Spool {
   private readonly sinceRoll = new Map<string, number>();
   /** Open parts whose run has a newer generation: closed once nothing of theirs is pending. */
   private readonly retired = new Set<string>();
+  /** Runs (`<partition dir>/<market>`) whose market capture finished recording: closed once, at its end (see finish). */
+  private readonly finished = new Set<string>();
   private nextPart = 1;
   /** Flushes, rolls, releases and the close, one after another (see serial). */
   private chain: Promise<unknown> = Promise.resolve();
@@ -492,6 +517,44 @@ export class Spool {
     return rolled;
   }
 
+  /**
+   * Closes the parts of markets capture has finished recording (`done`: every row of theirs
+   * flushed), in the datasets whose sealed files say which markets they hold (books, trades), so
+   * they are sealed at the market's end rather than its hour's (sealDue): a market that ended a
+   * minute ago is then read as sealed (its replay copy written, its pages served as any sealed
+   * market's) while its hour's other markets still record. Once per market and partition: a row
+   * of it that still comes starts a new part, sealed with its hour.
+   */
+  finish(done: (p: Partition, market: string) => boolean): Promise<void> {
+    return this.serial(() => this.finishNow(done));
+  }
+
+  private async finishNow(done: (p: Partition, market: string) => boolean): Promise<void> {
+    await this.flushNow();
+    const closing: FileHandle[] = [];
+    for (const { partition, markets } of this.runs.values()) {
+      if (!FINISHED_DATASETS.has(partition.dataset)) continue;
+      for (const [market, run] of markets) {
+        if (this.finished.has(run.id) || !done(partition, market)) continue;
+        this.finished.add(run.id);
+        const key = run.key;
+        run.generation++;
+        run.key = `${run.id}#${run.generation}`;
+        // A row appended while the flush wrote is pending under the old key: its part closes after the next flush.
+        if (this.buffered.has(key)) {
+          this.retired.add(key);
+          continue;
+        }
+        const part = this.open.get(key);
+        if (!part) continue;
+        this.open.delete(key);
+        this.retired.delete(key);
+        closing.push(part.handle);
+      }
+    }
+    for (const handle of closing) await handle.close();
+  }
+
   /** Closes the part files of partitions that `due` selects, so they can be sealed. */
   release(due: (p: Partition) => boolean): Promise<void> {
     return this.serial(() => this.releaseNow(due));
@@ -509,6 +572,7 @@ export class Spool {
       if (!due(runs.partition)) continue;
       this.runs.delete(dir);
       this.sinceRoll.delete(dir);
+      for (const run of runs.markets.values()) this.finished.delete(run.id);
     }
   }
 
@@ -523,6 +587,7 @@ export class Spool {
     this.runs.clear();
     this.retired.clear();
     this.sinceRoll.clear();
+    this.finished.clear();
   }
 
   /** Parts that may be sealed: every part of other segments, and this one's released parts. */

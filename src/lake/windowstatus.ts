@@ -7,10 +7,16 @@ import type { LakeReader, StoredMarket } from './reader.js';
 import { listSpool } from './spool.js';
 import { HOUR } from '../time.js';
 
-/** Whether any of `partitions` holds spool parts: the spool listed once, for a request that asks of many windows. */
-export async function spooledNow(lake: LakeReader): Promise<(partitions: Partition[]) => boolean> {
-  const dirs = new Set((await listSpool(lake.paths.spool)).map((p) => partitionDir(p.partition)));
-  return (partitions) => partitions.some((p) => dirs.has(partitionDir(p)));
+/** Whether any of `partitions` holds rows of a market in the spool. */
+export type Spooled = (partitions: Partition[], market: string) => boolean;
+
+/** `Spooled` from one listing of the spool, for a request that asks of many windows. */
+export async function spooledNow(lake: LakeReader): Promise<Spooled> {
+  const parts = await listSpool(lake.paths.spool);
+  // A part of no one market (a spool of an older version) may hold any market's rows.
+  const anyMarket = new Set(parts.filter((p) => p.market === undefined).map((p) => partitionDir(p.partition)));
+  const byMarket = new Set(parts.filter((p) => p.market !== undefined).map((p) => `${partitionDir(p.partition)}|${p.market}`));
+  return (partitions, market) => partitions.some((p) => anyMarket.has(partitionDir(p)) || byMarket.has(`${partitionDir(p)}|${market}`));
 }
 
 /**
@@ -18,7 +24,7 @@ export async function spooledNow(lake: LakeReader): Promise<(partitions: Partiti
  * with its capture lag, held by capture, or its books in the spool), its first book from the
  * per-market spans (`spans` false for files sealed before they were kept), and its last sealing.
  */
-export function windowSpans(lake: LakeReader, m: StoredMarket, now: number, spooled: (partitions: Partition[]) => boolean) {
+export function windowSpans(lake: LakeReader, m: StoredMarket, now: number, spooled: Spooled) {
   const recordedUntil = m.end_time + CAPTURE_LAG_MS;
   const { partitions } = planPartitions('books', { ...m, start_time: m.start_time - HOUR }, null, null);
   let first = Infinity;
@@ -32,7 +38,7 @@ export function windowSpans(lake: LakeReader, m: StoredMarket, now: number, spoo
       first = Math.min(first, span[1]);
       lastModified = Math.max(lastModified ?? 0, f.written_at);
     }
-  const pending = now < recordedUntil || lake.heldUntil(m.venue, m.market_id) !== null || spooled(partitions);
+  const pending = now < recordedUntil || lake.heldUntil(m.venue, m.market_id) !== null || spooled(partitions, m.market_id);
   return { pending, spans, first: first < recordedUntil ? first : null, lastModified };
 }
 
@@ -44,7 +50,7 @@ export function windowStatus(
   lake: LakeReader,
   m: StoredMarket,
   now: number,
-  spooled: (partitions: Partition[]) => boolean = (ps) => lake.spooled(ps),
+  spooled: Spooled = (ps, market) => lake.spooled(ps, market),
 ): WindowStatus {
   const { pending, spans, first, lastModified } = windowSpans(lake, m, now, spooled);
   if (pending) return { state: 'pending', coverage: null, last_modified: lastModified };

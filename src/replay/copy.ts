@@ -1,10 +1,11 @@
-// Replay copies: a finished Polymarket market's messages, rendered once and kept beside the lake
+// Replay copies: a finished market's messages (either venue's protocol), rendered once and kept beside the lake
 // (DATA_DIR/serving/replay), so a replay reads them instead of decoding the market's ladders from
 // Parquet, diffing consecutive rows and hashing every changed book (about 14 µs a message). The
 // Parquet files stay the record; a copy is derived, named by the signature of everything its
-// messages depend on (the books, trades and market files, the gaps, the market's ids), so a copy
-// of other inputs is never read, and any copy can be removed: the replay then renders from the
-// lake and writes it again.
+// messages depend on (the market's book and trade rows as sealed, its gaps, its newest version), so
+// a copy of other inputs is never read, and any copy can be removed: the replay then renders from
+// the lake and writes it again. Capture seals a market's rows when it is over, and the API writes
+// its copy after the update that sees them: a market that ended a minute ago has one.
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -25,16 +26,15 @@ import {
   type TapeGap,
   TapeBooks,
   loadTape,
+  settledRows,
   tapeGaps,
-  tapeSpan,
 } from './tape.js';
+import { WALLET_AGGREGATE_TOPIC, WalletWalk } from './wallet.js';
 import { marketKey } from '../records.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
 export const REPLAY_COPY_VERSION = 2;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
-/** A market is copied this long after its window ends (its last rows sealed by then, as the tape cache's rule). */
-const SETTLE_MS = 60_000;
 /** How far back a sweep looks for markets without a copy; older ones get theirs when first replayed. */
 const SWEEP_BACK_MS = 6 * 3_600_000;
 /** A half-written copy this old was left by a process that died: removed, and the copy made again. */
@@ -43,25 +43,24 @@ const STALE_TMP_MS = 10 * 60_000;
 const SLICE_MS = 5;
 
 /**
- * What a finished market's messages depend on, hashed; null while they may still change (a
- * partition of its tape not sealed, or never written).
+ * What a finished market's messages depend on, hashed; null while they may still change (see
+ * settledRows: a few seconds after the market's end, when capture has sealed its rows).
  */
-export function copySignature(lake: LakeReader, venue: Venue, m: StoredMarket): string | null {
-  const books = tapeSpan('books', m).partitions;
-  const trades = tapeSpan('trades', m).partitions;
-  const files = lake.signature(books);
-  if (files === '' || lake.spooled([...books, ...trades])) return null;
-  const markets = [partitionOf('markets', venue, m.coin, m.window, m.start_time)];
+export function copySignature(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): string | null {
+  const rows = settledRows(lake, venue, m, now);
+  if (rows === null) return null;
   const inputs = [
     REPLAY_COPY_VERSION,
-    files,
-    lake.signature(trades),
-    lake.signature(markets),
+    venue,
+    rows,
     tapeGaps(lake, venue, m).map((g) => [g.dataset, g.from, Number.isFinite(g.to) ? g.to : null, g.reason]),
+    // The market's newest version: its tick, resolution and ids are in the messages.
+    m.ts,
     m.condition_id,
     m.outcomes,
     m.exchange_kind,
     m.tick_size,
+    m.resolved_time,
   ];
   return createHash('sha1').update(JSON.stringify(inputs)).digest('hex');
 }
@@ -232,7 +231,7 @@ async function readHeld(lake: LakeReader, venue: Venue, tape: MarketTape, at: nu
   const rows = books.heldAt(at, m.outcomes.length).filter((i) => !books.has(i));
   if (!rows.length) return;
   const hours = new Map(rows.map((i) => partitionOf('books', venue, m.coin, m.window, books.ts[i])).map((p) => [partitionDir(p), p]));
-  const source = relation('books', await lake.files([...hours.values()]), BOOK_TAPE_COLUMNS);
+  const source = relation('books', await lake.files([...hours.values()], m.market_id), BOOK_TAPE_COLUMNS);
   const params: Params = { market_id: m.market_id };
   const wanted = rows.map((i, k) => {
     params[`t${k}`] = books.ts[i];
@@ -258,8 +257,11 @@ async function readHeld(lake: LakeReader, venue: Venue, tape: MarketTape, at: nu
 }
 
 /** Renders every message a walk of `tape` can ask for, letting other work in every few milliseconds; false when stopped. */
-async function renderAll(tape: MarketTape, stopped: () => boolean): Promise<boolean> {
-  const walk = new PolymarketWalk(tape, -Infinity, Infinity, false);
+async function renderAll(venue: Venue, tape: MarketTape, stopped: () => boolean): Promise<boolean> {
+  const walk =
+    venue === 'polymarket'
+      ? new PolymarketWalk(tape, -Infinity, Infinity, false)
+      : new WalletWalk(tape, -Infinity, Infinity, WALLET_AGGREGATE_TOPIC);
   const out: string[] = [];
   let slice = performance.now();
   while (walk.next() !== Infinity) {
@@ -287,7 +289,7 @@ export interface ReplayCopyStats {
  * sharing the directory (a cluster's workers) take a market by creating its temporary file.
  */
 export class ReplayCopies implements ReplayCopyStore {
-  private readonly queue: { venue: Venue; market: StoredMarket }[] = [];
+  private readonly queue: { venue: Venue; market: StoredMarket; now: number }[] = [];
   private readonly queued = new Set<string>();
   /** Signatures known to have a copy on disk. */
   private readonly present = new Set<string>();
@@ -325,37 +327,40 @@ export class ReplayCopies implements ReplayCopyStore {
   }
 
   /**
-   * A Polymarket market's tape from its copy; null for another venue, a market whose record may
-   * still change, or one without a copy yet (which is then written, for the next replay).
+   * A market's tape from its copy; null for a market whose record may still change, or one without
+   * a copy yet (which is then written, for the next replay).
    */
   async tape(venue: Venue, m: StoredMarket, now: number): Promise<MarketTape | null> {
-    if (venue !== 'polymarket' || m.end_time + SETTLE_MS > now) return null;
-    const signature = copySignature(this.lake, venue, m);
+    const signature = copySignature(this.lake, venue, m, now);
     if (!signature) return null;
     const tape = await this.read(venue, m, signature);
-    if (!tape) this.schedule(venue, m);
+    if (!tape) this.schedule(venue, m, now);
     return tape;
   }
 
   /** Writes the market's copy in the background, unless it has one or is waiting for it. */
-  schedule(venue: Venue, m: StoredMarket): void {
+  schedule(venue: Venue, m: StoredMarket, now: number): void {
     const key = marketKey(venue, m.market_id);
     if (this.stopped || this.queued.has(key)) return;
-    const signature = copySignature(this.lake, venue, m);
+    const signature = copySignature(this.lake, venue, m, now);
     if (!signature || this.present.has(signature)) return;
     this.queued.add(key);
-    this.queue.push({ venue, market: m });
+    this.queue.push({ venue, market: m, now });
     this.stats.queued = this.queue.length;
     void this.drain();
   }
 
-  /** Markets of `venue` that ended in the last `backMs` (all: Infinity), wholly sealed, without a copy: scheduled. */
-  sweep(venue: Venue, now: number, backMs = SWEEP_BACK_MS): void {
+  /**
+   * Markets that ended in the last `backMs` (all: Infinity) and are settled, without a copy:
+   * scheduled. Run after each lake update with a short reach (capture seals a market at its end,
+   * so its copy follows within seconds), and now and then over the last hours.
+   */
+  sweep(now: number, backMs = SWEEP_BACK_MS): void {
     for (const m of this.lake.walk('desc', now)) {
       // Walked by window start, newest first: a start this old ends well before the span swept.
       if (m.start_time < now - backMs - 24 * 3_600_000) break;
-      if (m.venue !== venue || m.end_time + SETTLE_MS > now || m.end_time < now - backMs) continue;
-      this.schedule(venue, m);
+      if (m.end_time > now || m.end_time < now - backMs) continue;
+      this.schedule(m.venue, m, now);
     }
   }
 
@@ -376,10 +381,10 @@ export class ReplayCopies implements ReplayCopyStore {
     this.draining = true;
     try {
       while (this.queue.length && !this.stopped) {
-        const { venue, market } = this.queue.shift()!;
+        const { venue, market, now } = this.queue.shift()!;
         this.stats.queued = this.queue.length;
         try {
-          await this.write(venue, market);
+          await this.write(venue, market, now);
         } catch (err) {
           this.stats.failed++;
           this.log.warn({ market_id: market.market_id, err: (err as Error).message }, 'replay copy not written');
@@ -392,8 +397,8 @@ export class ReplayCopies implements ReplayCopyStore {
     }
   }
 
-  private async write(venue: Venue, m: StoredMarket): Promise<void> {
-    const signature = copySignature(this.lake, venue, m);
+  private async write(venue: Venue, m: StoredMarket, now: number): Promise<void> {
+    const signature = copySignature(this.lake, venue, m, now);
     if (!signature) return;
     const file = this.path(venue, m.market_id, signature);
     if (await fs.stat(file).catch(() => null)) {
@@ -415,7 +420,7 @@ export class ReplayCopies implements ReplayCopyStore {
     try {
       const tape = await loadTape(this.lake, venue, m);
       // The lake may have moved on while the tape was read (a compaction, a gap written late).
-      if ((await renderAll(tape, () => this.stopped)) && copySignature(this.lake, venue, m) === signature) {
+      if ((await renderAll(venue, tape, () => this.stopped)) && copySignature(this.lake, venue, m, now) === signature) {
         const bytes = encodeCopy(tape, signature);
         await handle.writeFile(bytes);
         await handle.sync();

@@ -236,7 +236,15 @@ const wallet: ReplayProtocol = {
   open(ctx) {
     const { session, request } = ctx;
     const subscribe = (m: StoredMarket, topic: string, from?: number) =>
-      session.subscribe(m.market_id, async (at) => new WalletWalk(await ctx.tape(m), at, request.to, topic), true, from);
+      session.subscribe(
+        m.market_id,
+        async (at) => {
+          const tape = await ctx.tape(m);
+          return new WalletWalk(tape, at, request.to, topic, (bytes) => ctx.charge(tape, bytes));
+        },
+        true,
+        from,
+      );
     const topics = ctx.query.topic.split('|');
     for (const topic of topics) {
       if (topic === WALLET_AGGREGATE_TOPIC) {

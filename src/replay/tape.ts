@@ -342,6 +342,21 @@ const TAPE_COLUMNS = {
   books: BOOK_TAPE_COLUMNS,
 };
 
+/**
+ * What a finished market's tape is read from (its books' and trades' rows as sealed), or null while
+ * it may still change: not over, capture still holding it, or rows of it in the spool. Capture seals
+ * a market's rows when it is over (Spool.finish), so this is known a few seconds after its end, not
+ * its hour's; it stays the same through a compaction or a migration of its files.
+ */
+export function settledRows(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): string | null {
+  if (m.end_time > now || lake.heldUntil(venue, m.market_id) !== null) return null;
+  const books = tapeSpan('books', m).partitions;
+  const trades = tapeSpan('trades', m).partitions;
+  if (lake.spooled([...books, ...trades], m.market_id)) return null;
+  const rows = lake.marketSignature(books, m.market_id);
+  return rows === '' ? null : `${rows}${lake.marketSignature(trades, m.market_id)}`;
+}
+
 /** The market's books and trades gaps from its tape's start on. */
 export function tapeGaps(lake: LakeReader, venue: Venue, m: StoredMarket): TapeGap[] {
   return lake
@@ -362,13 +377,13 @@ export async function loadTape(lake: LakeReader, venue: Venue, m: StoredMarket):
     where: string,
     bound: Params = params,
   ) => {
-    const rel = relation(dataset, await lake.files(partitions), TAPE_COLUMNS[dataset]);
+    const rel = relation(dataset, await lake.files(partitions, dataset === 'markets' ? undefined : m.market_id), TAPE_COLUMNS[dataset]);
     const order = dataset === 'markets' ? 'ts' : 'ts, outcome_index';
     return rel ? lake.duck.rows(`SELECT ${select} FROM (${rel}) WHERE ${where} ORDER BY ${order}`, bound) : [];
   };
   const tradeSpan = tapeSpan('trades', m).partitions;
   const booksOf = async () => {
-    const rel = relation('books', await lake.files(span.partitions), BOOK_TAPE_COLUMNS);
+    const rel = relation('books', await lake.files(span.partitions, m.market_id), BOOK_TAPE_COLUMNS);
     const select = TAPE_BOOK_SELECT;
     return new TapeBooks(
       rel ? await lake.duck.chunks(`SELECT ${select} FROM (${rel}) WHERE ${range} ORDER BY ts, outcome_index`, params) : [],
@@ -464,10 +479,11 @@ export class TapeCache {
   ) {}
 
   async get(lake: LakeReader, venue: Venue, m: StoredMarket, now: number): Promise<MarketTape> {
-    const partitions = tapeSpan('books', m).partitions;
-    const signature = lake.signature(partitions);
+    const settled = settledRows(lake, venue, m, now);
     // Kept only when nothing more can come: the market is over and its rows are all in sealed files.
-    const keep = this.maxBytes > 0 && m.end_time + 60_000 < now && signature !== '' && !lake.spooled(partitions);
+    const keep = this.maxBytes > 0 && settled !== null;
+    // Gaps and the market's version are part of a tape: a tape kept is of those it was read with.
+    const signature = keep ? `${settled}${m.ts}|${JSON.stringify(tapeGaps(lake, venue, m))}` : '';
     const key = marketKey(venue, m.market_id);
     const hit = keep ? this.entries.get(key) : undefined;
     if (hit && hit.signature === signature) {

@@ -23,6 +23,8 @@ export class WalletWalk implements ReplayWalk {
   private readonly gaps: MarketTape['gaps'];
   private readonly yes: number;
   private readonly initial: string[] = [];
+  /** `{"type":"DATA","topic":<topic>,"data":`: a book's frame is this, its payload as a JSON string, and `}`. */
+  private readonly head: string;
 
   constructor(
     private readonly tape: MarketTape,
@@ -30,7 +32,10 @@ export class WalletWalk implements ReplayWalk {
     private readonly to: number,
     /** The topic the client subscribed the market by (its own, or the aggregate). */
     private readonly topic: string,
+    /** Called with the bytes of every payload rendered for the first time (what a shared tape now holds). */
+    private readonly rendered: (bytes: number) => void = () => undefined,
   ) {
+    this.head = walletFrame(topic, '').slice(0, -3);
     this.yes = Math.min(...tape.market.outcomes.map((o) => o.index));
     this.gaps = tape.gaps.filter((g) => g.dataset === 'books').sort((a, b) => a.from - b.from);
     this.book = tape.books.lowerBound(from);
@@ -66,17 +71,30 @@ export class WalletWalk implements ReplayWalk {
     else out.push(this.bookFrame(this.book++));
   }
 
+  /**
+   * Row i's frame. Its payload, quoted as the frame's `data` string, is rendered once per tape and
+   * kept in it (keyed by the row) for every later replay of either topic, and in a replay copy.
+   */
   private bookFrame(i: number): string {
-    const books = this.tape.books;
-    const [b, a] = [books.bids[i], books.asks[i]];
-    const payload = JSON.stringify({
-      msgType: 'orderbook',
-      marketId: Number(this.tape.market.market_id),
-      updateTimestampMs: books.ts[i],
-      bids: pairs(books, i, 0, b, b),
-      asks: pairs(books, i, 2 * b, 2 * b + a, a),
-    });
-    return walletFrame(this.topic, payload);
+    let data = this.tape.rendered.get(i);
+    if (data === undefined) {
+      // A copy holds every payload a walk can ask for; one missing is a damaged copy, never guessed at.
+      if (this.tape.copied) throw new Error(`replay copy of market ${this.tape.market.market_id} lacks book ${i}`);
+      const books = this.tape.books;
+      const [b, a] = [books.bids[i], books.asks[i]];
+      data = JSON.stringify(
+        JSON.stringify({
+          msgType: 'orderbook',
+          marketId: Number(this.tape.market.market_id),
+          updateTimestampMs: books.ts[i],
+          bids: pairs(books, i, 0, b, b),
+          asks: pairs(books, i, 2 * b, 2 * b + a, a),
+        }),
+      );
+      this.tape.rendered.set(i, data);
+      this.rendered(data.length + 48);
+    }
+    return `${this.head}${data}}`;
   }
 
   private gapFrame(g: MarketTape['gaps'][number], at: number): string {
