@@ -143,7 +143,7 @@ bench-compare: install
 bench-profile: install
 	$(TSX) bench/profile.ts
 
-## make bench-replay: the WebSocket replay from a recorded lake: messages/s as fast as possible, time to the first message, memory per replay
+## make bench-replay: the WebSocket replay, both venues, from a recorded lake (a sealed hour and markets ended a minute before): messages/s, time to the first message, copies missed/hit and tapes cached, memory per replay
 bench-replay: install
 	$(TSX) bench/replay.ts
 

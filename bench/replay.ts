@@ -32,7 +32,7 @@ import { writeServingCopy } from '../src/pages/copywriter.js';
 onBooksFile(writeServingCopy);
 
 const HOURS = Number(process.env.BENCH_REPLAY_HOURS ?? 1);
-const SPEED = Number(process.env.BENCH_REPLAY_CAPTURE_SPEED ?? 60);
+const SPEED = Number(process.env.BENCH_REPLAY_CAPTURE_SPEED ?? 20);
 /** Room for the lake's tapes and their rendered messages; the default, 256 MB, holds part of them. */
 const CACHE_MB = process.env.REPLAY_CACHE_MB ?? '1024';
 /** Samples of the time to a first message, per venue and case: its p99 is the second slowest of 200. */
@@ -191,17 +191,33 @@ function open(venue: Venue, markets: StoredMarket[], from: number, to: number, s
 /** Where a message starts in a frame: Polymarket's frames hold arrays of events, the wallet's one `DATA` push each. */
 const MARK: Record<Venue, string> = { polymarket: '"event_type"', 'wallet-prediction': '"type":"DATA"' };
 
-/** One replay to its end, as fast as possible: messages (the venue's, counted in the frames) and seconds from the socket's open. */
-function replay(venue: Venue, markets: StoredMarket[], from: number, to: number): Promise<{ messages: number; seconds: number }> {
+interface Run {
+  messages: number;
+  /** From the socket's open to its close, and from its first message (the tapes read, the replay under way) to its last. */
+  seconds: number;
+  sending: number;
+}
+
+/** One replay to its end, as fast as possible: messages (the venue's, counted in the frames) and seconds. */
+function replay(venue: Venue, markets: StoredMarket[], from: number, to: number): Promise<Run> {
   return new Promise((resolve, reject) => {
     const ws = open(venue, markets, from, to, 'max');
     let messages = 0;
     let began = 0;
+    let first = 0;
+    let last = 0;
     ws.on('open', () => (began = performance.now()));
     ws.on('message', (data: Buffer) => {
+      // The replay's own end packet is not one of the venue's messages.
+      if (data.length < 4096 && data.includes('replay_end')) return;
+      const before = messages;
       for (let i = data.indexOf(MARK[venue]); i >= 0; i = data.indexOf(MARK[venue], i + 12)) messages++;
+      if (messages === before) return;
+      last = performance.now();
+      if (!before) first = last;
     });
-    ws.on('close', () => resolve({ messages, seconds: (performance.now() - began) / 1000 }));
+    // The end packet (its certificates read) and the close are the replay's end, not its sending.
+    ws.on('close', () => resolve({ messages, seconds: (performance.now() - began) / 1000, sending: (last - first) / 1000 }));
     ws.on('error', reject);
   });
 }
@@ -223,14 +239,16 @@ function firstMessage(venue: Venue, m: StoredMarket, from: number): Promise<numb
 }
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.ceil(p * xs.length) - 1)];
-const rate = (r: { messages: number; seconds: number }) => Math.round(r.messages / r.seconds);
+const rate = (r: Run) => Math.round(r.messages / r.seconds);
+/** Messages/s once the first came: what the connection sustains, a replay's start (subscription, tape reads) aside. */
+const sustained = (r: Run) => Math.round(r.messages / r.sending);
 /** A start in the middle of each market's window (and of its hour's run of windows): books held then, changes after. */
 const middleOf = (m: StoredMarket) => m.start_time + Math.floor((m.end_time - m.start_time) / 2) + 17_123;
 
 interface Figures {
-  /** Messages/s and messages of one connection replaying every market of the set. */
-  sealed: { messages: number; seconds: number };
-  recent: { messages: number; seconds: number };
+  /** One connection replaying every market of the set. */
+  sealed: Run;
+  recent: Run;
   /** Times to the first message over SAMPLES replays (markets taken in turn). */
   ttfmSealed: number[];
   ttfmRecent: number[];
@@ -326,11 +344,12 @@ for (const v of VENUES)
   for (const [c, label] of CASES) {
     const f = figures[c][v];
     rows.push(
-      `| ${v} | ${label} | ${n(rate(f.sealed))} (${n(f.sealed.messages)}) | ${ms(pct(f.ttfmSealed, 0.5))} / ${ms(pct(f.ttfmSealed, 0.99))} | ${n(rate(f.recent))} (${n(f.recent.messages)}) | ${ms(pct(f.ttfmRecent, 0.5))} / ${ms(pct(f.ttfmRecent, 0.99))} |`,
+      `| ${v} | ${label} | ${n(rate(f.sealed))} / ${n(sustained(f.sealed))} (${n(f.sealed.messages)}) | ${ms(pct(f.ttfmSealed, 0.5))} / ${ms(pct(f.ttfmSealed, 0.99))} | ${n(rate(f.recent))} / ${n(sustained(f.recent))} (${n(f.recent.messages)}) | ${ms(pct(f.ttfmRecent, 0.5))} / ${ms(pct(f.ttfmRecent, 0.99))} |`,
     );
   }
 const worst = (c: 'hit' | 'cached') => ({
   rate: Math.min(...VENUES.flatMap((v) => [rate(figures[c][v].sealed), rate(figures[c][v].recent)])),
+  sustained: Math.min(...VENUES.flatMap((v) => [sustained(figures[c][v].sealed), sustained(figures[c][v].recent)])),
   p99: Math.max(...VENUES.flatMap((v) => [pct(figures[c][v].ttfmSealed, 0.99), pct(figures[c][v].ttfmRecent, 0.99)])),
 });
 const hit = worst('hit');
@@ -354,21 +373,21 @@ deflated, with the rows' times; a replay reads one and inflates it, reading from
 that ended in the last hours: here ${n(writing.written)} copies in ${writing.seconds.toFixed(1)} s (${(copyBytes / 2 ** 20).toFixed(1)} MiB, ${(copyBytes / lakeBytes).toFixed(1)}x the Parquet).
 
 Markets (sealed hour + ended a minute before): Polymarket ${countOf('polymarket')}, wallet ${countOf('wallet-prediction')}. One connection, as fast as possible,
-every market of the set (messages/s, and messages); time from the socket's open to the first message of a paced replay starting mid-window,
+every market of the set (messages/s from the socket's open / from its first message, and messages); time from the socket's open to the first message of a paced replay starting mid-window,
 p50 / p99 over ${SAMPLES} replays (markets in turn):
 
-| venue | case | sealed hour: msg/s (messages) | sealed: first message p50 / p99 ms | ended a minute before: msg/s (messages) | ended: first message p50 / p99 ms |
+| venue | case | sealed hour: msg/s whole / sustained (messages) | sealed: first message p50 / p99 ms | ended a minute before: msg/s whole / sustained (messages) | ended: first message p50 / p99 ms |
 |---|---|---|---|---|---|
 ${rows.join('\n')}
 
 Four Polymarket connections at once, tapes cached, the sealed hour: ${n(fourRate)} messages/s together.
 
 The issue's targets, for the first replay (copies hit, nothing in memory) of either venue, a sealed market or one that ended a minute before:
-at least 300,000 messages/s per connection: ${hit.rate >= 300_000 ? 'met' : 'missed'} (slowest ${n(hit.rate)}/s); the first message within 50 ms at p99:
+at least 300,000 messages/s per connection: ${hit.sustained >= 300_000 ? 'met' : 'missed'} once the replay is under way (slowest ${n(hit.sustained)}/s), ${hit.rate >= 300_000 ? 'met' : 'missed'} counting its start too (slowest ${n(hit.rate)}/s: the ended markets' replay is short, ${n(Math.min(...VENUES.map((v) => figures.hit[v].recent.messages)))} messages, so its start weighs); the first message within 50 ms at p99:
 ${hit.p99 <= 50 ? 'met' : 'missed'} (slowest p99 ${ms(hit.p99)} ms).
 
 Memory: 200 paced replays of the ${openThen.length} Polymarket markets open at ${new Date(middle).toISOString().slice(11, 19)}, held open: the API worker's RSS ${before.toFixed(0)} -> ${after.toFixed(0)} MiB,
-${(((after - before) * 1024) / 200).toFixed(0)} KiB per replay (tapes are shared: a replay holds its walks and at most 8 unsent frames).
+${(((after - before) * 1024) / 200).toFixed(0)} KiB per replay (tapes are shared: a replay holds its walks and its unsent frames: 8, or 64 KiB).
 `,
 );
 if (!process.env.BENCH_ROOT) await fs.rm(root, { recursive: true, force: true });

@@ -328,15 +328,19 @@ t.test('an export whose lake file cannot be read is a 503, not a hung or empty d
   const market = (await get('/v3/wallet-prediction/markets?window=5m&status=closed,resolved&limit=5')).json.data.find(
     (m: any) => Date.parse(m.end_time) <= END && Date.parse(m.start_time) >= START,
   );
-  const files = await api.lake.files([
-    {
-      dataset: 'books',
-      venue: 'wallet-prediction',
-      coin: market.coin,
-      window: '5m',
-      hour: Math.floor(Date.parse(market.start_time) / 3_600_000) * 3_600_000,
-    },
-  ]);
+  const files = await api.lake.files(
+    [
+      {
+        dataset: 'books',
+        venue: 'wallet-prediction',
+        coin: market.coin,
+        window: '5m',
+        hour: Math.floor(Date.parse(market.start_time) / 3_600_000) * 3_600_000,
+      },
+    ],
+    market.market_id,
+  );
+  // A file that holds the market's rows: an export reads no other.
   const victim = files.sealed[0];
   const saved = await fs.readFile(victim);
   await fs.writeFile(victim, 'not parquet');

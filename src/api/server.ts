@@ -149,6 +149,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   };
   await proofs();
   let reindexed = Date.now();
+  let sweptRecent = -Infinity;
   const timers = [
     every(TAIL_MS, proofs, (err) => log.warn({ err }, 'capture heartbeat not read')),
     tail &&
@@ -164,10 +165,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         const walk = Date.now() - reindexed > REINDEX_MS;
         if (walk) reindexed = Date.now();
         await replica?.sync(walk);
-        await lake.update(walk);
+        const changed = await lake.update(walk);
         latestReads.prune(latest, clock.now());
-        // A market capture sealed at its end since the last update gets its replay copy now.
-        replayCopies?.sweep(clock.now(), RECENT_COPIES_MS);
+        // A market capture sealed at its end since the last update gets its replay copy now: it is settled by
+        // the commit of its last rows (or, rarely, by a heartbeat read after that commit: at most 30 s later).
+        if (changed.some((p) => p.dataset === 'books' || p.dataset === 'trades') || Date.now() - sweptRecent > 30_000) {
+          sweptRecent = Date.now();
+          replayCopies?.sweep(clock.now(), RECENT_COPIES_MS);
+        }
       },
       (err) => log.warn({ err }, 'lake update failed'),
     ),

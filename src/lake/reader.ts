@@ -194,14 +194,20 @@ export class LakeReader {
     } catch {
       return false;
     }
+    // A part the index already names sealed (it stays a pass after its seal) holds nothing unsealed.
+    const sealed = new Map<Partition, Set<string>>();
+    const sealedIn = (p: Partition) => sealed.get(p) ?? sealed.set(p, new Set(this.index.of(p).flatMap((f) => f.sources))).get(p)!;
     for (const segment of segments) {
       for (const p of partitions) {
+        let names: string[];
         try {
-          const names = readdirSync(path.join(this.paths.spool, segment, partitionDir(p)));
-          if (names.some((n) => n.endsWith('.ndjson') && (market === undefined || partMayHold(n, market)))) return true;
+          names = readdirSync(path.join(this.paths.spool, segment, partitionDir(p)));
         } catch {
-          // no part of this partition in this segment
+          continue; // no part of this partition in this segment
         }
+        for (const n of names)
+          if (n.endsWith('.ndjson') && (market === undefined || partMayHold(n, market)) && !sealedIn(p).has(`${segment}:${n.slice(0, -7)}`))
+            return true;
       }
     }
     return false;

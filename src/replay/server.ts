@@ -128,6 +128,8 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
 
   const start = (
     ws: WebSocket,
+    /** The connection under the WebSocket: corked while a batch of frames is written (one write for many frames). */
+    socket: Duplex,
     kind: ReplayKind,
     request: ReplayRequest,
     query: Record<string, string>,
@@ -155,6 +157,8 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
           if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
           ws.send(text, done);
         },
+        cork: () => socket.cork(),
+        uncork: () => socket.uncork(),
       },
     );
     const client = protocol.open({
@@ -225,7 +229,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
       if (total >= deps.limits.total) fail('UNAVAILABLE', 'Every replay slot is in use; retry shortly', [], { 'Retry-After': '5' });
       if ((open.get(key.key_id) ?? 0) >= deps.limits.perKey)
         fail('RATE_LIMITED', `At most ${deps.limits.perKey} replays at once per key`, [], { 'Retry-After': '5' });
-      wss.handleUpgrade(req, socket, head, (ws) => start(ws, kind, request, query, key.key_id, requestId));
+      wss.handleUpgrade(req, socket, head, (ws) => start(ws, socket, kind, request, query, key.key_id, requestId));
     })().catch((err: unknown) => {
       if (err instanceof ApiError) refuse(socket, err, requestId);
       else {

@@ -14,6 +14,12 @@ export interface ReplayWalk {
 export interface ReplaySink {
   /** Writes one frame; `done` once it left this process's buffers (or failed). */
   send(frame: string, done: (err?: Error) => void): void;
+  /**
+   * Holds frames back until `uncork`, so a batch leaves in one write: a venue that sends a message
+   * per frame (the wallet's) otherwise costs a system call per message, about 100,000 a second.
+   */
+  cork?(): void;
+  uncork?(): void;
 }
 
 export interface ReplayOptions {
@@ -32,8 +38,13 @@ export interface ReplayOptions {
   maxMarkets: number;
 }
 
-/** Frames written but not yet handed to the socket before the replay waits: what bounds a connection's memory. */
+/**
+ * Frames written but not yet handed to the socket before the replay waits: what bounds a connection's
+ * memory. 8 frames, or more while they hold under 64 KiB: a venue that frames each message alone (the
+ * wallet's) then writes a batch of messages at once instead of waiting on the socket every eight.
+ */
 const MAX_UNSENT_FRAMES = 8;
+const MAX_UNSENT_BYTES = 64 * 1024;
 /** How often a paced replay looks again when nothing is due (real ms): a subscription or the clock may have moved. */
 const IDLE_MS = 10;
 /** As fast as possible, a replay waits this long (real ms) after a subscription before moving on from its start. */
@@ -66,7 +77,10 @@ export class ReplaySession {
   /** The historical time the replay has reached. */
   private reached: number;
   private unsent = 0;
+  private unsentBytes = 0;
   private drained: (() => void) | null = null;
+  /** Whether frames are being held back for one write (ReplaySink.cork). */
+  private corked = false;
   private wake: (() => void) | null = null;
   private failed: Error | null = null;
   private stopped = false;
@@ -240,6 +254,7 @@ export class ReplaySession {
       if (this.stopped) break;
       if (this.notices.length) {
         for (const text of this.notices.splice(0)) await this.send(text);
+        this.uncork();
         continue;
       }
       // Paused, only what is due at once goes: the books of a market subscribed or sought meanwhile.
@@ -270,6 +285,7 @@ export class ReplaySession {
       if (out.length) {
         this.stats.messages += out.length;
         for (const text of frames(out)) await this.send(text);
+        this.uncork();
         out.length = 0;
         continue;
       }
@@ -304,16 +320,35 @@ export class ReplaySession {
     this.stats.frames++;
     this.stats.firstMessageMs ??= performance.now() - this.began;
     this.unsent++;
+    this.unsentBytes += text.length;
     this.stats.unsent = this.unsent;
+    if (!this.corked) {
+      this.corked = true;
+      this.sink.cork?.();
+    }
     this.sink.send(text, (err) => {
       this.unsent--;
+      this.unsentBytes -= text.length;
       this.stats.unsent = this.unsent;
       if (err) this.stop();
       const resume = this.drained;
       this.drained = null;
       resume?.();
     });
-    while (this.unsent >= MAX_UNSENT_FRAMES && !this.stopped) await new Promise<void>((r) => (this.drained = r));
+    if (!this.full()) return;
+    // What is held back must go before its writes can finish.
+    this.uncork();
+    while (this.full() && !this.stopped) await new Promise<void>((r) => (this.drained = r));
+  }
+
+  private full(): boolean {
+    return this.unsent >= MAX_UNSENT_FRAMES && this.unsentBytes >= MAX_UNSENT_BYTES;
+  }
+
+  private uncork(): void {
+    if (!this.corked) return;
+    this.corked = false;
+    this.sink.uncork?.();
   }
 
   private idle(ms: number): Promise<void> {
