@@ -339,15 +339,19 @@ t.test('every error code of the contract from a real request', async (t) => {
 
 t.test('a lake file that cannot be read is 503 UNAVAILABLE, saying nothing internal', async (t) => {
   const market = wallet.find((m) => m.window === '5m')!;
-  const files = await api.lake.files([
-    {
-      dataset: 'books',
-      venue: market.venue,
-      coin: market.coin,
-      window: market.window,
-      hour: Math.floor(market.start_time / 3_600_000) * 3_600_000,
-    },
-  ]);
+  const files = await api.lake.files(
+    [
+      {
+        dataset: 'books',
+        venue: market.venue,
+        coin: market.coin,
+        window: market.window,
+        hour: Math.floor(market.start_time / 3_600_000) * 3_600_000,
+      },
+    ],
+    market.market_id,
+  );
+  // A file that holds the market's rows: its pages read no other.
   const victim = files.sealed[0];
   const saved = await fs.readFile(victim);
   await fs.writeFile(victim, 'not parquet');
