@@ -75,6 +75,8 @@ export class Capture {
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   private sealing: Promise<SealReport | void> = Promise.resolve();
+  /** Seal passes asked for and not over yet. */
+  private sealsPending = 0;
   private flushing: Promise<void> = Promise.resolve();
   private startedAt = Date.now();
   private readonly cycledTo = new Map<Venue, number>();
@@ -209,7 +211,8 @@ export class Capture {
     this.loops = this.adapters.map((a) => this.venueLoop(a));
     this.reference?.start();
     this.timers.push(setInterval(() => void this.flushDue(), this.config.capture.flushMs));
-    this.timers.push(setInterval(() => void this.seal(), 2000));
+    // A pass still running (a busy machine, many markets ending at once) is not queued behind: passes would pile up.
+    this.timers.push(setInterval(() => void (this.sealsPending === 0 && this.seal()), 2000));
     // Publishing runs beside sealing and never holds it: a bucket that is down only grows the backlog.
     const publisher = this.publisher;
     if (publisher) this.timers.push(setInterval(() => void publisher.pass().catch(() => undefined), this.config.publishMs));
@@ -412,6 +415,7 @@ export class Capture {
   /** Seals due hours; a failure (a full disk, say) leaves the rows in the spool, logged once per streak. */
   seal(now = this.clock.now()): Promise<SealReport | void> {
     const grace = (d: string) => (d === 'markets' ? this.config.capture.marketsSealGraceMs : this.config.capture.sealGraceMs);
+    this.sealsPending++;
     this.sealing = this.sealing
       .then(() => sealDue(this.duck, this.paths, now, grace, this.spool, { finished: (p, market) => this.finished(p.venue, market) }))
       .then((report) => {
@@ -428,7 +432,8 @@ export class Capture {
             'seal failed; the spool keeps the rows and sealing is retried',
           );
         this.sealFailure = { error: `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`, backlog };
-      });
+      })
+      .finally(() => this.sealsPending--);
     return this.sealing;
   }
 
