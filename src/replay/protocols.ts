@@ -65,6 +65,8 @@ function control(ctx: ReplayContext, frame: unknown, render: (answer: ControlAns
 export interface ReplayProtocol {
   frames(messages: string[]): string[];
   open(ctx: ReplayContext): ReplayClient;
+  /** Its client subscribes by frames after connecting (ReplayOptions.settleMs); without, by its URL alone. */
+  subscribesByFrames: boolean;
 }
 
 /**
@@ -112,6 +114,7 @@ function onlyTokens(text: string, wanted: Set<string>): string | null {
 const polymarket: ReplayProtocol = {
   // One message as itself, several of one instant as a JSON array (as the venue frames its book dumps).
   frames: (messages) => [messages.length === 1 ? messages[0] : `[${messages.join(',')}]`],
+  subscribesByFrames: true,
   open(ctx) {
     let custom = false;
     const { session, request } = ctx;
@@ -233,6 +236,8 @@ class MarketSchedule implements ReplayWalk {
 const wallet: ReplayProtocol = {
   // The venue pushes one book per frame.
   frames: (messages) => messages,
+  // Topics are in the signed URL.
+  subscribesByFrames: false,
   open(ctx) {
     const { session, request } = ctx;
     const subscribe = (m: StoredMarket, topic: string, from?: number) =>
@@ -302,6 +307,7 @@ const wallet: ReplayProtocol = {
 const rtds: ReplayProtocol = {
   // The socket sends each update as its own frame.
   frames: (messages) => messages,
+  subscribesByFrames: true,
   open(ctx) {
     const { session, request } = ctx;
     /** Per topic subscribed, the symbols asked for (null: all), read by its walks as they send. */

@@ -149,6 +149,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
         ...request,
         clock: deps.clock,
         frames: protocol.frames,
+        settleMs: protocol.subscribesByFrames ? undefined : 0,
         maxPerFrame: request.speed === Infinity ? 64 : 256,
         maxMarkets: deps.limits.markets,
       },

@@ -36,6 +36,12 @@ export interface ReplayOptions {
   maxPerFrame: number;
   /** Markets playing at once at most (REPLAY_MAX_MARKETS). */
   maxMarkets: number;
+  /**
+   * As fast as possible, how long (real ms) the replay waits after a client's subscription before
+   * moving on from its start: a client subscribing by frames sends them in a burst. 0 where the URL
+   * says it all (the wallet's topics). Default 20.
+   */
+  settleMs?: number;
 }
 
 /**
@@ -47,7 +53,7 @@ const MAX_UNSENT_FRAMES = 8;
 const MAX_UNSENT_BYTES = 64 * 1024;
 /** How often a paced replay looks again when nothing is due (real ms): a subscription or the clock may have moved. */
 const IDLE_MS = 10;
-/** As fast as possible, a replay waits this long (real ms) after a subscription before moving on from its start. */
+/** As fast as possible, a replay waits this long (real ms) after a client's subscription before moving on from its start. */
 const SETTLE_MS = 20;
 
 /** The key prefix of walks that subscribe markets themselves (a topic's schedule), not markets. */
@@ -143,7 +149,8 @@ export class ReplaySession {
 
   /** Loads a subscription's walk from `at`: the replay's present unless a schedule says when it was due. */
   private start(key: string, { load, market }: Subscription, at = this.position()): void {
-    this.subscribedAt = performance.now();
+    // A client's (its frames come in a burst); not a schedule's, which subscribes each market as the replay reaches it.
+    if (this.taking === null) this.subscribedAt = performance.now();
     const placeholder: ReplayWalk = { next: () => Infinity, take: () => undefined };
     const loading = load(at).then(
       (walk) => {
@@ -246,21 +253,21 @@ export class ReplaySession {
    * client leaves (`stop`) or a tape fails to load (thrown). Resolves with why it ended.
    */
   async run(): Promise<'end' | 'stopped'> {
-    const { to, speed, frames, maxPerFrame } = this.options;
+    const { to, speed, frames, maxPerFrame, settleMs: settle = SETTLE_MS } = this.options;
     const out: string[] = [];
     while (!this.stopped) {
       if (this.loads.size) await Promise.all([...this.loads]);
       if (this.failed) throw this.failed;
       if (this.stopped) break;
       if (this.notices.length) {
-        for (const text of this.notices.splice(0)) await this.send(text);
+        for (const text of this.notices.splice(0)) if (this.send(text)) await this.drain();
         this.uncork();
         continue;
       }
       // Paused, only what is due at once goes: the books of a market subscribed or sought meanwhile.
       const paused = this.paused !== null;
       // As fast as possible, a frame fills across instants once the subscriptions have settled.
-      const now = paused ? -Infinity : speed === Infinity && performance.now() - this.subscribedAt >= SETTLE_MS ? to - 1 : this.position();
+      const now = paused ? -Infinity : speed === Infinity && performance.now() - this.subscribedAt >= settle ? to - 1 : this.position();
       // Paced, a frame holds one instant, as the venue's do: a client that takes a frame's messages as
       // one instant would merge two (two instants of one venue millisecond, say, which the archive keeps
       // a millisecond apart). As fast as possible, frames fill across instants.
@@ -281,10 +288,13 @@ export class ReplaySession {
         if (e.t !== Infinity) this.push(e);
         // Over: its tape is let go (a market of a week's replay is held while it plays, not after).
         else this.walks.set(e.key, DONE);
+        // A schedule subscribed a market just now: nothing later goes before its tape is read and its first messages are in.
+        if (this.loads.size) break;
       }
       if (out.length) {
         this.stats.messages += out.length;
-        for (const text of frames(out)) await this.send(text);
+        // Awaited only when the socket must drain first: a message per frame (the wallet's) would otherwise wait a microtask each.
+        for (const text of frames(out)) if (this.send(text)) await this.drain();
         this.uncork();
         out.length = 0;
         continue;
@@ -297,7 +307,7 @@ export class ReplaySession {
       if (speed === Infinity) {
         // As fast as possible: over when nothing is left to send, and no subscription came just now
         // (a client's frames of one burst all start at `from`).
-        if (performance.now() - this.subscribedAt < SETTLE_MS) {
+        if (performance.now() - this.subscribedAt < settle) {
           await this.idle(1);
           continue;
         }
@@ -316,7 +326,8 @@ export class ReplaySession {
     return 'stopped';
   }
 
-  private async send(text: string): Promise<void> {
+  /** Writes a frame; true when the unsent bound is reached and the replay must `drain` before the next. */
+  private send(text: string): boolean {
     this.stats.frames++;
     this.stats.firstMessageMs ??= performance.now() - this.began;
     this.unsent++;
@@ -335,7 +346,10 @@ export class ReplaySession {
       this.drained = null;
       resume?.();
     });
-    if (!this.full()) return;
+    return this.full();
+  }
+
+  private async drain(): Promise<void> {
     // What is held back must go before its writes can finish.
     this.uncork();
     while (this.full() && !this.stopped) await new Promise<void>((r) => (this.drained = r));
