@@ -9,20 +9,15 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { deflateRawSync, inflateRawSync } from 'node:zlib';
+import { crc32, deflateRawSync, inflateRawSync } from 'node:zlib';
 import type { Venue } from '../config.js';
-import type { Params } from '../lake/duckdb.js';
-import { partitionOf, partitionDir } from '../lake/layout.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
-import { relation } from '../lake/sql.js';
 import type { Logger } from '../log.js';
 import { PolymarketWalk } from './polymarket.js';
 import {
-  BOOK_TAPE_COLUMNS,
   type MarketTape,
   type RenderedMessages,
   type ReplayCopyStore,
-  TAPE_BOOK_SELECT,
   type TapeGap,
   TapeBooks,
   loadTape,
@@ -33,7 +28,7 @@ import { WALLET_AGGREGATE_TOPIC, WalletWalk } from './wallet.js';
 import { marketKey } from '../records.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
-export const REPLAY_COPY_VERSION = 2;
+export const REPLAY_COPY_VERSION = 3;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
 /** How far back a sweep looks for markets without a copy; older ones get theirs when first replayed. */
 const SWEEP_BACK_MS = 6 * 3_600_000;
@@ -65,6 +60,15 @@ export function copySignature(lake: LakeReader, venue: Venue, m: StoredMarket, n
   return createHash('sha1').update(JSON.stringify(inputs)).digest('hex');
 }
 
+/**
+ * Messages' text, and ladders' bytes, per block before deflate: a replay's start inflates the
+ * block of its first message and those of the books it sends first, not the market's whole record.
+ */
+const MESSAGE_BLOCK = 64 * 1024;
+const LADDER_BLOCK = 64 * 1024;
+/** Written once per market, in the background: the smallest deflate, inflated as fast as any. */
+const DEFLATE = { level: 6 };
+
 interface Header {
   version: number;
   market_id: string;
@@ -72,28 +76,84 @@ interface Header {
   rows: number;
   trades: number;
   keys: number;
-  /** The messages' bytes, and as stored (raw deflate). */
+  messageBlocks: number;
+  ladderBlocks: number;
+  /** The table's bytes inflated; the messages' text; the ladders' values (8 bytes each). */
+  table: number;
   text: number;
-  packed: number;
+  levels: number;
+  /** The three parts as stored (raw deflate), and the crc32 of all three: a damaged copy is found at its read. */
+  packed: [table: number, messages: number, ladders: number];
+  crc: number;
   ticks: { ts: number; tick: number }[];
   gaps: (Omit<TapeGap, 'to'> & { to: number | null })[];
+  fieldTexts: string[];
+  levelTexts: [number, string][];
+  venueHashes: [number, string][];
 }
 
 /**
- * The sections after the header, each at a multiple of 8 so typed arrays can view them: row times
- * and outcomes, trade times, prices and outcomes (what a walk reads of them: its messages are
- * rendered), the rendered keys and their offsets into the messages, the messages deflated.
+ * The table's sections, each at a multiple of 8 so typed arrays can view them: what a walk reads of
+ * the rows (times, outcomes, the venue's times, ladder lengths, hashed fields and text codes) and of
+ * the trades (times, prices, outcomes), the rendered keys and their offsets into the text, and each
+ * block's first key (or row) and offset into its part as stored.
  */
-function sections(h: Header) {
-  const sizes = [8 * h.rows, 4 * h.rows, 8 * h.trades, 8 * h.trades, 4 * h.trades, 4 * h.keys, 4 * (h.keys + 1), h.packed];
-  const at: number[] = [];
-  let offset = 0;
-  for (const size of sizes) {
-    at.push(offset);
-    offset += Math.ceil(size / 8) * 8;
+function tableLayout(h: Pick<Header, 'rows' | 'trades' | 'keys' | 'messageBlocks' | 'ladderBlocks'>) {
+  const { rows: n, trades: t, keys: k, messageBlocks: mb, ladderBlocks: lb } = h;
+  const sizes = {
+    ts: 8 * n,
+    exchange: 8 * n,
+    tradeTs: 8 * t,
+    tradePrice: 8 * t,
+    outcome: 4 * n,
+    bids: 4 * n,
+    asks: 4 * n,
+    fields: 4 * n,
+    tradeOutcome: 4 * t,
+    keys: 4 * k,
+    offsets: 4 * (k + 1),
+    messageFirst: 4 * (mb + 1),
+    messageAt: 4 * (mb + 1),
+    ladderFirst: 4 * (lb + 1),
+    ladderAt: 4 * (lb + 1),
+    priceDecimals: n,
+    sizeDecimals: n,
+    hashed: n,
+  };
+  const at = {} as Record<keyof typeof sizes, number>;
+  let length = 0;
+  for (const [name, size] of Object.entries(sizes) as [keyof typeof sizes, number][]) {
+    at[name] = length;
+    length += Math.ceil(size / 8) * 8;
   }
-  return { at, length: offset };
+  return { at, length };
 }
+
+/** Consecutive pieces cut where each block reaches `size` bytes, each block deflated on its own. */
+function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: number) {
+  const first = [0];
+  const at = [0];
+  const packed: Buffer[] = [];
+  let run: Buffer[] = [];
+  let length = 0;
+  const cut = (next: number) => {
+    packed.push(deflateRawSync(Buffer.concat(run), DEFLATE));
+    at.push(at[at.length - 1] + packed[packed.length - 1].length);
+    first.push(next);
+    run = [];
+    length = 0;
+  };
+  for (let i = 0; i < pieces; i++) {
+    const b = bytesOf(i);
+    run.push(b);
+    length += b.length;
+    if (length >= size) cut(i + 1);
+  }
+  if (run.length || pieces === 0) cut(pieces);
+  return { first: Uint32Array.from(first), at: Uint32Array.from(at), data: Buffer.concat(packed) };
+}
+
+const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
 /** The file of a tape whose every message is rendered (`rendered` a map, as a full walk leaves it). */
 export function encodeCopy(tape: MarketTape, signature: string): Buffer {
@@ -102,51 +162,122 @@ export function encodeCopy(tape: MarketTape, signature: string): Buffer {
   const texts = [...keys].map((k) => Buffer.from(rendered.get(k)!, 'utf8'));
   const offsets = new Uint32Array(keys.length + 1);
   texts.forEach((t, i) => (offsets[i + 1] = offsets[i] + t.length));
-  // Messages repeat long ids and numbers: level 1 takes most of the room out and inflates fast.
-  const packed = deflateRawSync(Buffer.concat(texts), { level: 1 });
+  const messages = blocks(keys.length, (i) => texts[i], MESSAGE_BLOCK);
   const { books, trades } = tape;
+  const n = books.length;
+  const ladderOf = (i: number) => books.levels.subarray(books.at[i], books.at[i] + 2 * (books.bids[i] + books.asks[i]));
+  const ladders = blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK);
+  const fieldTexts: string[] = [];
+  const fieldIds = new Map<string, number>();
+  const fields = Int32Array.from({ length: n }, (_, i) => {
+    const f = books.fieldsOf(i);
+    if (f === null) return -1;
+    if (!fieldIds.has(f)) fieldIds.set(f, fieldTexts.push(f) - 1);
+    return fieldIds.get(f)!;
+  });
+  const shape = {
+    rows: n,
+    trades: trades.length,
+    keys: keys.length,
+    messageBlocks: messages.first.length - 1,
+    ladderBlocks: ladders.first.length - 1,
+  };
+  const layout = tableLayout(shape);
+  const table = Buffer.alloc(layout.length);
+  const columns: Record<keyof typeof layout.at, ArrayBufferView> = {
+    ts: books.ts,
+    exchange: books.exchange,
+    tradeTs: Float64Array.from(trades, (t) => t.ts),
+    tradePrice: Float64Array.from(trades, (t) => t.price),
+    outcome: books.outcome,
+    bids: books.bids,
+    asks: books.asks,
+    fields,
+    tradeOutcome: Int32Array.from(trades, (t) => t.outcome),
+    keys,
+    offsets,
+    messageFirst: messages.first,
+    messageAt: messages.at,
+    ladderFirst: ladders.first,
+    ladderAt: ladders.at,
+    priceDecimals: books.priceDecimals,
+    sizeDecimals: books.sizeDecimals,
+    hashed: books.hashed,
+  };
+  for (const [name, column] of Object.entries(columns)) bytesOf(column).copy(table, layout.at[name as keyof typeof columns]);
+  const packedTable = deflateRawSync(table, DEFLATE);
+  let levels = 0;
+  for (let i = 0; i < n; i++) levels += ladderOf(i).length;
   const header: Header = {
     version: REPLAY_COPY_VERSION,
     market_id: tape.market.market_id,
     signature,
-    rows: books.length,
-    trades: trades.length,
-    keys: keys.length,
+    ...shape,
+    table: table.length,
     text: offsets[keys.length],
-    packed: packed.length,
+    levels,
+    packed: [packedTable.length, messages.data.length, ladders.data.length],
+    crc: crc32(ladders.data, crc32(messages.data, crc32(packedTable))),
     ticks: tape.ticks,
     gaps: tape.gaps.map((g) => ({ ...g, to: Number.isFinite(g.to) ? g.to : null })),
+    fieldTexts,
+    levelTexts: [...books.levelTexts],
+    venueHashes: [...books.venueHashes],
   };
   const head = Buffer.from(JSON.stringify(header), 'utf8');
-  const start = Math.ceil((MAGIC.length + 4 + head.length) / 8) * 8;
-  const { at, length } = sections(header);
-  const out = Buffer.alloc(start + length);
-  MAGIC.copy(out, 0);
-  out.writeUInt32LE(head.length, MAGIC.length);
-  head.copy(out, MAGIC.length + 4);
-  const parts: ArrayBufferView[] = [
-    books.ts,
-    books.outcome,
-    Float64Array.from(trades, (t) => t.ts),
-    Float64Array.from(trades, (t) => t.price),
-    Int32Array.from(trades, (t) => t.outcome),
-    keys,
-    offsets,
-    packed,
-  ];
-  parts.forEach((p, i) => out.set(new Uint8Array(p.buffer, p.byteOffset, p.byteLength), start + at[i]));
-  return out;
+  const prefix = Buffer.alloc(MAGIC.length + 4);
+  MAGIC.copy(prefix, 0);
+  prefix.writeUInt32LE(head.length, MAGIC.length);
+  return Buffer.concat([prefix, head, packedTable, messages.data, ladders.data]);
 }
 
-/** Messages of a copy by key, cut from the inflated text when asked for (a walk asks in key order). */
+/** `bytes` where typed arrays can view them from offset 0 (an inflated buffer may be a slice of a pool). */
+function aligned(bytes: Buffer): Buffer {
+  if (bytes.byteOffset % 8 === 0) return bytes;
+  const own = new Uint8Array(bytes.length);
+  own.set(bytes);
+  return Buffer.from(own.buffer);
+}
+
+/** Inflates block b of a part (`at` as `blocks` made it) and checks it holds `length` bytes. */
+function inflateBlock(data: Buffer, at: Uint32Array, b: number, length: number): Buffer {
+  // Its length known: inflated into one buffer, not in 16 KiB pieces joined after.
+  const bytes = inflateRawSync(data.subarray(at[b], at[b + 1]), { chunkSize: Math.max(64, length) });
+  if (bytes.length !== length) throw new Error(`a replay copy whose block ${b} inflates to ${bytes.length} bytes, not ${length}`);
+  return bytes;
+}
+
+/** The block of a part holding piece i: the one at `hint` when it does, else found by halving. */
+function blockOf(first: Uint32Array, i: number, hint: number): number {
+  if (hint >= 0 && first[hint] <= i && i < first[hint + 1]) return hint;
+  let lo = 0;
+  let hi = first.length - 2;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    if (first[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/**
+ * Messages of a copy by key, cut from their block's text when asked for (a walk asks in key order);
+ * a block is inflated the first time one of its messages is, and kept with the tape.
+ */
 class CopiedMessages implements RenderedMessages {
   private last = -1;
+  private block = -1;
+  private readonly texts: (Buffer | undefined)[];
 
   constructor(
     private readonly keys: Int32Array,
     private readonly offsets: Uint32Array,
-    private readonly text: Buffer,
-  ) {}
+    private readonly first: Uint32Array,
+    private readonly at: Uint32Array,
+    private readonly data: Buffer,
+  ) {
+    this.texts = new Array<Buffer | undefined>(first.length - 1);
+  }
 
   get size(): number {
     return this.keys.length;
@@ -166,7 +297,10 @@ class CopiedMessages implements RenderedMessages {
       i = lo;
     }
     this.last = i;
-    return this.text.toString('utf8', this.offsets[i], this.offsets[i + 1]);
+    const b = (this.block = blockOf(this.first, i, this.block));
+    const base = this.offsets[this.first[b]];
+    const text = (this.texts[b] ??= inflateBlock(this.data, this.at, b, this.offsets[this.first[b + 1]] - base));
+    return text.toString('utf8', this.offsets[i] - base, this.offsets[i + 1] - base);
   }
 
   set(): void {
@@ -177,23 +311,33 @@ class CopiedMessages implements RenderedMessages {
 /** A market's tape from its copy's bytes; throws when they are not a whole copy of `signature`. */
 export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): MarketTape {
   if (bytes.length < MAGIC.length + 4 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
-  const headLength = bytes.readUInt32LE(MAGIC.length);
-  const header = JSON.parse(bytes.toString('utf8', MAGIC.length + 4, MAGIC.length + 4 + headLength)) as Header;
+  const start = MAGIC.length + 4 + bytes.readUInt32LE(MAGIC.length);
+  const header = JSON.parse(bytes.toString('utf8', MAGIC.length + 4, start)) as Header;
   if (header.version !== REPLAY_COPY_VERSION || header.signature !== signature || header.market_id !== m.market_id)
     throw new Error('a replay copy of other inputs');
-  const start = Math.ceil((MAGIC.length + 4 + headLength) / 8) * 8;
-  const { at, length } = sections(header);
-  if (bytes.length !== start + length) throw new Error(`a replay copy of ${bytes.length} bytes, not ${start + length}`);
-  // Typed arrays view whole multiples of their size: a file read into an unaligned buffer is copied once.
-  const buf = (bytes.byteOffset + start) % 8 === 0 ? bytes : Buffer.from(bytes);
-  const view = <T>(Type: new (b: ArrayBufferLike, o: number, n: number) => T, i: number, n: number) =>
-    new Type(buf.buffer, buf.byteOffset + start + at[i], n);
-  const { rows, trades: t, keys: k } = header;
-  // Copied out of the file's buffer, so the packed messages are not kept alive by them.
-  const books = TapeBooks.sparse(view(Float64Array, 0, rows).slice(), view(Int32Array, 1, rows).slice());
-  const tradeTs = view(Float64Array, 2, t);
-  const tradePrice = view(Float64Array, 3, t);
-  const tradeOutcome = view(Int32Array, 4, t);
+  const [packedTable, packedMessages, packedLadders] = header.packed;
+  const length = start + packedTable + packedMessages + packedLadders;
+  if (bytes.length !== length) throw new Error(`a replay copy of ${bytes.length} bytes, not ${length}`);
+  const packed = bytes.subarray(start);
+  if (crc32(packed) !== header.crc) throw new Error('a replay copy whose bytes do not match their crc32');
+  const layout = tableLayout(header);
+  const table = aligned(inflateRawSync(packed.subarray(0, packedTable), { chunkSize: Math.max(64, layout.length) }));
+  if (table.length !== header.table || table.length !== layout.length)
+    throw new Error('a replay copy whose table does not inflate to its length');
+  const view = <T>(Type: new (b: ArrayBufferLike, o: number, n: number) => T, name: keyof typeof layout.at, n: number) =>
+    new Type(table.buffer, table.byteOffset + layout.at[name], n);
+  const { rows, trades: t, keys: k, messageBlocks: mb, ladderBlocks: lb } = header;
+  const offsets = view(Uint32Array, 'offsets', k + 1);
+  const messageFirst = view(Uint32Array, 'messageFirst', mb + 1);
+  const messageAt = view(Uint32Array, 'messageAt', mb + 1);
+  const ladderFirst = view(Uint32Array, 'ladderFirst', lb + 1);
+  const ladderAt = view(Uint32Array, 'ladderAt', lb + 1);
+  if (offsets[k] !== header.text) throw new Error('a replay copy whose offsets do not end at its messages');
+  if (messageFirst[mb] !== k || ladderFirst[lb] !== rows || messageAt[mb] !== packedMessages || ladderAt[lb] !== packedLadders)
+    throw new Error('a replay copy whose blocks do not end at its parts');
+  const tradeTs = view(Float64Array, 'tradeTs', t);
+  const tradePrice = view(Float64Array, 'tradePrice', t);
+  const tradeOutcome = view(Int32Array, 'tradeOutcome', t);
   const trades = Array.from({ length: t }, (_, i) => ({
     ts: tradeTs[i],
     outcome: tradeOutcome[i],
@@ -205,55 +349,48 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
     priceDecimals: null,
     sizeDecimals: null,
   }));
-  const text = inflateRawSync(buf.subarray(start + at[7], start + at[7] + header.packed));
-  if (text.length !== header.text) throw new Error('a replay copy whose messages do not inflate to their length');
-  const offsets = view(Uint32Array, 6, k + 1).slice();
-  if (offsets[k] !== header.text) throw new Error('a replay copy whose offsets do not end at its messages');
+  const ladderData = packed.subarray(packedTable + packedMessages);
+  const bids = view(Int32Array, 'bids', rows);
+  const asks = view(Int32Array, 'asks', rows);
+  let levels = 0;
+  for (let r = 0; r < rows; r++) levels += 2 * (bids[r] + asks[r]);
+  if (levels !== header.levels) throw new Error('a replay copy whose ladders do not add up to its levels');
+  const books = TapeBooks.copied(
+    {
+      ts: view(Float64Array, 'ts', rows),
+      outcome: view(Int32Array, 'outcome', rows),
+      bids,
+      asks,
+      exchange: view(Float64Array, 'exchange', rows),
+      priceDecimals: view(Int8Array, 'priceDecimals', rows),
+      sizeDecimals: view(Int8Array, 'sizeDecimals', rows),
+      hashed: view(Uint8Array, 'hashed', rows),
+      fields: view(Int32Array, 'fields', rows),
+    },
+    header.fieldTexts,
+    header.levelTexts,
+    header.venueHashes,
+    (i) => {
+      const b = blockOf(ladderFirst, i, -1);
+      const [from, to] = [ladderFirst[b], ladderFirst[b + 1]];
+      let length = 0;
+      for (let r = from; r < to; r++) length += 2 * (bids[r] + asks[r]);
+      const values = aligned(inflateBlock(ladderData, ladderAt, b, 8 * length));
+      return { from, to, values: new Float64Array(values.buffer, values.byteOffset, length) };
+    },
+  );
+  const messages = packed.subarray(packedTable, packedTable + packedMessages);
   return {
     market: m,
     books,
     trades,
     ticks: header.ticks,
     gaps: header.gaps.map((g) => ({ ...g, to: g.to ?? Infinity })),
-    bytes: 200 + text.length + 12 * rows + 8 * k + 80 * t,
-    rendered: new CopiedMessages(view(Int32Array, 5, k).slice(), offsets, text),
+    // What it holds once every block is inflated.
+    bytes: 200 + header.text + 8 * header.levels + table.length + 80 * t,
+    rendered: new CopiedMessages(view(Int32Array, 'keys', k), offsets, messageFirst, messageAt, messages),
     copied: true,
   };
-}
-
-/**
- * Reads the ladders of the rows a walk of a copied tape starts from (each outcome's book at `at`):
- * one bound statement over the files of those rows' hours. Other tapes hold every ladder.
- */
-async function readHeld(lake: LakeReader, venue: Venue, tape: MarketTape, at: number): Promise<void> {
-  const books = tape.books;
-  const m = tape.market;
-  const rows = books.heldAt(at, m.outcomes.length).filter((i) => !books.has(i));
-  if (!rows.length) return;
-  const hours = new Map(rows.map((i) => partitionOf('books', venue, m.coin, m.window, books.ts[i])).map((p) => [partitionDir(p), p]));
-  const source = relation('books', await lake.files([...hours.values()], m.market_id), BOOK_TAPE_COLUMNS);
-  const params: Params = { market_id: m.market_id };
-  const wanted = rows.map((i, k) => {
-    params[`t${k}`] = books.ts[i];
-    params[`o${k}`] = books.outcome[i];
-    return `(ts = epoch_ms($t${k}::BIGINT) AND outcome_index = $o${k})`;
-  });
-  const found = new TapeBooks(
-    source
-      ? await lake.duck.chunks(
-          `SELECT ${TAPE_BOOK_SELECT} FROM (${source}) WHERE market_id = $market_id AND (${wanted.join(' OR ')}) ORDER BY ts, outcome_index`,
-          params,
-        )
-      : [],
-  );
-  for (const i of rows) {
-    // Another walk of the same tape may have read it meanwhile.
-    if (books.has(i)) continue;
-    let j = found.length - 1;
-    while (j >= 0 && (found.ts[j] !== books.ts[i] || found.outcome[j] !== books.outcome[i])) j--;
-    if (j < 0) throw new Error(`the book of market ${m.market_id} at ${books.ts[i]} is not in the lake its copy was made from`);
-    books.add(i, found, j);
-  }
 }
 
 /** Renders every message a walk of `tape` can ask for, letting other work in every few milliseconds; false when stopped. */
@@ -314,7 +451,6 @@ export class ReplayCopies implements ReplayCopyStore {
     if (!bytes) return null;
     try {
       const tape = decodeCopy(bytes, m, signature);
-      tape.readHeld = (at) => readHeld(this.lake, venue, tape, at);
       this.stats.reads++;
       this.present.add(signature);
       return tape;

@@ -57,7 +57,6 @@ export async function replayToFile(lake: LakeReader, clock: Clock, r: FileReplay
   for (const m of markets)
     session.subscribe(m.market_id, async (at) => {
       const tape = await tapes.get(lake, r.venue, m, clock.now());
-      await tape.readHeld?.(at);
       return r.venue === 'polymarket'
         ? new PolymarketWalk(tape, at, r.to, true)
         : new WalletWalk(tape, at, r.to, `${WALLET_TOPIC_PREFIX}${m.market_id}`);

@@ -307,7 +307,7 @@ export class PolymarketWalk implements ReplayWalk {
 
   private bookMessage(i: number): string {
     const books = this.tape.books;
-    if (!books.has(i)) throw new Error(`the ladders of row ${i} of market ${this.tape.market.market_id} were not read`);
+    books.ensure(i);
     const timestamp = text(this.venueTime(i));
     const asset = this.assets[books.outcome[i]];
     const [bids, asks] = sidesJson(books, i);

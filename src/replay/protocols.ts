@@ -172,7 +172,6 @@ const polymarket: ReplayProtocol = {
           for (const a of added) tokens.add(a);
           const subscribed = session.subscribe(m.market_id, async (at) => {
             const tape = await ctx.tape(m);
-            await tape.readHeld?.(at);
             const walk = new PolymarketWalk(tape, at, request.to, custom, (bytes) => ctx.charge(tape, bytes));
             return new TokenFilter(walk, m.outcomes.length, tokens);
           });

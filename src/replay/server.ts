@@ -19,8 +19,37 @@ import { feedGaps, readObservations } from './rtds.js';
 import { REFERENCE_COINS } from '../config.js';
 import { type ReplayRequest, replayRequest } from './request.js';
 
-import { ReplaySession } from './session.js';
+import { type ReplaySink, ReplaySession } from './session.js';
+import { textFrames } from './wsframes.js';
 import type { TapeCache } from './tape.js';
+
+/**
+ * Frames written while corked go out as one buffer at `uncork` (wsframes.ts): a batch holds no
+ * await, so nothing else writes to the socket between its first frame and its write.
+ */
+function batchSink(ws: WebSocket, socket: Duplex): ReplaySink {
+  let batch: string[] | null = null;
+  let dones: ((err?: Error) => void)[] = [];
+  return {
+    send: (text, done) => {
+      if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
+      if (!batch) return ws.send(text, done);
+      batch.push(text);
+      dones.push(done);
+    },
+    cork: () => {
+      if (!ws.extensions) batch = [];
+    },
+    uncork: () => {
+      if (!batch) return;
+      const [frames, waiting] = [batch, dones];
+      [batch, dones] = [null, []];
+      if (!frames.length) return;
+      if (ws.readyState !== ws.OPEN) return waiting.forEach((done) => done(new Error('closed')));
+      socket.write(textFrames(frames), (err) => waiting.forEach((done) => done(err ?? undefined)));
+    },
+  };
+}
 
 export const REPLAY_PATHS: Record<string, ReplayKind> = {
   '/v3/replay/polymarket/ws/market': 'polymarket',
@@ -153,14 +182,7 @@ export function replayEndpoint(deps: ReplayDeps): ReplayEndpoint {
         maxPerFrame: request.speed === Infinity ? 64 : 256,
         maxMarkets: deps.limits.markets,
       },
-      {
-        send: (text, done) => {
-          if (ws.readyState !== ws.OPEN) return done(new Error('closed'));
-          ws.send(text, done);
-        },
-        cork: () => socket.cork(),
-        uncork: () => socket.uncork(),
-      },
+      batchSink(ws, socket),
     );
     const client = protocol.open({
       request,

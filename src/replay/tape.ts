@@ -48,10 +48,11 @@ export class TapeBooks {
   readonly asks: Int32Array;
   levels: Float64Array;
   /**
-   * Rows whose ladders are held, when not all are (a tape read from a replay copy holds times and
-   * outcomes only: its messages are rendered, and a walk asks ladders of the rows it starts from).
+   * Rows whose ladders are held, when not all are: a tape read from a replay copy holds its
+   * messages rendered, and inflates ladders a block at a time, for the rows a walk starts from.
    */
-  known: Uint8Array | null = null;
+  private known: Uint8Array | null = null;
+  private loadLadders: ((i: number) => void) | null = null;
   /** The venue's time of each row's book (NaN: not known), which its hash covers. */
   exchange: Float64Array;
   /** How the venue wrote each row's prices and sizes (numbertext.ts), -1 for the shortest form. */
@@ -68,52 +69,48 @@ export class TapeBooks {
   private readonly fieldIndex = new Map<string, number>();
   private readonly parsedTexts = new Map<number, string[]>();
 
-  /** Times and outcomes alone: ladders are added row by row (`add`). */
-  static sparse(ts: Float64Array, outcome: Int32Array): TapeBooks {
+  /**
+   * A tape's rows as a replay copy keeps them: every column but the ladders, which `load(i)` gives
+   * for row i and the rows stored beside it (rows [from, to), their values laid out as `at` would):
+   * appended to `levels` when a walk first asks for one of them.
+   */
+  static copied(
+    columns: Pick<TapeBooks, 'ts' | 'outcome' | 'bids' | 'asks' | 'exchange' | 'priceDecimals' | 'sizeDecimals' | 'hashed' | 'fields'>,
+    fieldTexts: string[],
+    levelTexts: [number, string][],
+    venueHashes: [number, string][],
+    load: (i: number) => { from: number; to: number; values: Float64Array },
+  ): TapeBooks {
     const books = new TapeBooks([]);
-    const n = ts.length;
-    Object.assign(books, {
-      ts,
-      outcome,
-      at: new Int32Array(n),
-      bids: new Int32Array(n),
-      asks: new Int32Array(n),
-      known: new Uint8Array(n),
-      exchange: new Float64Array(n).fill(NaN),
-      priceDecimals: new Int8Array(n).fill(-1),
-      sizeDecimals: new Int8Array(n).fill(-1),
-      hashed: new Uint8Array(n),
-      fields: new Int32Array(n).fill(-1),
-    });
+    const n = columns.ts.length;
+    const known = new Uint8Array(n);
+    Object.assign(books, { ...columns, at: new Int32Array(n), known });
+    for (const t of fieldTexts) books.fieldId(t);
+    for (const [i, t] of levelTexts) books.levelTexts.set(i, t);
+    for (const [i, h] of venueHashes) books.venueHashes.set(i, h);
+    books.loadLadders = (i) => {
+      const { from, to, values } = load(i);
+      const base = books.levels.length;
+      const levels = new Float64Array(base + values.length);
+      levels.set(books.levels);
+      levels.set(values, base);
+      let at = base;
+      for (let r = from; r < to; r++) {
+        books.at[r] = at;
+        at += 2 * (books.bids[r] + books.asks[r]);
+        known[r] = 1;
+      }
+      if (at !== levels.length) throw new Error(`ladders of ${values.length} values for rows ${from} to ${to}, not ${at - base}`);
+      books.levels = levels;
+    };
     return books;
   }
 
-  /** Row i of a sparse tape gets the ladders of row j of `from` (the same book, read from the lake). */
-  add(i: number, from: TapeBooks, j: number): void {
-    this.exchange[i] = from.exchange[j];
-    this.priceDecimals[i] = from.priceDecimals[j];
-    this.sizeDecimals[i] = from.sizeDecimals[j];
-    this.hashed[i] = from.hashed[j];
-    const fields = from.fieldsOf(j);
-    this.fields[i] = fields === null ? -1 : this.fieldId(fields);
-    const texts = from.levelTexts.get(j);
-    if (texts !== undefined) this.levelTexts.set(i, texts);
-    const hash = from.venueHashes.get(j);
-    if (hash !== undefined) this.venueHashes.set(i, hash);
-    const values = from.levels.subarray(from.at[j], from.at[j] + 2 * (from.bids[j] + from.asks[j]));
-    const levels = new Float64Array(this.levels.length + values.length);
-    levels.set(this.levels);
-    levels.set(values, this.levels.length);
-    this.at[i] = this.levels.length;
-    this.bids[i] = from.bids[j];
-    this.asks[i] = from.asks[j];
-    this.levels = levels;
-    this.known![i] = 1;
-  }
-
-  /** Whether row i's ladders are held. */
-  has(i: number): boolean {
-    return this.known === null || this.known[i] === 1;
+  /** Makes row i's ladders readable (a copied tape inflates their block); throws where they cannot be. */
+  ensure(i: number): void {
+    if (this.known === null || this.known[i] === 1) return;
+    this.loadLadders!(i);
+    if (this.known[i] !== 1) throw new Error(`the ladders of row ${i} were not read`);
   }
 
   /**
@@ -287,11 +284,10 @@ export interface MarketTape {
   /** Messages rendered from this tape, kept for the next replay of it (by the protocol's renderer). */
   rendered: RenderedMessages;
   /**
-   * Read from a replay copy: every message is rendered, and ladders are read only for the rows a
-   * walk starts from, by `readHeld` (its books at `at`), which a walk's maker awaits first.
+   * Read from a replay copy: every message is rendered, and ladders are inflated only for the rows
+   * a walk starts from (`TapeBooks.ensure`).
    */
   copied?: boolean;
-  readHeld?: (at: number) => Promise<void>;
 }
 
 const numberOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
