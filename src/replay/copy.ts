@@ -9,7 +9,8 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { crc32, deflateRawSync, inflateRawSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { crc32, deflateRaw, inflateRawSync } from 'node:zlib';
 import type { Venue } from '../config.js';
 import type { LakeReader, StoredMarket } from '../lake/reader.js';
 import type { Logger } from '../log.js';
@@ -30,6 +31,7 @@ import { marketKey } from '../records.js';
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
 export const REPLAY_COPY_VERSION = 3;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
+const PREFIX = MAGIC.length + 8;
 /** How far back a sweep looks for markets without a copy; older ones get theirs when first replayed. */
 const SWEEP_BACK_MS = 6 * 3_600_000;
 /** A half-written copy this old was left by a process that died: removed, and the copy made again. */
@@ -68,6 +70,8 @@ const MESSAGE_BLOCK = 64 * 1024;
 const LADDER_BLOCK = 64 * 1024;
 /** Written once per market, in the background: the smallest deflate, inflated as fast as any. */
 const DEFLATE = { level: 6 };
+/** On the threadpool: a large market's deflate would hold every replay of the process for its whole time. */
+const deflate = (bytes: Buffer) => promisify(deflateRaw)(bytes, DEFLATE);
 
 interface Header {
   version: number;
@@ -82,9 +86,8 @@ interface Header {
   table: number;
   text: number;
   levels: number;
-  /** The three parts as stored (raw deflate), and the crc32 of all three: a damaged copy is found at its read. */
+  /** The three parts as stored (raw deflate). */
   packed: [table: number, messages: number, ladders: number];
-  crc: number;
   ticks: { ts: number; tick: number }[];
   gaps: (Omit<TapeGap, 'to'> & { to: number | null })[];
   fieldTexts: string[];
@@ -130,14 +133,14 @@ function tableLayout(h: Pick<Header, 'rows' | 'trades' | 'keys' | 'messageBlocks
 }
 
 /** Consecutive pieces cut where each block reaches `size` bytes, each block deflated on its own. */
-function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: number) {
+async function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: number) {
   const first = [0];
   const at = [0];
   const packed: Buffer[] = [];
   let run: Buffer[] = [];
   let length = 0;
-  const cut = (next: number) => {
-    packed.push(deflateRawSync(Buffer.concat(run), DEFLATE));
+  const cut = async (next: number) => {
+    packed.push(await deflate(Buffer.concat(run)));
     at.push(at[at.length - 1] + packed[packed.length - 1].length);
     first.push(next);
     run = [];
@@ -147,26 +150,26 @@ function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: number) {
     const b = bytesOf(i);
     run.push(b);
     length += b.length;
-    if (length >= size) cut(i + 1);
+    if (length >= size) await cut(i + 1);
   }
-  if (run.length || pieces === 0) cut(pieces);
+  if (run.length || pieces === 0) await cut(pieces);
   return { first: Uint32Array.from(first), at: Uint32Array.from(at), data: Buffer.concat(packed) };
 }
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
 /** The file of a tape whose every message is rendered (`rendered` a map, as a full walk leaves it). */
-export function encodeCopy(tape: MarketTape, signature: string): Buffer {
+export async function encodeCopy(tape: MarketTape, signature: string): Promise<Buffer> {
   const rendered = tape.rendered as Map<number, string>;
   const keys = Int32Array.from([...rendered.keys()].sort((a, b) => a - b));
   const texts = [...keys].map((k) => Buffer.from(rendered.get(k)!, 'utf8'));
   const offsets = new Uint32Array(keys.length + 1);
   texts.forEach((t, i) => (offsets[i + 1] = offsets[i] + t.length));
-  const messages = blocks(keys.length, (i) => texts[i], MESSAGE_BLOCK);
+  const messages = await blocks(keys.length, (i) => texts[i], MESSAGE_BLOCK);
   const { books, trades } = tape;
   const n = books.length;
   const ladderOf = (i: number) => books.levels.subarray(books.at[i], books.at[i] + 2 * (books.bids[i] + books.asks[i]));
-  const ladders = blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK);
+  const ladders = await blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK);
   const fieldTexts: string[] = [];
   const fieldIds = new Map<string, number>();
   const fields = Int32Array.from({ length: n }, (_, i) => {
@@ -205,7 +208,7 @@ export function encodeCopy(tape: MarketTape, signature: string): Buffer {
     hashed: books.hashed,
   };
   for (const [name, column] of Object.entries(columns)) bytesOf(column).copy(table, layout.at[name as keyof typeof columns]);
-  const packedTable = deflateRawSync(table, DEFLATE);
+  const packedTable = await deflate(table);
   let levels = 0;
   for (let i = 0; i < n; i++) levels += ladderOf(i).length;
   const header: Header = {
@@ -217,7 +220,6 @@ export function encodeCopy(tape: MarketTape, signature: string): Buffer {
     text: offsets[keys.length],
     levels,
     packed: [packedTable.length, messages.data.length, ladders.data.length],
-    crc: crc32(ladders.data, crc32(messages.data, crc32(packedTable))),
     ticks: tape.ticks,
     gaps: tape.gaps.map((g) => ({ ...g, to: Number.isFinite(g.to) ? g.to : null })),
     fieldTexts,
@@ -225,9 +227,11 @@ export function encodeCopy(tape: MarketTape, signature: string): Buffer {
     venueHashes: [...books.venueHashes],
   };
   const head = Buffer.from(JSON.stringify(header), 'utf8');
-  const prefix = Buffer.alloc(MAGIC.length + 4);
+  // The prefix: the magic, the header's length and the crc32 of everything after the prefix (header and parts).
+  const prefix = Buffer.alloc(PREFIX);
   MAGIC.copy(prefix, 0);
   prefix.writeUInt32LE(head.length, MAGIC.length);
+  prefix.writeUInt32LE(crc32(ladders.data, crc32(messages.data, crc32(packedTable, crc32(head)))), MAGIC.length + 4);
   return Buffer.concat([prefix, head, packedTable, messages.data, ladders.data]);
 }
 
@@ -310,16 +314,18 @@ class CopiedMessages implements RenderedMessages {
 
 /** A market's tape from its copy's bytes; throws when they are not a whole copy of `signature`. */
 export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): MarketTape {
-  if (bytes.length < MAGIC.length + 4 || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
-  const start = MAGIC.length + 4 + bytes.readUInt32LE(MAGIC.length);
-  const header = JSON.parse(bytes.toString('utf8', MAGIC.length + 4, start)) as Header;
+  if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
+  // Checked before anything is read: a changed byte anywhere (a hash in the header, a block) is never played.
+  if (crc32(bytes.subarray(PREFIX)) !== bytes.readUInt32LE(MAGIC.length + 4))
+    throw new Error('a replay copy whose bytes do not match their crc32');
+  const start = PREFIX + bytes.readUInt32LE(MAGIC.length);
+  const header = JSON.parse(bytes.toString('utf8', PREFIX, start)) as Header;
   if (header.version !== REPLAY_COPY_VERSION || header.signature !== signature || header.market_id !== m.market_id)
     throw new Error('a replay copy of other inputs');
   const [packedTable, packedMessages, packedLadders] = header.packed;
   const length = start + packedTable + packedMessages + packedLadders;
   if (bytes.length !== length) throw new Error(`a replay copy of ${bytes.length} bytes, not ${length}`);
   const packed = bytes.subarray(start);
-  if (crc32(packed) !== header.crc) throw new Error('a replay copy whose bytes do not match their crc32');
   const layout = tableLayout(header);
   const table = aligned(inflateRawSync(packed.subarray(0, packedTable), { chunkSize: Math.max(64, layout.length) }));
   if (table.length !== header.table || table.length !== layout.length)
@@ -349,7 +355,10 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
     priceDecimals: null,
     sizeDecimals: null,
   }));
-  const ladderData = packed.subarray(packedTable + packedMessages);
+  // Copied out of the file's bytes (the header and the table are not kept): what stays is inflated as a walk asks.
+  const lazy = Buffer.from(packed.subarray(packedTable));
+  const messages = lazy.subarray(0, packedMessages);
+  const ladderData = lazy.subarray(packedMessages);
   const bids = view(Int32Array, 'bids', rows);
   const asks = view(Int32Array, 'asks', rows);
   let levels = 0;
@@ -379,15 +388,21 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
       return { from, to, values: new Float64Array(values.buffer, values.byteOffset, length) };
     },
   );
-  const messages = packed.subarray(packedTable, packedTable + packedMessages);
   return {
     market: m,
     books,
     trades,
     ticks: header.ticks,
     gaps: header.gaps.map((g) => ({ ...g, to: g.to ?? Infinity })),
-    // What it holds once every block is inflated.
-    bytes: 200 + header.text + 8 * header.levels + table.length + 80 * t,
+    // What it holds once every block is inflated, the blocks as stored, and the rows' texts and hashes kept aside.
+    bytes:
+      200 +
+      header.text +
+      8 * header.levels +
+      table.length +
+      lazy.length +
+      80 * t +
+      120 * (header.levelTexts.length + header.venueHashes.length + header.fieldTexts.length),
     rendered: new CopiedMessages(view(Int32Array, 'keys', k), offsets, messageFirst, messageAt, messages),
     copied: true,
   };
@@ -557,7 +572,7 @@ export class ReplayCopies implements ReplayCopyStore {
       const tape = await loadTape(this.lake, venue, m);
       // The lake may have moved on while the tape was read (a compaction, a gap written late).
       if ((await renderAll(venue, tape, () => this.stopped)) && copySignature(this.lake, venue, m, now) === signature) {
-        const bytes = encodeCopy(tape, signature);
+        const bytes = await encodeCopy(tape, signature);
         await handle.writeFile(bytes);
         await handle.sync();
         written = { bytes: bytes.length, rows: tape.books.length, messages: tape.rendered.size };

@@ -38,7 +38,7 @@ function batchSink(ws: WebSocket, socket: Duplex): ReplaySink {
       dones.push(done);
     },
     cork: () => {
-      if (!ws.extensions) batch = [];
+      if (!ws.extensions) batch ??= [];
     },
     uncork: () => {
       if (!batch) return;
