@@ -389,7 +389,7 @@ ${rows.join('\n')}
 Four Polymarket connections at once, tapes cached, the sealed hour: ${n(fourRate)} messages/s together.
 
 The issue's targets, for the first replay (copies hit, nothing in memory) of either venue, a sealed market or one that ended a minute before:
-at least 300,000 messages/s per connection: ${hit.sustained >= 300_000 ? 'met' : 'missed'} once the replay is under way (slowest ${n(hit.sustained)}/s), ${hit.rate >= 300_000 ? 'met' : 'missed'} counting its start too (slowest ${n(hit.rate)}/s: the ended markets' replay is short, ${n(Math.min(...VENUES.map((v) => figures.hit[v].recent.messages)))} messages, so its start weighs); the first message within 50 ms at p99:
+at least 300,000 messages/s per connection: ${hit.sustained >= 300_000 ? 'met' : 'missed'} once the replay is under way (slowest ${n(hit.sustained)}/s), ${hit.rate >= 300_000 ? 'met' : 'missed'} counting its start too (slowest ${n(hit.rate)}/s: the ended markets' replays are short, ${VENUES.map((v) => n(figures.hit[v].recent.messages)).join(' and ')} messages, so their start and end packet weigh); the first message within 50 ms at p99:
 ${hit.p99 <= 50 ? 'met' : 'missed'} (slowest p99 ${ms(hit.p99)} ms).
 
 Memory: 200 paced replays of the ${openThen.length} Polymarket markets open at ${new Date(middle).toISOString().slice(11, 19)}, held open: the API worker's RSS ${before.toFixed(0)} -> ${after.toFixed(0)} MiB,
