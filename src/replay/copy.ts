@@ -139,6 +139,7 @@ async function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: numb
   const packed: Buffer[] = [];
   let run: Buffer[] = [];
   let length = 0;
+  let bytes = 0;
   const cut = async (next: number) => {
     packed.push(await deflate(Buffer.concat(run)));
     at.push(at[at.length - 1] + packed[packed.length - 1].length);
@@ -150,10 +151,11 @@ async function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: numb
     const b = bytesOf(i);
     run.push(b);
     length += b.length;
+    bytes += b.length;
     if (length >= size) await cut(i + 1);
   }
   if (run.length || pieces === 0) await cut(pieces);
-  return { first: Uint32Array.from(first), at: Uint32Array.from(at), data: Buffer.concat(packed) };
+  return { first: Uint32Array.from(first), at: Uint32Array.from(at), data: Buffer.concat(packed), bytes };
 }
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
@@ -170,14 +172,6 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
   const n = books.length;
   const ladderOf = (i: number) => books.levels.subarray(books.at[i], books.at[i] + 2 * (books.bids[i] + books.asks[i]));
   const ladders = await blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK);
-  const fieldTexts: string[] = [];
-  const fieldIds = new Map<string, number>();
-  const fields = Int32Array.from({ length: n }, (_, i) => {
-    const f = books.fieldsOf(i);
-    if (f === null) return -1;
-    if (!fieldIds.has(f)) fieldIds.set(f, fieldTexts.push(f) - 1);
-    return fieldIds.get(f)!;
-  });
   const shape = {
     rows: n,
     trades: trades.length,
@@ -195,7 +189,7 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
     outcome: books.outcome,
     bids: books.bids,
     asks: books.asks,
-    fields,
+    fields: books.fields,
     tradeOutcome: Int32Array.from(trades, (t) => t.outcome),
     keys,
     offsets,
@@ -209,8 +203,6 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
   };
   for (const [name, column] of Object.entries(columns)) bytesOf(column).copy(table, layout.at[name as keyof typeof columns]);
   const packedTable = await deflate(table);
-  let levels = 0;
-  for (let i = 0; i < n; i++) levels += ladderOf(i).length;
   const header: Header = {
     version: REPLAY_COPY_VERSION,
     market_id: tape.market.market_id,
@@ -218,11 +210,12 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
     ...shape,
     table: table.length,
     text: offsets[keys.length],
-    levels,
+    levels: ladders.bytes / 8,
     packed: [packedTable.length, messages.data.length, ladders.data.length],
     ticks: tape.ticks,
     gaps: tape.gaps.map((g) => ({ ...g, to: Number.isFinite(g.to) ? g.to : null })),
-    fieldTexts,
+    // Each row's `fields` indexes these; decoding adds them in this order, so the indexes hold.
+    fieldTexts: books.fieldTexts,
     levelTexts: [...books.levelTexts],
     venueHashes: [...books.venueHashes],
   };
