@@ -195,11 +195,13 @@ t.test('compaction merges a partition with two files and is idempotent', async (
     }) + '\n',
   );
   await sealAll(duck, dir);
-  t.equal((await readManifest(paths.manifest, partition)).files.length, 2);
-  const rows = before.files[0].rows + 1;
+  // A slow machine may have sealed the hour in stretches already (capture seals what it has): one file more than before.
+  const sealed = before.files.length + 1;
+  t.equal((await readManifest(paths.manifest, partition)).files.length, sealed);
+  const rows = before.files.reduce((n, f) => n + f.rows, 0) + 1;
   const busy = await compact(duck, paths, partition.hour + 2 * HOUR, undefined, rows - 1);
-  t.equal(busy.kept, 1, 'past the row bound, the files are kept as sealed');
-  t.equal((await readManifest(paths.manifest, partition)).files.length, 2);
+  t.ok(busy.kept >= 1, 'past the row bound, the files are kept as sealed');
+  t.equal((await readManifest(paths.manifest, partition)).files.length, sealed);
   const report = await compact(duck, paths, partition.hour + 2 * HOUR);
   t.ok(report.merged >= 2);
   const after = await readManifest(paths.manifest, partition);
