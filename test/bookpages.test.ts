@@ -14,7 +14,7 @@ import { marketBooks, pageFromBooks } from '../src/api/shape.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { parquetSource } from '../src/lake/sql.js';
-import { servingCopyPath } from '../src/pages/copyformat.js';
+import { type CopyIndex, decodeTable, servingCopyPath } from '../src/pages/copyformat.js';
 import { ServingCopies } from '../src/pages/copyreader.js';
 import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
 import { lakeServer, quiet, testConfig, testdir } from './helpers.js';
@@ -304,7 +304,7 @@ t.test('a copy damaged on disk: the page by SQL, the copy removed and written ag
   t.equal((await page(fresh.url, url)).text, expected, 'and the page from it');
 });
 
-t.test('a damaged pre-deflated section: never spliced, the copy removed and written again', async (t) => {
+t.test('a damaged chunk or table: never sent or cut from, the copy removed and written again', async (t) => {
   // A 15-minute market in one file: pages of 100 cover whole chunks.
   const m = over
     .filter((x) => x.venue === 'wallet-prediction' && x.window === '15m' && books.filter((f) => f.markets?.[x.market_id]).length === 1)
@@ -313,27 +313,44 @@ t.test('a damaged pre-deflated section: never spliced, the copy removed and writ
   const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
   const whole = await fs.readFile(copy);
   const indexLength = whole.readUInt32LE(whole.length - 16);
-  const index = JSON.parse(whole.subarray(whole.length - 16 - indexLength, whole.length - 16).toString()) as {
-    markets: Record<string, number[]>;
+  const index = JSON.parse(whole.subarray(whole.length - 16 - indexLength, whole.length - 16).toString()) as CopyIndex;
+  const [offset, length, rows, table] = index.markets[m.market_id];
+  const { views } = decodeTable(whole.subarray(offset, offset + table), rows, index.chunkTimes, length - table);
+  const damages = {
+    // A byte in the middle of the ladder view's second chunk: a gzip page would send it as it is.
+    chunk: offset + table + Math.floor((views[0].at[1] + views[0].at[2]) / 2),
+    table: offset + Math.floor(table / 2),
   };
-  const [offset, length] = index.markets[m.market_id];
-  const times = whole.readUInt32LE(offset + length);
-  // The second chunk of the ladder view said to start far past the section: a read into other blocks.
-  const damaged = Buffer.from(whole);
-  damaged.writeUInt32LE(whole.readUInt32LE(offset + length + 4 * (3 + times + 1)) + 5000, offset + length + 4 * (3 + times + 1));
-  await fs.writeFile(copy, damaged);
   const url = `${snapshotsPath(m)}?limit=100`;
   const expected = (await page(sqlApi.url, url)).text;
-  const got = await raw(api.url, url, 'gzip');
-  const text = (got.headers['content-encoding'] === 'gzip' ? zlib.gunzipSync(got.body) : got.body).toString();
-  t.equal(text.slice(0, text.indexOf(',"meta":')), expected, 'the page as SQL answers it');
-  for (let i = 0; i < 600 && !(await fs.readFile(copy).catch(() => Buffer.alloc(0))).equals(whole); i++)
-    await new Promise((r) => setTimeout(r, 50));
-  t.ok((await fs.readFile(copy)).equals(whole), 'written again, the same bytes as the seal wrote');
-  const again = await raw(api.url, url, 'gzip');
-  t.equal(again.headers['content-encoding'], 'gzip');
-  const fresh = zlib.gunzipSync(again.body).toString();
-  t.equal(fresh.slice(0, fresh.indexOf(',"meta":')), expected, 'and the page pre-deflated from it');
+  for (const [name, at] of Object.entries(damages)) {
+    for (const encoding of ['gzip', 'identity']) {
+      const damaged = Buffer.from(whole);
+      damaged[at] ^= 0x5a;
+      await fs.writeFile(copy, damaged);
+      // Another API over the lake: none has read the damaged copy's index before.
+      const fresh = await startApi(
+        testConfig(dir, { RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0' }),
+        duck,
+        createClock(END, 1),
+        quiet,
+        {
+          port: 0,
+        },
+      );
+      const got = await raw(fresh.url, url, encoding);
+      const text = (got.headers['content-encoding'] === 'gzip' ? zlib.gunzipSync(got.body) : got.body).toString();
+      t.equal(text.slice(0, text.indexOf(',"meta":')), expected, `a damaged ${name}, ${encoding}: the page as SQL answers it`);
+      for (let i = 0; i < 600 && !(await fs.readFile(copy).catch(() => Buffer.alloc(0))).equals(whole); i++)
+        await new Promise((r) => setTimeout(r, 50));
+      t.ok((await fs.readFile(copy)).equals(whole), 'written again, the same bytes as the seal wrote');
+      const again = await raw(fresh.url, url, encoding);
+      t.equal(again.headers['content-encoding'], encoding === 'gzip' ? 'gzip' : undefined);
+      const served = (encoding === 'gzip' ? zlib.gunzipSync(again.body) : again.body).toString();
+      t.equal(served.slice(0, served.indexOf(',"meta":')), expected, 'and the page from it');
+      await fresh.stop();
+    }
+  }
 });
 
 t.test('make serving-copies writes what is missing, removes what no file names, and is idempotent', async (t) => {

@@ -1,25 +1,25 @@
 // Serving copies: every sealed books file's markets rendered once, when the file is written, into a
 // file beside the lake (DATA_DIR/serving/books/<sha256 of the Parquet file>.v<N>.pages). A page
-// of a market never read before is then one read of its block and a slice, where the Parquet
-// path costs a DuckDB statement that decodes the market's four ladder lists (BENCHMARKS.md,
-// "Where a cold page goes"). The Parquet files stay the lake: analysts, exports and every other
-// route read them; a copy is derived data, named by its file's content, so it is never stale,
-// two writers of one copy write the same bytes, and a missing one only means the SQL path.
+// of a market never read before is then a read and an inflate of the few chunks it shows, where
+// the Parquet path costs a DuckDB statement that decodes the market's four ladder lists
+// (BENCHMARKS.md, "Where a cold page goes"). The Parquet files stay the lake: analysts, exports and
+// every other route read them; a copy is derived data, named by its file's content, so it is never
+// stale, two writers of one copy write the same bytes, and a missing one only means the SQL path.
 // This file is the format; copywriter.ts writes copies, copyreader.ts serves pages from them.
 //
-// Layout: market blocks, then the index (JSON: market -> [offset, length, rows, zHeader, zData]),
-// then a 16-byte trailer (index length, format version, magic). A block is one market's
-// `MarketBooks` as stored: u32 rows, u32 0, f64 ts[n], i32 outcome[n], u32 ladderAt[n+1],
-// u32 summaryAt[n+1], heads, ladder text, summary text; read into a fresh buffer it is used in
-// place. After each block, its pages pre-deflated (`deflatedSection`): a gzip page of the common
-// shapes is then mostly bytes deflated at seal, sent as they are.
+// Layout: market blocks, then the index (JSON: market -> [offset, length, rows, table]), then a
+// 16-byte trailer (index length, format version, magic). A block is its table, deflated (`table`
+// bytes), then its chunks. The text is stored once, as chunks of the common page shape deflated
+// (both views: ladders, and best levels with depth): a gzip page of that shape is mostly chunks
+// sent as they are, and every other page inflates the chunks it shows and takes its rows' text
+// out of them. Kept as plain text (v2), the copies were 7x the Parquet's bytes; deflated, ~0.9x.
 import path from 'node:path';
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
-import { HEAD, type MarketBooks, type PageSpec, renderPage, withBytes } from './render.js';
+import { HEAD, type MarketBooks, type PageSpec, renderPage } from './render.js';
 
-/** Bumped whenever rendering changes: copies of an older rendering are then simply not found. */
-export const SERVING_VERSION = 2;
+/** Bumped whenever rendering or the layout changes: copies of an older one are then simply not found. */
+export const SERVING_VERSION = 3;
 export const MAGIC = Buffer.from('PMBOOKPG');
 export const TRAILER = 16;
 
@@ -30,64 +30,19 @@ export function servingCopyPath(servingDir: string, sha256: string): string {
 export interface CopyIndex {
   version: number;
   rows: number;
-  /** market_id -> [offset, length, rows, pre-deflated header length, pre-deflated data length]: the section follows the block. */
+  /** Capture times a chunk holds (CHUNK_TIMES when written). */
+  chunkTimes: number;
+  /** market_id -> [offset, length, rows, deflated table's length]: the chunks follow the table. */
   markets: Record<string, CopyEntry>;
 }
 
-export type CopyEntry = [offset: number, length: number, rows: number, zHeader: number, zData: number];
-
-export function encode(b: MarketBooks): Buffer {
-  const n = b.ts.length;
-  const fixed = fixedBytes(n);
-  const out = Buffer.allocUnsafe(fixed + b.heads.length + b.ladder.length + b.summary.length);
-  out.writeUInt32LE(n, 0);
-  out.writeUInt32LE(0, 4);
-  let w = 8;
-  for (const array of [b.ts, b.outcome, b.ladderAt, b.summaryAt]) {
-    w += Buffer.from(array.buffer, array.byteOffset, array.byteLength).copy(out, w);
-  }
-  w += b.heads.copy(out, w);
-  w += b.ladder.copy(out, w);
-  b.summary.copy(out, w);
-  return out;
-}
-
-/** The fixed part of a block (its first `fixedBytes(n)` bytes) as typed arrays over `block`, whose byteOffset is 8-aligned. */
-export function fixedPart(block: Buffer, n: number) {
-  const { buffer, byteOffset: base } = block;
-  return {
-    ts: new Float64Array(buffer, base + 8, n),
-    outcome: new Int32Array(buffer, base + 8 + 8 * n, n),
-    ladderAt: new Uint32Array(buffer, base + 8 + 12 * n, n + 1),
-    summaryAt: new Uint32Array(buffer, base + 8 + 12 * n + 4 * (n + 1), n + 1),
-  };
-}
-
-export const fixedBytes = (n: number) => 8 + 8 * n + 4 * n + 8 * (n + 1);
-
-/** Whether a block of `length` bytes holds exactly the rows its fixed part says (a copy damaged on disk does not). */
-export function checkBlock(block: Buffer, n: number, ladderAt: Uint32Array, summaryAt: Uint32Array, length: number): void {
-  if (block.readUInt32LE(0) !== n || fixedBytes(n) + n * HEAD + ladderAt[n] + summaryAt[n] !== length)
-    throw new Error(`serving copy: a block of ${length} bytes does not hold its ${n} rows`);
-}
-
-/** A block read into a buffer of its own (byteOffset 0, so every typed array is aligned). */
-export function decode(block: Buffer, n: number): MarketBooks {
-  const { ts, outcome, ladderAt, summaryAt } = fixedPart(block, n);
-  checkBlock(block, n, ladderAt, summaryAt, block.length);
-  const headsAt = fixedBytes(n);
-  const ladderStart = headsAt + n * HEAD;
-  const heads = block.subarray(headsAt, ladderStart);
-  const ladder = block.subarray(ladderStart, ladderStart + ladderAt[n]);
-  const summary = block.subarray(ladderStart + ladderAt[n], block.length);
-  return withBytes({ ts, outcome, ladder, ladderAt, summary, summaryAt, heads });
-}
+export type CopyEntry = [offset: number, length: number, rows: number, table: number];
 
 /**
- * Capture times a pre-deflated chunk holds. A divisor of the usual limits (20, 100, 500, 1000), so
- * pages walked from a market's open start and end on a chunk's edge; chunks of 20 times (about
- * 22 KiB of text with ladders) deflate 3% larger than a page deflated whole (measured on the
- * bench lake), of 10 times 11%.
+ * Capture times a chunk holds. A divisor of the usual limits (20, 100, 500, 1000), so pages walked
+ * from a market's open start and end on a chunk's edge; chunks of 20 times (about 22 KiB of text
+ * with ladders) deflate 3% larger than a page deflated whole (measured on the bench lake), of 10
+ * times 11%. A page inside a chunk inflates the whole chunk: larger chunks cost cold pages more.
  */
 export const CHUNK_TIMES = 20;
 /** Deflated once, at seal, on the threadpool: level 6 costs nothing a request waits on. */
@@ -99,72 +54,198 @@ export const predeflated = (q: PageSpec): boolean => q.order === 'asc' && q.inte
 
 export const DEFLATED_SHAPE: PageSpec = { from: -Infinity, to: Infinity, order: 'asc', after: null, intervalMs: null, outcomeIndex: null };
 
-/**
- * A market's pages of the common shape (ascending, no interval, every outcome), with ladders and
- * without, as text deflated once: chunk c inflates to capture times [cK, cK + K) rendered as a page
- * renders them, joined by commas, without the page's brackets. Each chunk is a deflate stream of
- * its own ended by a sync flush, so any run of chunks concatenates into one stream.
- * Header: u32 times G, u32 K, u32 firstRow[G + 1]; per view (ladders, summary) u32 at[C + 1] (into
- * the data), u32 crc[C], u32 length[C]. Then the data.
- */
-export async function deflatedSection(b: MarketBooks): Promise<[header: Buffer, data: Buffer]> {
-  const n = b.ts.length;
-  const firstRows: number[] = [];
-  for (let i = 0; i < n; i++) if (i === 0 || b.ts[i] !== b.ts[i - 1]) firstRows.push(i);
-  const times = firstRows.length;
-  firstRows.push(n);
-  const chunks = Math.ceil(times / CHUNK_TIMES);
-  const words = new Uint32Array(2 + times + 1 + 2 * (3 * chunks + 1));
-  words.set([times, CHUNK_TIMES, ...firstRows]);
-  const data: Buffer[] = [];
-  let size = 0;
-  let w = 3 + times;
-  for (const ladders of [true, false]) {
-    const [at, crc, length] = [w, w + chunks + 1, w + 2 * chunks + 1];
-    for (let c = 0; c < chunks; c++) {
-      const shown: [number, number][] = [];
-      for (let g = c * CHUNK_TIMES; g < Math.min(times, (c + 1) * CHUNK_TIMES); g++) shown.push([firstRows[g], firstRows[g + 1]]);
-      const page = renderPage(b, { shown, times: shown.length }, DEFLATED_SHAPE, ladders).json as Buffer;
-      const text = page.subarray(1, page.length - 1);
-      const deflated = await deflateRaw(text, { level: DEFLATE_LEVEL, finishFlush: zlib.constants.Z_SYNC_FLUSH });
-      words[at + c] = size;
-      words[crc + c] = zlib.crc32(text);
-      words[length + c] = text.length;
-      data.push(deflated);
-      size += deflated.length;
-    }
-    words[at + chunks] = size;
-    w += 3 * chunks + 1;
-  }
-  return [Buffer.from(words.buffer, words.byteOffset, words.byteLength), Buffer.concat(data)];
+/** The views a copy holds, in their order in the data: with ladders, and best levels with depth. */
+export const VIEWS = [true, false] as const;
+
+/** One view's chunks: chunk c is data bytes [at[c], at[c + 1]) inflating to `length[c]` bytes of text whose CRC-32 is `crc[c]`. */
+export interface ChunkTable {
+  at: Uint32Array;
+  crc: Uint32Array;
+  length: Uint32Array;
+  /** CRC-32 of the deflated bytes: checked before a chunk is sent as it is, never inflated. */
+  zcrc: Uint32Array;
 }
 
 /**
- * A pre-deflated section's header, read into `header` (4-aligned), checked whole against the block
- * (`rows`) and the data's length: a damaged one throws (the copy is then removed), so no read goes
- * outside the section and no page is spliced from the wrong bytes.
+ * A block's table, inflated: each row's time, outcome and text length in both views, each capture
+ * time's first row, and both views' chunk tables. `firstRow` is derived from `ts`, not stored.
  */
-export function chunkTables(header: Buffer, ladders: boolean, rows: number, dataLength: number) {
-  const words = new Uint32Array(header.buffer, header.byteOffset, header.length / 4);
-  const [times, k] = [words[0], words[1]];
-  const chunks = k > 0 ? Math.ceil(times / k) : -1;
-  const damaged = () => new Error('serving copy: a pre-deflated section does not match its block');
-  if (times === 0 || chunks < 0 || words.length !== 2 + times + 1 + 2 * (3 * chunks + 1)) throw damaged();
-  const firstRow = words.subarray(2, 3 + times);
-  if (firstRow[0] !== 0 || firstRow[times] !== rows) throw damaged();
-  for (let g = 1; g <= times; g++) if (firstRow[g] <= firstRow[g - 1]) throw damaged();
-  // Both views' offsets, one run from 0 to the data's length.
-  const at = (view: number) => words.subarray(3 + times + view * (3 * chunks + 1), 3 + times + view * (3 * chunks + 1) + chunks + 1);
-  const [ladder, summary] = [at(0), at(1)];
-  if (ladder[0] !== 0 || summary[0] !== ladder[chunks] || summary[chunks] !== dataLength) throw damaged();
-  for (const offsets of [ladder, summary]) for (let c = 1; c <= chunks; c++) if (offsets[c] < offsets[c - 1]) throw damaged();
-  const view = 3 + times + (ladders ? 0 : 3 * chunks + 1);
-  return {
-    times,
-    k,
-    firstRow,
-    at: ladders ? ladder : summary,
-    crc: words.subarray(view + chunks + 1, view + 2 * chunks + 1),
-    length: words.subarray(view + 2 * chunks + 1, view + 3 * chunks + 1),
+export interface BlockTable {
+  n: number;
+  ts: Float64Array;
+  outcome: Int32Array;
+  /** Text length of each row's book in each view (VIEWS' order). */
+  lengths: [Uint32Array, Uint32Array];
+  times: number;
+  /** Capture time g is rows [firstRow[g], firstRow[g + 1]). */
+  firstRow: Uint32Array;
+  k: number;
+  chunks: number;
+  views: [ChunkTable, ChunkTable];
+}
+
+const tableBytes = (n: number, chunks: number) => 24 * n + VIEWS.length * (4 * chunks + 1) * 4;
+
+function timeStarts(ts: Float64Array): Uint32Array {
+  let times = 0;
+  for (let i = 0; i < ts.length; i++) if (i === 0 || ts[i] !== ts[i - 1]) times++;
+  const firstRow = new Uint32Array(times + 1);
+  let g = 0;
+  for (let i = 0; i < ts.length; i++) if (i === 0 || ts[i] !== ts[i - 1]) firstRow[g++] = i;
+  firstRow[times] = ts.length;
+  return firstRow;
+}
+
+/** The text chunk c of a view inflates to, from the rows' lengths: times joined by commas, each `HEAD` + books joined by commas + `]}`. */
+function chunkLength(t: Pick<BlockTable, 'times' | 'firstRow' | 'k'>, lengths: Uint32Array, c: number): number {
+  const [g0, g1] = [c * t.k, Math.min(t.times, (c + 1) * t.k)];
+  let size = g1 - g0 - 1;
+  for (let g = g0; g < g1; g++) {
+    const [a, b] = [t.firstRow[g], t.firstRow[g + 1]];
+    size += HEAD + 2 + (b - a - 1);
+    for (let i = a; i < b; i++) size += lengths[i];
+  }
+  return size;
+}
+
+/** One market's block: its table deflated, then its chunks. Deflated on the threadpool. */
+export async function encodeBlock(b: MarketBooks, k = CHUNK_TIMES): Promise<{ block: Buffer; table: number }> {
+  const n = b.ts.length;
+  const firstRow = timeStarts(b.ts);
+  const times = firstRow.length - 1;
+  const chunks = Math.ceil(times / k);
+  const words = new ArrayBuffer(tableBytes(n, chunks));
+  new Float64Array(words, 0, n).set(b.ts);
+  new Int32Array(words, 8 * n, n).set(b.outcome);
+  const lengthsOf = (at: Uint32Array, w: number) => {
+    const lengths = new Uint32Array(words, w, n);
+    for (let i = 0; i < n; i++) lengths[i] = at[i + 1] - at[i];
   };
+  lengthsOf(b.ladderAt, 12 * n);
+  lengthsOf(b.summaryAt, 16 * n);
+  const data: Buffer[] = [];
+  let size = 0;
+  for (const [v, ladders] of VIEWS.entries()) {
+    const { at, crc, length, zcrc } = chunkTableOf(words, n, chunks, v);
+    for (let c = 0; c < chunks; c++) {
+      const shown: [number, number][] = [];
+      for (let g = c * k; g < Math.min(times, (c + 1) * k); g++) shown.push([firstRow[g], firstRow[g + 1]]);
+      const page = renderPage(b, { shown, times: shown.length }, DEFLATED_SHAPE, ladders).json as Buffer;
+      const text = page.subarray(1, page.length - 1);
+      const deflated = await deflateRaw(text, { level: DEFLATE_LEVEL, finishFlush: zlib.constants.Z_SYNC_FLUSH });
+      at[c] = size;
+      crc[c] = zlib.crc32(text);
+      length[c] = text.length;
+      zcrc[c] = zlib.crc32(deflated);
+      data.push(deflated);
+      size += deflated.length;
+    }
+    at[chunks] = size;
+  }
+  const table = await deflateRaw(new Uint8Array(words), { level: DEFLATE_LEVEL });
+  return { block: Buffer.concat([table, ...data]), table: table.length };
+}
+
+function chunkTableOf(words: ArrayBuffer, n: number, chunks: number, view: number): ChunkTable {
+  const w = 24 * n + view * (4 * chunks + 1) * 4;
+  return {
+    at: new Uint32Array(words, w, chunks + 1),
+    crc: new Uint32Array(words, w + 4 * (chunks + 1), chunks),
+    length: new Uint32Array(words, w + 4 * (2 * chunks + 1), chunks),
+    zcrc: new Uint32Array(words, w + 4 * (3 * chunks + 1), chunks),
+  };
+}
+
+const damaged = (what: string) => new Error(`serving copy: ${what}`);
+
+/**
+ * A block's table from its deflated bytes, checked whole against the block (`rows`, `k`, the
+ * chunks' `dataLength`): a damaged one throws (the copy is then removed), so no read goes outside
+ * the block and no row's text is cut from the wrong bytes.
+ */
+export function decodeTable(deflated: Buffer, n: number, k: number, dataLength: number): BlockTable {
+  let inflated: Buffer;
+  try {
+    inflated = zlib.inflateRawSync(deflated, { maxOutputLength: tableBytes(n, n) });
+  } catch {
+    throw damaged('a table does not inflate');
+  }
+  // Its own 8-aligned memory: the typed arrays are views of it.
+  const words = new ArrayBuffer(inflated.length);
+  new Uint8Array(words).set(inflated);
+  if (k < 1 || inflated.length < 24 * n) throw damaged('a table is shorter than its rows');
+  const ts = new Float64Array(words, 0, n);
+  for (let i = 1; i < n; i++) if (!(ts[i] >= ts[i - 1])) throw damaged('a table whose times are out of order');
+  const firstRow = timeStarts(ts);
+  const times = firstRow.length - 1;
+  const chunks = Math.ceil(times / k);
+  if (n === 0 || inflated.length !== tableBytes(n, chunks)) throw damaged('a table does not hold its rows and chunks');
+  const lengths: [Uint32Array, Uint32Array] = [new Uint32Array(words, 12 * n, n), new Uint32Array(words, 16 * n, n)];
+  const views = VIEWS.map((_, v) => chunkTableOf(words, n, chunks, v)) as [ChunkTable, ChunkTable];
+  const t: BlockTable = { n, ts, outcome: new Int32Array(words, 8 * n, n), lengths, times, firstRow, k, chunks, views };
+  // Both views' offsets one run from 0 to the data's end; every chunk's text as long as its rows make it.
+  if (views[0].at[0] !== 0 || views[1].at[0] !== views[0].at[chunks] || views[1].at[chunks] !== dataLength)
+    throw damaged('chunks that do not fill the block');
+  for (const [v, { at, length }] of views.entries()) {
+    for (let c = 0; c < chunks; c++) {
+      if (at[c + 1] < at[c]) throw damaged('chunks out of order');
+      if (length[c] !== chunkLength(t, lengths[v], c)) throw damaged('a chunk not as long as its rows');
+    }
+  }
+  return t;
+}
+
+/**
+ * The text of chunks [c0, c1) of a view from their deflated bytes (`data`, starting at chunk c0),
+ * checked against the lengths and CRCs the table holds.
+ */
+export function inflateChunks(t: BlockTable, view: number, c0: number, c1: number, data: Buffer): Buffer {
+  const { crc, length } = t.views[view];
+  let size = 0;
+  for (let c = c0; c < c1; c++) size += length[c];
+  let text: Buffer;
+  try {
+    text = zlib.inflateRawSync(data, { finishFlush: zlib.constants.Z_SYNC_FLUSH, maxOutputLength: Math.max(size, 1) });
+  } catch {
+    throw damaged('chunks that do not inflate');
+  }
+  if (text.length !== size) throw damaged('chunks that inflate to another length');
+  for (let c = c0, at = 0; c < c1; at += length[c++])
+    if (zlib.crc32(text.subarray(at, at + length[c])) !== crc[c]) throw damaged('a chunk whose text fails its CRC');
+  return text;
+}
+
+/**
+ * Where rows [first, end) lie in the text of the chunks they are in (from chunk
+ * floor(time(first) / k), as `inflateChunks` gives it): each row's book, and its time's head.
+ */
+export function rowsInText(t: BlockTable, view: number, first: number, end: number): { head: Uint32Array; book: Uint32Array } {
+  const lengths = t.lengths[view];
+  const head = new Uint32Array(end - first);
+  const book = new Uint32Array(end - first);
+  const g0 = timeOf(t, first);
+  let pos = 0;
+  for (let g = Math.floor(g0 / t.k) * t.k; g < t.times && t.firstRow[g] < end; g++) {
+    if (g % t.k !== 0) pos++; // the comma between times of one chunk
+    const at = pos;
+    pos += HEAD;
+    for (let i = t.firstRow[g]; i < t.firstRow[g + 1]; i++) {
+      if (i > t.firstRow[g]) pos++;
+      if (i >= first && i < end) [head[i - first], book[i - first]] = [at, pos];
+      pos += lengths[i];
+    }
+    pos += 2;
+  }
+  return { head, book };
+}
+
+/** The capture time row i is at. */
+export function timeOf(t: BlockTable, i: number): number {
+  let [lo, hi] = [0, t.times - 1];
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    if (t.firstRow[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }

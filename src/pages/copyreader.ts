@@ -1,22 +1,24 @@
 // Pages from serving copies (the format: copyformat.ts): a copy's index read once and kept, then
 // only what a page shows read from each file's block, or the market whole when its files interleave.
 import fs from 'node:fs/promises';
+import zlib from 'node:zlib';
 import { Arena } from './arena.js';
 import { composeBooks } from './compose.js';
 import {
+  type BlockTable,
   type CopyEntry,
   type CopyIndex,
   DEFLATED_SHAPE,
   MAGIC,
   SERVING_VERSION,
   TRAILER,
-  checkBlock,
-  chunkTables,
-  decode,
-  fixedBytes,
-  fixedPart,
+  VIEWS,
+  decodeTable,
+  inflateChunks,
   predeflated,
+  rowsInText,
   servingCopyPath,
+  timeOf,
 } from './copyformat.js';
 import { type DeflatedPiece, freshPiece } from './gzip.js';
 import {
@@ -169,7 +171,7 @@ export class ServingCopies {
       if (!index) return null;
       const entry = index.markets[marketId];
       if (!entry) continue;
-      const [offset, length, n] = entry;
+      const [offset, length, n, table] = entry;
       const block = Buffer.allocUnsafeSlow(length);
       const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
       if (!handle) {
@@ -178,12 +180,11 @@ export class ServingCopies {
         return null;
       }
       try {
-        const { bytesRead } = await handle.read(block, 0, length, offset);
-        if (bytesRead !== length) throw new Error(`serving copy ${f.sha256}: ${bytesRead} of ${length} bytes`);
+        await readInto(handle, block, 0, offset, length);
       } finally {
         await handle.close();
       }
-      parts.push(decode(block, n));
+      parts.push(wholeBlock(decodeTable(block.subarray(0, table), n, index.chunkTimes, length - table), block.subarray(table)));
     }
     this.reads++;
     return composeBooks(parts, from, to);
@@ -239,7 +240,7 @@ export class ServingCopies {
         }
         // Closed here if its block cannot be read (a damaged copy), else with the others below.
         parts.push(
-          await skeleton(handle, entry, span, arena).catch(async (err: unknown) => {
+          await skeleton(handle, entry, index.chunkTimes, span, arena).catch(async (err: unknown) => {
             await handle.close();
             throw err;
           }),
@@ -248,14 +249,14 @@ export class ServingCopies {
       const ranged = parts.filter((p) => p.hi > p.lo);
       // Files whose rows of this market interleave in time (a busy hour sealed in stretches): the whole market, merged.
       for (let k = 1; k < ranged.length; k++) {
-        if (ranged[k - 1].ts[ranged[k - 1].hi - 1] >= ranged[k].ts[ranged[k].lo]) {
+        if (ranged[k - 1].table.ts[ranged[k - 1].hi - 1] >= ranged[k].table.ts[ranged[k].lo]) {
           const whole = await this.readMarket(files, marketId, span.from, span.to);
           return whole && pageFromBooks(whole, q, ladders, maxTimes, frame);
         }
       }
       const [ts, outcome] =
         ranged.length === 1
-          ? [ranged[0].ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].outcome.subarray(ranged[0].lo, ranged[0].hi)]
+          ? [ranged[0].table.ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].table.outcome.subarray(ranged[0].lo, ranged[0].hi)]
           : joined(ranged, arena);
       const selection = selectPage(ts, outcome, q, maxTimes);
       if (gzip && predeflated(q)) {
@@ -267,43 +268,15 @@ export class ServingCopies {
         }
       }
       const [lo, hi] = selectedRows(selection);
-      // The shown rows [lo, hi) of the joined times: where each part's share lies, then one read each for heads and text.
-      const shares: { p: Skeleton; first: number; end: number; offsets: Uint32Array; region: number }[] = [];
+      // The shown rows [lo, hi) of the joined times: each part's share inflated from the chunks it is in.
+      const shares: MarketBooks[] = [];
       let start = 0;
       for (const p of ranged) {
         const [a, b] = [Math.max(lo, start), Math.min(hi, start + p.hi - p.lo)];
-        if (a < b) {
-          const offsets = ladders ? p.ladderAt : p.summaryAt;
-          shares.push({
-            p,
-            first: p.lo + a - start,
-            end: p.lo + b - start,
-            offsets,
-            region: ladders ? p.ladderStart : p.ladderStart + p.ladderAt[p.n],
-          });
-        }
+        if (a < b) shares.push(await rowsOf(p, p.lo + a - start, p.lo + b - start, ladders, arena));
         start += p.hi - p.lo;
       }
-      const heads = arena.bytes((hi - lo) * HEAD);
-      const text = arena.bytes(shares.reduce((sum, x) => sum + x.offsets[x.end] - x.offsets[x.first], 0));
-      const at = arena.uints(hi - lo + 1);
-      at[0] = 0;
-      let row = 0;
-      for (const { p, first, end, offsets, region } of shares) {
-        await readInto(p.handle, heads, row * HEAD, p.headsStart + first * HEAD, (end - first) * HEAD);
-        await readInto(p.handle, text, at[row], region + offsets[first], offsets[end] - offsets[first]);
-        const base = at[row] - offsets[first];
-        for (let i = first; i < end; i++) at[++row] = offsets[i + 1] + base;
-      }
-      const shown = withBytes({
-        ts: ts.subarray(lo, hi),
-        outcome: outcome.subarray(lo, hi),
-        heads,
-        ladder: text,
-        ladderAt: at,
-        summary: text,
-        summaryAt: at,
-      });
+      const shown = shares.length === 1 ? shares[0] : concatenated(shares, arena);
       this.reads++;
       // Rendered into a buffer of its own: the arena goes back to be reused once this returns.
       return renderPage(shown, selection, q, ladders, lo, frame);
@@ -320,25 +293,19 @@ function joined(parts: Skeleton[], arena: Arena): [Float64Array, Int32Array] {
   const [ts, outcome] = [arena.doubles(n), arena.ints(n)];
   let k = 0;
   for (const p of parts) {
-    ts.set(p.ts.subarray(p.lo, p.hi), k);
-    outcome.set(p.outcome.subarray(p.lo, p.hi), k);
+    ts.set(p.table.ts.subarray(p.lo, p.hi), k);
+    outcome.set(p.table.outcome.subarray(p.lo, p.hi), k);
     k += p.hi - p.lo;
   }
   return [ts, outcome];
 }
 
-/** A block's fixed part (times, outcomes, offsets) and where its rows in a span lie. */
+/** A block's table and where its rows in a span lie. */
 interface Skeleton {
   handle: fs.FileHandle;
-  n: number;
-  ts: Float64Array;
-  outcome: Int32Array;
-  ladderAt: Uint32Array;
-  summaryAt: Uint32Array;
-  headsStart: number;
-  ladderStart: number;
-  /** The pre-deflated section after the block. */
-  deflated: { at: number; header: number; data: number };
+  table: BlockTable;
+  /** Where the block's chunks start in the file. */
+  dataAt: number;
   /** Rows [lo, hi) of the block are in the span. */
   lo: number;
   hi: number;
@@ -351,50 +318,85 @@ async function readInto(handle: fs.FileHandle, into: Buffer, at: number, positio
 
 async function skeleton(
   handle: fs.FileHandle,
-  [offset, length, n, header, data]: CopyEntry,
+  [offset, length, n, tableLength]: CopyEntry,
+  k: number,
   span: { from: number; to: number },
   arena: Arena,
 ): Promise<Skeleton> {
-  const fixed = fixedBytes(n);
-  const block = arena.bytes(fixed);
-  await readInto(handle, block, 0, offset, fixed);
-  const { ts, outcome, ladderAt, summaryAt } = fixedPart(block, n);
-  checkBlock(block, n, ladderAt, summaryAt, length);
-  const headsStart = offset + fixed;
-  return {
-    handle,
-    n,
-    ts,
-    outcome,
-    ladderAt,
-    summaryAt,
-    headsStart,
-    ladderStart: headsStart + n * HEAD,
-    deflated: { at: offset + length, header, data },
-    lo: search(ts, span.from, false),
-    hi: search(ts, span.to, false),
-  };
+  const deflated = arena.bytes(tableLength);
+  await readInto(handle, deflated, 0, offset, tableLength);
+  const table = decodeTable(deflated, n, k, length - tableLength);
+  return { handle, table, dataAt: offset + tableLength, lo: search(table.ts, span.from, false), hi: search(table.ts, span.to, false) };
 }
 
-/** Rows [first, end) of a block, their heads and one view's text read into the arena. */
+/** Rows [first, end) of a block (whole capture times or not), their heads and one view's text, inflated from the chunks they are in. */
 async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean, arena: Arena): Promise<MarketBooks> {
-  const offsets = ladders ? p.ladderAt : p.summaryAt;
-  const region = ladders ? p.ladderStart : p.ladderStart + p.ladderAt[p.n];
-  const heads = arena.bytes((end - first) * HEAD);
-  const text = arena.bytes(offsets[end] - offsets[first]);
-  await readInto(p.handle, heads, 0, p.headsStart + first * HEAD, heads.length);
-  await readInto(p.handle, text, 0, region + offsets[first], text.length);
-  const at = arena.uints(end - first + 1);
-  for (let i = first; i <= end; i++) at[i - first] = offsets[i] - offsets[first];
+  const t = p.table;
+  const view = VIEWS.indexOf(ladders);
+  const [c0, c1] = [Math.floor(timeOf(t, first) / t.k), Math.floor(timeOf(t, end - 1) / t.k) + 1];
+  const { at } = t.views[view];
+  const data = arena.bytes(at[c1] - at[c0]);
+  await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);
+  return rowsFromText(t, view, first, end, inflateChunks(t, view, c0, c1, data), arena);
+}
+
+/** Rows [first, end) cut out of their chunks' text: each time's head, and the books packed one after another. */
+function rowsFromText(t: BlockTable, view: number, first: number, end: number, text: Buffer, arena: Arena | null): MarketBooks {
+  const lengths = t.lengths[view];
+  const { head, book } = rowsInText(t, view, first, end);
+  const n = end - first;
+  let size = 0;
+  for (let i = first; i < end; i++) size += lengths[i];
+  const heads = arena ? arena.bytes(n * HEAD) : Buffer.allocUnsafe(n * HEAD);
+  const fragments = arena ? arena.bytes(size) : Buffer.allocUnsafe(size);
+  const offsets = arena ? arena.uints(n + 1) : new Uint32Array(n + 1);
+  offsets[0] = 0;
+  for (let r = 0; r < n; r++) {
+    text.copy(heads, r * HEAD, head[r], head[r] + HEAD);
+    offsets[r + 1] = offsets[r] + text.copy(fragments, offsets[r], book[r], book[r] + lengths[first + r]);
+  }
   return withBytes({
-    ts: p.ts.subarray(first, end),
-    outcome: p.outcome.subarray(first, end),
+    ts: t.ts.subarray(first, end),
+    outcome: t.outcome.subarray(first, end),
     heads,
-    ladder: text,
-    ladderAt: at,
-    summary: text,
-    summaryAt: at,
+    ladder: fragments,
+    ladderAt: offsets,
+    summary: fragments,
+    summaryAt: offsets,
   });
+}
+
+/** A whole block's books, both views, in memory of their own (what the book cache keeps). */
+function wholeBlock(t: BlockTable, data: Buffer): MarketBooks {
+  const [ladders, summaries] = VIEWS.map((_, view) => {
+    const { at } = t.views[view];
+    return rowsFromText(t, view, 0, t.n, inflateChunks(t, view, 0, t.chunks, data.subarray(at[0], at[t.chunks])), null);
+  });
+  return withBytes({ ...ladders, summary: summaries.ladder, summaryAt: summaries.ladderAt });
+}
+
+/** Parts' rows one after another, in the arena: the parts do not interleave in time. */
+function concatenated(parts: MarketBooks[], arena: Arena): MarketBooks {
+  const n = parts.reduce((sum, b) => sum + b.ts.length, 0);
+  const size = parts.reduce((sum, b) => sum + b.ladderAt[b.ts.length], 0);
+  const [ts, outcome, heads, ladder, ladderAt] = [
+    arena.doubles(n),
+    arena.ints(n),
+    arena.bytes(n * HEAD),
+    arena.bytes(size),
+    arena.uints(n + 1),
+  ];
+  ladderAt[0] = 0;
+  let k = 0;
+  for (const b of parts) {
+    ts.set(b.ts, k);
+    outcome.set(b.outcome, k);
+    b.heads.copy(heads, k * HEAD);
+    b.ladder.copy(ladder, ladderAt[k], 0, b.ladderAt[b.ts.length]);
+    for (let i = 0; i < b.ts.length; i++) ladderAt[k + i + 1] = ladderAt[k] + b.ladderAt[i + 1];
+    k += b.ts.length;
+  }
+  return withBytes({ ts, outcome, heads, ladder, ladderAt, summary: ladder, summaryAt: ladderAt });
 }
 
 /** A page as deflated pieces: `json` and `framed` left out, its text inflates from `deflated`. */
@@ -453,9 +455,8 @@ async function deflatedPage(
  * not start and end on capture times of the block (never, for a page's rows).
  */
 async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, arena: Arena): Promise<(Buffer | DeflatedPiece)[] | null> {
-  const header = arena.bytes(p.deflated.header);
-  await readInto(p.handle, header, 0, p.deflated.at, header.length);
-  const t = chunkTables(header, ladders, p.n, p.deflated.data);
+  const t = p.table;
+  const view = VIEWS.indexOf(ladders);
   const [g0, g1] = [search(t.firstRow, r0, false), search(t.firstRow, r1, false)];
   if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
   const text = async (from: number, to: number): Promise<Buffer> => {
@@ -470,14 +471,18 @@ async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, 
   const b = g1 === t.times ? g1 : Math.floor(g1 / t.k) * t.k;
   if (b <= a) return [await text(g0, g1)];
   const [c0, c1] = [a / t.k, Math.ceil(b / t.k)];
+  const { at, crc, length, zcrc } = t.views[view];
   // A buffer of its own: the response is assembled after the arena has gone back.
-  const data = Buffer.allocUnsafe(t.at[c1] - t.at[c0]);
-  await readInto(p.handle, data, 0, p.deflated.at + p.deflated.header + t.at[c0], data.length);
+  const data = Buffer.allocUnsafe(at[c1] - at[c0]);
+  await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);
   const items: (Buffer | DeflatedPiece)[] = [];
   if (a > g0) items.push(await text(g0, a), COMMA_TEXT);
   for (let c = c0; c < c1; c++) {
     if (c > c0) items.push(COMMA_TEXT);
-    items.push({ deflated: data.subarray(t.at[c] - t.at[c0], t.at[c + 1] - t.at[c0]), crc: t.crc[c], length: t.length[c] });
+    const deflated = data.subarray(at[c] - at[c0], at[c + 1] - at[c0]);
+    // Sent as it is, never inflated: its stored CRC is what keeps a damaged chunk from a client.
+    if (zlib.crc32(deflated) !== zcrc[c]) throw new Error('serving copy: a deflated chunk fails its CRC');
+    items.push({ deflated, crc: crc[c], length: length[c] });
   }
   if (b < g1) items.push(COMMA_TEXT, await text(b, g1));
   return items;

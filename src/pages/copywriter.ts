@@ -4,7 +4,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Duck } from '../lake/duckdb.js';
 import { bookSelect, parquetSource } from '../lake/sql.js';
-import { type CopyIndex, MAGIC, SERVING_VERSION, TRAILER, deflatedSection, encode, servingCopyPath } from './copyformat.js';
+import { CHUNK_TIMES, type CopyIndex, MAGIC, SERVING_VERSION, TRAILER, encodeBlock, servingCopyPath } from './copyformat.js';
 import { ServingCopies } from './copyreader.js';
 import { MarketBooksBuilder, columnsOf } from './render.js';
 
@@ -29,7 +29,7 @@ export async function writeServingCopy(duck: Duck, parquet: string, sha256: stri
   await fs.mkdir(path.dirname(file), { recursive: true });
   const tmp = `${file}.tmp-${process.pid}-${Math.random().toString(36).slice(2)}`;
   const handle = await fs.open(tmp, 'w');
-  const index: CopyIndex = { version: SERVING_VERSION, rows: 0, markets: {} };
+  const index: CopyIndex = { version: SERVING_VERSION, rows: 0, chunkTimes: CHUNK_TIMES, markets: {} };
   let offset = 0;
   let market: string | null = null;
   let builder = new MarketBooksBuilder();
@@ -37,14 +37,11 @@ export async function writeServingCopy(duck: Duck, parquet: string, sha256: stri
   let lastOutcome = -Infinity;
   const flush = async () => {
     if (market === null || builder.rows === 0) return;
-    const books = builder.finish();
-    const block = encode(books);
-    const [zHeader, zData] = await deflatedSection(books);
-    const all = Buffer.concat([block, zHeader, zData]);
-    await handle.write(all, 0, all.length, offset);
-    index.markets[market] = [offset, block.length, builder.rows, zHeader.length, zData.length];
+    const { block, table } = await encodeBlock(builder.finish());
+    await handle.write(block, 0, block.length, offset);
+    index.markets[market] = [offset, block.length, builder.rows, table];
     index.rows += builder.rows;
-    offset += all.length;
+    offset += block.length;
     builder = new MarketBooksBuilder();
   };
   try {
