@@ -141,15 +141,15 @@ t.test('gzip pages of the common shape come from the pre-deflated copies and inf
     const base = snapshotsPath(m);
     const mid = new Date((m.start_time + m.end_time) / 2 + 1_000).toISOString();
     const views = m.venue === 'wallet-prediction' ? [''] : ['&include_orderbook=true', '&include_orderbook=false'];
-    // Pages on chunks' edges (20, 100, 1000), across them (45: edges both sides; 7: inside one chunk), from a time inside one.
+    // Pages on chunks' edges (100, 1000), across them (250: edges both sides; 20 and 7: inside one chunk), from a time inside one.
     for (const view of views)
       for (const query of [
         'limit=100',
         'limit=20',
-        'limit=45',
+        'limit=250',
         'limit=7',
         'limit=1000',
-        `limit=60&start_time=${encodeURIComponent(mid)}`,
+        `limit=160&start_time=${encodeURIComponent(mid)}`,
       ]) {
         let cursor: string | null = null;
         // Pages of 7 mostly fall within one chunk: a few are enough.
@@ -157,12 +157,14 @@ t.test('gzip pages of the common shape come from the pre-deflated copies and inf
           const url: string = `${base}?${query}${view}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
           const [gz, want] = await Promise.all([raw(api.url, url, 'gzip, deflate, br'), page(sqlApi.url, url)]);
           // Pre-deflated pages are gzip though br is taken too; those within one chunk brotli, compressed now; short
-          // ones (a market without books) not at all.
-          // Pages walked from the open with a limit the chunks divide always cover whole chunks.
+          // ones (a market without books) not at all. Summaries are cut from the ladders: never pre-deflated.
+          // Pages of ladders walked from the open with a limit the chunks divide always cover whole chunks.
           const encoding = gz.headers['content-encoding'];
-          const aligned = /^limit=(20|100|1000)$/.test(query);
+          const summary = view.endsWith('false');
+          const aligned = /^limit=(100|1000)$/.test(query) && !summary;
           const short = !encoding && gz.body.length < 1024;
           t.ok(encoding === 'gzip' || short || (!aligned && encoding === 'br'), `${url}: ${encoding}`);
+          if (summary) t.not(encoding, 'gzip', `${url}: a summary compressed now`);
           t.match(gz.headers.vary, /Accept-Encoding/);
           // gunzip checks the member's CRC-32 and length.
           const decode = { gzip: zlib.gunzipSync, br: zlib.brotliDecompressSync }[encoding ?? ''] ?? ((x: Buffer) => x);
@@ -282,6 +284,58 @@ t.test('a market in several files, interleaved in time, comes out in SQL order; 
   t.notOk(await fs.stat(servingCopyPath(work, 'sha-c')).catch(() => null), 'and nothing left behind');
 });
 
+t.test('summaries are cut from the ladders byte for byte, whatever the labels and numbers', async (t) => {
+  const work = testdir(t);
+  const scratch = await Duck.open(1);
+  t.teardown(() => scratch.close());
+  const T0 = Date.parse('2026-07-26T12:00:00Z');
+  const file = path.join(work, 'odd.parquet');
+  // Labels holding the keys the cut looks for, quotes, backslashes and UTF-8; lists empty, tiny, huge and long.
+  await scratch.run(`COPY (SELECT epoch_ms(${T0} + i * 1000)::TIMESTAMPTZ AS ts, 'm' AS market_id, 'tok-' || o AS token_id,
+      o::INTEGER AS outcome_index,
+      CASE o WHEN 0 THEN 'Up ,"bid_prices":[0.1],"ask_prices":[' ELSE 'Dówn \\ "ask" 上' END AS outcome,
+      CASE WHEN i % 3 = 0 THEN NULL ELSE epoch_ms(${T0} + i * 1000 - 7)::TIMESTAMPTZ END AS exchange_ts,
+      CASE WHEN i % 4 = 0 THEN []::DOUBLE[] ELSE [round(0.5 - i % 7 * 0.01, 2), 1e-7, 0.1 + 0.2]::DOUBLE[] END AS bid_prices,
+      CASE WHEN i % 4 = 0 THEN []::DOUBLE[] ELSE [i * 1.1, 1e21, 3.0000000001]::DOUBLE[] END AS bid_sizes,
+      CASE WHEN i % 5 = 0 THEN []::DOUBLE[] ELSE [0.6, 0.61]::DOUBLE[] END AS ask_prices,
+      CASE WHEN i % 5 = 0 THEN []::DOUBLE[] ELSE [o + 0.5, i / 3]::DOUBLE[] END AS ask_sizes
+    FROM range(250) r(i), range(2) x(o) ORDER BY ts, outcome_index) TO '${file}' (FORMAT parquet)`);
+  t.ok(await writeServingCopy(scratch, file, 'sha-odd', work), 'a copy');
+  const got = await new ServingCopies(work).market([{ sha256: 'sha-odd' }], 'm', T0, T0 + 250_000);
+  const { sql, params } = marketBooksSql(`SELECT * FROM ${parquetSource([file])}`, 'm', T0, T0 + 250_000);
+  const want = marketBooks(await scratch.chunks(sql, params));
+  const views = (b: typeof want) =>
+    Array.from(b.ts, (_, i) => [
+      b.ladder.subarray(b.ladderAt[i], b.ladderAt[i + 1]),
+      b.summary.subarray(b.summaryAt[i], b.summaryAt[i + 1]),
+    ]);
+  t.equal(got?.ts.length, 500);
+  const [a, b] = [views(got!), views(want)];
+  t.equal(a.filter(([l, s], i) => l.equals(b[i][0]) && s.equals(b[i][1])).length, 500, 'every book, both views');
+  t.ok(
+    b.some(([, s]) => s.includes('"best_bid":null')),
+    'empty lists',
+  );
+  t.ok(
+    b.some(([l, s]) => l.includes('1e+21') && s.includes('"bid_depth":999999999999999900000')),
+    'exponents and huge depths',
+  );
+  for (const order of ['asc', 'desc'] as const) {
+    const q = { from: T0, to: T0 + 250_000, order, after: null, intervalMs: null, outcomeIndex: 1 };
+    const piece = await new ServingCopies(work).page([{ sha256: 'sha-odd' }], 'm', {
+      span: { from: T0, to: T0 + 250_000 },
+      q,
+      ladders: false,
+      maxTimes: 30,
+    });
+    t.equal(
+      piece && 'json' in piece && piece.json.toString(),
+      pageFromBooks(want, q, false, 30).json.toString(),
+      `a page of summaries, ${order}`,
+    );
+  }
+});
+
 t.test('a copy damaged on disk: the page by SQL, the copy removed and written again', async (t) => {
   const m = over.find((x) => x.venue === 'polymarket')!;
   const file = books.find((f) => f.markets?.[m.market_id])!;
@@ -315,10 +369,10 @@ t.test('a damaged chunk or table: never sent or cut from, the copy removed and w
   const indexLength = whole.readUInt32LE(whole.length - 16);
   const index = JSON.parse(whole.subarray(whole.length - 16 - indexLength, whole.length - 16).toString()) as CopyIndex;
   const [offset, length, rows, table] = index.markets[m.market_id];
-  const { views } = decodeTable(whole.subarray(offset, offset + table), rows, index.chunkTimes, length - table);
+  const { table: chunks } = decodeTable(whole.subarray(offset, offset + table), rows, index.chunkTimes, length - table);
   const damages = {
-    // A byte in the middle of the ladder view's second chunk: a gzip page would send it as it is.
-    chunk: offset + table + Math.floor((views[0].at[1] + views[0].at[2]) / 2),
+    // A byte in the middle of the first chunk: a gzip page would send it as it is.
+    chunk: offset + table + Math.floor((chunks.at[0] + chunks.at[1]) / 2),
     table: offset + Math.floor(table / 2),
   };
   const url = `${snapshotsPath(m)}?limit=100`;

@@ -66,7 +66,7 @@ export function bookHandlers(kit: RouteKit) {
     // A gzip page of the pre-deflated shape: from the copy, cached or not, asked before or not (nothing to compress,
     // a seventh of the bytes; a client walking a market so is no reason to load it whole).
     // Only from copies on disk: on a bucket-served process, a cached market's evicted files are not fetched for it.
-    if (deps.serving && gzip && predeflated(pq) && !(await deps.serving.missing(sealed)).length) {
+    if (deps.serving && gzip && predeflated(pq, ladders) && !(await deps.serving.missing(sealed)).length) {
       // Its files kept as used (a bucket-served process evicts a copy with its file).
       await lake.ensure(sealed);
       const page = await deps.serving.page(sealed, m.market_id, {

@@ -12,13 +12,14 @@ import {
   MAGIC,
   SERVING_VERSION,
   TRAILER,
-  VIEWS,
   decodeTable,
   inflateChunks,
   predeflated,
   rowsInText,
   servingCopyPath,
+  SUMMARY_ROOM,
   timeOf,
+  writeSummary,
 } from './copyformat.js';
 import { type DeflatedPiece, freshPiece } from './gzip.js';
 import {
@@ -259,7 +260,7 @@ export class ServingCopies {
           ? [ranged[0].table.ts.subarray(ranged[0].lo, ranged[0].hi), ranged[0].table.outcome.subarray(ranged[0].lo, ranged[0].hi)]
           : joined(ranged, arena);
       const selection = selectPage(ts, outcome, q, maxTimes);
-      if (gzip && predeflated(q)) {
+      if (gzip && predeflated(q, ladders)) {
         const deflated = await deflatedPage(ranged, ts, selection, ladders, arena);
         if (deflated) {
           this.reads++;
@@ -329,31 +330,34 @@ async function skeleton(
   return { handle, table, dataAt: offset + tableLength, lo: search(table.ts, span.from, false), hi: search(table.ts, span.to, false) };
 }
 
-/** Rows [first, end) of a block (whole capture times or not), their heads and one view's text, inflated from the chunks they are in. */
+/** Rows [first, end) of a block (whole capture times or not), their heads and one view's text, from the chunks they are in. */
 async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean, arena: Arena): Promise<MarketBooks> {
   const t = p.table;
-  const view = VIEWS.indexOf(ladders);
   const [c0, c1] = [Math.floor(timeOf(t, first) / t.k), Math.floor(timeOf(t, end - 1) / t.k) + 1];
-  const { at } = t.views[view];
+  const { at } = t.table;
   const data = arena.bytes(at[c1] - at[c0]);
   await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);
-  return rowsFromText(t, view, first, end, inflateChunks(t, view, c0, c1, data), arena);
+  return rowsFromText(t, first, end, inflateChunks(t, c0, c1, data), ladders, arena);
 }
 
-/** Rows [first, end) cut out of their chunks' text: each time's head, and the books packed one after another. */
-function rowsFromText(t: BlockTable, view: number, first: number, end: number, text: Buffer, arena: Arena | null): MarketBooks {
-  const lengths = t.lengths[view];
-  const { head, book } = rowsInText(t, view, first, end);
+/**
+ * Rows [first, end) cut out of their chunks' text: each time's head, and the books packed one after
+ * another, with ladders as stored or as summaries cut from them.
+ */
+function rowsFromText(t: BlockTable, first: number, end: number, text: Buffer, ladders: boolean, arena: Arena | null): MarketBooks {
+  const { head, book } = rowsInText(t, first, end);
   const n = end - first;
-  let size = 0;
-  for (let i = first; i < end; i++) size += lengths[i];
+  let room = 0;
+  for (let r = 0; r < n; r++) room += t.lengths[first + r] + (ladders ? 0 : SUMMARY_ROOM);
   const heads = arena ? arena.bytes(n * HEAD) : Buffer.allocUnsafe(n * HEAD);
-  const fragments = arena ? arena.bytes(size) : Buffer.allocUnsafe(size);
+  const fragments = arena ? arena.bytes(room) : Buffer.allocUnsafe(room);
   const offsets = arena ? arena.uints(n + 1) : new Uint32Array(n + 1);
   offsets[0] = 0;
   for (let r = 0; r < n; r++) {
     text.copy(heads, r * HEAD, head[r], head[r] + HEAD);
-    offsets[r + 1] = offsets[r] + text.copy(fragments, offsets[r], book[r], book[r] + lengths[first + r]);
+    const [from, to] = [book[r], book[r] + t.lengths[first + r]];
+    offsets[r + 1] =
+      offsets[r] + (ladders ? text.copy(fragments, offsets[r], from, to) : writeSummary(text.subarray(from, to), fragments, offsets[r]));
   }
   return withBytes({
     ts: t.ts.subarray(first, end),
@@ -368,10 +372,9 @@ function rowsFromText(t: BlockTable, view: number, first: number, end: number, t
 
 /** A whole block's books, both views, in memory of their own (what the book cache keeps). */
 function wholeBlock(t: BlockTable, data: Buffer): MarketBooks {
-  const [ladders, summaries] = VIEWS.map((_, view) => {
-    const { at } = t.views[view];
-    return rowsFromText(t, view, 0, t.n, inflateChunks(t, view, 0, t.chunks, data.subarray(at[0], at[t.chunks])), null);
-  });
+  const text = inflateChunks(t, 0, t.chunks, data);
+  const ladders = rowsFromText(t, 0, t.n, text, true, null);
+  const summaries = rowsFromText(t, 0, t.n, text, false, null);
   return withBytes({ ...ladders, summary: summaries.ladder, summaryAt: summaries.ladderAt });
 }
 
@@ -456,7 +459,6 @@ async function deflatedPage(
  */
 async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, arena: Arena): Promise<(Buffer | DeflatedPiece)[] | null> {
   const t = p.table;
-  const view = VIEWS.indexOf(ladders);
   const [g0, g1] = [search(t.firstRow, r0, false), search(t.firstRow, r1, false)];
   if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
   const text = async (from: number, to: number): Promise<Buffer> => {
@@ -471,7 +473,7 @@ async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, 
   const b = g1 === t.times ? g1 : Math.floor(g1 / t.k) * t.k;
   if (b <= a) return [await text(g0, g1)];
   const [c0, c1] = [a / t.k, Math.ceil(b / t.k)];
-  const { at, crc, length, zcrc } = t.views[view];
+  const { at, crc, length, zcrc } = t.table;
   // A buffer of its own: the response is assembled after the arena has gone back.
   const data = Buffer.allocUnsafe(at[c1] - at[c0]);
   await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);

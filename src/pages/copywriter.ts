@@ -4,7 +4,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Duck } from '../lake/duckdb.js';
 import { bookSelect, parquetSource } from '../lake/sql.js';
-import { CHUNK_TIMES, type CopyIndex, MAGIC, SERVING_VERSION, TRAILER, encodeBlock, servingCopyPath } from './copyformat.js';
+import { CHUNK_TIMES, type CopyIndex, MAGIC, NotDerivable, SERVING_VERSION, TRAILER, encodeBlock, servingCopyPath } from './copyformat.js';
 import { ServingCopies } from './copyreader.js';
 import { MarketBooksBuilder, columnsOf } from './render.js';
 
@@ -22,7 +22,7 @@ class NotInOrder extends Error {}
  * Writes the serving copy of one sealed books file (`parquet`, whose content hashes to
  * `sha256`). Streams the file a chunk at a time, one market rendered at once, so memory is
  * bounded by the largest market, not the file. Returns null when the file is not in the order
- * the writer gives (then pages of its markets take the SQL path).
+ * the writer gives, or a book's summary is not its ladders' (then pages of its markets take the SQL path).
  */
 export async function writeServingCopy(duck: Duck, parquet: string, sha256: string, servingDir: string): Promise<WrittenCopy | null> {
   const file = servingCopyPath(servingDir, sha256);
@@ -79,7 +79,7 @@ export async function writeServingCopy(duck: Duck, parquet: string, sha256: stri
   } catch (err) {
     await handle.close().catch(() => undefined);
     await fs.rm(tmp, { force: true });
-    if (err instanceof NotInOrder) return null;
+    if (err instanceof NotInOrder || err instanceof NotDerivable) return null;
     throw err;
   }
 }
