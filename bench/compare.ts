@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import pino from 'pino';
 import cluster from 'node:cluster';
 import { startCluster } from '../src/api/cluster.js';
 import { KeyStore } from '../src/edge/keys.js';
@@ -22,6 +23,9 @@ import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listFiles } from '../src/lake/fsutil.js';
+import { LakeReader } from '../src/lake/reader.js';
+import { SERVING_VERSION } from '../src/pages/copyformat.js';
+import { ReplayCopies } from '../src/replay/copy.js';
 import { createLogger } from '../src/log.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
@@ -255,6 +259,31 @@ if (pgRows !== lakeRows) throw new Error(`PostgreSQL has ${pgRows} rows, the lak
 let lakeBytes = 0;
 for (const f of files) lakeBytes += (await fs.stat(f)).size;
 
+/** Bytes of the files under `dir` whose name ends with `suffix`. */
+async function bytesUnder(dir: string, suffix: string): Promise<number> {
+  let bytes = 0;
+  for (const f of await listFiles(dir, suffix)) bytes += (await fs.stat(path.join(dir, f))).size;
+  return bytes;
+}
+
+// The replay copies of every market of the 1-day lake, as `make replay-copies` writes them.
+const replayCopies = await (async () => {
+  const paths = lakePaths(lake.dir);
+  const reader = new LakeReader(duck, paths);
+  await reader.open();
+  const began = performance.now();
+  const copies = new ReplayCopies(path.join(paths.serving, 'replay'), reader, pino({ level: 'silent' }));
+  copies.sweep(Date.now(), Infinity);
+  await copies.idle();
+  return { seconds: (performance.now() - began) / 1000, bytes: await bytesUnder(path.join(paths.serving, 'replay'), '') };
+})();
+const disk = {
+  parquet: lakeBytes,
+  serving: await bytesUnder(path.join(lakePaths(lake.dir).serving, 'books'), `.v${SERVING_VERSION}.pages`),
+  replay: replayCopies.bytes,
+  pgIndexes: Number(psql(`SELECT pg_indexes_size('books')`).trim()),
+};
+
 const service = child('service', { COMPARE_DIR: lake.dir });
 const pgServer = child('pg', { COMPARE_PG_PORT: String(pgPort) });
 const svc = await service.ready;
@@ -442,9 +471,8 @@ const longFiles = (await listFiles(lakePaths(long.dir).lake, '.parquet'))
   .filter((f) => f.startsWith('books/'))
   .map((f) => path.join(lakePaths(long.dir).lake, f));
 const longPgLoad = await loadPg('books_long', longFiles);
-let servingBytes = 0;
-for (const f of await listFiles(lakePaths(long.dir).serving, '.pages'))
-  servingBytes += (await fs.stat(path.join(lakePaths(long.dir).serving, f))).size;
+const servingBytes = await bytesUnder(path.join(lakePaths(long.dir).serving, 'books'), `.v${SERVING_VERSION}.pages`);
+const longPgIndexes = Number(psql(`SELECT pg_indexes_size('books_long')`).trim());
 let longLakeBytes = 0;
 for (const f of longFiles) longLakeBytes += (await fs.stat(f)).size;
 const longChild = child('service', { COMPARE_DIR: long.dir });
@@ -561,6 +589,21 @@ await Promise.all([service, pgServer].map((s) => new Promise((r) => s.proc.once(
 stopPg();
 duck.close();
 
+const diskRow = (lakeName: string, form: string, bytes: number, rows: number, parquet: number) =>
+  `| ${lakeName} | ${form} | ${(bytes / 2 ** 20).toFixed(1)} MiB | ${(bytes / rows).toFixed(1)} | ${(bytes / parquet).toFixed(2)}x |`;
+const diskRows = [
+  diskRow('1 day', 'Parquet (books)', disk.parquet, lakeRows, disk.parquet),
+  diskRow('1 day', 'serving copies', disk.serving, lakeRows, disk.parquet),
+  diskRow('1 day', 'replay copies', disk.replay, lakeRows, disk.parquet),
+  diskRow('1 day', 'all copies', disk.serving + disk.replay, lakeRows, disk.parquet),
+  diskRow('1 day', 'PostgreSQL (table, TOAST, index)', pgBytes, lakeRows, disk.parquet),
+  diskRow('1 day', 'PostgreSQL index alone', disk.pgIndexes, lakeRows, disk.parquet),
+  diskRow(`${DAYS} days`, 'Parquet (books)', longLakeBytes, longPgLoad.rows, longLakeBytes),
+  diskRow(`${DAYS} days`, 'serving copies', servingBytes, longPgLoad.rows, longLakeBytes),
+  diskRow(`${DAYS} days`, 'PostgreSQL (table, TOAST, index)', longPgLoad.bytes, longPgLoad.rows, longLakeBytes),
+  diskRow(`${DAYS} days`, 'PostgreSQL index alone', longPgIndexes, longPgLoad.rows, longLakeBytes),
+];
+
 const report = `## Against PostgreSQL, side by side (\`make bench-compare\`)
 
 Machine: ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'unknown'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, PostgreSQL ${psqlVersion()}, ${new Date().toISOString().slice(0, 10)}.
@@ -586,6 +629,18 @@ a page (PostgreSQL's ${Math.round(pgPage.bytes).toLocaleString('en')}), at ${ide
 | encoding | connections | p50 / p99, req/s | bytes per response | compression inside the targets (half PostgreSQL's p50, twice its req/s) |
 |---|---|---|---|---|
 ${compressed.join('\n')}
+
+### Disk
+
+What each side keeps on disk for the same book rows: the lake's Parquet, the copies the service derives from it
+(serving copies, written at seal, for pages; replay copies, written after a market ends, for replays), and
+PostgreSQL's table (with its TOAST) and index. Replay copies were written for the 1-day lake only (${replayCopies.seconds.toFixed(0)} s);
+the rows of these lakes change every level every second, the worst case for every form (a recorded lake, where a
+change moves a level or two: \`make bench-replay\`'s section).
+
+| lake | form | bytes | bytes a book row | x the Parquet |
+|---|---|---|---|---|
+${diskRows.join('\n')}
 
 ### The book cache off (\`BOOK_CACHE_MB=0\`)
 

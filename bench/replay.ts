@@ -27,6 +27,7 @@ import { writeSection } from './report.js';
 import { freePort } from './tools.js';
 import { onBooksFile } from '../src/lake/writer.js';
 import { writeServingCopy } from '../src/pages/copywriter.js';
+import { SERVING_VERSION } from '../src/pages/copyformat.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);
@@ -305,9 +306,16 @@ for (const v of VENUES) figures.hit[v] = await measure(v);
 const copyFiles = (await fs.readdir(copiesDir, { recursive: true })).filter((f) => String(f).endsWith('.replay'));
 let copyBytes = 0;
 for (const f of copyFiles) copyBytes += (await fs.stat(path.join(copiesDir, String(f)))).size;
-let lakeBytes = 0;
-for (const f of await fs.readdir(path.join(dir, 'lake'), { recursive: true }))
-  if (String(f).endsWith('.parquet')) lakeBytes += (await fs.stat(path.join(dir, 'lake', String(f)))).size;
+let [lakeBytes, booksBytes, servingBytes] = [0, 0, 0];
+for (const f of await fs.readdir(path.join(dir, 'lake'), { recursive: true })) {
+  if (!String(f).endsWith('.parquet')) continue;
+  const bytes = (await fs.stat(path.join(dir, 'lake', String(f)))).size;
+  lakeBytes += bytes;
+  if (String(f).startsWith('books/')) booksBytes += bytes;
+}
+// The pages' serving copies, which capture wrote as it sealed each books file.
+for (const f of await fs.readdir(path.join(dir, 'serving', 'books'), { recursive: true }))
+  if (String(f).endsWith(`.v${SERVING_VERSION}.pages`)) servingBytes += (await fs.stat(path.join(dir, 'serving', 'books', String(f)))).size;
 // Tapes cached: a first pass reads them, the measured one only sends.
 await restart({ REPLAY_CACHE_MB: CACHE_MB });
 await copiesWritten();
@@ -376,6 +384,8 @@ and its rows' ladders, each in blocks of 64 KiB deflated on their own, beside a 
 blocks it plays (a start mid-window: its first message's and those of the books it sends first), running no statement. The API writes a market's copy after the lake update that sees its rows sealed (capture seals them at its end:
 \`test/replay-copies.test.ts\` sees both venues' copies about 4 s of real time after a market's end), and at its start for every market
 that ended in the last hours: here ${n(writing.written)} copies in ${writing.seconds.toFixed(1)} s (${(copyBytes / 2 ** 20).toFixed(1)} MiB, ${(copyBytes / lakeBytes).toFixed(1)}x the Parquet).
+The pages' serving copies of the same lake (written by capture as it sealed each books file) are ${(servingBytes / 2 ** 20).toFixed(1)} MiB for
+${(booksBytes / 2 ** 20).toFixed(1)} MiB of books Parquet: ${(servingBytes / bookRows).toFixed(1)} and ${(booksBytes / bookRows).toFixed(1)} bytes a book row (${(servingBytes / booksBytes).toFixed(2)}x).
 
 Markets (sealed hour + ended a minute before): Polymarket ${countOf('polymarket')}, wallet ${countOf('wallet-prediction')}. One connection, as fast as possible,
 every market of the set (messages/s from the socket's open / from its first message, and messages; the median of three runs, the
