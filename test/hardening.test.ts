@@ -200,6 +200,19 @@ t.test('a client that leaves stops its request: logged as aborted, its slot free
   t.equal(health.data.api.in_flight, 0, 'nothing is left running');
 });
 
+t.test('keys issued at once by several writers of one key file are all kept', async (t) => {
+  const keysDir = testdir(t);
+  // Stores of their own, as separate processes have: nothing shared but the file.
+  const stores = Array.from({ length: 4 }, () => KeyStore.at(keysDir));
+  const issued = await Promise.all(stores.flatMap((s, i) => Array.from({ length: 6 }, (_, k) => s.issue('paid', `writer ${i} key ${k}`))));
+  const fresh = KeyStore.at(keysDir);
+  const found = await Promise.all(issued.map(({ key }) => fresh.find(key)));
+  t.equal(found.filter((r) => r !== null).length, issued.length, `all ${issued.length} keys kept`);
+  // A lock left by a process that died is taken over, not waited on forever.
+  await fs.writeFile(path.join(keysDir, 'state', 'keys.json.lock'), '2147483646');
+  t.ok(await fresh.find((await fresh.issue('free', 'after a crash')).key), 'issued past a dead writer’s lock');
+});
+
 t.test('make run reuses its key, kept 0600, and replaces a revoked one', async (t) => {
   const store = KeyStore.at(dir);
   const first = await runKey(store, dir);

@@ -11,6 +11,7 @@ import { ObjectUnavailable } from '../bucket/replica.js';
 import { S3, S3Error } from '../bucket/s3.js';
 import type { Config } from '../config.js';
 import { readJson, writeFileAtomic } from '../lake/fsutil.js';
+import { alive } from '../lake/lock.js';
 import type { Logger } from '../log.js';
 
 export type Plan = 'free' | 'paid';
@@ -41,21 +42,48 @@ class FileKeys implements KeyBackend {
   readonly remote = false;
   constructor(private readonly file: string) {}
 
-  async read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
-    const mtime = String(
-      await fs.stat(this.file).then(
-        (s) => s.mtimeMs,
-        () => 0,
-      ),
-    );
-    if (mtime === version) return 'unchanged';
-    return { records: (await readJson<KeyRecord[]>(this.file)) ?? [], version: mtime };
+  /** The file's inode and time: a write replaces the file (a rename), so both change with every write. */
+  private async versionOf(): Promise<string> {
+    const stat = await fs.stat(this.file).catch(() => null);
+    return stat ? `${stat.ino}:${stat.mtimeMs}` : '0';
   }
 
-  /** One writer at a time (the CLI on this machine), as before there were buckets. */
-  async write(records: KeyRecord[]): Promise<string> {
-    await writeFileAtomic(this.file, JSON.stringify(records, null, 1));
-    return String((await fs.stat(this.file)).mtimeMs);
+  async read(version: string | null): Promise<{ records: KeyRecord[]; version: string } | 'unchanged'> {
+    const now = await this.versionOf();
+    if (now === version) return 'unchanged';
+    return { records: (await readJson<KeyRecord[]>(this.file)) ?? [], version: now };
+  }
+
+  /**
+   * Writes if the file is still at `version`, under a lock file taken with O_EXCL: two processes
+   * issuing keys at once (two `make key`, or servers started together) would otherwise both write
+   * over the records they read, and one key printed would not be there (seen: a 401 for a key
+   * `make bench-compare`'s second server had just issued). Null: try again from a fresh read.
+   */
+  async write(records: KeyRecord[], version: string | null): Promise<string | null> {
+    const lock = `${this.file}.lock`;
+    await fs.mkdir(path.dirname(this.file), { recursive: true });
+    const taken = await fs.writeFile(lock, String(process.pid), { flag: 'wx' }).then(
+      () => true,
+      (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EEXIST') throw err;
+        return false;
+      },
+    );
+    if (!taken) {
+      // Left by a process that died holding it (or before it wrote its pid): removed, and the write tried again.
+      const holder = Number(await fs.readFile(lock, 'utf8').catch(() => '0'));
+      const age = Date.now() - ((await fs.stat(lock).catch(() => null))?.mtimeMs ?? Date.now());
+      if (holder ? !alive(holder) : age > 10_000) await fs.rm(lock, { force: true });
+      return null;
+    }
+    try {
+      if (version !== null && (await this.versionOf()) !== version) return null;
+      await writeFileAtomic(this.file, JSON.stringify(records, null, 1));
+      return await this.versionOf();
+    } finally {
+      await fs.rm(lock, { force: true });
+    }
   }
 }
 

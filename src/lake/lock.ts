@@ -6,7 +6,8 @@ export class LockedError extends Error {
   override name = 'LockedError';
 }
 
-function alive(pid: number): boolean {
+/** Whether a process of this pid runs (EPERM: it does, as another user). */
+export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
