@@ -646,8 +646,8 @@ ${diskRows.join('\n')}
 
 The same 50 markets and pages, the same PostgreSQL, a second service process with no book cache: every page of
 a market that is over is read from its files' serving copies (\`DATA_DIR/serving\`, written when each Parquet file
-is sealed: the market's books rendered once; a first page reads the block's times and offsets, then only the rows it
-shows, and is sent from the buffer it was rendered into). Every page was checked equal to PostgreSQL's first.
+is sealed: the market's books rendered once and deflated; a first page reads the block's table, then inflates only the
+chunks holding the rows it shows, and is sent from the buffer it was rendered into). Every page was checked equal to PostgreSQL's first.
 PostgreSQL sends identity; its figure is the better of its two runs. A gzip page of these (pages of 100 walked from a
 market's open) is spliced from chunks the copy holds deflated since the seal (ARCHITECTURE.md, "Gzip pages of the
 common shape"): nothing is compressed per request and a seventh of the bytes is read and sent, so gzip is faster than

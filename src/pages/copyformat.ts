@@ -8,8 +8,8 @@
 // This file is the format; copywriter.ts writes copies, copyreader.ts serves pages from them.
 //
 // Layout: market blocks, then the index (JSON: market -> [offset, length, rows, table]), then a
-// 16-byte trailer (index length, format version, magic). A block is its table, deflated (`table`
-// bytes), then its chunks. The text is stored once, as chunks of the common page shape with
+// 16-byte trailer (index length, format version, magic). A block is its table, deflated with
+// zlib's wrapper (`table` bytes; its Adler-32 checked when inflated), then its chunks. The text is stored once, as chunks of the common page shape with
 // ladders, deflated: a gzip page of that shape is mostly chunks sent as they are, and every other
 // page inflates the chunks it shows and takes its rows' text out of them. The other view (best
 // levels and depth) is cut from the ladders' text, its depths summed from the sizes there.
@@ -22,7 +22,7 @@ import zlib from 'node:zlib';
 import { HEAD, type MarketBooks, type PageSpec, renderPage } from './render.js';
 
 /** Bumped whenever rendering or the layout changes: copies of an older one are then simply not found. */
-export const SERVING_VERSION = 4;
+export const SERVING_VERSION = 5;
 export const MAGIC = Buffer.from('PMBOOKPG');
 export const TRAILER = 16;
 
@@ -51,6 +51,8 @@ export const CHUNK_TIMES = 100;
 /** Deflated once, at seal, on the threadpool: level 6 costs nothing a request waits on. */
 const DEFLATE_LEVEL = 6;
 const deflateRaw = promisify(zlib.deflateRaw);
+/** zlib's wrapper: its Adler-32 is checked when the table is inflated (raw deflate checks nothing). */
+const deflate = promisify(zlib.deflate);
 
 /** Whether pages of this shape are pre-deflated: with ladders, what a client walking a market from its open asks for. */
 export const predeflated = (q: PageSpec, ladders: boolean): boolean =>
@@ -162,7 +164,7 @@ export async function encodeBlock(b: MarketBooks, k = CHUNK_TIMES): Promise<{ bl
     size += deflated.length;
   }
   at[chunks] = size;
-  const table = await deflateRaw(new Uint8Array(words), { level: DEFLATE_LEVEL });
+  const table = await deflate(new Uint8Array(words), { level: DEFLATE_LEVEL });
   return { block: Buffer.concat([table, ...data]), table: table.length };
 }
 
@@ -186,6 +188,7 @@ export function writeSummary(ladder: Buffer, out: Buffer, w: number): number {
   // The lists' openings, from the end: the text's last four '[' (numbers hold none).
   let [bids, asks, seen] = [0, 0, 0];
   for (let i = ladder.length - 1; seen < 4; i--) {
+    if (i < 0) throw damaged('a book without its four lists');
     if (ladder[i] !== 0x5b) continue;
     seen++;
     if (seen === 2) asks = i + 1;
@@ -218,7 +221,10 @@ function putText(out: Buffer, w: number, text: string): number {
 /** A list's first number as it is written, or null for an empty list. */
 function best(ladder: Buffer, from: number, out: Buffer, w: number): number {
   if (ladder[from] === 0x5d) return put(out, w, NULL);
-  for (let i = from; ladder[i] !== 0x2c && ladder[i] !== 0x5d; i++) out[w++] = ladder[i];
+  for (let i = from; ladder[i] !== 0x2c && ladder[i] !== 0x5d; i++) {
+    if (i >= ladder.length) throw damaged('a list without its end');
+    out[w++] = ladder[i];
+  }
   return w;
 }
 
@@ -226,6 +232,7 @@ function best(ladder: Buffer, from: number, out: Buffer, w: number): number {
 function depth(text: Buffer, from: number): number {
   let sum = 0;
   for (let start = from, i = from; ; i++) {
+    if (i >= text.length) throw damaged('a list without its end');
     const c = text[i];
     if (c !== 0x2c && c !== 0x5d) continue;
     if (i > start) sum += parseNumber(text, start, i);
@@ -267,9 +274,9 @@ const damaged = (what: string) => new Error(`serving copy: ${what}`);
 export function decodeTable(deflated: Buffer, n: number, k: number, dataLength: number): BlockTable {
   let inflated: Buffer;
   try {
-    inflated = zlib.inflateRawSync(deflated, { maxOutputLength: tableBytes(n, n) });
+    inflated = zlib.inflateSync(deflated, { maxOutputLength: tableBytes(n, n) });
   } catch {
-    throw damaged('a table does not inflate');
+    throw damaged('a table does not inflate, or fails its Adler-32');
   }
   // Its own 8-aligned memory: the typed arrays are views of it.
   const words = new ArrayBuffer(inflated.length);

@@ -1,5 +1,6 @@
 // Pages from serving copies (the format: copyformat.ts): a copy's index read once and kept, then
-// only what a page shows read from each file's block, or the market whole when its files interleave.
+// only the chunks a page shows read and inflated from each file's block, or the market whole when
+// its files interleave.
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
 import { Arena } from './arena.js';
@@ -192,8 +193,8 @@ export class ServingCopies {
   }
   /**
    * One page of a market from its files' copies, reading only what the page shows: each block's
-   * times, outcomes and offsets, then the shown rows' heads and text (a few KiB of a block that
-   * may hold megabytes). The same bytes as `pageFromBooks` over the whole market. Null when a
+   * table, then the chunks that hold the shown rows, inflated (tens of KiB of a block that may
+   * hold megabytes). The same bytes as `pageFromBooks` over the whole market. Null when a
    * file has no copy. With `gzip` (the client takes it), a page of the pre-deflated shape comes as
    * deflated pieces, mostly read as the seal deflated them.
    */

@@ -1,6 +1,6 @@
 // A recorded book as the JSON text pages send, rendered straight from DuckDB's result vectors,
 // and a market's books rendered once into buffers (`MarketBooks`): what the book cache holds and
-// what the serving copies (copyformat.ts) store. Every path that answers a page renders through here,
+// what the serving copies (copyformat.ts) store, deflated. Every path that answers a page renders through here,
 // so the SQL path, the cache and the serving copy answer the same bytes.
 import type { DuckDBDataChunk, DuckDBListVector, DuckDBVector } from '@duckdb/node-api';
 import { type BookSelected, bookColumn } from '../lake/sql.js';
@@ -203,7 +203,7 @@ export interface PageSelection {
  * from a market's times and outcomes alone: the times in [from, to) after the keyset (with
  * `interval`, the newest time of each UTC-aligned bucket among the rows the outcome filter
  * keeps), `maxTimes` of them shown and up to one more counted, so the caller knows whether there
- * is a next page. Pure: a serving copy reads only the rows it picks.
+ * is a next page. Pure: a serving copy inflates only the chunks holding the rows it picks.
  */
 export function selectPage(ts: Float64Array, outcome: Int32Array, q: PageSpec, maxTimes: number): PageSelection {
   const keep = (i: number) => q.outcomeIndex === null || outcome[i] === q.outcomeIndex;
