@@ -11,12 +11,13 @@ interface Entry {
   books: MarketBooks;
 }
 
-/** Markets remembered as asked once and not decoded: enough for the walks in progress at once. */
+/** Markets remembered as missed and not decoded: enough for the walks in progress at once. */
 const ASKED_ONCE = 4096;
 
 export class BookCache {
   private readonly entries = new Map<string, Entry>();
-  private readonly askedOnce = new Set<string>();
+  /** Misses per market not loaded (yet), most recent last. */
+  private readonly misses = new Map<string, number>();
   private readonly loading = new Map<string, Promise<MarketBooks | null>>();
   private held = 0;
   hits = 0;
@@ -40,14 +41,18 @@ export class BookCache {
   }
 
   /**
-   * Whether a market missed before (lately): a second page is a client walking it, worth decoding
-   * the whole market for; a first page alone (a sampler drawing markets over the lake) is one
-   * statement, cheaper than decoding hundreds of books it will not ask for.
+   * Whether a market missed `before` times already (lately): then a client is walking it, worth
+   * decoding the whole market for. Without serving copies a first page alone (a sampler drawing
+   * markets over the lake) is one statement, cheaper than decoding hundreds of books it will not
+   * ask for, so the second miss loads. From a copy a page costs its table and a chunk inflated, a
+   * whole market all its chunks and every summary cut: books.ts waits for more misses there.
    */
-  askedBefore(key: string): boolean {
-    if (this.askedOnce.delete(key)) return true;
-    this.askedOnce.add(key);
-    if (this.askedOnce.size > ASKED_ONCE) this.askedOnce.delete(this.askedOnce.values().next().value!);
+  askedBefore(key: string, before = 1): boolean {
+    const misses = (this.misses.get(key) ?? 0) + 1;
+    this.misses.delete(key);
+    if (misses > before) return true;
+    this.misses.set(key, misses);
+    if (this.misses.size > ASKED_ONCE) this.misses.delete(this.misses.keys().next().value!);
     return false;
   }
 
