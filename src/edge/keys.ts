@@ -223,7 +223,8 @@ export class KeyStore {
 
   /** Reads the store, applies `change` and writes it back; again from a fresh read if another writer came in between. */
   private async change<T>(change: (records: KeyRecord[]) => { records: KeyRecord[]; result: T }): Promise<T> {
-    for (let attempt = 0; attempt < 8; attempt++) {
+    // Each round lets at least one of the writers racing through: room for a dozen at once (a burst of `make key`).
+    for (let attempt = 0; attempt < 64; attempt++) {
       await this.refresh(true);
       const { records, result } = change(this.records.map((r) => ({ ...r })));
       if (records === this.records) return result;
