@@ -25,6 +25,8 @@ const CAUSES: Record<string, GapCause> = {
   storage: 'capture',
   stream_resync: 'unproved',
   stream_late: 'unproved',
+  // Two recorders kept different books at one venue instant: the record holds neither (lake/merge.ts).
+  recorders_disagree: 'unproved',
 };
 
 export function causeOf(reason: string): GapCause {

@@ -5,7 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
-import { type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
+import { type Column, type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
 import {
   type HashChecks,
   type ManifestFile,
@@ -67,22 +67,40 @@ export async function writeParquet(
   name: string,
   source: string,
   sources: string[],
-  { sorted = false, span }: { sorted?: boolean; span?: { min_ts: number; max_ts: number } } = {},
+  {
+    sorted = false,
+    span,
+    extra = [],
+    writtenAt = Date.now(),
+    servingCopy = true,
+    order = SORT_KEYS[p.dataset],
+  }: {
+    sorted?: boolean;
+    span?: { min_ts: number; max_ts: number };
+    /** Columns past the dataset's own, the source's as they are (a merged record's `recorders`). */
+    extra?: readonly Column[];
+    /** The entry's `written_at`: a merged file takes its inputs' newest, so every merger writes the same entry. */
+    writtenAt?: number;
+    /** Whether the books file hook runs (a file bound for a bucket is not served from here). */
+    servingCopy?: boolean;
+    /** The file's order, when the dataset's sort keys leave ties whose order must be fixed too. */
+    order?: readonly string[];
+  } = {},
 ): Promise<ManifestFile> {
   const dir = path.join(lakeDir, partitionDir(p));
   await fs.mkdir(dir, { recursive: true });
   const file = path.join(dir, name);
   const tmp = path.join(dir, `.${name}.tmp`);
-  const order = SORT_KEYS[p.dataset].map((k) => `"${k}"`).join(', ');
+  const orderBy = order.map((k) => `"${k}"`).join(', ');
   // Every file gets exactly the dataset's columns and types, whatever the source produced; a
   // column the source lacks (files sealed before it was added) is written as NULL.
   const given = new Set((await duck.rows(`DESCRIBE SELECT * FROM ${source}`)).map((r) => String(r.column_name)));
-  const columns = SCHEMAS[p.dataset]
+  const columns = [...SCHEMAS[p.dataset], ...extra]
     .map((c) => (given.has(c.name) ? `CAST("${c.name}" AS ${c.type})` : `NULL::${c.type}`) + ` AS "${c.name}"`)
     .join(', ');
   // A source already in order is streamed: DuckDB keeps the order of the files listed and of
   // their rows (preserve_insertion_order, on by default), and holds a few row groups at a time.
-  const query = sorted ? `SELECT ${columns} FROM ${source}` : `SELECT ${columns} FROM ${source} ORDER BY ${order}`;
+  const query = sorted ? `SELECT ${columns} FROM ${source}` : `SELECT ${columns} FROM ${source} ORDER BY ${orderBy}`;
   let rows: number;
   try {
     rows = await duck.run(`COPY (${query}) TO ${sqlPath(tmp)} (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE ${ROW_GROUP_SIZE})`);
@@ -136,7 +154,8 @@ export async function writeParquet(
   // Before the commit, so a reader planning from the new manifest finds the copy. A copy that
   // cannot be written (a full disk, say) never fails the seal: the API serves those pages by
   // SQL and writes the copy itself (api/books.ts).
-  if (booksFileHook && p.dataset === 'books' && rows > 0) await booksFileHook(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
+  if (servingCopy && booksFileHook && p.dataset === 'books' && rows > 0)
+    await booksFileHook(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
   await fs.rename(tmp, file);
   await fsyncDir(dir);
   return {
@@ -147,7 +166,7 @@ export async function writeParquet(
     sources,
     min_ts,
     max_ts,
-    written_at: Date.now(),
+    written_at: writtenAt,
     ...(markets ? { markets } : {}),
     ...(verified ? { verified_by: verified } : {}),
     ...(checks ? { hash_check: checks } : {}),

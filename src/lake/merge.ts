@@ -1,0 +1,278 @@
+// One record from several recorders (captures recording the same venues on different hosts).
+// Rows are facts: the merged partition holds every row any recorder kept, once, and says which
+// recorders kept it. Two books of one market outcome at one venue instant that differ are not
+// facts: neither is kept, and the span until the next book is a gap (`recorders_disagree`).
+// Gaps are claims of absence, so a recorder's gap survives only where no other recorder vouches
+// for the span: from its first book of the market on, minus its own gaps, and only up to its
+// horizon, the time before which everything it recorded is sealed and published (a recorder
+// still down has written no gap for its downtime yet, so nothing after its horizon is its claim).
+// Everything here is a function of its inputs: any process merging the same inputs writes
+// sha256-equal files, so merges run anywhere, twice, without a lock.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Dataset, GapRow } from '../records.js';
+import type { Duck } from './duckdb.js';
+import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
+import type { ManifestFile } from './manifest.js';
+import { parquetSource, sqlIdent, sqlPath, sqlString } from './sql.js';
+import { writeParquet } from './writer.js';
+
+/** Which recorders kept a merged row, in name order. */
+export const RECORDERS_COLUMN: Column = { name: 'recorders', type: 'VARCHAR[]' };
+
+/** A recorder's name: a DNS label, so it is a key segment, a column value and a log field as it is. */
+export const RECORDER_ID_RE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+export interface RecorderFiles {
+  recorder: string;
+  /** Sealed Parquet of one partition, on local disk. */
+  files: readonly string[];
+}
+
+/**
+ * What makes two rows one observation, and for books what they must agree on. Trades are events:
+ * identical ones are told apart by their order in each recorder's record (`nth`).
+ */
+const IDENTITY: Record<
+  Exclude<Dataset, 'gaps'>,
+  { key: readonly string[]; content?: readonly string[]; counted?: boolean; prefer?: string }
+> = {
+  books: {
+    key: ['market_id', 'token_id', 'ts'],
+    content: ['exchange_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'],
+    // Of equal books, the one a venue check vouched for.
+    prefer: 'verified_by IS NULL',
+  },
+  trades: { key: ['market_id', 'token_id', 'ts', 'price', 'size', 'side', 'transaction_hash'], counted: true },
+  metrics: { key: ['market_id', 'token_id', 'ts'] },
+  reference: { key: ['source', 'symbol', 'ts'] },
+  markets: { key: SCHEMAS.markets.map((c) => c.name) },
+};
+
+/** Every input row with its recorder, the dataset's columns by name (recorders run one release). */
+function inputRows(dataset: Dataset, inputs: readonly RecorderFiles[]): string {
+  const columns = SCHEMAS[dataset].map((c) => sqlIdent(c.name)).join(', ');
+  return inputs
+    .filter((i) => i.files.length > 0)
+    .map((i) => `SELECT ${sqlString(i.recorder)} AS recorder, ${columns} FROM ${parquetSource([...i.files], 'union_by_name=true')}`)
+    .join(' UNION ALL ');
+}
+
+/**
+ * Each observation once, with `recorders`, whether the recorders `agreed` on it (books), and
+ * `next_ts`, the observation of the same key prefix (market outcome) after it. Pure SQL text:
+ * the only spliced values are file paths and recorder names the server computed and checked.
+ */
+export function observationsSql(dataset: Exclude<Dataset, 'gaps'>, inputs: readonly RecorderFiles[]): string {
+  const { key, content, counted, prefer } = IDENTITY[dataset];
+  const keys = [...key, ...(counted ? ['nth'] : [])].map(sqlIdent).join(', ');
+  const nth = counted
+    ? `, row_number() OVER (PARTITION BY recorder, ${key.map(sqlIdent).join(', ')} ORDER BY recv_ts, exchange_ts, source) AS nth`
+    : '';
+  const agreed = content ? `(min(content) OVER k) IS NOT DISTINCT FROM (max(content) OVER k)` : 'true';
+  const contentColumn = content ? `, {${content.map((c) => `${sqlIdent(c)}: ${sqlIdent(c)}`).join(', ')}} AS content` : '';
+  const next = dataset === 'books' ? ', lead(ts) OVER (PARTITION BY market_id, token_id ORDER BY ts) AS next_ts' : '';
+  return `(SELECT * EXCLUDE (pick)${next} FROM (
+    SELECT * EXCLUDE (recorder${content ? ', content' : ''}${counted ? ', nth' : ''}),
+      list_sort(list_distinct(list(recorder) OVER k)) AS recorders,
+      ${agreed} AS agreed,
+      row_number() OVER (PARTITION BY ${keys} ORDER BY ${prefer ? `${prefer}, ` : ''}recorder) AS pick
+    FROM (SELECT *${contentColumn}${nth} FROM (${inputRows(dataset, inputs)}))
+    WINDOW k AS (PARTITION BY ${keys})
+  ) WHERE pick = 1)`;
+}
+
+/** Two or more recorders' different books of one market outcome at one instant. */
+export interface Disagreement {
+  market_id: string;
+  token_id: string;
+  ts: number;
+  /** The next book of the outcome any recorder kept, or null: the span the record cannot vouch for. */
+  next_ts: number | null;
+  recorders: string[];
+}
+
+export async function disagreements(duck: Duck, inputs: readonly RecorderFiles[]): Promise<Disagreement[]> {
+  if (!inputs.some((i) => i.files.length)) return [];
+  const rows = await duck.rows(
+    `SELECT market_id, token_id, epoch_ms(ts)::DOUBLE AS ts, epoch_ms(next_ts)::DOUBLE AS next_ts, recorders
+     FROM ${observationsSql('books', inputs)} WHERE NOT agreed ORDER BY market_id, token_id, ts`,
+  );
+  return rows.map((r) => ({
+    market_id: String(r.market_id),
+    token_id: String(r.token_id),
+    ts: Number(r.ts),
+    next_ts: r.next_ts === null ? null : Number(r.next_ts),
+    recorders: (r.recorders as unknown[]).map(String),
+  }));
+}
+
+/**
+ * The merged file of one partition's rows, written to `<lakeDir>/<partition>/<name>` (books that
+ * recorders disagree on left out); its manifest entry's `written_at` is `writtenAt`.
+ */
+export async function mergeRows(
+  duck: Duck,
+  lakeDir: string,
+  partition: Partition,
+  inputs: readonly RecorderFiles[],
+  name: string,
+  { sources, writtenAt }: { sources: string[]; writtenAt: number },
+): Promise<ManifestFile | null> {
+  if (partition.dataset === 'gaps') throw new Error('gaps are merged by mergeGaps');
+  if (!inputs.some((i) => i.files.length)) return null;
+  const source = `(SELECT * EXCLUDE (agreed${partition.dataset === 'books' ? ', next_ts' : ''}) FROM ${observationsSql(partition.dataset, inputs)} WHERE agreed)`;
+  return writeParquet(duck, lakeDir, partition, name, source, sources, {
+    extra: [RECORDERS_COLUMN],
+    writtenAt,
+    servingCopy: false,
+    order: totalOrder(partition.dataset),
+  });
+}
+
+/** The dataset's sort keys, then every other column: no two different rows tie, so every merger writes one order. */
+function totalOrder(dataset: Dataset): string[] {
+  const keys = SORT_KEYS[dataset];
+  return [...keys, ...[...SCHEMAS[dataset], RECORDERS_COLUMN].map((c) => c.name).filter((c) => !keys.includes(c))];
+}
+
+/** A half-open span [from, to) of epoch ms. */
+type Span = [number, number];
+
+function subtract(spans: readonly Span[], holes: readonly Span[]): Span[] {
+  let out = spans.filter(([a, b]) => b > a);
+  for (const [ha, hb] of holes) {
+    out = out.flatMap(([a, b]): Span[] => {
+      if (hb <= a || ha >= b) return [[a, b]];
+      return (
+        [
+          [a, Math.min(b, ha)],
+          [Math.max(a, hb), b],
+        ] as Span[]
+      ).filter(([x, y]) => y > x);
+    });
+  }
+  return out;
+}
+
+/** What one recorder can vouch for, as the merge of a gaps partition needs it. */
+export interface RecorderClaims {
+  recorder: string;
+  /** Its gaps in the partition being merged. */
+  own: readonly GapRow[];
+  /** Its gaps that may reach into the partition's spans: its own and the hours either side. */
+  near: readonly GapRow[];
+  /** Its first book of each market (the hours either side included). */
+  first: ReadonlyMap<string, number>;
+  /** Everything it recorded before this is sealed and published; after it, it vouches for nothing. */
+  horizon: number;
+}
+
+export type MergedGap = GapRow & { recorders: string[] };
+
+/** What `r` vouches for of a market's books: from its first book to its horizon, less its gaps. */
+function covered(r: RecorderClaims, market: string): Span[] {
+  const first = r.first.get(market);
+  if (first === undefined) return [];
+  const holes = r.near.filter((g) => g.market_id === market && g.dataset === 'books').map((g): Span => [g.from_ts, g.to_ts]);
+  return subtract([[first, r.horizon]], holes);
+}
+
+/**
+ * The merged gaps of one partition. A market's books gap of one recorder is kept where no other
+ * recorder vouches for the span, with its recorder's reason (two recorders both lacking a span
+ * give a row each); every other gap (a series' discovery, trades, reference feeds) is kept as it
+ * is, an identical one of several recorders once. Disagreements become `recorders_disagree` gaps
+ * until the next book (or `hourEnd`, when none follows in the partition).
+ */
+export function mergeGaps(recorders: readonly RecorderClaims[], found: readonly Disagreement[], hourEnd: number): MergedGap[] {
+  const rows: MergedGap[] = [];
+  for (const r of recorders) {
+    for (const g of r.own) {
+      if (g.market_id === null || g.dataset !== 'books') {
+        rows.push({ ...g, recorders: [r.recorder] });
+        continue;
+      }
+      const vouched = recorders.filter((o) => o !== r).flatMap((o) => covered(o, g.market_id!));
+      for (const [from, to] of subtract([[g.from_ts, g.to_ts]], vouched))
+        rows.push({ ...g, from_ts: from, to_ts: to, recorders: [r.recorder] });
+    }
+  }
+  for (const d of found)
+    rows.push({
+      market_id: d.market_id,
+      dataset: 'books',
+      from_ts: d.ts,
+      to_ts: d.next_ts ?? hourEnd,
+      reason: 'recorders_disagree',
+      detail: `token ${d.token_id}: ${d.recorders.join(', ')} kept different books at this instant`,
+      failures: 1,
+      recorders: d.recorders,
+    });
+  // The same gap from several recorders once, naming them all; then a fixed order.
+  const byGap = new Map<string, MergedGap>();
+  for (const row of rows) {
+    const id = JSON.stringify([row.market_id, row.dataset, row.from_ts, row.to_ts, row.reason, row.detail, row.failures]);
+    const held = byGap.get(id);
+    if (held) held.recorders = [...new Set([...held.recorders, ...row.recorders])].sort();
+    else byGap.set(id, { ...row, recorders: [...row.recorders].sort() });
+  }
+  return [...byGap.values()].sort(
+    (a, b) =>
+      (a.market_id ?? '').localeCompare(b.market_id ?? '') ||
+      a.from_ts - b.from_ts ||
+      a.to_ts - b.to_ts ||
+      a.dataset.localeCompare(b.dataset) ||
+      a.reason.localeCompare(b.reason) ||
+      a.recorders.join(',').localeCompare(b.recorders.join(',')),
+  );
+}
+
+/** Gap rows of sealed files, times in epoch ms. */
+export async function readGaps(duck: Duck, files: readonly string[]): Promise<GapRow[]> {
+  if (!files.length) return [];
+  const rows = await duck.rows(
+    `SELECT market_id, dataset, epoch_ms(from_ts)::DOUBLE AS from_ts, epoch_ms(to_ts)::DOUBLE AS to_ts, reason, detail, failures::DOUBLE AS failures
+     FROM ${parquetSource([...files], 'union_by_name=true')}`,
+  );
+  return rows.map((r) => ({
+    market_id: r.market_id === null ? null : String(r.market_id),
+    dataset: String(r.dataset) as GapRow['dataset'],
+    from_ts: Number(r.from_ts),
+    to_ts: Number(r.to_ts),
+    reason: String(r.reason),
+    detail: r.detail === null ? null : String(r.detail),
+    failures: Number(r.failures),
+  }));
+}
+
+/** Merged gaps as a sealed file of the gaps partition, through an NDJSON file beside it. */
+export async function writeGaps(
+  duck: Duck,
+  lakeDir: string,
+  partition: Partition,
+  gaps: readonly MergedGap[],
+  name: string,
+  { sources, writtenAt }: { sources: string[]; writtenAt: number },
+): Promise<ManifestFile | null> {
+  if (!gaps.length) return null;
+  const staging = path.join(lakeDir, `.${name}.ndjson`);
+  await fs.mkdir(lakeDir, { recursive: true });
+  await fs.writeFile(staging, gaps.map((g) => JSON.stringify(g)).join('\n') + '\n');
+  try {
+    const columns = [...SCHEMAS.gaps, RECORDERS_COLUMN];
+    const source = `(SELECT ${columns
+      .map((c) => (c.type === 'TIMESTAMPTZ' ? `epoch_ms(${sqlIdent(c.name)})::TIMESTAMPTZ AS ${sqlIdent(c.name)}` : sqlIdent(c.name)))
+      .join(', ')} FROM read_json([${sqlPath(staging)}], format='newline_delimited', columns={${columns
+      .map((c) => `${sqlIdent(c.name)}: '${c.type === 'TIMESTAMPTZ' ? 'BIGINT' : c.type}'`)
+      .join(', ')}}))`;
+    return await writeParquet(duck, lakeDir, partition, name, source, sources, {
+      extra: [RECORDERS_COLUMN],
+      writtenAt,
+      servingCopy: false,
+      order: totalOrder('gaps'),
+    });
+  } finally {
+    await fs.rm(staging, { force: true });
+  }
+}

@@ -1,0 +1,235 @@
+// Merging recorders' sealed records: each recorder's lake is written through the real spool and
+// sealed by the real writer, then merged; the merged Parquet is read back.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { createHash } from 'node:crypto';
+import t, { type Test } from 'tap';
+import { Duck } from '../src/lake/duckdb.js';
+import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
+import { readManifest } from '../src/lake/manifest.js';
+import { type RecorderClaims, disagreements, mergeGaps, mergeRows, readGaps, writeGaps } from '../src/lake/merge.js';
+import { sealDue } from '../src/lake/seal.js';
+import { Spool } from '../src/lake/spool.js';
+import { sqlPath } from '../src/lake/sql.js';
+import type { BookRow, GapRow, TradeRow } from '../src/records.js';
+import { HOUR } from '../src/time.js';
+import { testdir } from './helpers.js';
+
+const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
+const books = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);
+const trades = partitionOf('trades', 'polymarket', 'btc', '5m', HOUR0);
+const gaps = partitionOf('gaps', 'polymarket', 'btc', '5m', HOUR0);
+
+function book(ts: number, outcome: 0 | 1, size: number, recvDelay = 5): BookRow {
+  return {
+    ts,
+    recv_ts: ts + recvDelay,
+    market_id: 'm1',
+    token_id: `m1-${outcome}`,
+    outcome_index: outcome,
+    outcome: outcome ? 'Down' : 'Up',
+    exchange_ts: ts,
+    bid_prices: [0.49, 0.48],
+    bid_sizes: [size, 10],
+    ask_prices: [0.51],
+    ask_sizes: [size + 1],
+  };
+}
+
+function trade(ts: number, size: number): TradeRow {
+  return {
+    ts,
+    market_id: 'm1',
+    token_id: 'm1-0',
+    outcome_index: 0,
+    outcome: 'Up',
+    price: 0.5,
+    size,
+    side: 'buy',
+    fee_rate_bps: 0,
+    transaction_hash: '0xabc',
+    source: 'stream',
+    exchange_ts: ts,
+    recv_ts: ts + 3,
+  };
+}
+
+/** A recorder's lake sealed from these rows; returns its sealed files by dataset. */
+async function recorderLake(t: Test, rows: { books: BookRow[]; trades: TradeRow[]; gaps: GapRow[] }) {
+  const dir = testdir(t);
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(books, rows.books);
+  spool.append(trades, rows.trades);
+  spool.append(gaps, rows.gaps);
+  await spool.flush();
+  await spool.close();
+  const duck = await Duck.open(1);
+  await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  duck.close();
+  const files = async (p: typeof books) =>
+    (await readManifest(lakePaths(dir).manifest, p)).files.map((f) => path.join(lakePaths(dir).lake, partitionDir(p), f.name));
+  return { books: await files(books), trades: await files(trades), gaps: await files(gaps) };
+}
+
+const gap = (from: number, to: number, reason = 'process_down'): GapRow => ({
+  market_id: 'm1',
+  dataset: 'books',
+  from_ts: from,
+  to_ts: to,
+  reason,
+  detail: null,
+  failures: 1,
+});
+
+t.test('books and trades both recorders kept are stored once, naming both; a disagreement is neither', async (t) => {
+  const S = HOUR0 + 60_000;
+  const a = await recorderLake(t, {
+    books: [book(S, 0, 1), book(S, 1, 2), book(S + 1000, 0, 3), book(S + 2000, 0, 4), book(S + 3000, 0, 5)],
+    // Two identical fills at one instant are two trades, in both records.
+    trades: [trade(S + 10, 7), trade(S + 10, 7), trade(S + 500, 1)],
+    gaps: [],
+  });
+  const b = await recorderLake(t, {
+    // B saw the book at S+1000 later (another recv_ts: the same observation), not the one at S+2000
+    // (its own loss), and a different book at S+3000.
+    books: [book(S, 0, 1, 9), book(S, 1, 2, 9), book(S + 1000, 0, 3, 40), book(S + 3000, 0, 6), book(S + 4000, 0, 8)],
+    trades: [trade(S + 10, 7), trade(S + 10, 7), trade(S + 900, 2)],
+    gaps: [],
+  });
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const out = testdir(t);
+  const inputs = (d: 'books' | 'trades') => [
+    { recorder: 'rec-a', files: a[d] },
+    { recorder: 'rec-b', files: b[d] },
+  ];
+  const entry = await mergeRows(duck, out, books, inputs('books'), 'merged.parquet', { sources: ['x'], writtenAt: 5 });
+  t.ok(entry);
+  t.equal(entry!.written_at, 5, 'written_at is the one given, not the clock');
+  const file = path.join(out, partitionDir(books), 'merged.parquet');
+  const rows = await duck.rows(
+    `SELECT epoch_ms(ts)::DOUBLE AS ts, outcome_index, bid_sizes[1] AS size, epoch_ms(recv_ts)::DOUBLE AS recv, recorders FROM read_parquet(${sqlPath(file)}) ORDER BY ts, outcome_index`,
+  );
+  t.same(
+    rows.map((r) => [Number(r.ts) - S, r.outcome_index, r.size, r.recorders]),
+    [
+      [0, 0, 1, ['rec-a', 'rec-b']],
+      [0, 1, 2, ['rec-a', 'rec-b']],
+      [1000, 0, 3, ['rec-a', 'rec-b']],
+      [2000, 0, 4, ['rec-a']],
+      [4000, 0, 8, ['rec-b']],
+    ],
+    'each observation once with who kept it; the disputed book at +3000 is in neither form',
+  );
+  t.equal(Number(rows[2].recv) - S, 1005, 'of equal books, the first recorder by name gives the row');
+  t.equal(entry!.rows, 5);
+  t.same(entry!.markets?.m1?.slice(0, 3), [5, S, S + 4000], 'the manifest entry spans the merged rows');
+
+  const found = await disagreements(duck, inputs('books'));
+  t.same(found, [{ market_id: 'm1', token_id: 'm1-0', ts: S + 3000, next_ts: S + 4000, recorders: ['rec-a', 'rec-b'] }]);
+
+  const tradeEntry = await mergeRows(duck, out, trades, inputs('trades'), 'trades.parquet', { sources: ['x'], writtenAt: 5 });
+  const tradeRows = await duck.rows(
+    `SELECT epoch_ms(ts)::DOUBLE - ${S} AS at, size, recorders FROM read_parquet(${sqlPath(path.join(out, partitionDir(trades), 'trades.parquet'))}) ORDER BY ts, size`,
+  );
+  t.equal(tradeEntry!.rows, 4);
+  t.same(
+    tradeRows.map((r) => [Number(r.at), r.size, r.recorders]),
+    [
+      [10, 7, ['rec-a', 'rec-b']],
+      [10, 7, ['rec-a', 'rec-b']],
+      [500, 1, ['rec-a']],
+      [900, 2, ['rec-b']],
+    ],
+    'identical fills stay two; each recorder-only trade is kept',
+  );
+
+  // Any merger of the same inputs writes the same bytes, in either order of the inputs.
+  const again = testdir(t);
+  const reversed = await mergeRows(duck, again, books, inputs('books').reverse(), 'merged.parquet', { sources: ['x'], writtenAt: 5 });
+  const sha = async (f: string) =>
+    createHash('sha256')
+      .update(await fs.readFile(f))
+      .digest('hex');
+  t.equal(reversed!.sha256, entry!.sha256, 'sha256-equal files');
+  t.equal(await sha(path.join(again, partitionDir(books), 'merged.parquet')), await sha(file));
+});
+
+t.test('a gap survives only where no other recorder vouches for the span', async (t) => {
+  const S = HOUR0 + 60_000;
+  const claims = (recorder: string, own: GapRow[], first: number | null, horizon: number): RecorderClaims => ({
+    recorder,
+    own,
+    near: own,
+    first: new Map(first === null ? [] : [['m1', first]]),
+    horizon,
+  });
+  const end = HOUR0 + HOUR;
+  // A was down for 60 s while B recorded: no gap.
+  t.same(mergeGaps([claims('a', [gap(S + 10_000, S + 70_000)], S, 2 * end), claims('b', [], S, 2 * end)], [], end), []);
+  // B started 30 s into A's downtime: the first 30 s stay A's gap.
+  t.same(
+    mergeGaps([claims('a', [gap(S + 10_000, S + 70_000)], S, 2 * end), claims('b', [], S + 40_000, 2 * end)], [], end).map((g) => [
+      g.from_ts - S,
+      g.to_ts - S,
+      g.recorders,
+    ]),
+    [[10_000, 40_000, ['a']]],
+  );
+  // Both down over part of it: that span is a gap with each recorder's reason.
+  const both = mergeGaps(
+    [claims('a', [gap(S + 10_000, S + 70_000)], S, 2 * end), claims('b', [gap(S + 50_000, S + 90_000, 'stream_stalled')], S, 2 * end)],
+    [],
+    end,
+  );
+  t.same(
+    both.map((g) => [g.from_ts - S, g.to_ts - S, g.reason, g.recorders]),
+    [
+      [50_000, 70_000, 'process_down', ['a']],
+      [50_000, 70_000, 'stream_stalled', ['b']],
+    ],
+  );
+  // B vouches for nothing past its horizon (still down, its downtime not yet a gap), nor for a market it never recorded.
+  t.same(
+    mergeGaps([claims('a', [gap(S + 10_000, S + 70_000)], S, 2 * end), claims('b', [], S, S + 30_000)], [], end).map((g) => [
+      g.from_ts - S,
+      g.to_ts - S,
+    ]),
+    [[30_000, 70_000]],
+  );
+  t.same(
+    mergeGaps([claims('a', [gap(S, S + 1000)], S, 2 * end), claims('b', [], null, 2 * end)], [], end).map((g) => g.to_ts - g.from_ts),
+    [1000],
+  );
+  // The same series gap from both recorders is one row naming both.
+  const series: GapRow = { market_id: null, dataset: 'markets', from_ts: S, to_ts: S + 5000, reason: 'timeout', detail: null, failures: 2 };
+  t.same(
+    mergeGaps([claims('a', [series], S, 2 * end), claims('b', [series], S, 2 * end)], [], end).map((g) => g.recorders),
+    [['a', 'b']],
+  );
+  // A disagreement is a gap until the next book.
+  t.same(
+    mergeGaps(
+      [claims('a', [], S, 2 * end)],
+      [{ market_id: 'm1', token_id: 'm1-0', ts: S, next_ts: S + 10, recorders: ['a', 'b'] }],
+      end,
+    ).map((g) => [g.reason, g.to_ts - g.from_ts, g.recorders]),
+    [['recorders_disagree', 10, ['a', 'b']]],
+  );
+
+  // Written and read back: the merged gaps file holds them, with who recorded each.
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const out = testdir(t);
+  const entry = await writeGaps(duck, out, gaps, both, 'gaps.parquet', { sources: ['x'], writtenAt: 1 });
+  t.equal(entry!.rows, 2);
+  const file = path.join(out, partitionDir(gaps), 'gaps.parquet');
+  t.same(
+    (await readGaps(duck, [file])).map((g) => g.reason),
+    ['process_down', 'stream_stalled'],
+  );
+  t.same(
+    (await duck.rows(`SELECT recorders FROM read_parquet(${sqlPath(file)}) ORDER BY reason`)).map((r) => r.recorders),
+    [['a'], ['b']],
+  );
+});
