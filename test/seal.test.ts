@@ -1,12 +1,15 @@
 // Sealing by runs: books and metrics are spooled as sorted runs of one market, and a seal
 // concatenates them in order instead of sorting the hour. These tests write through the real
 // spool, seal with the real writer, and read the Parquet file back in its stored row order.
+import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
+import os from 'node:os';
+import { promisify } from 'node:util';
 import path from 'node:path';
 import t from 'tap';
 import { Duck, type JsonRow } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
-import { readManifest } from '../src/lake/manifest.js';
+import { manifestFile, readManifest } from '../src/lake/manifest.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { runsInOrder, sealDue, sealingDuck } from '../src/lake/seal.js';
 import { Spool, listSpool } from '../src/lake/spool.js';
@@ -17,6 +20,7 @@ import { HOUR } from '../src/time.js';
 import { CHILD_ENV, exitedWithin, spawnJob, testConfig, testdir } from './helpers.js';
 import { servingCopyPath } from '../src/pages/copyformat.js';
 
+const run = promisify(execFile);
 const HOUR0 = Date.parse('2026-07-26T13:00:00Z');
 const books = partitionOf('books', 'polymarket', 'btc', '5m', HOUR0);
 
@@ -407,5 +411,57 @@ t.test(
     t.equal((await readManifest(paths.manifest, books)).files.length, 1);
     t.equal(reader.marketSignature([books], 'a'), sealedA, 'a’s signature unchanged by the compaction');
     t.equal(reader.marketSignature([books], 'b'), sealedB, 'b’s too');
+  },
+);
+
+/** Whether this process may make a directory immutable (root, on ext4 or xfs). */
+async function immutableDirs(): Promise<boolean> {
+  const probe = await fs.mkdtemp(path.join(os.tmpdir(), 'pmh-chattr-'));
+  const ok = await run('chattr', ['+i', probe]).then(
+    () =>
+      fs.writeFile(path.join(probe, 'x'), '').then(
+        () => false,
+        () => true,
+      ),
+    () => false,
+  );
+  await run('chattr', ['-i', probe]).catch(() => undefined);
+  await fs.rm(probe, { recursive: true, force: true });
+  return ok;
+}
+
+t.test(
+  'a commit the disk refuses leaves no file a glob over the lake would read twice',
+  { skip: (await immutableDirs()) ? false : 'making a directory immutable (chattr +i) needs root on ext4 or xfs' },
+  async (t) => {
+    const dir = testdir(t);
+    const duck = await Duck.open(1);
+    t.teardown(() => duck.close());
+    const paths = lakePaths(dir);
+    const spool = new Spool(paths.spool);
+    spool.append(books, [book('m1', HOUR0 + 1000, 0, 1), book('m2', HOUR0 + 1000, 0, 2)]);
+    await spool.close();
+    // The manifest's directory made immutable (chattr +i: not even root creates a file in it), so
+    // the manifest's write fails after the Parquet file is in place, as on a disk full by then.
+    const manifestDir = path.dirname(manifestFile(paths.manifest, books));
+    await fs.mkdir(manifestDir, { recursive: true });
+    const chattr = (flag: string) =>
+      run('chattr', [flag, manifestDir]).then(
+        () => true,
+        () => false,
+      );
+    t.teardown(() => chattr('-i'));
+    t.ok(await chattr('+i'));
+    await t.rejects(sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0));
+    const partitionFiles = async () =>
+      (await fs.readdir(path.join(paths.lake, partitionDir(books))).catch(() => [] as string[])).filter((n) => n.endsWith('.parquet'));
+    t.same(await partitionFiles(), [], 'the file of the failed commit is gone');
+    await chattr('-i');
+    await sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0);
+    t.equal((await partitionFiles()).length, 1, 'the retry commits one file');
+    const [{ n }] = await duck.rows(
+      `SELECT count(*)::INTEGER AS n FROM read_parquet(${sqlPath(path.join(paths.lake, partitionDir(books), '*.parquet'))})`,
+    );
+    t.equal(n, 2, 'each row once');
   },
 );

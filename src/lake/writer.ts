@@ -188,8 +188,21 @@ export async function commitFiles(
 ): Promise<void> {
   const manifest = await readManifest(manifestDir, p);
   const drop = new Set([...replaces, ...added.map((f) => f.name)]);
+  const before = new Set(manifest.files.map((f) => f.name));
   manifest.files = [...manifest.files.filter((f) => !drop.has(f.name)), ...added].sort((a, b) => a.name.localeCompare(b.name));
-  await writeManifest(manifestDir, p, manifest);
+  try {
+    await writeManifest(manifestDir, p, manifest);
+  } catch (err) {
+    // A file the manifest does not name is still read by a glob over the lake (an analyst's, a
+    // bucket's): one left beside a failed commit (a full disk refusing the manifest) would hold
+    // its rows twice once the retry commits them under another name. Unless the manifest named
+    // it all along (the same rows, sealed before under the same name), it goes.
+    const named = new Set((await readManifest(manifestDir, p).catch(() => ({ files: [] }))).files.map((f) => f.name));
+    for (const f of added)
+      if (!before.has(f.name) && !named.has(f.name))
+        await fs.rm(path.join(lakeDir, partitionDir(p), f.name), { force: true }).catch(() => undefined);
+    throw err;
+  }
   const keep = new Set(added.map((f) => f.name));
   for (const name of replaces) {
     if (keep.has(name)) continue;
