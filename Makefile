@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket mirror-bucket rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket mirror-bucket merge rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -98,6 +98,10 @@ backfill: install
 ## make mirror-bucket: the whole lake into the bucket S3_BUCKET names (S3_ENDPOINT, S3_ACCESS_KEY_ID, ...); idempotent
 mirror-bucket: install
 	$(TSX) jobs/mirror-bucket.ts
+
+## make merge: merges the recorders' lakes under the bucket's _recorders/ into its record, every MERGE_MS (captures with RECORDER_ID do it too)
+merge: install
+	$(TSX) jobs/merge.ts
 
 ## make rgw-start / rgw-stop: a local S3 server (Ceph's RADOS Gateway, single node, from Debian's packages; root installs them)
 export RGW_DIR ?= ./.rgw

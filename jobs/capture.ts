@@ -9,6 +9,7 @@ import { acquireLock } from '../src/lake/lock.js';
 import { createLogger } from '../src/log.js';
 import { createAdapters } from '../src/venues/index.js';
 import { publisherFor } from '../src/bucket/publish.js';
+import { startMerging } from '../src/bucket/merger.js';
 import { onBooksFile } from '../src/lake/writer.js';
 import { writeServingCopy } from '../src/pages/copywriter.js';
 
@@ -22,6 +23,8 @@ const clock = clockFrom(config.clock);
 const duck = await Duck.open(1, sealingDuck(config));
 const capture = new Capture(config, clock, duck, createAdapters(config, clock), log, publisherFor(config, log, duck));
 await capture.start();
+// One of several recorders: it also merges what they all published into the record.
+const merging = config.recorderId ? startMerging(config, await duck.fork(1), log) : null;
 const { port, host, secret } = config.captureFeed;
 const feed =
   port === null
@@ -32,6 +35,7 @@ const stop = async () => {
   if (stopping) return;
   stopping = true;
   await feed?.close();
+  await merging?.stop();
   await capture.stop();
   await duck.shutdown();
   await release();

@@ -112,6 +112,14 @@ export interface Config {
   backfill: { concurrency: number };
   /** An S3-compatible bucket the lake is published to (capture) or served from (`LAKE_SOURCE=bucket`); null without S3_BUCKET. Credentials are never logged. */
   bucket: BucketConfig | null;
+  /**
+   * One of several captures recording the same venues (`RECORDER_ID`, a DNS label): it publishes
+   * under `_recorders/<id>/` of the bucket and merges every recorder's sealed hours into the
+   * record at the prefix (bucket/merger.ts). Null: the only capture, publishing the record itself.
+   */
+  recorderId: string | null;
+  /** How often a recorder (or `make merge`) merges what the recorders published since. */
+  mergeMs: number;
   /** How often capture publishes what it committed since. */
   publishMs: number;
   /** How often it also writes the manifests snapshot a new replica starts from (one object instead of a GET per partition). */
@@ -304,6 +312,16 @@ function keysObject(env: Env): string | null {
   return key;
 }
 
+/** A recorder's name: a DNS label, so it is a key segment, a column value and a log field as it is. */
+export const RECORDER_ID_RE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+function recorderId(env: Env): string | null {
+  const id = env.RECORDER_ID?.trim();
+  if (!id) return null;
+  if (!RECORDER_ID_RE.test(id)) throw new ConfigError(`RECORDER_ID=${JSON.stringify(id)} is not a DNS label (a-z, 0-9, -; at most 63)`);
+  return id;
+}
+
 /** A bucket when S3_BUCKET names one: endpoint, region and credentials beside it (AWS's variable names work too). */
 function bucket(env: Env): BucketConfig | null {
   const name = env.S3_BUCKET;
@@ -413,6 +431,8 @@ export function loadConfig(env: Env = process.env): Config {
     },
     backfill: { concurrency: int(env, 'BACKFILL_CONCURRENCY', 4, 1, 64) },
     bucket: bucket(env),
+    recorderId: recorderId(env),
+    mergeMs: int(env, 'MERGE_MS', 10_000, 100, 3_600_000),
     publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
     publishSnapshotMs: int(env, 'PUBLISH_SNAPSHOT_MS', 3_600_000, 1000, 86_400_000),
     lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),
@@ -464,6 +484,7 @@ export function loadConfig(env: Env = process.env): Config {
   };
   if (config.lakeSource === 'bucket' && !config.bucket)
     throw new ConfigError('LAKE_SOURCE=bucket needs S3_BUCKET (and its endpoint and credentials)');
+  if (config.recorderId && !config.bucket) throw new ConfigError('RECORDER_ID needs S3_BUCKET: recorders meet in the bucket');
   if (config.keysObject && !config.bucket) throw new ConfigError('KEYS_OBJECT needs S3_BUCKET (and its endpoint and credentials)');
   return deepFreeze(config);
 }

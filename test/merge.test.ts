@@ -84,7 +84,7 @@ const gap = (from: number, to: number, reason = 'process_down'): GapRow => ({
 t.test('books and trades both recorders kept are stored once, naming both; a disagreement is neither', async (t) => {
   const S = HOUR0 + 60_000;
   const a = await recorderLake(t, {
-    books: [book(S, 0, 1), book(S, 1, 2), book(S + 1000, 0, 3), book(S + 2000, 0, 4), book(S + 3000, 0, 5)],
+    books: [book(S, 0, 1), book(S, 1, 2), book(S + 1000, 0, 3), book(S + 2000, 0, 4), book(S + 3000, 0, 5), book(S + 5000, 1, 10)],
     // Two identical fills at one instant are two trades, in both records.
     trades: [trade(S + 10, 7), trade(S + 10, 7), trade(S + 500, 1)],
     gaps: [],
@@ -92,7 +92,15 @@ t.test('books and trades both recorders kept are stored once, naming both; a dis
   const b = await recorderLake(t, {
     // B saw the book at S+1000 later (another recv_ts: the same observation), not the one at S+2000
     // (its own loss), and a different book at S+3000.
-    books: [book(S, 0, 1, 9), book(S, 1, 2, 9), book(S + 1000, 0, 3, 40), book(S + 3000, 0, 6), book(S + 4000, 0, 8)],
+    books: [
+      book(S, 0, 1, 9),
+      book(S, 1, 2, 9),
+      book(S + 1000, 0, 3, 40),
+      book(S + 3000, 0, 6),
+      book(S + 4000, 0, 8),
+      // Asked at the instant A asked, answered with the venue's book of an instant before: not a disagreement.
+      { ...book(S + 5000, 1, 99), exchange_ts: S + 4500 },
+    ],
     trades: [trade(S + 10, 7), trade(S + 10, 7), trade(S + 900, 2)],
     gaps: [],
   });
@@ -118,15 +126,20 @@ t.test('books and trades both recorders kept are stored once, naming both; a dis
       [1000, 0, 3, ['rec-a', 'rec-b']],
       [2000, 0, 4, ['rec-a']],
       [4000, 0, 8, ['rec-b']],
+      [5000, 1, 10, ['rec-a']],
     ],
-    'each observation once with who kept it; the disputed book at +3000 is in neither form',
+    'each observation once with who kept it; the disputed book at +3000 is in neither form; of two books asked for at +5000, the newer venue instant',
   );
   t.equal(Number(rows[2].recv) - S, 1005, 'of equal books, the first recorder by name gives the row');
-  t.equal(entry!.rows, 5);
-  t.same(entry!.markets?.m1?.slice(0, 3), [5, S, S + 4000], 'the manifest entry spans the merged rows');
+  t.equal(entry!.rows, 6);
+  t.same(entry!.markets?.m1?.slice(0, 3), [6, S, S + 5000], 'the manifest entry spans the merged rows');
 
   const found = await disagreements(duck, inputs('books'));
-  t.same(found, [{ market_id: 'm1', token_id: 'm1-0', ts: S + 3000, next_ts: S + 4000, recorders: ['rec-a', 'rec-b'] }]);
+  t.same(
+    found,
+    [{ market_id: 'm1', token_id: 'm1-0', ts: S + 3000, next_ts: S + 4000, recorders: ['rec-a', 'rec-b'] }],
+    'only the books of one venue instant that differ',
+  );
 
   const tradeEntry = await mergeRows(duck, out, trades, inputs('trades'), 'trades.parquet', { sources: ['x'], writtenAt: 5 });
   const tradeRows = await duck.rows(

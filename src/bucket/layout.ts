@@ -71,3 +71,12 @@ export interface CommitObject {
   at: number;
   partitions: string[];
 }
+
+/** Where recorders of one record each publish their own lake (config `recorderId`): `_recorders/<id>/`. */
+export function recordersPrefix(prefix: string): string {
+  return `${prefix}_recorders/`;
+}
+
+export function recorderPrefix(prefix: string, recorder: string): string {
+  return `${recordersPrefix(prefix)}${recorder}/`;
+}

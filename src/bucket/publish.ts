@@ -15,7 +15,16 @@ import { type LakePaths, type Partition, parsePartitionDir, partitionDir } from 
 import { COMMIT_LOG, type PartitionManifest, readManifest } from '../lake/manifest.js';
 import { LakeReader } from '../lake/reader.js';
 import type { Logger } from '../log.js';
-import { type CommitObject, type ManifestSnapshot, commitKey, dataKey, heartbeatKey, manifestKey, snapshotKey } from './layout.js';
+import {
+  type CommitObject,
+  type ManifestSnapshot,
+  commitKey,
+  dataKey,
+  heartbeatKey,
+  manifestKey,
+  recorderPrefix,
+  snapshotKey,
+} from './layout.js';
 import { S3Error } from './s3.js';
 import type { PublishHealth } from '../health.js';
 import type { Config } from '../config.js';
@@ -34,7 +43,10 @@ const PARALLEL = 4;
 
 /** The publisher of the lake in `config.dataDir` that a process's config asks for: none without a bucket. */
 export function publisherFor(config: Config, log: Logger, duck: Duck): Publisher | null {
-  return config.bucket ? new Publisher(lakePaths(config.dataDir), new S3(config.bucket), log, config.publishSnapshotMs, duck) : null;
+  if (!config.bucket) return null;
+  // One of several recorders publishes its own lake beside theirs; the record at the prefix is their merge.
+  const bucket = config.recorderId ? { ...config.bucket, prefix: recorderPrefix(config.bucket.prefix, config.recorderId) } : config.bucket;
+  return new Publisher(lakePaths(config.dataDir), new S3(bucket), log, config.publishSnapshotMs, duck);
 }
 
 export class Publisher {
@@ -210,9 +222,17 @@ export class Publisher {
    * 1,800 small PUTs an hour at PUBLISH_MS 2 s); a failure leaves the replicas with the older one,
    * which they judge by its age.
    */
-  async publishHeartbeat(): Promise<void> {
+  async publishHeartbeat(everything = false): Promise<void> {
     const text = await fs.readFile(this.paths.heartbeat, 'utf8').catch(() => null);
     if (text === null || text === this.heartbeatPut) return;
+    // Read after the heartbeat: a commit logged meanwhile (a seal it may count as done, `sealed_through`)
+    // is not in the bucket yet, so the heartbeat waits for the pass that publishes it.
+    let unpublished = false;
+    if (!everything && this.offset !== null)
+      await followLines(path.join(this.paths.manifest, COMMIT_LOG), this.offset, () => {
+        unpublished = true;
+      });
+    if (unpublished) return;
     await this.s3.put(heartbeatKey(this.s3.config.prefix), Buffer.from(text)).then(
       () => {
         this.heartbeatPut = text;
@@ -223,7 +243,7 @@ export class Publisher {
 
   async mirror(): Promise<PublishReport> {
     const report = await this.publish(await this.localPartitions(), true);
-    await this.publishHeartbeat();
+    await this.publishHeartbeat(true);
     // Everything is published: a snapshot that fails is said (health, log), not a failed mirror.
     await this.trySnapshot();
     return report;

@@ -209,6 +209,25 @@ export class S3 {
     await this.text(await this.request('DELETE', key), `delete ${key}`);
   }
 
+  /** The next key segments under `prefix` (`<prefix><segment>/`), as a listing with a delimiter gives them. */
+  async prefixes(prefix: string): Promise<string[]> {
+    const found: string[] = [];
+    let token: string | null = null;
+    do {
+      const query: Record<string, string> = { 'list-type': '2', prefix, delimiter: '/', 'max-keys': '1000' };
+      if (token) query['continuation-token'] = token;
+      const xml = await this.text(await this.request('GET', null, { query }), `list ${prefix}`);
+      for (const m of xml.matchAll(/<CommonPrefixes>\s*<Prefix>([^<]*)<\/Prefix>\s*<\/CommonPrefixes>/g)) {
+        const full = unescapeXml(m[1]);
+        found.push(full.slice(prefix.length, -1));
+      }
+      token = /<IsTruncated>true<\/IsTruncated>/.test(xml)
+        ? unescapeXml(/<NextContinuationToken>([^<]*)</.exec(xml)?.[1] ?? '') || null
+        : null;
+    } while (token);
+    return found;
+  }
+
   /** Every object under `prefix` (a full key prefix), in key order, after `startAfter` when given. */
   async *list(prefix: string, startAfter?: string): AsyncGenerator<ObjectInfo> {
     let token: string | null = null;

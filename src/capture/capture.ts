@@ -8,6 +8,7 @@ import type { Duck } from '../lake/duckdb.js';
 import { writeFileAtomic } from '../lake/fsutil.js';
 import { ALL_WINDOWS, type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
+import { HOUR, floorTo } from '../time.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import { type Heartbeat, type HeartbeatMarket, readHeartbeat } from './heartbeat.js';
 import { GapLedger, type GapScope, type OpenGap, gapKey, scopeOf } from './gaps.js';
@@ -83,6 +84,8 @@ export class Capture {
   private startedClockAt = -Infinity;
   /** The heartbeat this process last wrote (see `announce`). */
   private lastBeat: Heartbeat | null = null;
+  /** See Heartbeat `sealed_through`. */
+  private sealedThrough: number | null = null;
   private sealFailure: { error: string; backlog: number } | null = null;
   /** Book streams of the venues that stream (CAPTURE_STREAM); the others are polled. */
   readonly streams = new Map<Venue, BookStream>();
@@ -227,9 +230,12 @@ export class Capture {
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
     for (const g of this.gaps.all()) if (g.channel === 'stream') this.gaps.close(g, Math.max(this.clock.now(), g.from_ts + 1));
     await this.sealing;
+    // What is due is sealed with the gaps just closed, so the last heartbeat says how far this recorder's record is whole.
+    await this.seal();
     await this.flush(true);
-    // Replicas learn from the bucket that capture stopped, not only by the heartbeat's age.
-    await this.publisher?.publishHeartbeat();
+    // Replicas learn from the bucket that capture stopped, not only by the heartbeat's age: a pass
+    // publishes what was committed since the last, then the heartbeat that may vouch for it.
+    await this.publisher?.pass().catch(() => undefined);
     // Rows the disk refused until the end are lost with the process; say how many.
     await this.spool
       .close()
@@ -349,6 +355,7 @@ export class Capture {
       ...(stopped ? { stopped } : {}),
       health: { buffered_rows, dropped_rows, seal_backlog, seal_error, ...(publish ? { publish } : {}) },
       segment: this.spool.segment,
+      ...(this.sealedThrough === null ? {} : { sealed_through: Math.min(this.sealedThrough, this.spool.appendedSinceRelease) }),
       open,
       gaps: this.gaps.all(),
     };
@@ -420,6 +427,8 @@ export class Capture {
       .then(() => sealDue(this.duck, this.paths, now, grace, this.spool, { finished: (p, market) => this.finished(p.venue, market) }))
       .then((report) => {
         if (report.files > 0) this.log.info(report, 'sealed');
+        // Every hour due at `now` is sealed, with what was spooled of it before this pass (see sealedThroughNow).
+        this.sealedThrough = floorTo(now - this.config.capture.sealGraceMs, HOUR);
         if (this.sealFailure) this.log.warn({ backlog: this.sealFailure.backlog }, 'sealing recovered');
         this.sealFailure = null;
         return report;
@@ -432,6 +441,7 @@ export class Capture {
             'seal failed; the spool keeps the rows and sealing is retried',
           );
         this.sealFailure = { error: `${err.code ?? 'ERROR'}: ${String(err.message).slice(0, 200)}`, backlog };
+        this.sealedThrough = null;
       })
       .finally(() => this.sealsPending--);
     return this.sealing;

@@ -38,6 +38,12 @@ export interface Heartbeat {
     publish?: unknown;
   };
   segment: string;
+  /**
+   * Clock time before which every row this capture recorded, its gaps included, is sealed (its
+   * last seal pass's due hours), or absent before one finished: how far a merge of several
+   * recorders may take this one's record as whole (lake/merge.ts).
+   */
+  sealed_through?: number;
   /** Markets capture held at that flush: every known market whose window had not ended (pre-open ones included). */
   open: HeartbeatMarket[];
   gaps: OpenGap[];

@@ -81,6 +81,15 @@ export const SPANNED_DATASETS: ReadonlySet<string> = new Set(['books', 'trades']
 export interface PartitionManifest {
   partition: string;
   files: ManifestFile[];
+  /** A record merged from several recorders' (bucket/merger.ts): what it was merged from. */
+  merged?: MergedFrom;
+}
+
+export interface MergedFrom {
+  /** Names the inputs (every recorder's files and horizons the merge read): the same inputs, the same fingerprint and files. */
+  fingerprint: string;
+  /** Per recorder, the newest `written_at` of its files the merge read and its horizon then: a merge that read less is older. */
+  recorders: Record<string, { written_at: number; horizon: number }>;
 }
 
 export function manifestFile(manifestDir: string, p: Partition): string {

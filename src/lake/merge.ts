@@ -20,9 +20,6 @@ import { writeParquet } from './writer.js';
 /** Which recorders kept a merged row, in name order. */
 export const RECORDERS_COLUMN: Column = { name: 'recorders', type: 'VARCHAR[]' };
 
-/** A recorder's name: a DNS label, so it is a key segment, a column value and a log field as it is. */
-export const RECORDER_ID_RE = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-
 export interface RecorderFiles {
   recorder: string;
   /** Sealed Parquet of one partition, on local disk. */
@@ -35,11 +32,15 @@ export interface RecorderFiles {
  */
 const IDENTITY: Record<
   Exclude<Dataset, 'gaps'>,
-  { key: readonly string[]; content?: readonly string[]; counted?: boolean; prefer?: string }
+  { key: readonly string[]; content?: readonly string[]; counted?: boolean; prefer?: string; newest?: string }
 > = {
   books: {
     key: ['market_id', 'token_id', 'ts'],
-    content: ['exchange_ts', 'bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'],
+    content: ['bid_prices', 'bid_sizes', 'ask_prices', 'ask_sizes'],
+    // A polled book's `ts` is when capture asked; two recorders asking at one instant may be
+    // answered with the venue's book of two instants (`exchange_ts`): the newer is the book at
+    // `ts`, the older a view the venue had moved past. Only books of one venue instant can disagree.
+    newest: 'exchange_ts',
     // Of equal books, the one a venue check vouched for.
     prefer: 'verified_by IS NULL',
   },
@@ -64,7 +65,7 @@ function inputRows(dataset: Dataset, inputs: readonly RecorderFiles[]): string {
  * the only spliced values are file paths and recorder names the server computed and checked.
  */
 export function observationsSql(dataset: Exclude<Dataset, 'gaps'>, inputs: readonly RecorderFiles[]): string {
-  const { key, content, counted, prefer } = IDENTITY[dataset];
+  const { key, content, counted, prefer, newest } = IDENTITY[dataset];
   const keys = [...key, ...(counted ? ['nth'] : [])].map(sqlIdent).join(', ');
   const nth = counted
     ? `, row_number() OVER (PARTITION BY recorder, ${key.map(sqlIdent).join(', ')} ORDER BY recv_ts, exchange_ts, source) AS nth`
@@ -77,7 +78,11 @@ export function observationsSql(dataset: Exclude<Dataset, 'gaps'>, inputs: reado
       list_sort(list_distinct(list(recorder) OVER k)) AS recorders,
       ${agreed} AS agreed,
       row_number() OVER (PARTITION BY ${keys} ORDER BY ${prefer ? `${prefer}, ` : ''}recorder) AS pick
-    FROM (SELECT *${contentColumn}${nth} FROM (${inputRows(dataset, inputs)}))
+    FROM (SELECT *${contentColumn}${nth} FROM (${inputRows(dataset, inputs)})${
+      newest
+        ? ` QUALIFY ${sqlIdent(newest)} IS NOT DISTINCT FROM max(${sqlIdent(newest)}) OVER (PARTITION BY ${key.map(sqlIdent).join(', ')})`
+        : ''
+    })
     WINDOW k AS (PARTITION BY ${keys})
   ) WHERE pick = 1)`;
 }

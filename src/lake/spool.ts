@@ -290,11 +290,17 @@ export class Spool {
   private flushingRows = 0;
   private flushingBytes = 0;
   acknowledged = 0;
+  /**
+   * The earliest partition hour a row was appended to since the last release began: rows of an
+   * hour already sealed that came since (a late row, a gap closed) are not sealed yet.
+   */
+  appendedSinceRelease = Infinity;
 
   constructor(private readonly dir: string) {}
 
   append<D extends Dataset>(partition: Partition & { dataset: D }, rows: readonly DatasetRows[D][]): void {
     if (rows.length === 0) return;
+    this.appendedSinceRelease = Math.min(this.appendedSinceRelease, partition.hour);
     const dir = partitionDir(partition);
     const byMarket = RUN_DATASETS.has(partition.dataset);
     for (const row of rows) {
@@ -342,6 +348,7 @@ export class Spool {
    */
   appendRun(run: EncodedRun): void {
     if (run.rows === 0) return;
+    this.appendedSinceRelease = Math.min(this.appendedSinceRelease, run.partition.hour);
     const dir = partitionDir(run.partition);
     const key = this.runKey(dir, run.partition, run.market, run.first, run.last);
     const chunks = run.chunks.map((c) => Buffer.from(c.buffer, c.byteOffset, c.byteLength));
@@ -561,6 +568,8 @@ export class Spool {
   }
 
   private async releaseNow(due: (p: Partition) => boolean): Promise<void> {
+    // Before the flush takes the buffer (synchronously): what it takes is written, and sealed if due.
+    this.appendedSinceRelease = Infinity;
     await this.flushNow();
     for (const [key, part] of [...this.open.entries()]) {
       if (due(part.partition)) {

@@ -1,0 +1,375 @@
+// Merges what several recorders published (each under `_recorders/<id>/`, bucket/publish.ts) into
+// the record at the prefix, which replicas, `/files` and analysts read as they read a single
+// capture's. A unit of work is a group, the partitions of one venue, coin, window and hour: its
+// gaps need its books (disagreements) and the recorders' books and gaps of the hours either side
+// (where a gap or a market's first book may lie). A group is merged again whenever a recorder's
+// commit names a partition of it or of a neighbour, and while some recorder's horizon has not
+// passed it. Any process may merge: the inputs decide the files (lake/merge.ts), and a manifest is
+// replaced only by a conditional PUT over the one read, never by a merge that read less.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { type Config, RECORDER_ID_RE } from '../config.js';
+import type { Duck } from '../lake/duckdb.js';
+import { readJson, shortHash, writeFileAtomic } from '../lake/fsutil.js';
+import { type Partition, parsePartitionDir, partitionDir } from '../lake/layout.js';
+import type { ManifestFile, MergedFrom, PartitionManifest } from '../lake/manifest.js';
+import {
+  type Disagreement,
+  type RecorderClaims,
+  type RecorderFiles,
+  disagreements,
+  mergeGaps,
+  mergeRows,
+  readGaps,
+  writeGaps,
+} from '../lake/merge.js';
+import type { Logger } from '../log.js';
+import { DATASETS, type Dataset, type GapRow } from '../records.js';
+import { HOUR } from '../time.js';
+import type { Heartbeat } from '../capture/heartbeat.js';
+import {
+  type CommitObject,
+  commitKey,
+  commitPrefix,
+  dataKey,
+  heartbeatKey,
+  manifestKey,
+  recorderPrefix,
+  recordersPrefix,
+} from './layout.js';
+import { S3, S3Error } from './s3.js';
+import { describe } from './publish.js';
+
+export interface MergeReport {
+  recorders: number;
+  groups: number;
+  /** Partitions whose merged manifest this pass replaced. */
+  partitions: number;
+  files_put: number;
+  disagreements: number;
+  /** Groups left for a later pass: a recorder's horizon short of them, or a failure. */
+  pending: number;
+}
+
+interface Group {
+  venue: Partition['venue'];
+  coin: string;
+  window: Partition['window'];
+  hour: number;
+}
+
+const groupId = (g: Group) => `${g.venue}|${g.coin}|${g.window}|${g.hour}`;
+const parseGroup = (id: string): Group => {
+  const [venue, coin, window, hour] = id.split('|');
+  return { venue: venue as Group['venue'], coin, window: window as Group['window'], hour: Number(hour) };
+};
+
+interface State {
+  /** Per recorder, the last of its commit objects applied. */
+  offsets: Record<string, string>;
+  pending: string[];
+}
+
+/** One recorder's manifest of one partition as the bucket holds it now. */
+type Held = PartitionManifest | null;
+
+export class Merger {
+  private state: State | null = null;
+  /** The horizons the pending groups were last merged with: they are looked at again only when one moves. */
+  private lastHorizons = '';
+
+  constructor(
+    /** The record's prefix; the recorders are below it. */
+    private readonly s3: S3,
+    /** Inputs fetched and outputs staged here: a directory of this process's own. */
+    private readonly workDir: string,
+    private readonly duck: Duck,
+    private readonly log: Logger,
+  ) {}
+
+  private get prefix(): string {
+    return this.s3.config.prefix;
+  }
+
+  private get stateFile(): string {
+    return path.join(this.workDir, 'merge.json');
+  }
+
+  async pass(): Promise<MergeReport> {
+    this.state ??= (await readJson<State>(this.stateFile)) ?? { offsets: {}, pending: [] };
+    const state = this.state;
+    const recorders = (await this.s3.prefixes(recordersPrefix(this.prefix))).filter((id) => RECORDER_ID_RE.test(id)).sort();
+    const horizons = new Map<string, number>();
+    const open = new Map<string, GapRow[]>();
+    for (const r of recorders) {
+      const body = await this.s3.get(heartbeatKey(recorderPrefix(this.prefix, r)));
+      const beat = body ? (JSON.parse(body.toString('utf8')) as Heartbeat) : null;
+      // Before its first seal pass a recorder vouches for nothing: 0, the epoch (JSON has no -Infinity).
+      horizons.set(r, typeof beat?.sealed_through === 'number' ? beat.sealed_through : 0);
+      // Gaps still open at its heartbeat are in no partition yet: it vouches for none of their span.
+      open.set(
+        r,
+        (beat?.gaps ?? []).map((g) => ({
+          market_id: g.market_id,
+          dataset: g.dataset,
+          from_ts: g.from_ts,
+          to_ts: g.until ?? Number.MAX_SAFE_INTEGER,
+          reason: g.reason,
+          detail: g.detail,
+          failures: g.failures,
+        })),
+      );
+    }
+    const groups = new Set<string>();
+    const offsets: Record<string, string> = { ...state.offsets };
+    for (const r of recorders) {
+      const commits = commitPrefix(recorderPrefix(this.prefix, r));
+      for await (const o of this.s3.list(commits, state.offsets[r])) {
+        const body = await this.s3.get(o.key);
+        if (body === null) continue;
+        for (const dir of (JSON.parse(body.toString('utf8')) as CommitObject).partitions) {
+          const p = parsePartitionDir(dir);
+          if (!p) continue;
+          for (const hour of [p.hour - HOUR, p.hour, p.hour + HOUR]) groups.add(groupId({ ...p, hour }));
+        }
+        offsets[r] = o.key;
+      }
+    }
+    const horizonsKey = JSON.stringify([...horizons]);
+    if (horizonsKey !== this.lastHorizons) for (const id of state.pending) groups.add(id);
+    this.lastHorizons = horizonsKey;
+    const report: MergeReport = { recorders: recorders.length, groups: 0, partitions: 0, files_put: 0, disagreements: 0, pending: 0 };
+    const pending = new Set(state.pending);
+    for (const id of [...groups].sort()) {
+      const group = parseGroup(id);
+      try {
+        const done = await this.mergeGroup(group, recorders, horizons, open, report);
+        if (done) pending.delete(id);
+        else pending.add(id);
+        report.groups++;
+      } catch (err) {
+        pending.add(id);
+        this.log.warn({ group: id, error: describe(err) }, 'merge failed; retried');
+      }
+    }
+    report.pending = pending.size;
+    this.state = { offsets, pending: [...pending].sort() };
+    await fs.mkdir(this.workDir, { recursive: true });
+    await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+    if (report.partitions > 0) this.log.info(report, 'merged');
+    return report;
+  }
+
+  /**
+   * Merges the group's partitions whose inputs changed; true when every recorder's horizon has
+   * passed the group (nothing a recorder publishes later can be about it but a late re-seal,
+   * which its commit names).
+   */
+  private async mergeGroup(
+    g: Group,
+    recorders: string[],
+    horizons: Map<string, number>,
+    open: Map<string, GapRow[]>,
+    report: MergeReport,
+  ): Promise<boolean> {
+    const held = new Map<string, Held>();
+    const manifest = async (r: string, dataset: Dataset, hour: number): Promise<Held> => {
+      const p: Partition = { ...g, dataset, hour };
+      const key = manifestKey(recorderPrefix(this.prefix, r), p);
+      if (!held.has(key)) {
+        const body = await this.s3.get(key);
+        held.set(key, body ? (JSON.parse(body.toString('utf8')) as PartitionManifest) : null);
+      }
+      return held.get(key)!;
+    };
+    // What a recorder vouches for ends at its horizon, and nothing of this group lies past two hours on.
+    const clip = (r: string) => Math.min(horizons.get(r) ?? 0, g.hour + 2 * HOUR);
+    // Open gaps that reach into the group (a gap open since before it, or opened in it).
+    const openGaps = (r: string) => (open.get(r) ?? []).filter((o) => o.from_ts < g.hour + 2 * HOUR && o.to_ts > g.hour - HOUR);
+    const complete = recorders.every((r) => clip(r) === g.hour + 2 * HOUR && openGaps(r).length === 0);
+    const workDir = path.join(this.workDir, shortHash(groupId(g)));
+    const changed: string[] = [];
+    try {
+      for (const dataset of [...DATASETS].sort((a, b) => Number(a === 'gaps') - Number(b === 'gaps'))) {
+        const p: Partition = { ...g, dataset };
+        const own = await Promise.all(recorders.map(async (r) => ({ r, m: await manifest(r, dataset, g.hour) })));
+        // Gaps also read the books (disagreements, first books) and both neighbours' books and gaps.
+        const near =
+          dataset === 'gaps'
+            ? await Promise.all(
+                recorders.flatMap((r) =>
+                  [g.hour - HOUR, g.hour, g.hour + HOUR].flatMap((hour) =>
+                    (['books', 'gaps'] as const).map(async (d) => ({ r, d, hour, m: await manifest(r, d, hour) })),
+                  ),
+                ),
+              )
+            : [];
+        const books = (r: string) => near.find((n) => n.r === r && n.d === 'books' && n.hour === g.hour)!.m;
+        if (own.every((o) => o.m === null) && !(dataset === 'gaps' && recorders.some((r) => books(r) !== null))) continue;
+        const named = (m: Held) => (m?.files ?? []).map((f) => [f.name, f.sha256]);
+        const fingerprint = shortHash(
+          JSON.stringify({
+            dataset,
+            own: own.map((o) => [o.r, named(o.m)]),
+            near: near.map((n) => [n.r, n.d, n.hour, named(n.m)]),
+            clips: dataset === 'gaps' ? recorders.map((r) => [r, clip(r), openGaps(r)]) : [],
+          }),
+        );
+        const newest = (m: Held) => Math.max(0, ...(m?.files ?? []).map((f) => f.written_at));
+        const merged: MergedFrom = {
+          fingerprint,
+          recorders: Object.fromEntries(own.map((o) => [o.r, { written_at: newest(o.m), horizon: clip(o.r) }])),
+        };
+        const current = await this.s3.read(manifestKey(this.prefix, p));
+        const there = current && current !== 'unchanged' ? (JSON.parse(current.body.toString('utf8')) as PartitionManifest) : null;
+        if (there && !there.merged) {
+          this.log.warn({ partition: partitionDir(p) }, 'a manifest at the prefix not made by a merge: left as it is');
+          continue;
+        }
+        if (there?.merged?.fingerprint === fingerprint) continue;
+        if (there?.merged && readLess(merged, there.merged)) continue;
+
+        const input = async (o: { r: string; m: Held }, d: Dataset, hour: number): Promise<RecorderFiles> => ({
+          recorder: o.r,
+          files: await this.fetch(o.r, { ...g, dataset: d, hour }, o.m?.files ?? [], workDir),
+        });
+        const name = `merged-${fingerprint}.parquet`;
+        const outDir = path.join(workDir, 'out');
+        const writtenAt = Math.max(...own.map((o) => newest(o.m)));
+        const sources = own.flatMap((o) => (o.m?.files ?? []).map((f) => `${o.r}/${f.name}`)).sort();
+        let entry: ManifestFile | null;
+        if (dataset === 'gaps') {
+          const found: Disagreement[] = await disagreements(
+            this.duck,
+            await Promise.all(recorders.map((r) => input({ r, m: books(r) }, 'books', g.hour))),
+          );
+          report.disagreements += found.length;
+          if (own.every((o) => o.m === null) && !found.length) continue;
+          const claims: RecorderClaims[] = [];
+          for (const r of recorders) {
+            const mine = near.filter((n) => n.r === r);
+            const gapFiles = (hour: number) => mine.find((n) => n.d === 'gaps' && n.hour === hour)!;
+            const first = new Map<string, number>();
+            for (const n of mine.filter((x) => x.d === 'books'))
+              for (const f of n.m?.files ?? [])
+                for (const [market, span] of Object.entries(f.markets ?? {}))
+                  first.set(market, Math.min(first.get(market) ?? Infinity, span[1]));
+            const ownGaps = await readGaps(this.duck, (await input(gapFiles(g.hour), 'gaps', g.hour)).files);
+            const nearGaps = [
+              ...ownGaps,
+              ...openGaps(r),
+              ...(await readGaps(this.duck, (await input(gapFiles(g.hour - HOUR), 'gaps', g.hour - HOUR)).files)),
+              ...(await readGaps(this.duck, (await input(gapFiles(g.hour + HOUR), 'gaps', g.hour + HOUR)).files)),
+            ];
+            claims.push({ recorder: r, own: ownGaps, near: nearGaps, first, horizon: clip(r) });
+          }
+          const gaps = mergeGaps(claims, found, g.hour + HOUR);
+          entry = await writeGaps(this.duck, outDir, p, gaps, name, { sources, writtenAt });
+        } else {
+          const inputs = await Promise.all(own.map((o) => input(o, dataset, g.hour)));
+          entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt });
+        }
+        const files: ManifestFile[] = [];
+        if (entry) {
+          const file = path.join(outDir, partitionDir(p), name);
+          await this.s3.put(
+            dataKey(this.prefix, `${partitionDir(p)}/${name}`),
+            { file, size: entry.bytes, sha256: entry.sha256 },
+            { sha256: entry.sha256 },
+          );
+          report.files_put++;
+          files.push(entry);
+        }
+        const body: PartitionManifest = { partition: partitionDir(p), files, merged };
+        try {
+          await this.s3.put(
+            manifestKey(this.prefix, p),
+            Buffer.from(JSON.stringify(body, null, 1)),
+            {},
+            current && current !== 'unchanged' ? { ifMatch: current.etag } : { ifNoneMatch: '*' },
+          );
+        } catch (err) {
+          // Another merger replaced it since it was read: the next pass looks again.
+          if (err instanceof S3Error && err.status === 412) return false;
+          throw err;
+        }
+        changed.push(partitionDir(p));
+        report.partitions++;
+      }
+    } finally {
+      await fs.rm(path.join(workDir, 'out'), { recursive: true, force: true });
+      if (complete) await fs.rm(workDir, { recursive: true, force: true });
+    }
+    if (changed.length) {
+      const commit: CommitObject = { at: Date.now(), partitions: changed.sort() };
+      await this.s3.put(commitKey(this.prefix, commit.at), Buffer.from(JSON.stringify(commit)));
+    }
+    return complete;
+  }
+
+  /** A recorder's files of a partition on local disk (fetched once per group and checked against their sha256). */
+  private async fetch(recorder: string, p: Partition, files: readonly ManifestFile[], workDir: string): Promise<string[]> {
+    const local: string[] = [];
+    for (const f of files) {
+      const dest = path.join(workDir, 'in', recorder, partitionDir(p), f.name);
+      const size = await fs.stat(dest).then(
+        (s) => s.size,
+        () => -1,
+      );
+      if (size !== f.bytes)
+        await this.s3.download(dataKey(recorderPrefix(this.prefix, recorder), `${partitionDir(p)}/${f.name}`), dest, {
+          size: f.bytes,
+          sha256: f.sha256,
+        });
+      local.push(dest);
+    }
+    return local;
+  }
+}
+
+/** Whether `ours` read no more than `theirs` of every recorder (and less of one): a merge older than the one there. */
+export function readLess(ours: MergedFrom, theirs: MergedFrom): boolean {
+  const names = new Set([...Object.keys(ours.recorders), ...Object.keys(theirs.recorders)]);
+  let less = false;
+  for (const r of names) {
+    const a = ours.recorders[r] ?? { written_at: 0, horizon: 0 };
+    const b = theirs.recorders[r] ?? { written_at: 0, horizon: 0 };
+    if (a.written_at > b.written_at || a.horizon > b.horizon) return false;
+    if (a.written_at < b.written_at || a.horizon < b.horizon) less = true;
+  }
+  return less;
+}
+
+/**
+ * Merges every `config.mergeMs` (a pass never overlaps the last) until the returned stop is
+ * called; a pass that fails is logged once a streak and tried again at the next.
+ */
+export function startMerging(config: Config, duck: Duck, log: Logger): { stop: () => Promise<void>; last: () => MergeReport | null } {
+  if (!config.bucket) throw new Error('merging needs a bucket');
+  const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log);
+  let running: Promise<unknown> = Promise.resolve();
+  let failing = false;
+  let last: MergeReport | null = null;
+  const timer = setInterval(() => {
+    running = running.then(() =>
+      merger.pass().then(
+        (report) => {
+          last = report;
+          if (failing) log.info('merging recovered');
+          failing = false;
+        },
+        (err: unknown) => {
+          if (!failing) log.warn({ error: describe(err) }, 'merge pass failed; retried');
+          failing = true;
+        },
+      ),
+    );
+  }, config.mergeMs);
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      await running;
+    },
+    last: () => last,
+  };
+}

@@ -1,0 +1,193 @@
+// Two recorders, one record, against a real S3 server (Ceph's RADOS Gateway): two captures record
+// the stand-in's venues into lakes of their own and publish them under `_recorders/<id>/`; the
+// merge makes the record at the prefix, which an API process serves from the bucket alone. Each
+// recorder is down for a while (a capture stopped, then started again, as a restart does): the
+// record has no gap where the other was up, and exactly the span both were down is a gap with
+// both recorders' reasons.
+import path from 'node:path';
+import t from 'tap';
+import { Merger } from '../src/bucket/merger.js';
+import { dataKey, manifestKey, recorderPrefix } from '../src/bucket/layout.js';
+import { S3 } from '../src/bucket/s3.js';
+import { startApi } from '../src/api/server.js';
+import { fill } from '../src/capture/fill.js';
+import { createClock } from '../src/clock.js';
+import type { Config } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { partitionOf } from '../src/lake/layout.js';
+import type { PartitionManifest } from '../src/lake/manifest.js';
+import { parquetSource } from '../src/lake/sql.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
+import { quiet, startApiProcess, testConfig, testdir } from './helpers.js';
+import { startRgw } from './rgw.js';
+
+const START = Date.parse('2026-08-04T10:30:00Z');
+const END = Date.parse('2026-08-04T11:04:00Z');
+const HOUR10 = Date.parse('2026-08-04T10:00:00Z');
+const MIN = 60_000;
+/** Each recorder's downtime: A's contains B's, so B's is the span both were down (both held the 10:40 window then). */
+const DOWN = { 'rec-a': [START + 12 * MIN, START + 20 * MIN], 'rec-b': [START + 13 * MIN, START + 14 * MIN] } as const;
+const KEYS_OBJECT = 'private/keys.json';
+
+const rgw = await startRgw(t);
+// Markets sealed half a minute after their hour (not an hour), so the catalogue of hour 10 is in the bucket by the end.
+const bucketEnv = { ...rgw.env, S3_BUCKET: 'pmh-record', S3_PREFIX: 'archive/', PUBLISH_MS: '200', MARKETS_SEAL_GRACE_MS: '30000' };
+const duck = await Duck.open(2);
+t.teardown(() => duck.close());
+const main = new S3(testConfig(testdir(t), bucketEnv).bucket!);
+t.teardown(() => main.close());
+await main.ensureBucket();
+
+/** A recorder's capture over [from, to), published to its own place in the bucket. */
+async function record(config: Config, from: number, to: number) {
+  const run = await fill(config, duck, quiet, { hours: 0, speed: 400, pollMs: 3000, start: from, until: to }, new StandInUpstream({}));
+  // What sealed at the stop, and the heartbeat that vouches for it.
+  await run.capture.publisher!.pass();
+  return run;
+}
+
+const recorders = Object.keys(DOWN) as (keyof typeof DOWN)[];
+const configs = new Map(recorders.map((r) => [r, testConfig(path.join(testdir(t), r), { ...bucketEnv, RECORDER_ID: r })]));
+for (const r of recorders) {
+  const [down, up] = DOWN[r];
+  await record(configs.get(r)!, START, down);
+  await record(configs.get(r)!, up, END);
+}
+
+const merger = new Merger(main, path.join(testdir(t), 'merge'), duck, quiet);
+const first = await merger.pass();
+
+/** The merged manifest of a partition of hour 10, or null. */
+async function merged(dataset: 'books' | 'gaps', coin = 'btc', window: '5m' | '15m' = '5m'): Promise<PartitionManifest | null> {
+  const body = await main.get(manifestKey(main.config.prefix, partitionOf(dataset, 'polymarket', coin, window, HOUR10)));
+  return body ? (JSON.parse(body.toString('utf8')) as PartitionManifest) : null;
+}
+
+/** A manifest's files, fetched from `prefix`, as one relation. */
+async function relationOf(prefix: string, m: PartitionManifest, dir: string): Promise<string> {
+  const files: string[] = [];
+  for (const f of m.files) {
+    const dest = path.join(dir, prefix.replaceAll('/', '_'), f.name);
+    await main.download(dataKey(prefix, `${m.partition}/${f.name}`), dest, { size: f.bytes, sha256: f.sha256 });
+    files.push(dest);
+  }
+  return parquetSource(files, 'union_by_name=true');
+}
+
+async function recorderManifest(r: string, dataset: 'books' | 'gaps'): Promise<PartitionManifest | null> {
+  const body = await main.get(manifestKey(recorderPrefix(main.config.prefix, r), partitionOf(dataset, 'polymarket', 'btc', '5m', HOUR10)));
+  return body ? (JSON.parse(body.toString('utf8')) as PartitionManifest) : null;
+}
+
+t.test('the record holds every book either recorder kept, once, and says who kept it', async (t) => {
+  t.ok(first.partitions > 0, `${first.partitions} partitions merged from ${first.recorders} recorders`);
+  t.equal(first.recorders, 2);
+  t.equal(first.disagreements, 0, 'recorders of one venue never disagree');
+  const dir = testdir(t);
+  const m = (await merged('books'))!;
+  t.ok(m?.merged, 'the manifest says what it was merged from');
+  const books = await relationOf(main.config.prefix, m, dir);
+  const [{ rows, keys }] = await duck.rows(
+    `SELECT count(*)::INTEGER AS rows, count(DISTINCT (market_id, outcome_index, ts))::INTEGER AS keys FROM ${books}`,
+  );
+  t.ok(Number(rows) > 0);
+  t.equal(rows, keys, `${rows} books, no (market, outcome, ts) twice`);
+  const inputs: string[] = [];
+  for (const r of recorders)
+    inputs.push(await relationOf(recorderPrefix(main.config.prefix, r), (await recorderManifest(r, 'books'))!, dir));
+  const [{ union }] = await duck.rows(
+    `SELECT count(*)::INTEGER AS union FROM (${inputs.map((i) => `SELECT market_id, outcome_index, ts FROM ${i}`).join(' UNION ')})`,
+  );
+  t.equal(rows, union, 'every (market, outcome, ts) either recorder kept is in the record');
+  const during = await duck.rows(
+    `SELECT DISTINCT recorders FROM ${books} WHERE epoch_ms(ts) > ${DOWN['rec-b'][1] + MIN} AND epoch_ms(ts) < ${DOWN['rec-a'][1]}`,
+  );
+  t.same(
+    during.map((r) => r.recorders),
+    [['rec-b']],
+    'while A was down, the books are B’s',
+  );
+});
+
+t.test('a gap remains only where both recorders were down, with both reasons', async (t) => {
+  const dir = testdir(t);
+  const downtime = async (prefix: string, m: PartitionManifest, column = 'NULL') =>
+    (
+      await duck.rows(
+        `SELECT market_id, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, ${column} AS recorders FROM ${await relationOf(prefix, m, dir)}
+         WHERE dataset = 'books' AND reason = 'process_down' ORDER BY market_id, f`,
+      )
+    ).map((g) => ({ market: String(g.market_id), f: Number(g.f), t: Number(g.t), recorders: g.recorders as string[] | undefined }));
+  const own = new Map<string, Awaited<ReturnType<typeof downtime>>>();
+  for (const r of recorders) own.set(r, await downtime(recorderPrefix(main.config.prefix, r), (await recorderManifest(r, 'gaps'))!));
+  t.ok(own.get('rec-a')!.length > 0 && own.get('rec-b')!.length > 0, 'each recorder’s own record has its downtime as gaps');
+  const gaps = await downtime(main.config.prefix, (await merged('gaps'))!, 'recorders');
+  t.ok(gaps.length > 0, `${gaps.length} downtime gaps in the record`);
+  // B's downtime as B recorded it (from its last heartbeat to its first book after the restart) lies inside A's.
+  const withinB = (g: { market: string; f: number; t: number }) =>
+    own.get('rec-b')!.some((b) => b.market === g.market && b.f <= g.f && g.t <= b.t);
+  t.same(
+    gaps.filter((g) => !withinB(g)),
+    [],
+    'every downtime gap in the record lies where both were down',
+  );
+  t.same([...new Set(gaps.map((g) => JSON.stringify(g.recorders)))].sort(), ['["rec-a"]', '["rec-b"]'], 'each recorder’s reason is kept');
+  const aOutsideB = own.get('rec-a')!.reduce((ms, a) => ms + (a.t - a.f), 0) - own.get('rec-b')!.reduce((ms, b) => ms + (b.t - b.f), 0);
+  t.ok(aOutsideB > 0, `A's ${(aOutsideB / 1000).toFixed(0)} s of downtime outside B's are not gaps of the record`);
+});
+
+t.test('merges are deterministic: a merge anywhere else of the same inputs writes the same files', async (t) => {
+  const again = await new Merger(main, path.join(testdir(t), 'elsewhere'), duck, quiet).pass();
+  t.equal(again.partitions, 0, 'a second merger finds every partition merged from what it would read');
+  const before = (await merged('books'))!;
+  // The record's manifest gone (an operator's mistake): merged again, byte for byte the same file.
+  await main.delete(manifestKey(main.config.prefix, partitionOf('books', 'polymarket', 'btc', '5m', HOUR10)));
+  const redo = new Merger(main, path.join(testdir(t), 'redo'), duck, quiet);
+  await redo.pass();
+  const after = (await merged('books'))!;
+  t.same(
+    after.files.map((f) => [f.name, f.sha256]),
+    before.files.map((f) => [f.name, f.sha256]),
+  );
+});
+
+t.test('an API process serves the record from the bucket: the windows B covered are whole', async (t) => {
+  const clock = { start: END + 3_600_000, anchor: Date.now() };
+  const local = await startApi(
+    testConfig(testdir(t), { ...bucketEnv, KEYS_OBJECT }),
+    duck,
+    createClock(clock.start, 1, clock.anchor),
+    quiet,
+    {
+      port: 0,
+    },
+  );
+  t.teardown(() => local.stop());
+  const key = (await local.keys.issue('paid', 'recorders test')).key;
+  const replica = await startApiProcess(t, testdir(t), {
+    ...bucketEnv,
+    LAKE_SOURCE: 'bucket',
+    KEYS_OBJECT,
+    API_WORKERS: '1',
+    RATE_PAID_PER_SECOND: '100000',
+    CLOCK_START: String(clock.start),
+    CLOCK_ANCHOR: String(clock.anchor),
+  });
+  const get = async (route: string) => {
+    const res = await fetch(`${replica.url}${route}`, { headers: { authorization: `Bearer ${key}` } });
+    return { status: res.status, body: (await res.json()) as { data: Record<string, unknown>[] | Record<string, unknown> } };
+  };
+  const list = await get(`/v3/btc/markets?window=5m&start_time=${START}&end_time=${END}&limit=100`);
+  t.equal(list.status, 200);
+  const windows = (list.body.data as { market_id: string; start_time: string; end_time: string }[]).filter(
+    (m) => Date.parse(m.start_time) >= START + 5 * MIN && Date.parse(m.end_time) <= HOUR10 + 60 * MIN,
+  );
+  t.ok(windows.length >= 4, `${windows.length} windows of hour 10 after both recorders had started`);
+  for (const w of windows) {
+    const cert = await get(`/v3/btc/markets/${w.market_id}/certificate`);
+    const data = cert.body.data as { coverage: { share: number; by_reason: Record<string, number> } };
+    const both = Date.parse(w.start_time) < DOWN['rec-b'][1] && Date.parse(w.end_time) > DOWN['rec-b'][0];
+    if (both) t.ok(data.coverage.by_reason.process_down > 0, `${w.start_time}: both were down, and it says so`);
+    else t.same(data.coverage.by_reason.process_down ?? 0, 0, `${w.start_time}: one recorder was up throughout: no downtime`);
+  }
+});
