@@ -139,3 +139,21 @@ t.test('a REST book of the same instant with other levels disproves the copy', a
   t.notOk(token.synced);
   t.match(gaps, [/REST book at 1000 differs from the streamed copy of that instant/]);
 });
+
+t.test('a stream that trails REST by a little at every poll is behind, not silent; one that delivers nothing is', async (t) => {
+  const ahead = (ts: number, size: string) => summary(ts, [['0.47', size]], [['0.53', '10']]);
+  // The stream delivers each change a while after REST shows it, for longer than the 5 s bound.
+  const behind = setup();
+  for (let at = 2_000; at <= 20_000; at += 2_000) {
+    behind.proofs.checkRest(behind.token, ahead(at, String(at)), at, at);
+    // The change REST showed reaches the copy before the next poll.
+    behind.token.book.reset(ahead(at + 500, String(at)), at + 500);
+  }
+  t.ok(behind.token.synced, 'still synced');
+  t.same(behind.gaps, []);
+  // The same REST books while the copy stays where it was: the stream never delivered them.
+  const frozen = setup();
+  for (let at = 2_000; at <= 20_000; at += 2_000) frozen.proofs.checkRest(frozen.token, ahead(at, String(at)), at, at);
+  t.notOk(frozen.token.synced, 'desynced');
+  t.match(frozen.gaps, [/the stream never delivered the change REST showed at 8000/]);
+});

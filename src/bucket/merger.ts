@@ -26,7 +26,6 @@ import {
 import type { Logger } from '../log.js';
 import { DATASETS, type Dataset, type GapRow } from '../records.js';
 import { HOUR } from '../time.js';
-import type { Heartbeat } from '../capture/heartbeat.js';
 import {
   type CommitObject,
   commitKey,
@@ -63,6 +62,20 @@ const parseGroup = (id: string): Group => {
   const [venue, coin, window, hour] = id.split('|');
   return { venue: venue as Group['venue'], coin, window: window as Group['window'], hour: Number(hour) };
 };
+
+/** What a merge reads of a recorder's published heartbeat (capture/heartbeat.ts writes it). */
+interface RecorderBeat {
+  sealed_through?: number;
+  gaps?: {
+    market_id: string | null;
+    dataset: GapRow['dataset'];
+    from_ts: number;
+    until: number | null;
+    reason: string;
+    detail: string;
+    failures: number;
+  }[];
+}
 
 interface State {
   /** Per recorder, the last of its commit objects applied. */
@@ -103,7 +116,7 @@ export class Merger {
     const open = new Map<string, GapRow[]>();
     for (const r of recorders) {
       const body = await this.s3.get(heartbeatKey(recorderPrefix(this.prefix, r)));
-      const beat = body ? (JSON.parse(body.toString('utf8')) as Heartbeat) : null;
+      const beat = body ? (JSON.parse(body.toString('utf8')) as RecorderBeat) : null;
       // Before its first seal pass a recorder vouches for nothing: 0, the epoch (JSON has no -Infinity).
       horizons.set(r, typeof beat?.sealed_through === 'number' ? beat.sealed_through : 0);
       // Gaps still open at its heartbeat are in no partition yet: it vouches for none of their span.

@@ -520,8 +520,14 @@ export class CopyProofs {
     // Newer than the copy: equal levels prove the copy as of its own time (REST may stamp its
     // answer later than the book's last change); otherwise the change is on its way, or was lost.
     if (sameLevels(s, t.book.ladders())) return this.proveByRest(t, t.book.ts, ts);
-    if (!t.restAhead || t.restAhead.ts < ts)
-      t.restAhead = { summary: s, ts, at: t.restAhead?.at ?? recvTs, first: t.restAhead?.first ?? ts };
+    if (!t.restAhead || t.restAhead.ts < ts) {
+      // The bound runs from the first REST book the stream has not passed. A stream that got past
+      // it since is behind, not silent (on a starved machine it may trail every poll by a little
+      // for longer than the bound): a later REST book starts the bound again. A change it lost on
+      // the way still shows, when it passes that book's instant (settleRestAhead) or in a hash.
+      const held = t.restAhead !== null && t.book.ts <= t.restAhead.first ? t.restAhead : null;
+      t.restAhead = { summary: s, ts, at: held?.at ?? recvTs, first: held?.first ?? ts };
+    }
     if (recvTs - t.restAhead.at > this.stallMs) {
       this.desync(t, 'stream_resync', `the stream never delivered the change REST showed at ${ts}; streamed copy at ${t.book.ts}`);
       this.snapshot(t, s, ts, recvTs, 'rest');
