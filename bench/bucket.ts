@@ -4,7 +4,6 @@
 // Both run with the book cache off, so every page goes through the lake's SQL path. Pages are
 // of markets drawn at random over the lake, one per books hour, so each first page on the bucket
 // side fetches its hour's files (cold), and the same pages again read the cache (warm).
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -22,7 +21,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { HOUR } from '../src/time.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
-import { freePort } from './tools.js';
+import { startRgw } from './tools.js';
 
 /** How the replica spreads its GETs (replica.ts: manifests 32 at a time, files 16). */
 const MANIFEST_PARALLEL_NOTE = 'manifests 32 at a time and files 16 at a time';
@@ -32,18 +31,8 @@ const log = pino({ level: 'warn' });
 const duck = await Duck.open(2);
 const lake = await buildLake(duck, root, 1);
 
-const rgwDir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-rgw-'));
-const script = path.resolve('scripts/rgw.sh');
-execFileSync('bash', [script, 'install'], { stdio: 'inherit' });
-let port = await freePort();
-while (port > 64_000 || (port >= 5_800 && port <= 7_300)) port = await freePort();
-const envText = execFileSync('bash', [script, 'start', rgwDir, String(port)], { encoding: 'utf8' });
-const rgwEnv = Object.fromEntries(
-  envText
-    .trim()
-    .split('\n')
-    .map((l) => l.split('=') as [string, string]),
-);
+const rgw = await startRgw();
+const rgwEnv = rgw.env;
 const cacheDir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-replica-'));
 try {
   const common = {
@@ -177,7 +166,7 @@ per API server. Warm pages are local-disk reads.
   replicaDuck.close();
   s3.close();
 } finally {
-  execFileSync('bash', [script, 'stop', rgwDir], { stdio: 'inherit' });
+  rgw.stop();
   await fs.rm(cacheDir, { recursive: true, force: true });
   duck.close();
 }

@@ -2,6 +2,8 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs/promises';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
 
 export async function freePort(): Promise<number> {
   const server = net.createServer().listen(0, '127.0.0.1');
@@ -67,4 +69,24 @@ export function wrkFigure(out: string): WrkFigure {
   const transfer = /Transfer\/sec:\s+([\d.]+)([KMG]?B)/.exec(out)!;
   const bytes = (Number(transfer[1]) * ({ B: 1, KB: 1024, MB: 1024 ** 2, GB: 1024 ** 3 } as Record<string, number>)[transfer[2]]) / rps;
   return { p50: pct('50'), p99: pct('99'), rps, bytes };
+}
+
+/**
+ * Ceph's RADOS Gateway on this machine (scripts/rgw.sh, its packages installed when missing), on a
+ * port outside Ceph's OSD range: its S3_* settings, and how to stop it (the cluster's data goes with it).
+ */
+export async function startRgw(): Promise<{ env: Record<string, string>; stop: () => void }> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-rgw-'));
+  const script = path.resolve('scripts/rgw.sh');
+  execFileSync('bash', [script, 'install'], { stdio: 'inherit' });
+  let port = await freePort();
+  while (port > 64_000 || (port >= 5_800 && port <= 7_300)) port = await freePort();
+  const text = execFileSync('bash', [script, 'start', dir, String(port)], { encoding: 'utf8' });
+  const env = Object.fromEntries(
+    text
+      .trim()
+      .split('\n')
+      .map((l) => l.split('=') as [string, string]),
+  );
+  return { env, stop: () => execFileSync('bash', [script, 'stop', dir], { stdio: 'inherit' }) };
 }

@@ -6,7 +6,7 @@
 // both recorders' reasons.
 import path from 'node:path';
 import t from 'tap';
-import { Merger } from '../src/bucket/merger.js';
+import { type MergeReport, Merger } from '../src/bucket/merger.js';
 import { dataKey, manifestKey, recorderPrefix } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import { startApi } from '../src/api/server.js';
@@ -48,14 +48,16 @@ async function record(config: Config, from: number, to: number) {
 
 const recorders = Object.keys(DOWN) as (keyof typeof DOWN)[];
 const configs = new Map(recorders.map((r) => [r, testConfig(path.join(testdir(t), r), { ...bucketEnv, RECORDER_ID: r })]));
+const merger = new Merger(main, path.join(testdir(t), 'merge'), duck, quiet);
+// A's lake is merged alone first (B has published nothing yet), then again with B's: the record grows.
+const alone: MergeReport[] = [];
 for (const r of recorders) {
   const [down, up] = DOWN[r];
   await record(configs.get(r)!, START, down);
   await record(configs.get(r)!, up, END);
+  alone.push(await merger.pass());
 }
-
-const merger = new Merger(main, path.join(testdir(t), 'merge'), duck, quiet);
-const first = await merger.pass();
+const first = alone[1];
 
 /** The merged manifest of a partition of hour 10, or null. */
 async function merged(dataset: 'books' | 'gaps', coin = 'btc', window: '5m' | '15m' = '5m'): Promise<PartitionManifest | null> {
@@ -82,6 +84,7 @@ async function recorderManifest(r: string, dataset: 'books' | 'gaps'): Promise<P
 t.test('the record holds every book either recorder kept, once, and says who kept it', async (t) => {
   t.ok(first.partitions > 0, `${first.partitions} partitions merged from ${first.recorders} recorders`);
   t.equal(first.recorders, 2);
+  t.equal(alone[0].recorders, 1, 'the record was merged from A alone before B published');
   t.equal(first.disagreements, 0, 'recorders of one venue never disagree');
   const dir = testdir(t);
   const m = (await merged('books'))!;
@@ -99,6 +102,14 @@ t.test('the record holds every book either recorder kept, once, and says who kep
     `SELECT count(*)::INTEGER AS union FROM (${inputs.map((i) => `SELECT market_id, outcome_index, ts FROM ${i}`).join(' UNION ')})`,
   );
   t.equal(rows, union, 'every (market, outcome, ts) either recorder kept is in the record');
+  // The partition was merged again as each recorder's seals came in: only the last merge's file is left for a glob.
+  const listed: string[] = [];
+  for await (const o of main.list(`${main.config.prefix}${m.partition}/`)) listed.push(o.key.slice(o.key.lastIndexOf('/') + 1));
+  t.same(
+    listed,
+    m.files.map((f) => f.name),
+    'the bucket holds the files its manifest names, no other',
+  );
   const during = await duck.rows(
     `SELECT DISTINCT recorders FROM ${books} WHERE epoch_ms(ts) > ${DOWN['rec-b'][1] + MIN} AND epoch_ms(ts) < ${DOWN['rec-a'][1]}`,
   );

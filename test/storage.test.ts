@@ -109,10 +109,18 @@ await until('capture to spool books', async () => (await spooledBooks()).size > 
 await until('health to see capture running', async () => (await health()).body.capture?.state === 'running');
 
 t.test('health is ok while capture persists', async (t) => {
-  const h = await health();
+  // Ok exactly when the last flush is within the bound (1.5 s here). On a starved machine a flush may
+  // come later than that now and then, and health then rightly says failing: each reading is judged
+  // by its own flush age, and one within the bound must come.
+  let h = await health();
+  for (let i = 0; i < 60 && h.body.capture.flush_age_ms >= 1500; i++) {
+    t.equal(h.status, 503, `a flush ${h.body.capture.flush_age_ms} ms ago is a failing capture`);
+    await sleep(500);
+    h = await health();
+  }
+  t.ok(h.body.capture.flush_age_ms < 1500, `last flush ${h.body.capture.flush_age_ms} ms ago`);
   t.equal(h.status, 200);
   t.equal(h.body.status, 'ok');
-  t.ok(h.body.capture.flush_age_ms < 1500, `last flush ${h.body.capture.flush_age_ms} ms ago`);
   t.equal(h.body.lake.readable, true, JSON.stringify(h.body.lake));
   t.equal(h.body.lake.query_engine, 'ok');
   t.match(h.body.api, { in_flight: Number, queued: Number, exports: { in_use: 0 } });

@@ -90,6 +90,12 @@ export class Merger {
   private state: State | null = null;
   /** The horizons the pending groups were last merged with: they are looked at again only when one moves. */
   private lastHorizons = '';
+  /** Set by `stop`: a pass ends after the group it is merging, the rest left pending for the next process. */
+  private stopping = false;
+
+  stop(): void {
+    this.stopping = true;
+  }
 
   constructor(
     /** The record's prefix; the recorders are below it. */
@@ -154,6 +160,10 @@ export class Merger {
     const report: MergeReport = { recorders: recorders.length, groups: 0, partitions: 0, files_put: 0, disagreements: 0, pending: 0 };
     const pending = new Set(state.pending);
     for (const id of [...groups].sort()) {
+      if (this.stopping) {
+        pending.add(id);
+        continue;
+      }
       const group = parseGroup(id);
       try {
         const done = await this.mergeGroup(group, recorders, horizons, open, report);
@@ -202,6 +212,7 @@ export class Merger {
     const complete = recorders.every((r) => clip(r) === g.hour + 2 * HOUR && openGaps(r).length === 0);
     const workDir = path.join(this.workDir, shortHash(groupId(g)));
     const changed: string[] = [];
+    let raced = false;
     try {
       for (const dataset of [...DATASETS].sort((a, b) => Number(a === 'gaps') - Number(b === 'gaps'))) {
         const p: Partition = { ...g, dataset };
@@ -302,10 +313,20 @@ export class Merger {
             current && current !== 'unchanged' ? { ifMatch: current.etag } : { ifNoneMatch: '*' },
           );
         } catch (err) {
-          // Another merger replaced it since it was read: the next pass looks again.
-          if (err instanceof S3Error && err.status === 412) return false;
+          // Another merger replaced it since it was read (RGW may say so with a 500, not a 412: see
+          // edge/keys.ts): the next pass looks again. The file put for it stays: another merger of the
+          // same inputs may have named it meanwhile.
+          if (err instanceof S3Error && (err.status === 412 || err.status >= 500)) {
+            raced = true;
+            continue;
+          }
           throw err;
         }
+        // The files the replaced manifest named leave the bucket, as a compaction's do: a glob over
+        // the bucket must not read an hour twice (a replica fetching one just then is told to retry).
+        const kept = new Set(files.map((f) => f.name));
+        for (const f of there?.files ?? [])
+          if (!kept.has(f.name)) await this.s3.delete(dataKey(this.prefix, `${partitionDir(p)}/${f.name}`)).catch(() => undefined);
         changed.push(partitionDir(p));
         report.partitions++;
       }
@@ -317,7 +338,7 @@ export class Merger {
       const commit: CommitObject = { at: Date.now(), partitions: changed.sort() };
       await this.s3.put(commitKey(this.prefix, commit.at), Buffer.from(JSON.stringify(commit)));
     }
-    return complete;
+    return complete && !raced;
   }
 
   /** A recorder's files of a partition on local disk (fetched once per group and checked against their sha256). */
@@ -379,8 +400,10 @@ export function startMerging(config: Config, duck: Duck, log: Logger): { stop: (
     );
   }, config.mergeMs);
   return {
+    // A stop (capture's, on SIGTERM) waits for the group being merged, not the pass: the rest stay pending.
     stop: async () => {
       clearInterval(timer);
+      merger.stop();
       await running;
     },
     last: () => last,

@@ -38,6 +38,9 @@ interface Answer {
   res: http.IncomingMessage;
 }
 
+/** Requests this process sent, by method: what a bucket bills by (make bench-recorders reads it). */
+export const S3_REQUESTS: Record<string, number> = {};
+
 export class S3 {
   private readonly url: URL;
   private readonly agent: http.Agent;
@@ -63,6 +66,7 @@ export class S3 {
     key: string | null,
     opts: { query?: Record<string, string>; headers?: Record<string, string>; body?: Body } = {},
   ): Promise<Answer> {
+    S3_REQUESTS[method] = (S3_REQUESTS[method] ?? 0) + 1;
     const body = opts.body ?? null;
     const payloadHash =
       body === null ? EMPTY_SHA256 : 'buffer' in body ? createHash('sha256').update(body.buffer).digest('hex') : body.sha256;

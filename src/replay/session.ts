@@ -304,6 +304,9 @@ export class ReplaySession {
         await this.idle(IDLE_MS);
         continue;
       }
+      // A walk still being read (an hour a schedule subscribed just now) may have messages before
+      // anything on the heap, or be all there is: the loop's top waits for it before going on or ending.
+      if (this.loads.size) continue;
       if (speed === Infinity) {
         // As fast as possible: over when nothing is left to send, and no subscription came just now
         // (a client's frames of one burst all start at `from`).

@@ -1,0 +1,114 @@
+// make bench-recorders: what a second recorder costs. Two captures (the real capture code, polling
+// the stand-in on a fast clock, as `make run` fills a lake) record the same two simulated hours
+// into lakes of their own and publish them to Ceph's RADOS Gateway on this machine under
+// `_recorders/<id>/` (B down for ten minutes in the first hour); then the record is merged. Bucket
+// objects and bytes per prefix, requests sent, the merge's time per sealed hour (from scratch, and a
+// pass with nothing new), and how long after an hour's end its merged record is served.
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import pino from 'pino';
+import { recordersPrefix } from '../src/bucket/layout.js';
+import { Merger } from '../src/bucket/merger.js';
+import { S3, S3_REQUESTS } from '../src/bucket/s3.js';
+import { fill } from '../src/capture/fill.js';
+import { loadConfig } from '../src/config.js';
+import { Duck } from '../src/lake/duckdb.js';
+import { StandInUpstream } from '../src/standin/upstream.js';
+import { HOUR } from '../src/time.js';
+import { writeSection } from './report.js';
+import { startRgw } from './tools.js';
+
+const HOURS = Number(process.env.BENCH_RECORDER_HOURS ?? 2);
+const START = Date.parse('2026-08-04T10:00:00Z');
+const END = START + HOURS * HOUR + 2 * 60_000;
+const DOWN = [START + 20 * 60_000, START + 30 * 60_000];
+const log = pino({ level: 'warn' });
+const root = await fs.mkdtemp(path.join(os.tmpdir(), 'bench-recorders-'));
+const rgw = await startRgw();
+const rgwEnv = rgw.env;
+const snapshot = () => ({ ...S3_REQUESTS });
+const since = (before: Record<string, number>) =>
+  Object.fromEntries(Object.entries(S3_REQUESTS).map(([m, n]) => [m, n - (before[m] ?? 0)]));
+
+try {
+  const common = { ...rgwEnv, S3_BUCKET: 'bench-record', S3_PREFIX: 'archive/', MARKETS_SEAL_GRACE_MS: '30000', PUBLISH_MS: '2000' };
+  const duck = await Duck.open(2);
+  const main = new S3(loadConfig({ ...common, DATA_DIR: root }).bucket!);
+  await main.ensureBucket();
+  const published: Record<string, Record<string, number>> = {};
+  for (const [recorder, spans] of [
+    ['rec-a', [[START, END]]],
+    [
+      'rec-b',
+      [
+        [START, DOWN[0]],
+        [DOWN[1], END],
+      ],
+    ],
+  ] as const) {
+    const config = loadConfig({ ...common, DATA_DIR: path.join(root, recorder), RECORDER_ID: recorder });
+    const before = snapshot();
+    for (const [from, to] of spans) {
+      const run = await fill(config, duck, log, { hours: 0, speed: 400, pollMs: 3000, start: from, until: to }, new StandInUpstream({}));
+      await run.capture.publisher!.pass();
+    }
+    published[recorder] = since(before);
+  }
+  const bytes = async (prefix: string, skip?: string) => {
+    let n = 0;
+    let objects = 0;
+    for await (const o of main.list(prefix)) {
+      if (skip && o.key.startsWith(skip)) continue;
+      n += o.size;
+      objects++;
+    }
+    return { n, objects };
+  };
+
+  const before = snapshot();
+  const began = performance.now();
+  const first = await new Merger(main, path.join(root, 'merge'), duck, log).pass();
+  const mergeMs = performance.now() - began;
+  const mergeRequests = since(before);
+  const idleBefore = snapshot();
+  const idleBegan = performance.now();
+  await new Merger(main, path.join(root, 'merge'), duck, log).pass();
+  const idleMs = performance.now() - idleBegan;
+  const idleRequests = since(idleBefore);
+
+  const a = await bytes(`${recordersPrefix(main.config.prefix)}rec-a/`);
+  const b = await bytes(`${recordersPrefix(main.config.prefix)}rec-b/`);
+  const record = await bytes(main.config.prefix, recordersPrefix(main.config.prefix));
+  const mib = (n: number) => (n / 2 ** 20).toFixed(2);
+  const perHour = (r: Record<string, number>) =>
+    Object.entries(r)
+      .map(([m, n]) => `${m} ${(n / (HOURS + 1 / 30)).toFixed(0)}`)
+      .join(', ');
+  const cpus = os.cpus();
+  const report = `## Two recorders (make bench-recorders)
+
+Machine: ${cpus.length} x ${cpus[0]?.model ?? 'cpu'}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; Ceph RADOS Gateway (memstore OSD) on the same machine.
+Two recorders (the real capture code polling the stand-in every 3 simulated s at 400x, the way \`make run\` fills a lake;
+streamed capture records more rows an hour) over ${HOURS} simulated hours of both venues' markets (the default coins and windows), B down 10 minutes in the first.
+
+| | objects | MiB |
+|---|---|---|
+| recorder A's lake (\`_recorders/rec-a/\`) | ${a.objects} | ${mib(a.n)} |
+| recorder B's lake (\`_recorders/rec-b/\`) | ${b.objects} | ${mib(b.n)} |
+| the merged record (the prefix) | ${record.objects} | ${mib(record.n)} |
+
+- **Bucket bytes**: the record costs ${(record.n / Math.max(a.n, 1)).toFixed(2)}x one recorder's lake; with two recorders the bucket holds ${((a.n + b.n + record.n) / Math.max(record.n, 1)).toFixed(2)}x the record.
+- **Requests a recorder sends an hour publishing** (A): ${perHour(published['rec-a'])}. The fill publishes once at its end; a live capture publishes every PUBLISH_MS, and re-puts a partition's manifest at each of its commits.
+- **The merge, from scratch** (${first.groups} groups, ${first.partitions} partitions, ${first.files_put} files put, ${first.disagreements} disagreements): ${(mergeMs / 1000).toFixed(1)} s, ${(mergeMs / 1000 / HOURS).toFixed(1)} s a sealed hour, requests ${JSON.stringify(mergeRequests)}.
+- **A pass with nothing new**: ${idleMs.toFixed(0)} ms, requests ${JSON.stringify(idleRequests)} (the recorders' listing, their heartbeats and commits since the last pass).
+- **When a merged hour is served**: a recorder seals an hour SEAL_GRACE_MS (30 s) after its end, publishes within PUBLISH_MS (2 s), and its merger (MERGE_MS, 10 s) merges what the commit names: the hour's record is in the bucket about ${(30 + 2 + 10 + mergeMs / 1000 / HOURS).toFixed(0)} s after its end, its gaps final once every recorder's horizon has passed it (a recorder's next seal).
+`;
+  await writeSection('## Two recorders', report);
+  await duck.shutdown();
+  main.close();
+} finally {
+  rgw.stop();
+  await fs.rm(root, { recursive: true, force: true });
+}
+process.exit(0);
