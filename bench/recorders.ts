@@ -68,14 +68,21 @@ try {
 
   const before = snapshot();
   const began = performance.now();
-  const first = await new Merger(main, path.join(root, 'merge'), duck, log).pass();
+  const merger = new Merger(main, path.join(root, 'merge'), duck, log);
+  const first = await merger.pass();
   const mergeMs = performance.now() - began;
   const mergeRequests = since(before);
   const idleBefore = snapshot();
   const idleBegan = performance.now();
-  await new Merger(main, path.join(root, 'merge'), duck, log).pass();
+  await merger.pass();
   const idleMs = performance.now() - idleBegan;
   const idleRequests = since(idleBefore);
+  // A merger process started again: its first pass looks again at every group still pending.
+  const restartBefore = snapshot();
+  const restartBegan = performance.now();
+  const restarted = await new Merger(main, path.join(root, 'merge'), duck, log).pass();
+  const restartMs = performance.now() - restartBegan;
+  const restartRequests = since(restartBefore);
 
   const a = await bytes(`${recordersPrefix(main.config.prefix)}rec-a/`);
   const b = await bytes(`${recordersPrefix(main.config.prefix)}rec-b/`);
@@ -102,6 +109,7 @@ streamed capture records more rows an hour) over ${HOURS} simulated hours of bot
 - **Requests a recorder sends an hour publishing** (A): ${perHour(published['rec-a'])}. The fill publishes once at its end; a live capture publishes every PUBLISH_MS, and re-puts a partition's manifest at each of its commits.
 - **The merge, from scratch** (${first.groups} groups, ${first.partitions} partitions, ${first.files_put} files put, ${first.disagreements} disagreements): ${(mergeMs / 1000).toFixed(1)} s, ${(mergeMs / 1000 / HOURS).toFixed(1)} s a sealed hour, requests ${JSON.stringify(mergeRequests)}.
 - **A pass with nothing new**: ${idleMs.toFixed(0)} ms, requests ${JSON.stringify(idleRequests)} (the recorders' listing, their heartbeats and commits since the last pass).
+- **The first pass of a merger started again**: ${(restartMs / 1000).toFixed(1)} s, requests ${JSON.stringify(restartRequests)}: it looks again at the ${restarted.pending} groups still pending (some recorder's horizon short of them), each a GET of every recorder's manifests of the group and its neighbours. Most of the merge's time is such requests and DuckDB statements over small files: a group is merged again at each commit of a recorder that names it or a neighbour.
 - **When a merged hour is served**: a recorder seals an hour SEAL_GRACE_MS (30 s) after its end, publishes within PUBLISH_MS (2 s), and its merger (MERGE_MS, 10 s) merges what the commit names: the hour's record is in the bucket about ${(30 + 2 + 10 + mergeMs / 1000 / HOURS).toFixed(0)} s after its end, its gaps final once every recorder's horizon has passed it (a recorder's next seal).
 `;
   await writeSection('## Two recorders', report);
