@@ -117,7 +117,8 @@ t.test('kill -9 of each recorder in turn: the record has every change and no dow
     running[r].kill('SIGTERM');
     t.equal(await exited(running[r]), 0, `${r} stops cleanly`);
   }
-  const report = await new Merger(s3, path.join(dir, 'merge'), duck, quiet).pass();
+  // Hour 12's groups alone: on a starved machine the clock (20x) has run hours past it by now.
+  const report = await new Merger(s3, path.join(dir, 'merge'), duck, quiet, (hour) => hour === HOUR12).pass();
   t.comment(`last merge pass: ${JSON.stringify(report)}`);
 
   // The record of hour 12 on local disk, laid out as a lake, read as the stream audits read a capture's.

@@ -104,6 +104,8 @@ export class Merger {
     private readonly workDir: string,
     private readonly duck: Duck,
     private readonly log: Logger,
+    /** Which hours' groups this merger merges (all by default): a job merging a range, a test its hour. */
+    private readonly hours: (hour: number) => boolean = () => true,
   ) {}
 
   private get prefix(): string {
@@ -149,7 +151,7 @@ export class Merger {
         for (const dir of (JSON.parse(body.toString('utf8')) as CommitObject).partitions) {
           const p = parsePartitionDir(dir);
           if (!p) continue;
-          for (const hour of [p.hour - HOUR, p.hour, p.hour + HOUR]) groups.add(groupId({ ...p, hour }));
+          for (const hour of [p.hour - HOUR, p.hour, p.hour + HOUR]) if (this.hours(hour)) groups.add(groupId({ ...p, hour }));
         }
         offsets[r] = o.key;
       }
