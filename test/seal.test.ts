@@ -465,3 +465,24 @@ t.test(
     t.equal(n, 2, 'each row once');
   },
 );
+
+t.test('a series gap (no market) is sealed with the others', async (t) => {
+  const dir = testdir(t);
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const gaps = partitionOf('gaps', 'polymarket', 'btc', '5m', HOUR0);
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(gaps, [
+    { market_id: null, dataset: 'markets', from_ts: HOUR0 + 1000, to_ts: HOUR0 + 2000, reason: 'timeout', detail: null, failures: 1 },
+    { market_id: 'm1', dataset: 'books', from_ts: HOUR0 + 1000, to_ts: HOUR0 + 2000, reason: 'timeout', detail: null, failures: 1 },
+  ]);
+  await spool.close();
+  await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  const rows = await duck.rows(
+    `SELECT market_id, dataset FROM read_parquet(${sqlPath(path.join(lakePaths(dir).lake, partitionDir(gaps), '*.parquet'))}) ORDER BY dataset`,
+  );
+  t.same(rows, [
+    { market_id: 'm1', dataset: 'books' },
+    { market_id: null, dataset: 'markets' },
+  ]);
+});

@@ -30,7 +30,8 @@ export function spoolSelect(dataset: Dataset): string {
 /** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
 export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
   const columns = SCHEMAS[dataset].map((c) => `${sqlIdent(c.name)}: '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
-  const first = sqlIdent(SCHEMAS[dataset][0].name);
+  // A line read whole has its time; a series' gap has no market_id (its first column), so the time decides.
+  const first = sqlIdent(SCHEMAS[dataset].find(isTime)!.name);
   return (
     `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
     `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE ${first} IS NOT NULL)`
