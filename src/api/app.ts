@@ -20,7 +20,7 @@ import { afterStartFailed, errorPath } from './middleware/errorpath.js';
 import { readsOnly } from './middleware/readsonly.js';
 import { requestLine } from './middleware/requestline.js';
 import { respond } from './respond.js';
-import type { PathParams, Query, RequestContext, Route } from './route.js';
+import { type PathParams, type Query, type RequestContext, type Route, exporting } from './route.js';
 
 export interface AppOptions {
   routes: Route[];
@@ -113,10 +113,12 @@ export function createApp(options: AppOptions): App {
         signal: ctx.state.signal,
         gzip: takes(ctx, 'gzip'),
       };
-      // Each key waits in its own line, weighted by its plan's rate (api/admission.ts).
-      const release = route.heavy
-        ? await admission.enter(ctx.state.signal, { id: key?.key_id ?? `address:${ctx.ip}`, weight: options.rate(key?.plan ?? 'free') })
-        : null;
+      // Each key waits in its own line, weighted by its plan's rate (api/admission.ts). An export
+      // (format=csv|parquet) is admitted by an export slot instead (api/exports.ts).
+      const release =
+        route.heavy && !exporting(rc.query)
+          ? await admission.enter(ctx.state.signal, { id: key?.key_id ?? `address:${ctx.ip}`, weight: options.rate(key?.plan ?? 'free') })
+          : null;
       let result;
       try {
         result = await route.handle(rc);

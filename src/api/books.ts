@@ -29,6 +29,7 @@ import {
   pagination,
   resolveOutcome,
   sql,
+  exporting,
 } from './route.js';
 import { type BookLike, type RenderedSnapshots, bookJson, iso, marketBooks, pageFromBooks, rowBook, snapshotsJson } from './shape.js';
 import type { JsonRow } from '../lake/duckdb.js';
@@ -122,7 +123,7 @@ export function bookHandlers(kit: RouteKit) {
       const m = findMarket(venue, ctx, ctx.path.coin);
       const scope = `${id}:${m.market_id}`;
       const { pq, req } = pageQuery(ctx, m, scope, resolveOutcome(m, ctx.query.outcome, null));
-      if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'snapshots', pq, 'books');
+      if (exporting(ctx.query)) return exportFile(kit, ctx, m, 'snapshots', pq, 'books');
       const ladders = ctx.query.include_orderbook === undefined ? ladderDefault : ctx.query.include_orderbook === 'true';
       const plan = planPartitions('books', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;

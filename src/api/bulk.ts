@@ -5,6 +5,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Venue } from '../config.js';
 import { COVERAGE } from '../coverage.js';
+import type { Params } from '../lake/duckdb.js';
 import type { Partition } from '../lake/layout.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { EXPORT_BOOK_COLUMNS, emptyRelation, relation, sqlPath } from '../lake/sql.js';
@@ -32,43 +33,56 @@ export async function exportFile(
   ctx.stats.partitions = plan.partitions.length;
   const columns =
     dataset === 'books' ? EXPORT_BOOK_COLUMNS : dataset === 'trades' ? TRADE_COLUMNS : ['ts', 'market_id', 'outcome_index', metric!];
-  const files = await lake.files(plan.partitions, m.market_id);
-  const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
-  const { sql: query, params } = exportSql(source, pq, kind, format, scansInOrder(files), metric);
   const span = `${iso(plan.from)}_${iso(plan.to)}`.replace(/[:.]/g, '');
-  return writeExport(kit, ctx, query, params, format, `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}`);
+  return writeExport(kit, ctx, format, `${m.market_id}-${kind}${metric ? `-${metric}` : ''}-${span}`, async () => {
+    const files = await lake.files(plan.partitions, m.market_id);
+    const source = relation(dataset, files, columns) ?? emptyRelation(dataset, columns);
+    return exportSql(source, pq, kind, format, scansInOrder(files), metric);
+  });
 }
 
 /** Refuses paging parameters with a file format: the whole range comes as one file. */
 export function exportFormat(ctx: RequestContext): 'csv' | 'parquet' {
   const format = ctx.query.format === 'parquet' ? 'parquet' : 'csv';
-  for (const name of ['limit', 'cursor'] as const) {
-    if (ctx.query[name] !== undefined)
+  for (const name of ['cursor', 'limit'] as const) {
+    if (ctx.query[name] !== undefined) {
       fail('INVALID_PARAMETER', `Parameter "${name}" is not accepted with format=${format}: the whole range comes as one file`, [
-        { param: name, message: 'not with csv or parquet' },
+        { param: name, message: 'not accepted with a file format' },
       ]);
+    }
   }
   return format;
 }
 
-/** A query's rows streamed as one file while DuckDB writes it (an export slot of its own). */
+/**
+ * Holds an export slot first (refused at once when every one is held), then plans the export
+ * (`plan`: its SQL, every value bound) and streams what DuckDB writes.
+ */
 export async function writeExport(
   kit: RouteKit,
   ctx: RequestContext,
-  query: string,
-  params: Record<string, string | number>,
   format: 'csv' | 'parquet',
   name: string,
+  plan: () => Promise<{ sql: string; params: Params }>,
 ): Promise<Result> {
   const { deps } = kit;
-  await fs.mkdir(deps.exportDir, { recursive: true });
+  const slot = deps.exports.reserve();
+  let query: { sql: string; params: Params };
+  try {
+    query = await plan();
+    await fs.mkdir(deps.exportDir, { recursive: true });
+  } catch (err) {
+    slot.release();
+    throw err;
+  }
   const file = path.join(deps.exportDir, `${randomUUID()}.${format}`);
   // The Parquet writer holds a whole row group in memory: small ones.
   const options = format === 'csv' ? 'FORMAT csv, HEADER' : 'FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 8192';
   const { stream, rows } = await deps.exports.start(
+    slot,
     file,
-    `COPY (${query}) TO ${sqlPath(file)} (${options}, USE_TMP_FILE false)`,
-    params,
+    `COPY (${query.sql}) TO ${sqlPath(file)} (${options}, USE_TMP_FILE false)`,
+    query.params,
     ctx.signal,
   );
   void rows.then(

@@ -5,7 +5,9 @@
 // (and each pending open of a pipe) holds one of libuv's few threadpool threads; four of them
 // stalled every query and capture's fsync. A file lets the COPY finish at disk speed whatever
 // the client does, and only a bounded number of exports exist at once: beyond the pool, 503
-// with Retry-After. A reader that takes less than a minimum rate while bytes wait for it, for a
+// with Retry-After, before any work. An export is admitted by its slot alone, not by the page
+// admission (api/admission.ts): its COPY runs on a lane of its own, and a page queued behind
+// exports waiting for their first bytes was shed on a busy machine. A reader that takes less than a minimum rate while bytes wait for it, for a
 // sustained time, is cut off, so two stalled clients cannot hold the slots for as long as their
 // sockets stay open. The file is removed on every exit path (done, failed, client gone, too
 // slow), and the export directory is emptied at start for what a crash left.
@@ -46,36 +48,57 @@ export class ExportPool {
     return this.active;
   }
 
-  /**
-   * Starts `COPY (<sql>) TO <file>` and resolves once the file is worth streaming (bytes
-   * written, or the COPY done). A COPY that fails first throws, so the caller still sends a
-   * clean error. The slot is held until the stream closes; the connection only until the COPY ends.
-   */
-  async start(file: string, copy: string, params: Params, signal: AbortSignal): Promise<{ stream: Readable; rows: Promise<number> }> {
+  /** Holds a slot, or refuses at once when every one is held. `release` is idempotent. */
+  reserve(): { release: () => void } {
     if (this.active >= this.size) {
       fail('UNAVAILABLE', `All ${this.size} export slots are busy; retry in a few seconds`, [], { 'Retry-After': '2' });
     }
     this.active++;
-    const lane = this.idle.pop()!;
     let released = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      this.active--;
-      void fs.rm(file, { force: true });
+    return {
+      release: () => {
+        if (released) return;
+        released = true;
+        this.active--;
+      },
     };
+  }
+
+  /**
+   * Starts `COPY (<sql>) TO <file>` on a reserved slot and resolves once the file is worth
+   * streaming (bytes written, or the COPY done). A COPY that fails first throws, so the caller
+   * still sends a clean error. The slot is held until the stream closes (released on every path,
+   * the file removed); the connection only until the COPY ends.
+   */
+  async start(
+    slot: { release: () => void },
+    file: string,
+    copy: string,
+    params: Params,
+    signal: AbortSignal,
+  ): Promise<{ stream: Readable; rows: Promise<number> }> {
+    // As many lanes as slots, and a slot is held until its COPY has ended: a held slot always finds a lane.
+    const lane = this.idle.pop()!;
+    /** Settles once the lane is back in the pool, after its COPY has ended. */
+    let copying: Promise<void> | null = null;
+    // The file goes once the COPY is over (removed sooner, a COPY still opening it would make it anew).
+    const release = () =>
+      void (copying ?? Promise.resolve()).then(() => {
+        slot.release();
+        return fs.rm(file, { force: true });
+      });
     try {
       await fs.writeFile(file, '', { mode: 0o600 });
       const handle = await fs.open(file, 'r');
-      const rows = lane
-        .for(signal)
-        .run(copy, params)
-        .finally(() => this.idle.push(lane));
+      const rows = lane.for(signal).run(copy, params);
       const settled = rows.then(
         () => null,
         (err: unknown) => err as Error,
       );
-      const stream = new GrowingFile(handle, settled, release, this.minRate, () => this.slowReaders++);
+      copying = settled.then(() => void this.idle.push(lane));
+      // The slot is free once every byte is read from the file, before the client has the last of
+      // them: one export after another never finds it still held.
+      const stream = new GrowingFile(handle, settled, slot.release, release, this.minRate, () => this.slowReaders++);
       const first = await Promise.race([stream.waitForBytes(), settled]);
       if (first instanceof Error) {
         stream.destroy();
@@ -83,6 +106,7 @@ export class ExportPool {
       }
       return { stream, rows };
     } catch (err) {
+      if (!copying) this.idle.push(lane);
       release();
       throw err;
     }
@@ -104,6 +128,7 @@ class GrowingFile extends Readable {
   constructor(
     private readonly handle: fs.FileHandle,
     settled: Promise<Error | null>,
+    private readonly onRead: () => void,
     private readonly onClose: () => void,
     minRate: MinimumRate,
     onSlow: () => void,
@@ -149,6 +174,7 @@ class GrowingFile extends Readable {
         return;
       }
       if (finished === null) {
+        this.onRead();
         this.push(null);
         return;
       }

@@ -9,7 +9,7 @@ import type { LakeReader } from '../lake/reader.js';
 import { HOUR } from '../time.js';
 import { fail } from '../edge/errors.js';
 import { REFERENCE_COLUMNS, referenceExportSql, referenceSql } from './plan.js';
-import { type RequestContext, type Result, type RouteKit, listRequest, pagination, rowsOf, sql } from './route.js';
+import { type RequestContext, type Result, type RouteKit, exporting, listRequest, pagination, rowsOf, sql } from './route.js';
 import { iso } from './shape.js';
 
 interface Observation {
@@ -35,14 +35,15 @@ export function referenceHandlers(kit: RouteKit) {
       fail('INVALID_RANGE', `The range is longer than ${deps.maxRangeMs / 86_400_000} days`, [
         { param: 'end_time', message: 'range too long' },
       ]);
-    const files = await referenceFiles(lake, ctx, coin, from, to);
-    if (ctx.query.format && ctx.query.format !== 'json') {
+    if (exporting(ctx.query)) {
       const format = exportFormat(ctx);
-      const rel = referenceRelation(files);
-      const { sql: query, params } = referenceExportSql(rel, { source, from, to, order: req.order }, format);
       const span = `${iso(from)}_${iso(to)}`.replace(/[:.]/g, '');
-      return writeExport(kit, ctx, query, params, format, `reference-${coin}-${source}-${span}`);
+      return writeExport(kit, ctx, format, `reference-${coin}-${source}-${span}`, async () => {
+        const rel = referenceRelation(await referenceFiles(lake, ctx, coin, from, to));
+        return referenceExportSql(rel, { source, from, to, order: req.order }, format);
+      });
     }
+    const files = await referenceFiles(lake, ctx, coin, from, to);
     const scope = `reference:${coin}`;
     const after = req.cursor ? Number(cursors.read(req.cursor, scope, req.filters)[0]) : null;
     const source_ = relation('reference', files);

@@ -49,6 +49,11 @@ export type Query = {
   resolution_check?: ResolutionCheck[];
 };
 
+/** Whether the request asks for the range as a file (format=csv|parquet) rather than a page. */
+export function exporting(query: Query): boolean {
+  return query.format !== undefined && query.format !== 'json';
+}
+
 /** Every field of `Query`; a test checks these are exactly the query parameters params.ts declares. */
 export const QUERY_FIELDS = [
   'coin',

@@ -18,6 +18,7 @@ import {
   pagination,
   resolveOutcome,
   sql,
+  exporting,
 } from './route.js';
 import { iso } from './shape.js';
 
@@ -34,7 +35,7 @@ export function seriesHandlers(kit: RouteKit) {
       // Required by the route's ParamSpecs: validation refused the request without it.
       const metric = ctx.query.metric!;
       if (metric === 'reference') return referenceSeries(ctx, m, pq, req, scope);
-      if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'timeseries', pq, 'metrics', metric);
+      if (exporting(ctx.query)) return exportFile(kit, ctx, m, 'timeseries', pq, 'metrics', metric);
       const plan = planPartitions('metrics', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
       const source = relation('metrics', await lake.files(plan.partitions), ['ts', 'market_id', 'outcome_index', metric]);
@@ -69,14 +70,15 @@ export function seriesHandlers(kit: RouteKit) {
 
   /** The coin's Chainlink price over the market's range, with the feed's gaps: the record's open and close are read from the same observations. */
   const referenceSeries = async (ctx: RequestContext, m: StoredMarket, pq: PageQuery, req: ListRequest, scope: string): Promise<Result> => {
+    if (exporting(ctx.query)) {
+      const format = exportFormat(ctx);
+      return writeExport(kit, ctx, format, `${m.market_id}-timeseries-reference`, async () => {
+        const rel = referenceRelation(await referenceFiles(lake, ctx, m.coin, pq.from, pq.to));
+        return referenceSamplesSql(rel, { ...pq, after: null }, null, format === 'csv');
+      });
+    }
     const files = await referenceFiles(lake, ctx, m.coin, pq.from, pq.to);
     const symbol = referenceSymbol('chainlink', m.coin);
-    if (ctx.query.format && ctx.query.format !== 'json') {
-      const format = exportFormat(ctx);
-      const rel = referenceRelation(files);
-      const { sql: query, params } = referenceSamplesSql(rel, { ...pq, after: null }, null, format === 'csv');
-      return writeExport(kit, ctx, query, params, format, `${m.market_id}-timeseries-reference`);
-    }
     const rel = relation('reference', files);
     const rows = rel
       ? await lake.duck

@@ -16,6 +16,7 @@ import {
   resolveOutcome,
   rowsOf,
   sql,
+  exporting,
 } from './route.js';
 import { iso } from './shape.js';
 
@@ -31,7 +32,7 @@ export function tradeHandlers(kit: RouteKit) {
       const scope = `${id}:${m.market_id}`;
       const outcome = resolveOutcome(m, ctx.query.outcome, null);
       const { pq, req } = pageQuery(ctx, m, scope, outcome);
-      if (ctx.query.format && ctx.query.format !== 'json') return exportFile(kit, ctx, m, 'trades', pq, 'trades');
+      if (exporting(ctx.query)) return exportFile(kit, ctx, m, 'trades', pq, 'trades');
       const plan = planPartitions('trades', m, pq.from, pq.to);
       ctx.stats.partitions = plan.partitions.length;
       const source = relation('trades', await lake.files(plan.partitions, m.market_id), TRADE_COLUMNS);
