@@ -7,7 +7,7 @@ import t, { type Test } from 'tap';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
-import { type RecorderClaims, disagreements, mergeGaps, mergeRows, readGaps, writeGaps } from '../src/lake/merge.js';
+import { type RecorderClaims, disagreements, mergeGaps, mergeRows, readGaps, recorderClaims, writeGaps } from '../src/lake/merge.js';
 import { sealDue } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import { sqlPath } from '../src/lake/sql.js';
@@ -234,8 +234,26 @@ t.test('a gap survives only where no other recorder vouches for the span', async
   const duck = await Duck.open(1);
   t.teardown(() => duck.close());
   const out = testdir(t);
-  const entry = await writeGaps(duck, out, gaps, both, 'gaps.parquet', { sources: ['x'], writtenAt: 1 });
-  t.equal(entry!.rows, 2);
+  const bothClaims = [
+    claims('a', [gap(S + 10_000, S + 70_000)], S, 2 * end),
+    claims('b', [gap(S + 50_000, S + 90_000, 'stream_stalled')], null, end),
+  ];
+  const entry = await writeGaps(duck, out, gaps, both, 'gaps.parquet', {
+    sources: ['x'],
+    writtenAt: 1,
+    claims: recorderClaims(bothClaims),
+  });
+  t.equal(entry.rows, 2);
+  // Each recorder's claim as the entry keeps it: every market either saw, its own first book and gaps.
+  t.same(entry.recorders, {
+    a: { horizon: 2 * end, markets: { m1: { first: S, gaps: [[S + 10_000, S + 70_000, 'process_down']] } } },
+    b: { horizon: end, markets: { m1: { first: null, gaps: [[S + 50_000, S + 90_000, 'stream_stalled']] } } },
+  });
+  // No gap left: a file of no rows, so the claims are kept all the same.
+  const none = await writeGaps(duck, out, gaps, [], 'none.parquet', { sources: ['x'], writtenAt: 1, claims: recorderClaims(bothClaims) });
+  t.equal(none.rows, 0);
+  t.same(Object.keys(none.recorders!), ['a', 'b']);
+  t.same(await readGaps(duck, [path.join(out, partitionDir(gaps), 'none.parquet')]), []);
   const file = path.join(out, partitionDir(gaps), 'gaps.parquet');
   t.same(
     (await readGaps(duck, [file])).map((g) => g.reason),

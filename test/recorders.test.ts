@@ -194,11 +194,38 @@ t.test('an API process serves the record from the bucket: the windows B covered 
     (m) => Date.parse(m.start_time) >= START + 5 * MIN && Date.parse(m.end_time) <= HOUR10 + 60 * MIN,
   );
   t.ok(windows.length >= 4, `${windows.length} windows of hour 10 after both recorders had started`);
+  type Covered = { share: number; by_reason: Record<string, number>; by_cause: Record<string, number> };
+  const overlaps = (w: { start_time: string; end_time: string }, [from, to]: readonly [number, number]) =>
+    Date.parse(w.start_time) < to && Date.parse(w.end_time) > from;
+  let aBehind = 0;
   for (const w of windows) {
     const cert = await get(`/v3/btc/markets/${w.market_id}/certificate`);
-    const data = cert.body.data as { coverage: { share: number; by_reason: Record<string, number> } };
-    const both = Date.parse(w.start_time) < DOWN['rec-b'][1] && Date.parse(w.end_time) > DOWN['rec-b'][0];
+    const data = cert.body.data as {
+      coverage: Covered;
+      recorders: Record<string, { coverage: Covered; gaps: { from: string; to: string; reason: string }[] }> | null;
+    };
+    const both = overlaps(w, DOWN['rec-b']);
     if (both) t.ok(data.coverage.by_reason.process_down > 0, `${w.start_time}: both were down, and it says so`);
     else t.same(data.coverage.by_reason.process_down ?? 0, 0, `${w.start_time}: one recorder was up throughout: no downtime`);
+    // Beside the record, each recorder's own coverage: its downtime is its gap, and the record covers at least what each did.
+    const own = data.recorders!;
+    t.same(Object.keys(own).sort(), recorders, `${w.start_time}: each recorder's coverage`);
+    for (const r of recorders) {
+      const down = overlaps(w, DOWN[r]);
+      // Down over the window: its downtime gap, or (a market it did not hold yet when stopped) no book of it: unrecorded.
+      const missed = own[r].coverage.by_cause.capture + own[r].coverage.by_cause.unrecorded;
+      if (down) t.ok(missed > 0, `${w.start_time}: ${r} was down, and its coverage says so (${missed} s)`);
+      else t.same(own[r].coverage.by_reason.process_down ?? 0, 0, `${w.start_time}: ${r} was up`);
+      t.ok(
+        data.coverage.share >= own[r].coverage.share,
+        `${w.start_time}: the record covers ${data.coverage.share}, ${r} ${own[r].coverage.share}`,
+      );
+      t.ok(
+        own[r].gaps.every((g) => g.reason !== 'unpublished'),
+        `${w.start_time}: ${r} had published the window when merged`,
+      );
+    }
+    if (overlaps(w, DOWN['rec-a']) && !both && data.coverage.share > own['rec-a'].coverage.share) aBehind++;
   }
+  t.ok(aBehind > 0, `${aBehind} windows where the record covers more than A did: B's books filled A's downtime`);
 });

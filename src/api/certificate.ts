@@ -11,7 +11,9 @@ import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
 import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
 import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
+import { partitionOf } from '../lake/layout.js';
 import type { HashChecks, Verifications } from '../lake/manifest.js';
+import type { StoredMarket } from '../lake/reader.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
 import { iso, referenceJson } from './shape.js';
 
@@ -74,6 +76,32 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
 }
 
 /** Books by label from the certificate's figures (none without books), `unknown` for books recorded before labels were kept. */
+/**
+ * Each recorder's own coverage of the window, from the claims the merged record's gaps file keeps
+ * (lake/merge.ts); null for a record only one recorder made. Past a recorder's horizon (what it
+ * had sealed and published when merged) it vouches for nothing: that span is `unpublished`.
+ */
+function recordersOf(lake: LakeReader, m: StoredMarket, asOf: number) {
+  const claims = lake.sealedOf(partitionOf('gaps', m.venue, m.coin, m.window, m.start_time)).find((f) => f.recorders)?.recorders;
+  if (!claims) return null;
+  const to = Math.min(m.end_time, asOf);
+  return Object.fromEntries(
+    Object.entries(claims).map(([recorder, claim]) => {
+      const mine = claim.markets[m.market_id];
+      const gaps = (mine?.gaps ?? []).map(([from_ts, to_ts, reason]) => ({ from_ts, to_ts, reason }));
+      if (claim.horizon < to) gaps.push({ from_ts: claim.horizon, to_ts: to, reason: 'unpublished' });
+      const shown = gaps.filter((g) => g.to_ts > m.start_time && g.from_ts < to);
+      return [
+        recorder,
+        {
+          coverage: coverageOf({ start: m.start_time, end: m.end_time, first: mine?.first ?? null, gaps, now: asOf }),
+          gaps: shown.map((g) => ({ from: iso(Math.max(g.from_ts, m.start_time)), to: iso(Math.min(g.to_ts, to)), reason: g.reason })),
+        },
+      ];
+    }),
+  );
+}
+
 function verificationsOf(figures: Record<string, unknown> | undefined): Verifications {
   return Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, Number(figures?.[v] ?? 0)])) as Verifications;
 }
@@ -138,6 +166,8 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
             hash_check: hashChecksOf(figures),
           },
           trades: Object.fromEntries(counts.map((r) => [r.source as string, r.n as number])),
+          // A record merged from several recorders: each one's own coverage beside the record's.
+          recorders: recordersOf(lake, m, asOf),
           // Receive time less the venue's time of each book in the window: latency and skew (and, polled, the book's age).
           clock_offset_ms: p50 === null || p99 === null ? null : { p50, p99 },
           // The resolution checked against the coin's recorded Chainlink price, and how much of the window that price covers.

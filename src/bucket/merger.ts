@@ -21,6 +21,7 @@ import {
   mergeGaps,
   mergeRows,
   readGaps,
+  recorderClaims,
   writeGaps,
 } from '../lake/merge.js';
 import type { Logger } from '../log.js';
@@ -270,7 +271,6 @@ export class Merger {
             await Promise.all(recorders.map((r) => input({ r, m: books(r) }, 'books', g.hour))),
           );
           report.disagreements += found.length;
-          if (own.every((o) => o.m === null) && !found.length) continue;
           const claims: RecorderClaims[] = [];
           for (const r of recorders) {
             const mine = near.filter((n) => n.r === r);
@@ -290,7 +290,7 @@ export class Merger {
             claims.push({ recorder: r, own: ownGaps, near: nearGaps, first, horizon: clip(r) });
           }
           const gaps = mergeGaps(claims, found, g.hour + HOUR);
-          entry = await writeGaps(this.duck, outDir, p, gaps, name, { sources, writtenAt });
+          entry = await writeGaps(this.duck, outDir, p, gaps, name, { sources, writtenAt, claims: recorderClaims(claims) });
         } else {
           const inputs = await Promise.all(own.map((o) => input(o, dataset, g.hour)));
           entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt });

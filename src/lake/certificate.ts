@@ -27,6 +27,8 @@ const CAUSES: Record<string, GapCause> = {
   stream_late: 'unproved',
   // Two recorders kept different books at one venue instant: the record holds neither (lake/merge.ts).
   recorders_disagree: 'unproved',
+  // A recorder of a merged record had not sealed and published this span when merged (api/certificate.ts).
+  unpublished: 'capture',
 };
 
 export function causeOf(reason: string): GapCause {

@@ -40,6 +40,20 @@ export interface ManifestFile {
    * Present exactly when the file has the columns.
    */
   venue_text?: VenueTextCounts;
+  /**
+   * Merged gaps files (lake/merge.ts): what each recorder vouched for of each market's books, so
+   * the certificate shows every recorder's coverage beside the record's. Written for every group
+   * a recorder kept books or gaps of (the file has no rows when none was left a gap).
+   */
+  recorders?: Record<string, RecorderClaim>;
+}
+
+/** What one recorder vouched for of the markets of a merged group, as the merge read it. */
+export interface RecorderClaim {
+  /** Everything it recorded before this was sealed and published when merged; it vouches for nothing after. */
+  horizon: number;
+  /** Per market: its first book (the hours either side of the group's included), or null, and its books gaps. */
+  markets: Record<string, { first: number | null; gaps: [from: number, to: number, reason: string][] }>;
 }
 
 export interface VenueTextCounts {

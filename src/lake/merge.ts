@@ -13,7 +13,7 @@ import path from 'node:path';
 import type { Dataset, GapRow } from '../records.js';
 import type { Duck } from './duckdb.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
-import type { ManifestFile } from './manifest.js';
+import type { ManifestFile, RecorderClaim } from './manifest.js';
 import { parquetSource, sqlIdent, sqlPath, sqlString } from './sql.js';
 import { writeParquet } from './writer.js';
 
@@ -233,6 +233,34 @@ export function mergeGaps(recorders: readonly RecorderClaims[], found: readonly 
   );
 }
 
+/**
+ * Each recorder's claim on the markets of a group, as its manifest entry keeps it: every market
+ * some recorder has a first book or a books gap of, with this recorder's first book (null when it
+ * has none) and its books gaps (its own and the hours either side, open ones included).
+ */
+export function recorderClaims(recorders: readonly RecorderClaims[]): Record<string, RecorderClaim> {
+  const markets = new Set<string>();
+  for (const r of recorders) {
+    for (const m of r.first.keys()) markets.add(m);
+    for (const g of r.near) if (g.dataset === 'books' && g.market_id !== null) markets.add(g.market_id);
+  }
+  const ordered = [...markets].sort();
+  const out: Record<string, RecorderClaim> = {};
+  for (const r of [...recorders].sort((a, b) => a.recorder.localeCompare(b.recorder))) {
+    const claim: RecorderClaim = { horizon: r.horizon, markets: {} };
+    for (const market of ordered) {
+      const seen = new Map<string, [number, number, string]>();
+      for (const g of r.near)
+        if (g.dataset === 'books' && g.market_id === market)
+          seen.set(JSON.stringify([g.from_ts, g.to_ts, g.reason]), [g.from_ts, g.to_ts, g.reason]);
+      const gaps = [...seen.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2].localeCompare(b[2]));
+      claim.markets[market] = { first: r.first.get(market) ?? null, gaps };
+    }
+    out[r.recorder] = claim;
+  }
+  return out;
+}
+
 /** Gap rows of sealed files, times in epoch ms. */
 export async function readGaps(duck: Duck, files: readonly string[]): Promise<GapRow[]> {
   if (!files.length) return [];
@@ -251,16 +279,18 @@ export async function readGaps(duck: Duck, files: readonly string[]): Promise<Ga
   }));
 }
 
-/** Merged gaps as a sealed file of the gaps partition, through an NDJSON file beside it. */
+/**
+ * Merged gaps as a sealed file of the gaps partition, through an NDJSON file beside it, its entry
+ * carrying the recorders' claims (no rows when no gap was left, so the claims are still kept).
+ */
 export async function writeGaps(
   duck: Duck,
   lakeDir: string,
   partition: Partition,
   gaps: readonly MergedGap[],
   name: string,
-  { sources, writtenAt }: { sources: string[]; writtenAt: number },
-): Promise<ManifestFile | null> {
-  if (!gaps.length) return null;
+  { sources, writtenAt, claims }: { sources: string[]; writtenAt: number; claims: Record<string, RecorderClaim> },
+): Promise<ManifestFile> {
   const staging = path.join(lakeDir, `.${name}.ndjson`);
   await fs.mkdir(lakeDir, { recursive: true });
   await fs.writeFile(staging, gaps.map((g) => JSON.stringify(g)).join('\n') + '\n');
@@ -271,12 +301,13 @@ export async function writeGaps(
       .join(', ')} FROM read_json([${sqlPath(staging)}], format='newline_delimited', columns={${columns
       .map((c) => `${sqlIdent(c.name)}: '${c.type === 'TIMESTAMPTZ' ? 'BIGINT' : c.type}'`)
       .join(', ')}}))`;
-    return await writeParquet(duck, lakeDir, partition, name, source, sources, {
+    const entry = await writeParquet(duck, lakeDir, partition, name, source, sources, {
       extra: [RECORDERS_COLUMN],
       writtenAt,
       servingCopy: false,
       order: totalOrder('gaps'),
     });
+    return { ...entry, recorders: claims };
   } finally {
     await fs.rm(staging, { force: true });
   }
