@@ -4,6 +4,7 @@
 // recorder is down for a while (a capture stopped, then started again, as a restart does): the
 // record has no gap where the other was up, and exactly the span both were down is a gap with
 // both recorders' reasons.
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { type MergeReport, Merger } from '../src/bucket/merger.js';
@@ -48,7 +49,8 @@ async function record(config: Config, from: number, to: number) {
 
 const recorders = Object.keys(DOWN) as (keyof typeof DOWN)[];
 const configs = new Map(recorders.map((r) => [r, testConfig(path.join(testdir(t), r), { ...bucketEnv, RECORDER_ID: r })]));
-const merger = new Merger(main, path.join(testdir(t), 'merge'), duck, quiet);
+const mergeDir = path.join(testdir(t), 'merge');
+const merger = new Merger(main, mergeDir, duck, quiet);
 // A's lake is merged alone first (B has published nothing yet), then again with B's: the record grows.
 const alone: MergeReport[] = [];
 for (const r of recorders) {
@@ -229,3 +231,36 @@ t.test('an API process serves the record from the bucket: the windows B covered 
   }
   t.ok(aBehind > 0, `${aBehind} windows where the record covers more than A did: B's books filled A's downtime`);
 });
+
+t.test(
+  'a merged file no manifest names (a lost race, a kill before the manifest) is deleted after its grace; a named one stays',
+  async (t) => {
+    const m = (await merged('books'))!;
+    const lost = 'merged-0000000000000000.parquet';
+    const orphanKey = dataKey(main.config.prefix, `${m.partition}/${lost}`);
+    await main.put(orphanKey, Buffer.from('PAR1 put, then the race was lost'));
+    const namedKey = dataKey(main.config.prefix, `${m.partition}/${m.files[0].name}`);
+    // The state a merger leaves when killed between putting a file and the manifest naming it.
+    const work = path.join(testdir(t), 'sweeper');
+    await fs.mkdir(work, { recursive: true });
+    const at = Date.now();
+    await fs.writeFile(
+      path.join(work, 'merge.json'),
+      JSON.stringify({
+        offsets: {},
+        pending: [],
+        unnamed: [
+          { key: orphanKey, partition: m.partition, name: lost, at },
+          { key: namedKey, partition: m.partition, name: m.files[0].name, at },
+        ],
+      }),
+    );
+    const none = () => false;
+    t.equal((await new Merger(main, work, duck, quiet, none, 3_600_000).pass()).orphans_deleted, 0, 'within its grace, left alone');
+    t.ok(await main.head(orphanKey));
+    t.equal((await new Merger(main, work, duck, quiet, none, 0).pass()).orphans_deleted, 1, 'after it, the unnamed one is deleted');
+    t.equal(await main.head(orphanKey), null);
+    t.ok(await main.head(namedKey), 'the file the manifest names stays');
+    t.same(JSON.parse(await fs.readFile(path.join(work, 'merge.json'), 'utf8')).unnamed, [], 'nothing left to look at');
+  },
+);

@@ -243,6 +243,9 @@ export function auditStream(
             from,
             to,
             rows: [list[0]?.ex, list.at(-1)?.ex, list.length],
+            firstRows: list.slice(0, 3).map((r) => [r.ts, r.ex, r.verified_by]),
+            otherOutcome: (byToken.get(`${known.market_id}:${1 - index}`) ?? []).slice(0, 3).map((r) => [r.ts, r.ex, r.verified_by]),
+            subscribedOther: run.subscribedAt(known.market_id, (1 - index) as 0 | 1),
             gaps: gaps.filter((g) => g.market_id === known.market_id),
           };
         }

@@ -49,6 +49,8 @@ export interface MergeReport {
   disagreements: number;
   /** Groups left for a later pass: a recorder's horizon short of them, or a failure. */
   pending: number;
+  /** Files this merger put that no manifest came to name (a lost race, or a stop in between), deleted. */
+  orphans_deleted: number;
 }
 
 interface Group {
@@ -82,6 +84,11 @@ interface State {
   /** Per recorder, the last of its commit objects applied. */
   offsets: Record<string, string>;
   pending: string[];
+  /**
+   * Files put and not yet named by the manifest put after them (written before the file is put, so
+   * a process killed in between still knows): each is deleted once no manifest names it after `graceMs`.
+   */
+  unnamed?: { key: string; partition: string; name: string; at: number }[];
 }
 
 /** One recorder's manifest of one partition as the bucket holds it now. */
@@ -107,6 +114,11 @@ export class Merger {
     private readonly log: Logger,
     /** Which hours' groups this merger merges (all by default): a job merging a range, a test its hour. */
     private readonly hours: (hour: number) => boolean = () => true,
+    /**
+     * How long a file put and named by no manifest is left alone: another merger of the same inputs
+     * may have put the same file (same name) and be about to name it.
+     */
+    private readonly graceMs = 10 * 60_000,
   ) {}
 
   private get prefix(): string {
@@ -157,10 +169,19 @@ export class Merger {
         offsets[r] = o.key;
       }
     }
+    const orphans = await this.sweep(state);
     const horizonsKey = JSON.stringify([...horizons]);
     if (horizonsKey !== this.lastHorizons) for (const id of state.pending) groups.add(id);
     this.lastHorizons = horizonsKey;
-    const report: MergeReport = { recorders: recorders.length, groups: 0, partitions: 0, files_put: 0, disagreements: 0, pending: 0 };
+    const report: MergeReport = {
+      recorders: recorders.length,
+      groups: 0,
+      partitions: 0,
+      files_put: 0,
+      disagreements: 0,
+      pending: 0,
+      orphans_deleted: orphans,
+    };
     const pending = new Set(state.pending);
     for (const id of [...groups].sort()) {
       if (this.stopping) {
@@ -179,9 +200,8 @@ export class Merger {
       }
     }
     report.pending = pending.size;
-    this.state = { offsets, pending: [...pending].sort() };
-    await fs.mkdir(this.workDir, { recursive: true });
-    await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+    this.state = { ...state, offsets, pending: [...pending].sort() };
+    await this.saveState();
     if (report.partitions > 0) this.log.info(report, 'merged');
     return report;
   }
@@ -296,13 +316,12 @@ export class Merger {
           entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt });
         }
         const files: ManifestFile[] = [];
+        let intent: NonNullable<State['unnamed']>[number] | null = null;
         if (entry) {
           const file = path.join(outDir, partitionDir(p), name);
-          await this.s3.put(
-            dataKey(this.prefix, `${partitionDir(p)}/${name}`),
-            { file, size: entry.bytes, sha256: entry.sha256 },
-            { sha256: entry.sha256 },
-          );
+          intent = { key: dataKey(this.prefix, `${partitionDir(p)}/${name}`), partition: partitionDir(p), name, at: Date.now() };
+          await this.intend(intent);
+          await this.s3.put(intent.key, { file, size: entry.bytes, sha256: entry.sha256 }, { sha256: entry.sha256 });
           report.files_put++;
           files.push(entry);
         }
@@ -316,14 +335,15 @@ export class Merger {
           );
         } catch (err) {
           // Another merger replaced it since it was read (RGW may say so with a 500, not a 412: see
-          // edge/keys.ts): the next pass looks again. The file put for it stays: another merger of the
-          // same inputs may have named it meanwhile.
+          // edge/keys.ts): the next pass looks again. The file put for it stays for now (another merger
+          // of the same inputs may have named it meanwhile); `sweep` deletes it if none came to.
           if (err instanceof S3Error && (err.status === 412 || err.status >= 500)) {
             raced = true;
             continue;
           }
           throw err;
         }
+        if (intent) this.state!.unnamed = (this.state!.unnamed ?? []).filter((u) => u !== intent);
         // The files the replaced manifest named leave the bucket, as a compaction's do: a glob over
         // the bucket must not read an hour twice (a replica fetching one just then is told to retry).
         const kept = new Set(files.map((f) => f.name));
@@ -341,6 +361,50 @@ export class Merger {
       await this.s3.put(commitKey(this.prefix, commit.at), Buffer.from(JSON.stringify(commit)));
     }
     return complete && !raced;
+  }
+
+  private async saveState(): Promise<void> {
+    await fs.mkdir(this.workDir, { recursive: true });
+    await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+  }
+
+  /** Notes a file about to be put, durably, before it is. */
+  private async intend(u: NonNullable<State['unnamed']>[number]): Promise<void> {
+    this.state!.unnamed = [...(this.state!.unnamed ?? []), u];
+    await this.saveState();
+  }
+
+  /**
+   * Deletes the files this merger put that no manifest names `graceMs` after they were last put
+   * (by it or by another merger of the same inputs); returns how many.
+   */
+  private async sweep(state: State): Promise<number> {
+    const now = Date.now();
+    let deleted = 0;
+    const kept: NonNullable<State['unnamed']> = [];
+    for (const u of state.unnamed ?? []) {
+      if (now - u.at < this.graceMs) {
+        kept.push(u);
+        continue;
+      }
+      const p = parsePartitionDir(u.partition);
+      const body = p ? await this.s3.get(manifestKey(this.prefix, p)) : null;
+      const named = body && (JSON.parse(body.toString('utf8')) as PartitionManifest).files.some((f) => f.name === u.name);
+      if (named) continue;
+      const there = await this.s3.head(u.key);
+      if (!there) continue;
+      if (!(now - there.modified >= this.graceMs)) {
+        kept.push({ ...u, at: there.modified || now });
+        continue;
+      }
+      await this.s3.delete(u.key);
+      deleted++;
+    }
+    if (deleted || kept.length !== (state.unnamed ?? []).length) {
+      state.unnamed = kept;
+      if (deleted) this.log.info({ deleted }, 'merged files no manifest names deleted');
+    }
+    return deleted;
   }
 
   /** A recorder's files of a partition on local disk (fetched once per group and checked against their sha256). */

@@ -199,14 +199,14 @@ export class S3 {
     }
   }
 
-  async head(key: string): Promise<{ size: number; meta: Record<string, string> } | null> {
+  async head(key: string): Promise<{ size: number; modified: number; meta: Record<string, string> } | null> {
     const a = await this.request('HEAD', key);
     a.res.resume();
     if (a.status === 404) return null;
     if (a.status !== 200) throw new S3Error(a.status, `HTTP${a.status}`, `head ${key}: HTTP ${a.status}`);
     const meta: Record<string, string> = {};
     for (const [k, v] of Object.entries(a.headers)) if (k.startsWith('x-amz-meta-') && typeof v === 'string') meta[k.slice(11)] = v;
-    return { size: Number(a.headers['content-length']), meta };
+    return { size: Number(a.headers['content-length']), modified: Date.parse(String(a.headers['last-modified'])), meta };
   }
 
   async delete(key: string): Promise<void> {
