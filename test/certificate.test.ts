@@ -4,7 +4,9 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
+import { certificateBooksSql } from '../src/api/plan.js';
 import { causeOf, coverageOf } from '../src/lake/certificate.js';
+import { Duck } from '../src/lake/duckdb.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import type { PartitionManifest } from '../src/lake/manifest.js';
 import { WALLET_PREFIX } from '../src/standin/server.js';
@@ -56,6 +58,28 @@ t.test('an open window counts up to now; a market never recorded is unrecorded, 
   const notYet = coverageOf({ start: START, end: END, first: null, gaps: [], now: START - 5 * S });
   t.equal(notYet.window_seconds, 0, 'a window not begun has nothing to cover');
   t.equal(notYet.share, 0);
+});
+
+t.test("a market is covered once every outcome has a book: one outcome's alone vouches for nothing of the other", async (t) => {
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const row = (ms: number, market: string, outcome: number) =>
+    `(epoch_ms(${ms}::BIGINT), '${market}', ${outcome}, epoch_ms(${ms}::BIGINT), epoch_ms(${ms + 50}::BIGINT), 'snapshot', NULL)`;
+  const source = `SELECT * FROM (VALUES ${[
+    row(START - 30 * S, 'm', 0),
+    row(START + 20 * S, 'm', 1),
+    row(START + 100 * S, 'm', 0),
+    row(START + 10 * S, 'one', 0),
+  ].join(', ')}) v(ts, market_id, outcome_index, exchange_ts, recv_ts, verified_by, hash_check)`;
+  const figures = async (market: string) => {
+    const q = certificateBooksSql(source, { market_id: market, start: START, end: END, recorded_until: END + 60 * S }, 2);
+    return (await duck.rows(q.sql, q.params))[0];
+  };
+  const both = await figures('m');
+  t.equal(both.first, START - 30 * S, "the market's first book, of either outcome");
+  t.equal(both.whole, START + 20 * S, 'covered from the second outcome’s first book');
+  t.equal(coverageOf({ start: START, end: END, first: both.whole as number, gaps: [], now: END }).by_cause.unrecorded, 20);
+  t.equal((await figures('one')).whole, null, 'an outcome never recorded: never whole');
 });
 
 t.test('every reason capture records has a cause', async (t) => {

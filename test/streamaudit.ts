@@ -204,8 +204,19 @@ export function auditStream(
   const withheld: { market_id: string; at: number }[] = [];
   let audited = 0;
   let beforeFirst = 0;
+  // From when both outcomes have a book, as the certificate counts coverage: before it, one
+  // outcome's book was not known, and the record vouches for nothing of the market.
+  const firstOfOutcome = new Map<string, number>();
+  for (const r of rows) {
+    const key = `${r.market_id}:${r.outcome_index}`;
+    firstOfOutcome.set(key, Math.min(firstOfOutcome.get(key) ?? Infinity, r.ex));
+  }
   const firstOfMarket = new Map<string, number>();
-  for (const r of rows) firstOfMarket.set(r.market_id, Math.min(firstOfMarket.get(r.market_id) ?? Infinity, r.ex));
+  for (const r of rows)
+    firstOfMarket.set(
+      r.market_id,
+      Math.max(firstOfOutcome.get(`${r.market_id}:0`) ?? Infinity, firstOfOutcome.get(`${r.market_id}:1`) ?? Infinity),
+    );
   const uncovered: string[] = [];
   let firstUncovered: object | undefined;
   for (const known of run.markets.filter((k) => ofVenue(k.market_id))) {
@@ -229,7 +240,7 @@ export function auditStream(
           unknowable++;
           withheld.push({ market_id: known.market_id, at });
         } else if (at < (firstOfMarket.get(known.market_id) ?? Infinity)) {
-          // Before the market's first recorded book the record vouches for nothing (a certificate counts
+          // Before both outcomes have a recorded book the record vouches for nothing (a certificate counts
           // that time `unrecorded`, never covered): late, as a starved capture is, but not a false record.
           beforeFirst++;
         } else {

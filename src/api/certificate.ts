@@ -121,6 +121,7 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
       const books = relation('books', await lake.files(plan.partitions, m.market_id), [
         'ts',
         'market_id',
+        'outcome_index',
         'exchange_ts',
         'recv_ts',
         'verified_by',
@@ -132,14 +133,16 @@ export function certificateHandlers({ lake, findMarket }: RouteKit) {
         'source',
       ]);
       const params = { market_id: m.market_id, start: m.start_time, end: m.end_time, recorded_until: m.end_time + CAPTURE_LAG_MS };
-      const [figures] = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateBooksSql(books, params))) : [];
+      const [figures] = books ? await lake.duck.for(ctx.signal).rows(...sql(certificateBooksSql(books, params, m.outcomes.length))) : [];
       const counts = trades ? await lake.duck.for(ctx.signal).rows(...sql(certificateTradesSql(trades, params))) : [];
       const gaps = lake.gaps({ venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' }, m.start_time, m.end_time);
       const first = (figures?.first as number | null | undefined) ?? null;
       // Capture recording it now has shown it held the market up to its last heartbeat: no further.
       const held = lake.heldUntil(venue, m.market_id);
       const asOf = Math.min(ctx.now, held ?? Infinity);
-      const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now: asOf });
+      // Covered from the instant every outcome has a book: one outcome's book alone vouches for nothing of the other.
+      const whole = (figures?.whole as number | null | undefined) ?? null;
+      const coverage = coverageOf({ start: m.start_time, end: m.end_time, first: whole, gaps, now: asOf });
       const recordedUntil = m.end_time + CAPTURE_LAG_MS;
       const { pending, lastModified } = windowSpans(lake, m, ctx.now, (ps, market) => lake.spooled(ps, market));
       const [p50, p99] = [figures?.p50 ?? null, figures?.p99 ?? null] as (number | null)[];

@@ -189,12 +189,14 @@ export interface CertificateParams extends Record<string, string | number> {
 }
 
 /**
- * A market's first book (pre-open ones included), its books in the window, those by what vouched
+ * A market's first book (pre-open ones included), the instant from which every one of its
+ * `outcomes` has a book (`whole`: before it one outcome's book was not known, so the record vouches
+ * for nothing of the market; null while an outcome has none), its books in the window, those by what vouched
  * for them (`verified_by`, each label bound; `unknown`: null) and by what the venue's hash said
  * (`hash_check`, as `hash_<check>`; `hash_none`: null), and their receive-less-exchange
  * time quantiles: one scan.
  */
-export function certificateBooksSql(source: string, params: CertificateParams) {
+export function certificateBooksSql(source: string, params: CertificateParams, outcomes: number) {
   const inWindow = 'ts >= epoch_ms($start::BIGINT) AND ts < epoch_ms($end::BIGINT)';
   const offset = 'epoch_ms(recv_ts) - epoch_ms(exchange_ts)';
   const timed = `exchange_ts IS NOT NULL AND ${inWindow}`;
@@ -203,13 +205,16 @@ export function certificateBooksSql(source: string, params: CertificateParams) {
   const checks = Object.fromEntries(HASH_CHECKS.map((v, i) => [`check${i}`, v]));
   const byCheck = HASH_CHECKS.map((v, i) => `(count(*) FILTER (WHERE ${inWindow} AND hash_check = $check${i}))::DOUBLE AS "hash_${v}"`);
   return {
-    sql: `SELECT epoch_ms(min(ts))::DOUBLE AS first, (count(*) FILTER (WHERE ${inWindow}))::DOUBLE AS books,
+    sql: `SELECT epoch_ms(min(ts))::DOUBLE AS first,
+      (SELECT CASE WHEN count(*) >= $outcomes THEN epoch_ms(max(f))::DOUBLE END FROM (SELECT min(ts) AS f FROM (${source})
+        WHERE market_id = $market_id AND ts < epoch_ms($recorded_until::BIGINT) GROUP BY outcome_index)) AS whole,
+      (count(*) FILTER (WHERE ${inWindow}))::DOUBLE AS books,
       ${byLabel.join(', ')}, (count(*) FILTER (WHERE ${inWindow} AND verified_by IS NULL))::DOUBLE AS unknown,
       ${byCheck.join(', ')}, (count(*) FILTER (WHERE ${inWindow} AND hash_check IS NULL))::DOUBLE AS hash_none,
       quantile_cont(${offset}, 0.5) FILTER (WHERE ${timed})::DOUBLE AS p50,
       quantile_cont(${offset}, 0.99) FILTER (WHERE ${timed})::DOUBLE AS p99
       FROM (${source}) WHERE market_id = $market_id AND ts < epoch_ms($recorded_until::BIGINT)`,
-    params: { ...params, ...labels, ...checks },
+    params: { ...params, ...labels, ...checks, outcomes },
   };
 }
 
