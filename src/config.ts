@@ -132,7 +132,8 @@ export interface Config {
    * Capture's newest books over the network: capture serves them on `port` (null: not at all) to
    * bucket-served API processes, which poll `url`. Both ends hold `secret`, which is never logged.
    */
-  captureFeed: { port: number | null; host: string; secret: string | null; url: string | null };
+  /** `urls`: the feeds a bucket-served API takes the newest books from (several: one per recorder of a merged record). */
+  captureFeed: { port: number | null; host: string; secret: string | null; urls: string[] };
   /** The API keys' store (hashes only): API processes on several machines share one. */
   keysFile: string;
   /**
@@ -345,11 +346,16 @@ function bucket(env: Env): BucketConfig | null {
 
 function captureFeed(env: Env): Config['captureFeed'] {
   const port = env.CAPTURE_FEED_PORT ? int(env, 'CAPTURE_FEED_PORT', 0, 0, 65535) : null;
-  const feedUrl = env.CAPTURE_FEED_URL ? url(env, 'CAPTURE_FEED_URL', '') : null;
+  // Comma-separated: each recorder's feed, when the record is merged from several.
+  const urls = (env.CAPTURE_FEED_URL ?? '')
+    .split(',')
+    .map((u) => u.trim())
+    .filter(Boolean)
+    .map((u) => url({ CAPTURE_FEED_URL: u }, 'CAPTURE_FEED_URL', ''));
   const secret = env.CAPTURE_FEED_SECRET || null;
-  if ((port !== null || feedUrl !== null) && (!secret || secret.length < 16))
+  if ((port !== null || urls.length > 0) && (!secret || secret.length < 16))
     throw new ConfigError('CAPTURE_FEED_PORT and CAPTURE_FEED_URL need CAPTURE_FEED_SECRET, of 16 characters or more');
-  return { port, host: env.CAPTURE_FEED_HOST || '127.0.0.1', secret, url: feedUrl };
+  return { port, host: env.CAPTURE_FEED_HOST || '127.0.0.1', secret, urls };
 }
 
 export function loadConfig(env: Env = process.env): Config {

@@ -2,7 +2,7 @@
 // up to its last heartbeat (or newest row), a stopped or silent one leaves the rest of each window
 // as a provisional process_down gap, and the certificate's figures follow.
 import t from 'tap';
-import { type Heartbeat, parseHeartbeat, proofOf } from '../src/capture/heartbeat.js';
+import { type Heartbeat, combineProofs, parseHeartbeat, proofOf } from '../src/capture/heartbeat.js';
 import { coverageOf } from '../src/lake/certificate.js';
 
 const START = Date.parse('2026-07-26T12:45:00Z');
@@ -92,4 +92,32 @@ t.test('no heartbeat: nothing added; a heartbeat read from the bucket is checked
   t.equal(parseHeartbeat('not json'), null);
   t.equal(parseHeartbeat('{"ts":1}'), null);
   t.same(parseHeartbeat(JSON.stringify(beat())), beat());
+});
+
+t.test("several recorders' heartbeats as one proof: a gap stays only where no other recorder holds the market", async (t) => {
+  const now = FLUSHED + 1000;
+  // A runs and holds m1 and m2 with no gap; B stopped (its presumed downtime is a gap on both).
+  const a = proofOf(beat({ gaps: [], ts: START + 250_000 }), now, 10_000);
+  const b = proofOf(beat({ stopped: true }), now, 10_000);
+  t.ok(
+    b.gaps.some((g) => g.reason === 'process_down'),
+    "B's downtime, presumed",
+  );
+  const both = combineProofs([a, b]);
+  t.equal(both.down, false, 'down only when every recorder is');
+  t.equal(both.heldUntil.get('polymarket:m1'), START + 250_000, 'held as far as the latest recorder has shown');
+  t.same(both.gaps, [], "A holds both markets without a gap: none of B's gaps stand");
+  // A with a gap of its own over B's: that span neither vouches for.
+  const aGapped = proofOf(beat({ ts: START + 250_000 }), now, 10_000);
+  const kept = combineProofs([aGapped, b]);
+  t.same(
+    [...new Set(kept.gaps.map((g) => `${g.market_id} ${g.reason}`))].sort(),
+    ['m1 disconnected', 'm1 process_down'],
+    "on m1 both lacked a span: A's gap and B's stand; on m2 A vouches",
+  );
+  // Both stopped: down, every gap stands.
+  const down = combineProofs([b, proofOf(beat({ stopped: true }), now, 10_000)]);
+  t.equal(down.down, true);
+  t.equal(down.gaps.length, 2 * b.gaps.length);
+  t.equal(combineProofs([a]), a, 'one recorder: its own proof');
 });

@@ -86,6 +86,12 @@ t.test('bucket and capture-feed settings are validated and the prefix normalised
     port: 9090,
     host: '127.0.0.1',
     secret: 'a-long-enough-secret',
-    url: null,
+    urls: [],
   });
+  t.same(
+    loadConfig({ CAPTURE_FEED_URL: 'http://rec-a:9090/, http://rec-b:9090', CAPTURE_FEED_SECRET: 'a-long-enough-secret' }).captureFeed.urls,
+    ['http://rec-a:9090', 'http://rec-b:9090'],
+    'one feed per recorder, comma-separated',
+  );
+  t.throws(() => loadConfig({ CAPTURE_FEED_URL: 'http://rec-a:9090,nope', CAPTURE_FEED_SECRET: 'a-long-enough-secret' }), /not a URL/);
 });

@@ -24,6 +24,7 @@ const ladder = { type: 'array', items: num };
 // `provisional`: not in the lake yet (open at capture's last heartbeat, or the rest of a window capture stopped holding); a restart writes the real one.
 const provisional = { type: 'boolean', enum: [true] };
 const gap = obj({ from: time, to: time, reason: str, provisional }, ['from', 'to', 'reason']);
+const feedHealth = obj({ url: str, reachable: { type: 'boolean' }, last_ok: nullable(time), error: nullable(str) });
 const windowCoverage = obj({
   share: num,
   window_seconds: num,
@@ -208,7 +209,8 @@ export const SCHEMAS: Record<string, unknown> = {
             evicted: { type: 'integer' },
           }),
           // Capture's latest-book feed, where one is configured (CAPTURE_FEED_URL).
-          capture_feed: nullable(obj({ url: str, reachable: { type: 'boolean' }, last_ok: nullable(time), error: nullable(str) })),
+          capture_feed: nullable(feedHealth),
+          capture_feeds: { type: 'array', items: feedHealth },
         }),
       },
       ['readable', 'error', 'query_engine', 'newest_capture', 'files', 'markets', 'source'],

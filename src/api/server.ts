@@ -33,8 +33,8 @@ import { TapeCache } from '../replay/tape.js';
 import { ReplayCopies } from '../replay/copy.js';
 import { S3 } from '../bucket/s3.js';
 import { BucketReplica, type ReplicaHealth } from '../bucket/replica.js';
-import { type FeedHealth, FeedTail } from '../bucket/feedtail.js';
-import { parseHeartbeat, proofOf, readHeartbeat } from '../capture/heartbeat.js';
+import { type FeedHealth, FeedTails } from '../bucket/feedtail.js';
+import { combineProofs, parseHeartbeat, proofOf, readHeartbeat } from '../capture/heartbeat.js';
 
 /** Capture fsyncs its spool every second; following it twice as often keeps books under ~1.5 s old. */
 const TAIL_MS = 500;
@@ -134,7 +134,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const latest = shared ?? new Map<string, LatestBook>();
   const latestReads = new LatestReads();
   // Capture's newest books: its own map in this process, its spool beside it, or over the network from its feed.
-  const feed = replica && config.captureFeed.url ? new FeedTail(config.captureFeed.url, config.captureFeed.secret!, latest, log) : null;
+  const feed =
+    replica && config.captureFeed.urls.length ? new FeedTails(config.captureFeed.urls, config.captureFeed.secret!, latest, log) : null;
   const tail = shared ? null : (feed ?? (replica ? null : new SpoolTail(paths.spool, latest)));
   await tail?.poll();
   const sealedLatest = new WeakSet<LatestBook>();
@@ -144,8 +145,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   // Capture's heartbeat (its own process's, or another's beside this lake): coverage never counts time capture did not hold.
   // A replica has it as capture last published it.
   const proofs = async () => {
-    const beat = replica ? parseHeartbeat(replica.heartbeat) : await readHeartbeat(paths);
-    lake.setProof(proofOf(beat, Date.now(), config.api.captureDownAfterMs));
+    // A record merged from several recorders: each one's heartbeat, as one proof.
+    const beats = replica ? replica.heartbeats.map(parseHeartbeat) : [await readHeartbeat(paths)];
+    lake.setProof(combineProofs(beats.map((beat) => proofOf(beat, Date.now(), config.api.captureDownAfterMs))));
   };
   await proofs();
   let reindexed = Date.now();
@@ -233,7 +235,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       admission,
       exports,
       { ...connections, max: connectionLimits.total },
-      replica && { ...replica.health(), capture_feed: feed?.health() ?? null },
+      replica && { ...replica.health(), capture_feed: feed?.health() ?? null, capture_feeds: feed?.all() ?? [] },
       {
         copies: replayCopies !== null,
         copy_reads: replayCopies?.stats.reads ?? 0,
@@ -377,7 +379,7 @@ async function checkHealth(
   admission: Admission,
   exports: ExportPool,
   connections: ConnectionStats & { max: number },
-  bucket: (ReplicaHealth & { capture_feed: FeedHealth | null }) | null,
+  bucket: (ReplicaHealth & { capture_feed: FeedHealth | null; capture_feeds: FeedHealth[] }) | null,
   replay: Record<string, number | boolean>,
   pages: Record<string, number | boolean>,
 ) {

@@ -1,6 +1,7 @@
 // A bucket-served API's newest books: from capture's feed over the network (capture/feed.ts)
-// while it answers, otherwise from the sealed hours. What it last heard of capture's health is
-// kept, so the API's health can show capture on another machine.
+// while it answers, otherwise from the sealed hours; with several recorders, from each one's feed,
+// the newest book of a market winning. What it last heard of capture's health is kept, so the
+// API's health can show capture on another machine.
 import type { CaptureHealth, FeedAnswer } from '../health.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
@@ -61,8 +62,9 @@ export class FeedTail {
     }
   }
 
+  /** Answered lately, and at the last poll. */
   get reachable(): boolean {
-    return this.lastOk !== null && Date.now() - this.lastOk < STALE_MS;
+    return this.error === null && this.lastOk !== null && Date.now() - this.lastOk < STALE_MS;
   }
 
   /** Capture's health as it last said it, while the feed is reachable. */
@@ -77,5 +79,40 @@ export class FeedTail {
       last_ok: this.lastOk === null ? null : new Date(this.lastOk).toISOString(),
       error: this.error,
     };
+  }
+}
+
+/** Several recorders' feeds (a record merged from their lakes) into one map: each market's newest book wins. */
+export class FeedTails {
+  private readonly tails: FeedTail[];
+
+  constructor(urls: readonly string[], secret: string, latest: Map<string, LatestBook>, log: Logger) {
+    this.tails = urls.map((url) => new FeedTail(url, secret, latest, log));
+  }
+
+  async poll(): Promise<number> {
+    return (await Promise.all(this.tails.map((t) => t.poll()))).reduce((a, b) => a + b, 0);
+  }
+
+  get reachable(): boolean {
+    return this.tails.some((t) => t.reachable);
+  }
+
+  /** The health of the first recorder whose feed answers. */
+  capture(): CaptureHealth | null {
+    for (const t of this.tails) {
+      const health = t.capture();
+      if (health) return health;
+    }
+    return null;
+  }
+
+  /** The first feed that answers (else the first): the one `capture()` speaks for. */
+  health(): FeedHealth {
+    return (this.tails.find((t) => t.reachable) ?? this.tails[0]).health();
+  }
+
+  all(): FeedHealth[] {
+    return this.tails.map((t) => t.health());
   }
 }

@@ -24,8 +24,11 @@ import {
   manifestKey,
   manifestPrefix,
   partitionOfManifestKey,
+  recorderPrefix,
+  recordersPrefix,
   snapshotKey,
 } from './layout.js';
+import { RECORDER_ID_RE } from '../config.js';
 import { describe } from './publish.js';
 import { servingCopyPath } from '../pages/copyformat.js';
 import { type S3, S3Error } from './s3.js';
@@ -119,6 +122,8 @@ export class BucketReplica {
   private renewal: NodeJS.Timeout | null = null;
   private evicting: Promise<void> | null = null;
   private heartbeatRead: { text: string; etag: string } | null = null;
+  /** Each recorder's heartbeat, by its id, when the record is merged from several (bucket/merger.ts). */
+  private readonly recorderBeats = new Map<string, { text: string; etag: string }>();
 
   /** `now`: the cache's clock (file ages and mtimes); a test moves it instead of waiting minutes. */
   constructor(
@@ -275,15 +280,29 @@ export class BucketReplica {
     return list.length;
   }
 
-  /** Capture's heartbeat as last published (after the manifests it may vouch for), or null. */
-  get heartbeat(): string | null {
-    return this.heartbeatRead?.text ?? null;
+  /**
+   * Capture's heartbeat as last published (after the manifests it may vouch for); for a record
+   * merged from several recorders (none at the prefix), each recorder's; empty before any.
+   */
+  get heartbeats(): string[] {
+    if (this.heartbeatRead) return [this.heartbeatRead.text];
+    return [...this.recorderBeats.values()].map((b) => b.text);
   }
 
   private async readHeartbeat(): Promise<void> {
-    const read = await this.s3.read(heartbeatKey(this.s3.config.prefix), this.heartbeatRead?.etag);
-    if (read === 'unchanged') return;
-    this.heartbeatRead = read && { text: read.body.toString('utf8'), etag: read.etag };
+    const prefix = this.s3.config.prefix;
+    const read = await this.s3.read(heartbeatKey(prefix), this.heartbeatRead?.etag);
+    if (read !== 'unchanged') this.heartbeatRead = read && { text: read.body.toString('utf8'), etag: read.etag };
+    if (this.heartbeatRead) return;
+    const ids = (await this.s3.prefixes(recordersPrefix(prefix))).filter((id) => RECORDER_ID_RE.test(id));
+    for (const id of [...this.recorderBeats.keys()]) if (!ids.includes(id)) this.recorderBeats.delete(id);
+    for (const id of ids) {
+      const held = this.recorderBeats.get(id);
+      const beat = await this.s3.read(heartbeatKey(recorderPrefix(prefix, id)), held?.etag);
+      if (beat === 'unchanged') continue;
+      if (beat) this.recorderBeats.set(id, { text: beat.body.toString('utf8'), etag: beat.etag });
+      else this.recorderBeats.delete(id);
+    }
   }
 
   /** Capture's manifests snapshot by partition directory, or null when there is none or it cannot be read (each manifest is then a GET). */

@@ -125,3 +125,28 @@ export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: nu
   }
   return { heldUntil, gaps, down };
 }
+
+/**
+ * Several recorders' proofs (a record merged from their lakes, bucket/merger.ts) as one: a market
+ * is held up to the latest any recorder has shown; a gap not written yet stays only where no other
+ * recorder holds the market without a gap of its own over it; down only when every one is.
+ */
+export function combineProofs(proofs: readonly CaptureProof[]): CaptureProof {
+  if (proofs.length <= 1) return proofs[0] ?? NO_PROOF;
+  const heldUntil = new Map<string, number>();
+  for (const p of proofs) for (const [key, at] of p.heldUntil) heldUntil.set(key, Math.max(heldUntil.get(key) ?? -Infinity, at));
+  const gaps: GapRecord[] = [];
+  for (const p of proofs)
+    for (const g of p.gaps) {
+      const key = marketKey(g.venue, g.market_id ?? '');
+      const vouched = proofs.some(
+        (o) =>
+          o !== p &&
+          !o.down &&
+          o.heldUntil.has(key) &&
+          !o.gaps.some((h) => h.market_id === g.market_id && h.venue === g.venue && h.from_ts < g.to_ts && h.to_ts > g.from_ts),
+      );
+      if (!vouched) gaps.push(g);
+    }
+  return { heldUntil, gaps, down: proofs.every((p) => p.down) };
+}
