@@ -14,7 +14,7 @@ import type { Dataset, GapRow } from '../records.js';
 import type { Duck } from './duckdb.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
 import type { ManifestFile, RecorderClaim } from './manifest.js';
-import { parquetSource, sqlIdent, sqlPath, sqlString } from './sql.js';
+import { parquetSource, spoolSource, sqlIdent, sqlString } from './sql.js';
 import { writeParquet } from './writer.js';
 
 /** Which recorders kept a merged row, in name order. */
@@ -295,12 +295,7 @@ export async function writeGaps(
   await fs.mkdir(lakeDir, { recursive: true });
   await fs.writeFile(staging, gaps.map((g) => JSON.stringify(g)).join('\n') + '\n');
   try {
-    const columns = [...SCHEMAS.gaps, RECORDERS_COLUMN];
-    const source = `(SELECT ${columns
-      .map((c) => (c.type === 'TIMESTAMPTZ' ? `epoch_ms(${sqlIdent(c.name)})::TIMESTAMPTZ AS ${sqlIdent(c.name)}` : sqlIdent(c.name)))
-      .join(', ')} FROM read_json([${sqlPath(staging)}], format='newline_delimited', columns={${columns
-      .map((c) => `${sqlIdent(c.name)}: '${c.type === 'TIMESTAMPTZ' ? 'BIGINT' : c.type}'`)
-      .join(', ')}}))`;
+    const source = spoolSource('gaps', [staging], false, [RECORDERS_COLUMN]);
     const entry = await writeParquet(duck, lakeDir, partition, name, source, sources, {
       extra: [RECORDERS_COLUMN],
       writtenAt,

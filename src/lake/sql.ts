@@ -2,7 +2,7 @@
 // server computed), the sources (sealed Parquet, spooled NDJSON) and relations over both, and
 // the column lists. Values from requests are never spliced; they are bound where used.
 import type { Dataset } from '../records.js';
-import { SCHEMAS, isTime } from './layout.js';
+import { type Column, SCHEMAS, isTime } from './layout.js';
 
 /** A string literal: quoted, inner quotes doubled. Used for file paths the server computed. */
 export function sqlString(text: string): string {
@@ -21,19 +21,22 @@ export function parquetSource(files: string[], options = ''): string {
 }
 
 /** SELECT list turning spool JSON (epoch ms) into the lake's column types. */
-export function spoolSelect(dataset: Dataset): string {
-  return SCHEMAS[dataset]
+export function spoolSelect(dataset: Dataset, extra: readonly Column[] = []): string {
+  return [...SCHEMAS[dataset], ...extra]
     .map((c) => (isTime(c) ? `epoch_ms(${sqlIdent(c.name)})::${c.type} AS ${sqlIdent(c.name)}` : sqlIdent(c.name)))
     .join(', ');
 }
 
-/** `read_json` over spool parts with the dataset's column types; `lenient` skips a half-written tail. */
-export function spoolSource(dataset: Dataset, files: string[], lenient: boolean): string {
-  const columns = SCHEMAS[dataset].map((c) => `${sqlIdent(c.name)}: '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
+/**
+ * `read_json` over spool parts with the dataset's column types (and `extra` columns after them: a
+ * merged record's `recorders`); `lenient` skips a half-written tail.
+ */
+export function spoolSource(dataset: Dataset, files: string[], lenient: boolean, extra: readonly Column[] = []): string {
+  const columns = [...SCHEMAS[dataset], ...extra].map((c) => `${sqlIdent(c.name)}: '${isTime(c) ? 'BIGINT' : c.type}'`).join(', ');
   // A line read whole has its time; a series' gap has no market_id (its first column), so the time decides.
   const first = sqlIdent(SCHEMAS[dataset].find(isTime)!.name);
   return (
-    `(SELECT ${spoolSelect(dataset)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
+    `(SELECT ${spoolSelect(dataset, extra)} FROM read_json([${files.map(sqlPath).join(', ')}], format='newline_delimited', ` +
     `${lenient ? 'ignore_errors=true, ' : ''}columns={${columns}}) WHERE ${first} IS NOT NULL)`
   );
 }
