@@ -1267,6 +1267,12 @@ export interface components {
                         last_ok: string | null;
                         error: string | null;
                     } | null;
+                    capture_feeds: {
+                        url: string;
+                        reachable: boolean;
+                        last_ok: string | null;
+                        error: string | null;
+                    }[];
                 };
             };
             api: {
@@ -1424,7 +1430,7 @@ export interface components {
             source: "chainlink" | "binance";
             symbol: string;
         };
-        /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before the first recorded book are missing. `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). `reference`: the window checked against the coin's recorded Chainlink price, as on the market record (`open`, `close`, `outcome_by_reference`, `agrees_with_resolution`), and `coverage`, the share of the window the sealed reference record vouches for (5-minute spans with observations, less the feed's gaps). */
+        /** @description The completeness of a market window, from the lake. `state`: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed, answered with a Retry-After; then `complete` (at least 99% covered), `partial` or `not_captured`. `complete_as_of`: the instant the figures hold up to (for a window capture is recording, its last heartbeat). `gaps[].provisional`: a gap not written yet, open at capture's last heartbeat or the rest of a window capture stopped holding; a restart writes the real one. `coverage.share`: the part of the window (up to `complete_as_of` while open) with a record; a book holds until the next, so only gaps and the time before every outcome has a recorded book are missing (`books.first` is the market's first book of either outcome). `by_cause`: `venue` (the venue answered errors, timed out, dropped or froze its feed), `capture` (this service was down or its disk refused rows), `unproved` (changes the copy could not prove), `unrecorded` (before capture held the market, with no gap to say why); each instant counted once. `by_reason`: seconds per recorded gap reason. `books.verified_by`: the window's recorded books by what vouched for each when it was recorded (the lake's `verified_by` column): `snapshot` the venue's own whole book (a stream snapshot, a push, a REST answer), `hash` rebuilt from changes and the venue's book hash reproduced, `rest` rebuilt and equal to a REST book of the same instant, `best_bid_ask` rebuilt and only its best levels were the venue's, `none` nothing checked it, `unknown` recorded before labels were kept. A proof that arrives after a book was written is not carried back to it, so the checked counts are a lower bound. `books.hash_check`: the window's books by what the venue's book hash said of each (the lake's `hash_check` column; Polymarket sends a hash with every book and change): `match` reproduced from the copy, `explained` reproduced only with a hashed field other than the one the copy held at that instant (as a rule the last trade price, sent within a second after the book that hashed it; or the value before a change REST reported early), `mismatch` every hashed field known and not reproduced (a wrong copy, or the venue's formula changed: such a book stands on what `verified_by` says, never on its hash), `unverifiable` a hash sent while a field it covers was not known yet, `none` no hash to check (the wallet venue sends none, a REST fallback, or recorded before 2026-11-27). `clock_offset_ms`: receive time less the venue time of the books recorded in the window (for streamed books the delivery latency plus the clocks' skew; for polled books also how old the venue's book was when polled). `reference`: the window checked against the coin's recorded Chainlink price, as on the market record (`open`, `close`, `outcome_by_reference`, `agrees_with_resolution`), and `coverage`, the share of the window the sealed reference record vouches for (5-minute spans with observations, less the feed's gaps). `recorders`: for a record merged from several recorders (captures on different hosts, `RECORDER_ID`), each one's own coverage and gaps beside the record's, as the merge read them (a span a recorder had not sealed and published when merged is `unpublished`); null for a record one capture made. */
         Certificate: {
             market_id: string;
             window: {
@@ -1507,6 +1513,33 @@ export interface components {
                 agrees_with_resolution: boolean | null;
                 coverage: number;
             };
+            recorders: {
+                [key: string]: {
+                    coverage: {
+                        share: number;
+                        window_seconds: number;
+                        covered_seconds: number;
+                        by_cause: {
+                            venue: number;
+                            capture: number;
+                            unproved: number;
+                            unrecorded: number;
+                        };
+                        by_reason: {
+                            [key: string]: number;
+                        };
+                    };
+                    gaps: {
+                        /** Format: date-time */
+                        from: string;
+                        /** Format: date-time */
+                        to: string;
+                        reason: string;
+                        /** @enum {boolean} */
+                        provisional?: true;
+                    }[];
+                };
+            } | null;
         };
         WhoAmI: {
             key_id: string;
