@@ -7,9 +7,9 @@
 // the client does, and only a bounded number of exports exist at once: beyond the pool, 503
 // with Retry-After, before any work. An export is admitted by its slot alone, not by the page
 // admission (api/admission.ts): its COPY runs on a lane of its own, and a page queued behind
-// exports waiting for their first bytes was shed on a busy machine. A reader that takes less than a minimum rate while bytes wait for it, for a
-// sustained time, is cut off, so two stalled clients cannot hold the slots for as long as their
-// sockets stay open. The file is removed on every exit path (done, failed, client gone, too
+// exports waiting for their first bytes was shed on a busy machine. A reader that takes less than
+// a minimum rate while bytes wait for it, for a sustained time, is cut off, so two stalled clients
+// cannot hold the slots for as long as their sockets stay open. The file is removed on every exit path (done, failed, client gone, too
 // slow), and the export directory is emptied at start for what a crash left.
 import fs from 'node:fs/promises';
 import { Readable } from 'node:stream';
@@ -67,8 +67,9 @@ export class ExportPool {
   /**
    * Starts `COPY (<sql>) TO <file>` on a reserved slot and resolves once the file is worth
    * streaming (bytes written, or the COPY done). A COPY that fails first throws, so the caller
-   * still sends a clean error. The slot is held until the stream closes (released on every path,
-   * the file removed); the connection only until the COPY ends.
+   * still sends a clean error. The slot is held until every byte is read from the file, or else
+   * the stream closes and the COPY has ended (released on every path, the file removed after);
+   * the connection until the COPY ends.
    */
   async start(
     slot: { release: () => void },
