@@ -400,10 +400,8 @@ export class Merger {
       await this.s3.delete(u.key);
       deleted++;
     }
-    if (deleted || kept.length !== (state.unnamed ?? []).length) {
-      state.unnamed = kept;
-      if (deleted) this.log.info({ deleted }, 'merged files no manifest names deleted');
-    }
+    state.unnamed = kept;
+    if (deleted) this.log.info({ deleted }, 'merged files no manifest names deleted');
     return deleted;
   }
 
