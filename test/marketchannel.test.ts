@@ -469,6 +469,86 @@ t.test('a change REST showed that the stream never delivered before its market e
   );
 });
 
+t.test('a market silent past its end goes only once its connection is read past the end: a change still unread is recorded', async (t) => {
+  // A process frozen across a market's end resumes with the clock far past it and the window's last
+  // changes unread in its socket (found in storage.test: they vanished with no gap). The venue
+  // answers a PING after everything it sent before, so an answer to one sent past the end proves them read.
+  const documented = fixture('price_change').message;
+  const change = { ...documented, price_changes: documented.price_changes.map((c: object) => ({ ...c, hash: '' })) };
+  const [yes, no] = change.price_changes.map((c: { asset_id: string }) => c.asset_id);
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  let socket: WebSocket | undefined;
+  let pings = 0;
+  wss.on('connection', (ws) =>
+    ws.on('message', (d) => {
+      // Heartbeats are counted and left unanswered until the test answers them.
+      if (d.toString() === 'PING') return void pings++;
+      socket = ws;
+      ws.send(JSON.stringify([emptyBook(change.market, yes), emptyBook(change.market, no)]));
+    }),
+  );
+  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}`;
+  const stallMs = 2000;
+  // Regular heartbeats out of the way: only the recorder's own asks for one.
+  const { rec, rows, gaps } = recorder(t, url, { STREAM_STALL_MS: String(stallMs), STREAM_PING_MS: '60000' });
+  const end = Date.now() - 1;
+  const ended = { ...openMarket('e', change.market, [yes, no]), end_time: end };
+  rec.track([ended], Date.now());
+  await until(() => rows.some((r) => r.market === 'e'));
+  while (Date.now() <= end + stallMs) await new Promise((r) => setTimeout(r, 50));
+  rec.track([ended], Date.now());
+  t.ok(rec.tracks(ended), 'past the end and the stall bound, silent, and kept: nothing shows its socket was read that far');
+  t.same(rec.holding(), ['e'], 'held, so a heartbeat keeps naming it');
+  await until(() => pings > 0);
+  t.equal(pings, 1, 'a PING asks the venue to show it');
+  rec.track([ended], Date.now());
+  t.equal(pings, 1, 'once');
+  // The window's last change, read only now.
+  socket!.send(JSON.stringify({ ...change, timestamp: String(end - 10) }));
+  await until(() => rows.some((r) => r.ts === end - 10));
+  t.ok(
+    rows.some((r) => r.market === 'e' && r.ts === end - 10),
+    'the change from before the end is recorded',
+  );
+  socket!.send('PONG');
+  await until(() => {
+    rec.track([ended], Date.now());
+    return !rec.tracks(ended);
+  });
+  t.notOk(rec.tracks(ended), 'let go once the answer came');
+  t.same(gaps, [], 'nothing lost');
+});
+
+t.test("a connection that never answers past a market's end vouches for nothing after the market's last event", async (t) => {
+  let pinged = false;
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1' });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  wss.on('connection', (ws) =>
+    ws.on('message', (d) => {
+      if (d.toString() === 'PING') return void (pinged = true);
+      ws.send(JSON.stringify([emptyBook('0xn', 'n-up'), emptyBook('0xn', 'n-down')]));
+    }),
+  );
+  const { rec, rows, gaps } = recorder(t, `ws://127.0.0.1:${(wss.address() as { port: number }).port}`, {
+    STREAM_STALL_MS: '200',
+    STREAM_PING_MS: '60000',
+  });
+  const end = Date.now() - 1;
+  const ended = { ...openMarket('n', '0xn', ['n-up', 'n-down']), end_time: end };
+  rec.track([ended], Date.now());
+  await until(() => rows.some((r) => r.market === 'n'));
+  await until(() => {
+    rec.track([ended], Date.now());
+    return !rec.tracks(ended);
+  });
+  t.ok(pinged, 'asked');
+  t.notOk(rec.tracks(ended), 'let go once the answer is overdue');
+  t.match(gaps, [/^n stream_late: the connection of .* never showed it was read past the market's end$/], 'with a gap from its last event');
+});
+
 t.test('a resolution the stream announced stays with the market until the catalogue knows one', async (t) => {
   const base = openMarket('r', '0xr', ['u', 'd']);
   const announced = resolvedAt(base, 1, 1_000);

@@ -256,6 +256,9 @@ export function auditStream(
             rows: [list[0]?.ex, list.at(-1)?.ex, list.length],
             firstRows: list.slice(0, 3).map((r) => [r.ts, r.ex, r.verified_by]),
             otherOutcome: (byToken.get(`${known.market_id}:${1 - index}`) ?? []).slice(0, 3).map((r) => [r.ts, r.ex, r.verified_by]),
+            // Whether the market's rows stopped, or only this outcome's book stopped changing in them.
+            lastRows: list.slice(-3).map((r) => [r.ts, r.ex, r.verified_by]),
+            otherLast: (byToken.get(`${known.market_id}:${1 - index}`) ?? []).slice(-3).map((r) => [r.ts, r.ex, r.verified_by]),
             subscribedOther: run.subscribedAt(known.market_id, (1 - index) as 0 | 1),
             gaps: gaps.filter((g) => g.market_id === known.market_id),
           };
@@ -276,7 +279,8 @@ export function auditStream(
     last.set(r.market_id, r.ts);
   }
   t.equal(backwards, 0, "a market's snapshot times only move forward");
-  return { expected, recorded, unknowable, withheld, beforeFirst, wrong: wrong.length, labels };
+  const uncoveredMarkets = [...new Set(uncovered.map((k) => k.split(':')[0]))];
+  return { expected, recorded, unknowable, withheld, beforeFirst, wrong: wrong.length, labels, uncoveredMarkets };
 }
 
 /** The stand-in's record of when it took each outcome's subscription, as the audit asks for it. */

@@ -12,6 +12,17 @@ import { backoffMs } from '../time.js';
 
 export type LostReason = 'disconnected' | 'stream_stalled';
 
+/** Real milliseconds between stall watches, and the lateness of one that follows a freeze (see `watch`). */
+const WATCH_MS = 100;
+const WATCH_LATE_MS = 1000;
+
+/**
+ * Whether a connection is known to have been read past a clock time (`readPast`): `read`, a
+ * heartbeat sent after it has been answered; `waiting`, one is on its way; `unanswered`, it has not
+ * come within the stall bound; `lost`, the connection is down or silent (its loss is reported).
+ */
+export type ReadState = 'read' | 'waiting' | 'unanswered' | 'lost';
+
 /** How a venue's stream subscribes, beats and frames its data. */
 export interface StreamProtocol {
   /** The frame that subscribes `assets` (on connecting: `initial`), or null where the URL carries them. */
@@ -61,6 +72,13 @@ interface Connection {
   reconnect: NodeJS.Timeout | null;
   /** Set once a loss is reported, so a stall followed by the close reports one span. */
   lostReported: boolean;
+  /** Clock times of the heartbeats sent on this socket and not answered yet, oldest first. */
+  pings: number[];
+  /**
+   * Clock time of the newest heartbeat answered on this socket: the venue answers in order, so
+   * everything it sent before it took that heartbeat has been read.
+   */
+  answered: number;
 }
 
 export interface ChannelStats {
@@ -83,6 +101,8 @@ export class MarketChannelClient {
   private readonly firstSentAt = new Map<string, number>();
   /** Assets that owe no data now (their markets not open yet, or ended): a connection of only these is not stalled by silence. */
   private owingNothing = new Set<string>();
+  /** Wall time of the latest stall watch. */
+  private watchedAt = Date.now();
 
   constructor(
     private readonly options: ChannelOptions,
@@ -91,7 +111,7 @@ export class MarketChannelClient {
     private readonly events: ChannelEvents,
   ) {
     this.timers.push(setInterval(() => this.heartbeat(), options.pingMs));
-    this.timers.push(setInterval(() => this.watch(), 100));
+    this.timers.push(setInterval(() => this.watch(), WATCH_MS));
   }
 
   /** Subscribes assets not yet subscribed, filling connections up to their bound. */
@@ -169,6 +189,8 @@ export class MarketChannelClient {
       failures: 0,
       reconnect: null,
       lostReported: false,
+      pings: [],
+      answered: -Infinity,
     };
     this.connections.push(conn);
     this.connect(conn);
@@ -183,6 +205,8 @@ export class MarketChannelClient {
       headers: protocol.headers,
     });
     conn.socket = socket;
+    conn.pings = [];
+    conn.answered = -Infinity;
     socket.on('open', () => {
       this.stats.connects++;
       conn.lastData = this.clock.now();
@@ -194,7 +218,8 @@ export class MarketChannelClient {
     socket.on('message', (data, isBinary) => {
       if (isBinary) return;
       const text = data.toString();
-      if (text === this.options.protocol.pong) return; // a heartbeat proves the connection, not the data
+      // A heartbeat proves the connection and that what came before it was read, not that data flows.
+      if (text === this.options.protocol.pong) return this.answered(conn, socket);
       const recvTs = this.clock.now();
       let parsed: unknown;
       try {
@@ -211,6 +236,7 @@ export class MarketChannelClient {
       if (messages.length > 1 && this.events.frame) this.events.frame(messages, recvTs);
       else for (const msg of messages) this.events.message(msg, recvTs);
     });
+    socket.on('pong', () => this.answered(conn, socket));
     socket.on('error', (err) => {
       if (conn.failures === 0) this.log.warn({ connection: conn.id, err: err.message }, 'market channel error');
     });
@@ -243,12 +269,50 @@ export class MarketChannelClient {
   }
 
   private heartbeat(): void {
+    for (const conn of this.connections) this.beat(conn);
+  }
+
+  private beat(conn: Connection): void {
+    if (conn.socket?.readyState !== WebSocket.OPEN) return;
     const ping = this.options.protocol.ping;
-    for (const conn of this.connections) if (conn.socket?.readyState === WebSocket.OPEN) ping ? conn.socket.send(ping) : conn.socket.ping();
+    if (ping) conn.socket.send(ping);
+    else conn.socket.ping();
+    conn.pings.push(this.clock.now());
+  }
+
+  private answered(conn: Connection, socket: WebSocket): void {
+    if (conn.socket !== socket) return;
+    const sent = conn.pings.shift();
+    if (sent !== undefined) conn.answered = sent;
+  }
+
+  /**
+   * Whether everything the venue sent `asset`'s connection before clock time `at` has been read. A
+   * quiet asset's silence says nothing while its connection may hold unread frames (a process
+   * frozen or starved past `at` reads them only after it resumes): a heartbeat sent after `at` and
+   * answered proves it, so one is sent out of turn when none is on its way.
+   */
+  readPast(asset: string, at: number): ReadState {
+    const conn = this.connections.find((c) => c.assets.has(asset));
+    if (!conn || conn.socket?.readyState !== WebSocket.OPEN || conn.lostReported) return 'lost';
+    if (conn.answered >= at) return 'read';
+    const now = this.clock.now();
+    const pending = conn.pings.find((sent) => sent >= at);
+    if (pending === undefined) {
+      if (now >= at) this.beat(conn);
+      return 'waiting';
+    }
+    return now - pending > this.options.stallMs ? 'unanswered' : 'waiting';
   }
 
   private watch(): void {
     const now = this.clock.now();
+    // A tick far later than its interval follows a process frozen or starved: the data that came
+    // meanwhile waits unread in the sockets, and is read before the next tick. Judged now, every
+    // connection would look silent and be cut, its unread data thrown away with it.
+    const late = Date.now() - this.watchedAt > WATCH_LATE_MS;
+    this.watchedAt = Date.now();
+    if (late) return;
     for (const conn of this.connections) {
       if (conn.socket?.readyState !== WebSocket.OPEN || conn.lostReported || this.options.protocol.quiet) continue;
       if (now - conn.lastData <= this.options.stallMs) continue;

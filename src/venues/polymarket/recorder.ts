@@ -54,6 +54,8 @@ export class StreamRecorder implements VenueRecorder {
   private readonly refetch = new Set<string>();
   private refetching = false;
   private readonly stallMs: number;
+  /** The clock time of the latest `track`: a market past its end whose tokens are still tracked is still held. */
+  private lastTrack = -Infinity;
   private readonly progress: StreamProgress;
   /**
    * Tokens of ended markets kept subscribed, books no longer taken, until the venue's
@@ -132,9 +134,10 @@ export class StreamRecorder implements VenueRecorder {
     // Judged by each token's own events, not the stream's newest: another connection, or a starved sender,
     // can deliver later events of other markets before this one's last. A market goes when all its tokens may.
     // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
+    this.lastTrack = now;
     const staying = new Set(
       [...this.tokens.values()]
-        .filter((t) => !endPassed(t.market.end_time, t.heardTs, now, this.stallMs) || (t.doubt && now < t.market.end_time + this.stallMs))
+        .filter((t) => !this.streamOver(t, now) || (t.doubt && now < t.market.end_time + this.stallMs))
         .map((t) => t.market.market_id),
     );
     const ended = [...this.tokens].filter(([, t]) => !staying.has(t.market.market_id)).map(([id]) => id);
@@ -164,6 +167,29 @@ export class StreamRecorder implements VenueRecorder {
       release.push(id);
     }
     if (release.length) this.channel.untrack(release);
+  }
+
+  /**
+   * Whether the stream has delivered all of `t`'s window: an event of its own at or past the end,
+   * or silence for the stall bound past it on a connection read that far (a process frozen across
+   * the end has the window's last changes unread in its socket when it resumes; judged by the clock
+   * alone they were dropped with no gap). A connection that never proves it read that far vouches for
+   * nothing after the token's newest event: that span is a gap.
+   */
+  private streamOver(t: Token, now: number): boolean {
+    const end = t.market.end_time;
+    if (!endPassed(end, t.heardTs, now, this.stallMs)) return false;
+    if (t.heardTs >= end) return true;
+    const read = this.channel.readPast(t.book.assetId, end + this.stallMs);
+    if (read === 'waiting') return false;
+    if (read === 'unanswered')
+      this.sink.lost(
+        t.market,
+        'stream_late',
+        Math.max(t.heardTs, t.trackedAt),
+        `the connection of ${t.label} never showed it was read past the market's end`,
+      );
+    return true;
   }
 
   resumeAfter(newest: ReadonlyMap<string, number>): void {
@@ -250,7 +276,8 @@ export class StreamRecorder implements VenueRecorder {
 
   /** Markets with rows not yet handed over: a heartbeat must keep holding them. */
   holding(): string[] {
-    return this.verdicts.holding();
+    const past = [...this.tokens.values()].filter((t) => t.market.end_time <= this.lastTrack).map((t) => t.market.market_id);
+    return [...new Set([...this.verdicts.holding(), ...past])];
   }
 
   /**

@@ -125,6 +125,8 @@ export class WalletStreamRecorder implements VenueRecorder {
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
   private readonly stallMs: number;
+  /** The clock time of the latest `track`. */
+  private lastTrack = -Infinity;
   private readonly pauseMs: number;
   /**
    * The newest `updateTimestampMs` pushed, of any market: the stream's silences are measured on the
@@ -178,7 +180,8 @@ export class WalletStreamRecorder implements VenueRecorder {
     // Not at the clock's end: pushes of its last instants may still be on their way. Judged by the
     // market's own pushes, not the topic's newest: a starved sender can send one market's last pushes
     // behind another's later ones (seen beside stress-ng --cpu 8), and the topic's time would let it go early.
-    const ended = [...this.markets.values()].filter((h) => endPassed(h.market.end_time, h.ts, now, this.stallMs)).map((h) => h.market);
+    this.lastTrack = now;
+    const ended = [...this.markets.values()].filter((h) => this.streamOver(h, now)).map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
       this.lastTs.delete(m.market_id);
@@ -187,6 +190,28 @@ export class WalletStreamRecorder implements VenueRecorder {
     }
     for (const [id, m] of this.released) if (now >= m.end_time + RELEASED_KEPT_MS) this.released.delete(id);
     if (ended.length) this.channel.untrack(ended.map((m) => TOPIC_PREFIX + m.market_id));
+  }
+
+  /**
+   * Whether the stream has delivered all of the market's window: a push at or past the end, or
+   * silence for the stall bound past it on a connection read that far (a process frozen across the
+   * end reads the window's last pushes only after it resumes). A connection that never proves it
+   * read that far vouches for nothing after the market's newest push: that span is a gap.
+   */
+  private streamOver(h: Held, now: number): boolean {
+    const end = h.market.end_time;
+    if (!endPassed(end, h.ts, now, this.stallMs)) return false;
+    if (h.ts >= end) return true;
+    const read = this.channel.readPast(TOPIC_PREFIX + h.market.market_id, end + this.stallMs);
+    if (read === 'waiting') return false;
+    if (read === 'unanswered')
+      this.sink.lost(h.market, 'stream_late', Math.max(h.ts, h.trackedAt), "the connection never showed it was read past the market's end");
+    return true;
+  }
+
+  /** Markets past their end still waiting for the stream to show it delivered their window: a heartbeat keeps holding them. */
+  holding(): string[] {
+    return [...this.markets.values()].filter((h) => h.market.end_time <= this.lastTrack).map((h) => h.market.market_id);
   }
 
   resumeAfter(newest: ReadonlyMap<string, number>): void {
