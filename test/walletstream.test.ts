@@ -159,6 +159,67 @@ t.test("a market ends by its own pushes, not another's later ones; one of its wi
   );
 });
 
+t.test('a market silent past its end goes only once its connection is read past the end: a push still unread is recorded', async (t) => {
+  // A process frozen across the end resumes with the window's last pushes unread in its socket: a
+  // WebSocket ping sent after the end and answered (a venue pongs in order) proves them read.
+  const wss = new WebSocketServer({ port: 0, host: '127.0.0.1', autoPong: false });
+  t.teardown(() => wss.close());
+  await new Promise((r) => wss.once('listening', r));
+  const end = Date.now() - 1;
+  const push = (ts: number) =>
+    JSON.stringify({ type: 'DATA', topic: WALLET_AGGREGATE_TOPIC, data: JSON.stringify({ ...payload, updateTimestampMs: ts }) });
+  let socket: WebSocket | undefined;
+  let pings = 0;
+  wss.on('connection', (ws) => {
+    socket = ws;
+    ws.on('ping', () => pings++);
+    ws.send(JSON.stringify({ type: 'COMMAND', data: 'SUCCESS', subType: 'SUBSCRIBE', code: '00000000' }));
+    ws.send(push(end - 1_000));
+  });
+  const rows: { market: string; ts: number }[] = [];
+  const gaps: string[] = [];
+  const stallMs = 2000;
+  const url = `ws://127.0.0.1:${(wss.address() as { port: number }).port}/sapi/wss`;
+  const config = testConfig(testdir(t), {
+    WALLET_WS_URL: url,
+    WALLET_API_KEY: KEY,
+    WALLET_API_SECRET: SECRET,
+    STREAM_STALL_MS: String(stallMs),
+    STREAM_PAUSE_MS: '600000',
+    STREAM_PING_MS: '60000',
+  });
+  const rec = new WalletStreamRecorder(config, createClock(), quiet, {
+    books: (m, ts) => rows.push({ market: m.market_id, ts }),
+    metrics: () => undefined,
+    lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
+    recovered: () => undefined,
+    tickSize: () => undefined,
+  });
+  t.teardown(() => rec.close());
+  const ending = { ...openWalletMarket(), end_time: end };
+  rec.track([ending], Date.now());
+  await until(() => rows.length > 0);
+  while (Date.now() <= end + stallMs) await new Promise((r) => setTimeout(r, 50));
+  rec.track([ending], Date.now());
+  t.ok(rec.tracks(ending), 'past the end and the stall bound, silent, and kept');
+  t.same(rec.holding(), [ending.market_id], 'held, so a heartbeat keeps naming it');
+  await until(() => pings > 0);
+  t.equal(pings, 1, 'a ping asks the venue to show its socket was read that far');
+  socket!.send(push(end - 10));
+  await until(() => rows.some((r) => r.ts === end - 10));
+  t.ok(
+    rows.some((r) => r.ts === end - 10),
+    'the push from before the end, read only now, is recorded',
+  );
+  socket!.pong();
+  await until(() => {
+    rec.track([ending], Date.now());
+    return !rec.tracks(ending);
+  });
+  t.notOk(rec.tracks(ending), 'let go once the pong came');
+  t.same(gaps, [], 'nothing lost');
+});
+
 t.test('the stand-in refuses what the venue refuses, with its error shape', async (t) => {
   const standin = new StandIn({ clock: createClock(), apiKey: KEY, apiSecret: SECRET });
   const base = (await standin.start(0)).replace(/^http/, 'ws') + WALLET_STREAM_PATH;
