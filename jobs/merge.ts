@@ -17,7 +17,10 @@ if (!config.bucket) {
 }
 const duck = await Duck.open(1, sealingDuck(config));
 if (process.argv.includes('--once')) {
-  const report = await new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log).pass();
+  const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log, {
+    concurrency: config.mergeConcurrency,
+  });
+  const report = await merger.pass();
   process.stdout.write(`${JSON.stringify(report)}\n`);
   await duck.shutdown();
   process.exit(0);

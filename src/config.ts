@@ -120,6 +120,8 @@ export interface Config {
   recorderId: string | null;
   /** How often a recorder (or `make merge`) merges what the recorders published since. */
   mergeMs: number;
+  /** Groups a merge pass works on at once: most of a group's time is waiting on the bucket. */
+  mergeConcurrency: number;
   /** How often capture publishes what it committed since. */
   publishMs: number;
   /** How often it also writes the manifests snapshot a new replica starts from (one object instead of a GET per partition). */
@@ -439,6 +441,7 @@ export function loadConfig(env: Env = process.env): Config {
     bucket: bucket(env),
     recorderId: recorderId(env),
     mergeMs: int(env, 'MERGE_MS', 10_000, 100, 3_600_000),
+    mergeConcurrency: int(env, 'MERGE_CONCURRENCY', 4, 1, 64),
     publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
     publishSnapshotMs: int(env, 'PUBLISH_SNAPSHOT_MS', 3_600_000, 1000, 86_400_000),
     lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),

@@ -509,12 +509,16 @@ t.test(
 t.test('a stream thread that dies is replaced: its markets resubscribe, and what it held is a gap', async (t) => {
   let victimMarkets: string[] = [];
   let failures = 0;
+  // Judged by what capture did, not the machine's pace: the kill comes once books are recorded, and the
+  // run goes on for 60 simulated s after the first (a loaded clean clone recorded nothing in 8 real s).
   const run = await streamRun(t, {}, 8, 20, {
     env: { STREAM_THREADS: '2' },
+    spanMs: 60 * SECOND,
     during: async (capture) => {
       // Reached into on purpose: nothing outside the process can kill one thread of it.
       type Internals = { threads: { worker: Worker; tracked: Map<string, unknown>; failures: number }[] };
       const { threads } = capture.streams.get('polymarket') as unknown as Internals;
+      for (let waited = 0; capture.stats.books === 0 && waited < 120_000; waited += 50) await new Promise((r) => setTimeout(r, 50));
       await new Promise((r) => setTimeout(r, 2000));
       const index = threads.findIndex((th) => th.tracked.size > 0);
       victimMarkets = [...threads[index].tracked.keys()];
@@ -544,7 +548,8 @@ t.test('a stream thread that dies is replaced: its markets resubscribe, and what
 
 t.test("the wallet venue's orderbook topics: every book it pushes is recorded, and what it loses is a gap", async (t) => {
   // Without faults, nothing may look stalled however loaded the machine: a stall bound of a second of real time.
-  const clean = await streamRun(t, {}, 5, 20, { venue: 'wallet-prediction', env: { STREAM_STALL_MS: '20000' } });
+  // 120 simulated s from the first book, however long a loaded machine takes (5 real s gave 46 on one).
+  const clean = await streamRun(t, {}, 5, 20, { venue: 'wallet-prediction', env: { STREAM_STALL_MS: '20000' }, spanMs: 120 * SECOND });
   const { expected, recorded, beforeFirst } = auditStream(t, clean);
   t.ok(expected > 800, `${expected} book changes of the wallet markets`);
   t.equal(recorded, expected - beforeFirst, 'a clean stream loses nothing');

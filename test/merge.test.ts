@@ -220,14 +220,35 @@ t.test('a gap survives only where no other recorder vouches for the span', async
     mergeGaps([claims('a', [series], S, 2 * end), claims('b', [series], S, 2 * end)], [], end).map((g) => g.recorders),
     [['a', 'b']],
   );
-  // A disagreement is a gap until the next book.
+  // A disagreement is a gap from just before its instant (whose book is left out) until the next book.
   t.same(
     mergeGaps(
       [claims('a', [], S, 2 * end)],
       [{ market_id: 'm1', token_id: 'm1-0', ts: S, next_ts: S + 10, recorders: ['a', 'b'] }],
       end,
-    ).map((g) => [g.reason, g.to_ts - g.from_ts, g.recorders]),
-    [['recorders_disagree', 10, ['a', 'b']]],
+    ).map((g) => [g.reason, g.from_ts, g.to_ts, g.recorders]),
+    [['recorders_disagree', S - 1, S + 10, ['a', 'b']]],
+  );
+  // Disagreements one after another (a copy that missed a change, until it resyncs) are one gap; a
+  // later one after an agreed book, and another outcome's, are gaps of their own.
+  const chain = (ts: number, next: number | null, token = 'm1-0') => ({
+    market_id: 'm1',
+    token_id: token,
+    ts,
+    next_ts: next,
+    recorders: ['a', 'b'],
+  });
+  t.same(
+    mergeGaps(
+      [claims('a', [], S, 2 * end)],
+      [chain(S, S + 10), chain(S + 10, S + 25), chain(S + 25, S + 40), chain(S + 60, null), chain(S + 10, S + 20, 'm1-1')],
+      end,
+    ).map((g) => [g.from_ts - S, g.to_ts - S, g.failures, g.detail]),
+    [
+      [-1, 40, 3, 'token m1-0: a, b kept different books at 3 instants in a row'],
+      [9, 20, 1, 'token m1-1: a, b kept different books at this instant'],
+      [59, end - S, 1, 'token m1-0: a, b kept different books at this instant'],
+    ],
   );
 
   // Written and read back: the merged gaps file holds them, with who recorded each.

@@ -256,9 +256,17 @@ t.test(
       }),
     );
     const none = () => false;
-    t.equal((await new Merger(main, work, duck, quiet, none, 3_600_000).pass()).orphans_deleted, 0, 'within its grace, left alone');
+    t.equal(
+      (await new Merger(main, work, duck, quiet, { hours: none, graceMs: 3_600_000 }).pass()).orphans_deleted,
+      0,
+      'within its grace, left alone',
+    );
     t.ok(await main.head(orphanKey));
-    t.equal((await new Merger(main, work, duck, quiet, none, 0).pass()).orphans_deleted, 1, 'after it, the unnamed one is deleted');
+    t.equal(
+      (await new Merger(main, work, duck, quiet, { hours: none, graceMs: 0 }).pass()).orphans_deleted,
+      1,
+      'after it, the unnamed one is deleted',
+    );
     t.equal(await main.head(orphanKey), null);
     t.ok(await main.head(namedKey), 'the file the manifest names stays');
     t.same(JSON.parse(await fs.readFile(path.join(work, 'merge.json'), 'utf8')).unnamed, [], 'nothing left to look at');

@@ -91,6 +91,18 @@ interface State {
   unnamed?: { key: string; partition: string; name: string; at: number }[];
 }
 
+export interface MergerOptions {
+  /** Which hours' groups this merger merges (all by default): a job merging a range, a test its hour. */
+  hours?: (hour: number) => boolean;
+  /**
+   * How long a file put and named by no manifest is left alone: another merger of the same inputs
+   * may have put the same file (same name) and be about to name it.
+   */
+  graceMs?: number;
+  /** Groups merged at once (MERGE_CONCURRENCY): each writes only its own hour's partitions. */
+  concurrency?: number;
+}
+
 /** One recorder's manifest of one partition as the bucket holds it now. */
 type Held = PartitionManifest | null;
 
@@ -105,6 +117,12 @@ export class Merger {
     this.stopping = true;
   }
 
+  private readonly hours: (hour: number) => boolean;
+  private readonly graceMs: number;
+  private readonly concurrency: number;
+  /** State writes in the order they were asked for: groups merged side by side note files at once. */
+  private saving: Promise<void> = Promise.resolve();
+
   constructor(
     /** The record's prefix; the recorders are below it. */
     private readonly s3: S3,
@@ -112,14 +130,12 @@ export class Merger {
     private readonly workDir: string,
     private readonly duck: Duck,
     private readonly log: Logger,
-    /** Which hours' groups this merger merges (all by default): a job merging a range, a test its hour. */
-    private readonly hours: (hour: number) => boolean = () => true,
-    /**
-     * How long a file put and named by no manifest is left alone: another merger of the same inputs
-     * may have put the same file (same name) and be about to name it.
-     */
-    private readonly graceMs = 10 * 60_000,
-  ) {}
+    options: MergerOptions = {},
+  ) {
+    this.hours = options.hours ?? (() => true);
+    this.graceMs = options.graceMs ?? 10 * 60_000;
+    this.concurrency = options.concurrency ?? 4;
+  }
 
   private get prefix(): string {
     return this.s3.config.prefix;
@@ -183,22 +199,27 @@ export class Merger {
       orphans_deleted: orphans,
     };
     const pending = new Set(state.pending);
-    for (const id of [...groups].sort()) {
-      if (this.stopping) {
-        pending.add(id);
-        continue;
+    const queue = [...groups].sort();
+    const work = async () => {
+      for (let id = queue.shift(); id !== undefined; id = queue.shift()) {
+        if (this.stopping) {
+          pending.add(id);
+          continue;
+        }
+        try {
+          const done = await this.mergeGroup(parseGroup(id), recorders, horizons, open, report);
+          if (done) pending.delete(id);
+          else pending.add(id);
+          report.groups++;
+        } catch (err) {
+          pending.add(id);
+          this.log.warn({ group: id, error: describe(err) }, 'merge failed; retried');
+        }
       }
-      const group = parseGroup(id);
-      try {
-        const done = await this.mergeGroup(group, recorders, horizons, open, report);
-        if (done) pending.delete(id);
-        else pending.add(id);
-        report.groups++;
-      } catch (err) {
-        pending.add(id);
-        this.log.warn({ group: id, error: describe(err) }, 'merge failed; retried');
-      }
-    }
+    };
+    // Groups are disjoint (each writes its own hour's partitions and only reads its neighbours'), so
+    // they merge side by side: a group's time is mostly requests to the bucket and small statements.
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, work));
     report.pending = pending.size;
     this.state = { ...state, offsets, pending: [...pending].sort() };
     await this.saveState();
@@ -363,9 +384,14 @@ export class Merger {
     return complete && !raced;
   }
 
-  private async saveState(): Promise<void> {
-    await fs.mkdir(this.workDir, { recursive: true });
-    await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+  private saveState(): Promise<void> {
+    const write = async () => {
+      await fs.mkdir(this.workDir, { recursive: true });
+      await writeFileAtomic(this.stateFile, JSON.stringify(this.state));
+    };
+    const run = this.saving.then(write, write);
+    this.saving = run.catch(() => undefined);
+    return run;
   }
 
   /** Notes a file about to be put, durably, before it is. */
@@ -444,7 +470,9 @@ export function readLess(ours: MergedFrom, theirs: MergedFrom): boolean {
  */
 export function startMerging(config: Config, duck: Duck, log: Logger): { stop: () => Promise<void>; last: () => MergeReport | null } {
   if (!config.bucket) throw new Error('merging needs a bucket');
-  const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log);
+  const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log, {
+    concurrency: config.mergeConcurrency,
+  });
   let running: Promise<unknown> = Promise.resolve();
   let failing = false;
   let last: MergeReport | null = null;

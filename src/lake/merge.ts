@@ -203,16 +203,18 @@ export function mergeGaps(recorders: readonly RecorderClaims[], found: readonly 
         rows.push({ ...g, from_ts: from, to_ts: to, recorders: [r.recorder] });
     }
   }
-  for (const d of found)
+  for (const run of disagreementRuns(found))
     rows.push({
-      market_id: d.market_id,
+      market_id: run.market_id,
       dataset: 'books',
-      from_ts: d.ts,
-      to_ts: d.next_ts ?? hourEnd,
+      // As every gap of the record: the book is known at `from_ts` and not after it, up to `to_ts`.
+      // The disputed instant's own book is left out, so the span starts just before it.
+      from_ts: run.ts - 1,
+      to_ts: run.to ?? hourEnd,
       reason: 'recorders_disagree',
-      detail: `token ${d.token_id}: ${d.recorders.join(', ')} kept different books at this instant`,
-      failures: 1,
-      recorders: d.recorders,
+      detail: `token ${run.token_id}: ${run.recorders.join(', ')} kept different books at ${run.instants === 1 ? 'this instant' : `${run.instants} instants in a row`}`,
+      failures: run.instants,
+      recorders: run.recorders,
     });
   // The same gap from several recorders once, naming them all; then a fixed order.
   const byGap = new Map<string, MergedGap>();
@@ -231,6 +233,24 @@ export function mergeGaps(recorders: readonly RecorderClaims[], found: readonly 
       a.reason.localeCompare(b.reason) ||
       a.recorders.join(',').localeCompare(b.recorders.join(',')),
   );
+}
+
+/**
+ * Disagreements of one outcome in a row (each the next book after the last) as one span: a copy
+ * that missed a change disagrees at every instant until it resyncs, and one gap says so, not many
+ * abutting ones. `found` is in (market, token, ts) order.
+ */
+function disagreementRuns(found: readonly Disagreement[]): (Disagreement & { to: number | null; instants: number })[] {
+  const runs: (Disagreement & { to: number | null; instants: number })[] = [];
+  for (const d of found) {
+    const last = runs.at(-1);
+    if (last && last.market_id === d.market_id && last.token_id === d.token_id && last.to === d.ts) {
+      last.to = d.next_ts;
+      last.instants++;
+      last.recorders = [...new Set([...last.recorders, ...d.recorders])].sort();
+    } else runs.push({ ...d, to: d.next_ts, instants: 1 });
+  }
+  return runs;
 }
 
 /**

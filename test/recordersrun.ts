@@ -1,0 +1,265 @@
+// The harness of the two-recorder streaming runs (recorders-stream.test.ts, faults off;
+// recorders-faults.test.ts, the stand-in's faults on): two recorders streaming both venues from the
+// stand-in, each killed with kill -9 for a minute in turn, four times, over ten simulated minutes,
+// publishing to a real S3 server (Ceph's RADOS Gateway): the record merged in the bucket holds every
+// change of the venues' truth outside the stand-in's own faults, with no book twice and none
+// differing from the venue's, and no downtime gap, since one recorder was always up. Each kill waits
+// for the other recorder to be recording (its heartbeat counting rows), so the scenario follows
+// what capture did, not the machine's pace.
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Test } from 'tap';
+import { Merger } from '../src/bucket/merger.js';
+import { dataKey, manifestKey } from '../src/bucket/layout.js';
+import { S3 } from '../src/bucket/s3.js';
+import type { Heartbeat } from '../src/capture/heartbeat.js';
+import type { Venue } from '../src/config.js';
+import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
+import type { PartitionManifest } from '../src/lake/manifest.js';
+import type { StreamFaults } from '../src/standin/streamserver.js';
+import { HOUR } from '../src/time.js';
+import { captureEnv, captureProcesses, exited, lakeTable, processRig, quiet, sleep, testConfig } from './helpers.js';
+import { startRgw } from './rgw.js';
+import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
+
+const START = Date.parse('2026-07-26T12:48:30Z');
+const HOUR12 = Date.parse('2026-07-26T12:00:00Z');
+const SPEED = 20;
+const DOWN_MS = 60_000;
+const RECORDERS = ['rec-a', 'rec-b'] as const;
+const VENUES: Venue[] = ['polymarket', 'wallet-prediction'];
+
+export interface KillRunOptions {
+  /** The bucket the run's recorders publish to. */
+  bucket: string;
+  /**
+   * The stand-in's own faults while the recorders run (each venue's stream), set once both record:
+   * a change they cause to be lost for one recorder is still the other's to keep.
+   */
+  faults?: { polymarket: Partial<StreamFaults>; wallet: Partial<StreamFaults> };
+}
+
+/**
+ * Two recorders, each killed with kill -9 for a minute in turn, four times; then the record of
+ * hour 12 merged in the bucket is audited against the stand-in's truth.
+ */
+export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<void> {
+  const rgw = await startRgw(t);
+  const { dir, clock, standin, url, duck, clockEnv } = await processRig(t, START, SPEED);
+  // Markets sealed half a minute after their hour, as books are, so hour 12's catalogue is in the record.
+  const bucketEnv = {
+    ...rgw.env,
+    S3_BUCKET: options.bucket,
+    S3_PREFIX: 'archive/',
+    PUBLISH_MS: '200',
+    MERGE_MS: '1000',
+    MARKETS_SEAL_GRACE_MS: '30000',
+  };
+  const s3 = new S3(testConfig(dir, bucketEnv).bucket!);
+  t.teardown(() => s3.close());
+  await s3.ensureBucket();
+
+  const lakeOf = (r: string) => path.join(dir, r);
+  const start = Object.fromEntries(
+    RECORDERS.map((r) => [
+      r,
+      captureProcesses(
+        t,
+        captureEnv(lakeOf(r), url, clockEnv, {
+          LOG_LEVEL: 'warn',
+          CAPTURE_STREAM: VENUES.join(','),
+          CAPTURE_VENUES: VENUES.join(','),
+          POLYMARKET_COINS: 'btc',
+          WALLET_COINS: 'btc',
+          RECORDER_ID: r,
+          // A second of real time (20x) before a quiet stream counts as stalled: two captures, a gateway
+          // and their merges share two cores here.
+          STREAM_STALL_MS: '20000',
+          ...bucketEnv,
+        }),
+      ),
+    ]),
+  ) as Record<(typeof RECORDERS)[number], ReturnType<typeof captureProcesses>>;
+
+  async function heartbeat(r: string): Promise<Heartbeat | null> {
+    return JSON.parse(await fs.readFile(lakePaths(lakeOf(r)).heartbeat, 'utf8').catch(() => 'null')) as Heartbeat | null;
+  }
+
+  /** Until `other` holds every market `victim` holds (a book of each, as their heartbeats say). */
+  async function holdsAll(other: string, victim: string): Promise<void> {
+    for (const began = Date.now(); Date.now() - began < 180_000; await sleep(100)) {
+      const [o, v] = [await heartbeat(other), await heartbeat(victim)];
+      const held = new Set((o?.open ?? []).filter((m) => m.newest !== null && m.newest !== undefined).map((m) => m.market_id));
+      if (o && v && v.open.every((m) => m.newest === null || m.newest === undefined || held.has(m.market_id))) return;
+    }
+    throw new Error(`${other} did not hold ${victim}'s markets within 180 s`);
+  }
+
+  /** Until `r`'s process started after `since` has acknowledged rows (it records again). */
+  async function recording(r: string, since: string | null): Promise<void> {
+    for (const began = Date.now(); Date.now() - began < 180_000; await sleep(100)) {
+      const beat = await heartbeat(r);
+      if (beat && beat.segment !== since && beat.acknowledged > 0) return;
+    }
+    throw new Error(`${r} did not record within 180 s`);
+  }
+
+  const running = { 'rec-a': start['rec-a'](), 'rec-b': start['rec-b']() };
+  for (const r of RECORDERS) await recording(r, null);
+  if (options.faults) {
+    Object.assign(standin.stream.faults, options.faults.polymarket);
+    Object.assign(standin.walletStream.faults, options.faults.wallet);
+  }
+  const own: Record<string, number> = { 'rec-a': 0, 'rec-b': 0 };
+  for (let i = 0; i < 4; i++) {
+    const victim = RECORDERS[i % 2];
+    const other = RECORDERS[(i + 1) % 2];
+    // The other must hold every market the victim holds: recording, and past its restart's first minute.
+    await recording(other, null);
+    await holdsAll(other, victim);
+    const segment = (await heartbeat(victim))!.segment;
+    running[victim].kill('SIGKILL');
+    await exited(running[victim]);
+    const killedAt = clock.now();
+    while (clock.now() < killedAt + DOWN_MS) await sleep(50);
+    running[victim] = start[victim]();
+    await recording(victim, segment);
+    own[victim]++;
+    // A while recording before the other goes: its subscriptions' snapshots in.
+    const back = clock.now();
+    while (clock.now() < back + 30_000) await sleep(50);
+  }
+  t.same(own, { 'rec-a': 2, 'rec-b': 2 }, 'each recorder was killed twice');
+  // Both through hour 12's seal (its grace included), then stopped cleanly: each stop seals and publishes.
+  for (const r of RECORDERS)
+    for (const began = Date.now(); ((await heartbeat(r))?.sealed_through ?? 0) < HOUR12 + HOUR; await sleep(100))
+      if (Date.now() - began > 300_000) throw new Error(`${r} did not seal hour 12`);
+  for (const r of RECORDERS) {
+    running[r].kill('SIGTERM');
+    t.equal(await exited(running[r]), 0, `${r} stops cleanly`);
+  }
+  // Hour 12's groups alone: on a starved machine the clock (20x) has run hours past it by now.
+  const report = await new Merger(s3, path.join(dir, 'merge'), duck, quiet, { hours: (hour) => hour === HOUR12 }).pass();
+  t.comment(`last merge pass: ${JSON.stringify(report)}`);
+
+  // The record of hour 12 on local disk, laid out as a lake, read as the stream audits read a capture's.
+  const record = path.join(dir, 'record');
+  for (const venue of VENUES)
+    for (const dataset of ['books', 'gaps', 'markets'] as const)
+      for (const window of ['5m', '15m'] as const) {
+        const p = partitionOf(dataset, venue, 'btc', window, HOUR12);
+        const body = await s3.get(manifestKey(s3.config.prefix, p));
+        if (!body) continue;
+        const m = JSON.parse(body.toString('utf8')) as PartitionManifest;
+        t.ok(m.merged, `${m.partition} is a merged record`);
+        for (const f of m.files)
+          await s3.download(dataKey(s3.config.prefix, `${m.partition}/${f.name}`), path.join(record, 'lake', partitionDir(p), f.name), {
+            size: f.bytes,
+            sha256: f.sha256,
+          });
+      }
+  const lake = await readStreamLake(duck, record);
+  const keys = lake.rows.map((r) => `${r.market_id}|${r.token_id}|${r.ts}`);
+  t.ok(keys.length > 1000, `${keys.length} books in the record of hour 12`);
+  t.equal(new Set(keys).size, keys.length, 'no (market, outcome, ts) twice');
+  // Within the sealed hour (a gap reaching past it waits for the other recorder's next hour to be
+  // sealed), from the record's first book of the market on (before it, neither recorder held the
+  // market yet: time the certificate counts as unrecorded, whatever the gap says).
+  const first = new Map<string, number>();
+  for (const r of lake.rows) first.set(r.market_id, Math.min(first.get(r.market_id) ?? Infinity, r.ts));
+  const down = lake.gaps.filter(
+    (g) => g.reason === 'process_down' && Math.max(g.f, first.get(g.market_id) ?? Infinity) < Math.min(g.t, HOUR12 + HOUR),
+  );
+  // A recorder up may still lack a span (its stream stalled on a starved machine): a downtime gap of the
+  // record is right exactly where the other recorder had a gap of its own too.
+  const ownGaps = new Map<string, { market_id: string; f: number; t: number }[]>();
+  for (const r of RECORDERS)
+    ownGaps.set(
+      r,
+      (await duck.rows(
+        `SELECT market_id, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t FROM ${lakeTable(lakeOf(r), 'gaps')} WHERE dataset = 'books'`,
+      )) as { market_id: string; f: number; t: number }[],
+    );
+  // Nor before a recorder's own first book of the market: a market listed just before a kill is
+  // held by the victim alone until the other learns of it.
+  const ownFirst = new Map<string, Map<string, number>>();
+  for (const r of RECORDERS)
+    ownFirst.set(
+      r,
+      new Map(
+        (
+          (await duck.rows(
+            `SELECT market_id, epoch_ms(min(ts))::DOUBLE AS first FROM ${lakeTable(lakeOf(r), 'books')} GROUP BY market_id`,
+          )) as { market_id: string; first: number }[]
+        ).map((x) => [x.market_id, x.first]),
+      ),
+    );
+  // What of a span recorder `r` held: outside the union of its own gaps of the market (one gap may
+  // end where the next begins, a stream resync after a stall say) and after its first book.
+  const heldBy = (r: string, g: { market_id: string; f: number; t: number }): [number, number][] => {
+    let left: [number, number][] = [[Math.max(g.f, ownFirst.get(r)!.get(g.market_id) ?? Infinity), g.t]];
+    for (const o of ownGaps.get(r)!.filter((x) => x.market_id === g.market_id))
+      left = left.flatMap(([a, b]): [number, number][] => [
+        ...(o.f > a ? [[a, Math.min(b, o.f)] as [number, number]] : []),
+        ...(o.t < b ? [[Math.max(a, o.t), b] as [number, number]] : []),
+      ]);
+    return left.filter(([a, b]) => b > a);
+  };
+  const unjust = down
+    // Judged within the sealed hour: past it, a recorder vouches for nothing until its next hour is
+    // sealed (its horizon), and the gap there stays, pending, until then.
+    .map((g) => ({ ...g, held: Object.fromEntries(RECORDERS.map((r) => [r, heldBy(r, { ...g, t: Math.min(g.t, HOUR12 + HOUR) })])) }))
+    .filter((g) => Object.values(g.held).some((spans) => spans.length > 0));
+  t.same(
+    unjust,
+    [],
+    `no downtime gap in hour 12 where one recorder held the market (${down.length} where both lacked it, ${down.reduce((s, g) => s + (g.t - g.f), 0) / 1000} s)`,
+    // What a failure needs to be read: each recorder's own gaps of the market around it, and its first book.
+    unjust.length
+      ? {
+          around: RECORDERS.map((r) => ({
+            r,
+            first: ownFirst.get(r)!.get(unjust[0].market_id),
+            gaps: ownGaps
+              .get(r)!
+              .filter((o) => o.market_id === unjust[0].market_id && o.t >= unjust[0].f - 60_000 && o.f <= unjust[0].t + 60_000),
+          })),
+        }
+      : {},
+  );
+  for (const r of RECORDERS) {
+    const gaps = await duck.rows(`SELECT count(*)::INTEGER AS n FROM ${lakeTable(lakeOf(r), 'gaps')} WHERE reason = 'process_down'`);
+    t.ok(Number(gaps[0].n) > 0, `${r}'s own record has ${gaps[0].n} downtime gaps`);
+  }
+  const [{ both }] = await duck.rows(
+    `SELECT count(*) FILTER (WHERE len(recorders) = 2)::INTEGER AS both FROM ${lakeTable(record, 'books')}`,
+  );
+  t.ok(Number(both) > 0, `${both} books kept by both recorders, stored once`);
+  for (const venue of VENUES) {
+    auditStream(t, {
+      rows: lake.rows.filter((r) => isVenue(venue, r.market_id)),
+      gaps: lake.gaps.filter((g) => isVenue(venue, g.market_id)),
+      markets: lake.markets.filter((m) => isVenue(venue, m.market_id)),
+      sim: standin.sim,
+      undelivered: venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered,
+      subscribedAt: subscriptions(standin, venue),
+      venue,
+      stallMs: 20_000,
+      slackMs: 1000 * SPEED,
+    });
+  }
+  if (options.faults) {
+    const { stats } = standin.stream;
+    const wallet = standin.walletStream.stats;
+    t.ok(
+      stats.dropped + wallet.dropped > 0 && wallet.reordered + wallet.duplicated > 0,
+      `the stand-in's faults happened: Polymarket ${stats.dropped} messages dropped; the wallet venue ${wallet.dropped} dropped, ${wallet.reordered} reordered, ${wallet.duplicated} duplicated`,
+    );
+  }
+}
+
+/** The stand-in numbers Polymarket's markets from 1,000,000 and the wallet venue's from 50,000,000. */
+function isVenue(venue: Venue, marketId: string): boolean {
+  const id = Number(marketId);
+  return venue === 'polymarket' ? id >= 1_000_000 && id < 50_000_000 : id >= 50_000_000;
+}
