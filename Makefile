@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket bench-recorders mirror-bucket merge rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -154,6 +154,11 @@ bench-replay: install
 ## make bench-bucket: page latency served from a bucket (Ceph's RADOS Gateway here), cache cold and warm, against the local-disk lake
 bench-bucket: install
 	$(TSX) bench/bucket.ts
+
+## make audit-recorders-faults: two recorders killed in turn with the stand-in's stream faults on, the merged record audited (issue 49's faults-on run; outside make test for time)
+audit-recorders-faults: install node_modules/.tap-built
+	bash scripts/rgw.sh install
+	npx tap --disable-coverage test/recorders-faults.audit.ts
 
 ## make bench-recorders: what a second recorder costs: bucket objects and bytes per prefix, requests an hour, the merge's time per sealed hour, when a merged hour is served
 bench-recorders: install

@@ -14,7 +14,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { listSpool } from '../src/lake/spool.js';
 import { StandIn } from '../src/standin/server.js';
 import { TS_NODE_ARGS, captureEnv, killProcess, lakeTable, quiet, sealAll, testConfig } from './helpers.js';
-import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
+import { auditVenue, readStreamLake } from './streamaudit.js';
 
 // Outside tap's fixtures, which tap removes (and a mount point cannot be removed).
 const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'storage-test-'));
@@ -253,20 +253,8 @@ t.test(
     // Stopped for good: the heartbeat's presumed downtime counts, from each market's newest book.
     const lake = await readStreamLake(duck, dir, { stopped: true });
     for (const venue of ['polymarket', 'wallet-prediction'] as const) {
-      const ofVenue = (id: string) => Number(id) >= 50_000_000 === (venue === 'wallet-prediction');
-      const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
-      const { expected, recorded, uncoveredMarkets } = auditStream(t, {
-        rows: lake.rows.filter((r) => ofVenue(r.market_id)),
-        gaps: lake.gaps.filter((g) => ofVenue(g.market_id)),
-        markets: lake.markets,
-        sim: standin.sim,
-        undelivered,
-        subscribedAt: subscriptions(standin, venue),
-        venue,
-        // Capture's default stall bound (5 s); a second of real time in flight at the stop.
-        stallMs: 5000,
-        slackMs: 1000 * SPEED,
-      });
+      // Capture's default stall bound (5 s); a second of real time in flight at the stop.
+      const { expected, recorded, uncoveredMarkets } = auditVenue(t, lake, standin, venue, { stallMs: 5000, slackMs: 1000 * SPEED });
       t.ok(recorded < expected, `${venue}: ${expected - recorded} of ${expected} changes were not kept, each inside a gap`);
       // A change lost with no gap (seen once): what capture said of those markets, and its errors.
       if (uncoveredMarkets.length)

@@ -283,6 +283,30 @@ export function auditStream(
   return { expected, recorded, unknowable, withheld, beforeFirst, wrong: wrong.length, labels, uncoveredMarkets };
 }
 
+/**
+ * The audit of one venue's part of a lake that captured both from `standin` (the stand-in numbers
+ * the wallet venue's markets from 50,000,000).
+ */
+export function auditVenue(
+  t: Test,
+  lake: { rows: Recorded[]; gaps: Gap[]; markets: Known[] },
+  standin: StandIn,
+  venue: Venue,
+  bounds: { stallMs: number; slackMs: number },
+): ReturnType<typeof auditStream> {
+  const ofVenue = (id: string) => Number(id) >= 50_000_000 === (venue === 'wallet-prediction');
+  return auditStream(t, {
+    rows: lake.rows.filter((r) => ofVenue(r.market_id)),
+    gaps: lake.gaps.filter((g) => ofVenue(g.market_id)),
+    markets: lake.markets,
+    sim: standin.sim,
+    undelivered: venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered,
+    subscribedAt: subscriptions(standin, venue),
+    venue,
+    ...bounds,
+  });
+}
+
 /** The stand-in's record of when it took each outcome's subscription, as the audit asks for it. */
 export function subscriptions(standin: StandIn, venue: Venue): (marketId: string, index: 0 | 1) => number | undefined {
   if (venue === 'wallet-prediction') return (id) => standin.walletStream.subscribedAt.get(Number(id));

@@ -2,6 +2,8 @@
 // stream faults on (changes dropped per connection, so the recorders' copies differ; the wallet
 // venue's pushes also reordered and duplicated): the record merged in the bucket still has every
 // change outside the stand-in's own faults, none wrong outside a gap, and no downtime gap.
+// Not in `make test`: beside recorders-stream.test (the same run, faults off) both outlasted the
+// per-file bound beside stress-ng; `make audit-recorders-faults` runs it (124 s on an idle machine).
 import t from 'tap';
 import { killEachInTurn } from './recordersrun.js';
 
