@@ -53,6 +53,9 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     S3_PREFIX: 'archive/',
     PUBLISH_MS: '200',
     MERGE_MS: '1000',
+    // One group at a time: two captures' merges, a gateway and stress share two cores (at 4, the run
+    // outlasted the file's bound beside stress-ng).
+    MERGE_CONCURRENCY: '1',
     MARKETS_SEAL_GRACE_MS: '30000',
   };
   const s3 = new S3(testConfig(dir, bucketEnv).bucket!);
