@@ -3,7 +3,7 @@
 // market's last instants are in, and one strictly increasing row time per market.
 import type { Book, Market, TradeRow } from '../records.js';
 import type { Quote, MarketPoll, VenueBookSummary } from './adapter.js';
-import type { LostReason } from './channel.js';
+import type { LostReason, ReadState } from './channel.js';
 
 /**
  * How far a stream has delivered, so that a market is let go only once its last instants are in:
@@ -30,6 +30,25 @@ export const RELEASED_KEPT_MS = 3_600_000;
 /** Whether what ends at `end` has nothing more to come by `now`: a message stamped `newest` reached it, or the bound passed. */
 export function endPassed(end: number, newest: number, now: number, boundMs: number): boolean {
   return end <= now && (newest >= end || now >= end + boundMs);
+}
+
+/**
+ * Whether the stream has delivered all of a market's window: `endPassed` by its own events, or by
+ * silence for `boundMs` past the end on a connection known read that far (`readPast`: a process
+ * frozen across the end resumes with the window's last changes unread in its socket). `unproved`:
+ * the connection never showed it, and the span after the market's newest event is a gap.
+ */
+export function windowDelivered(
+  end: number,
+  newest: number,
+  now: number,
+  boundMs: number,
+  readPast: (at: number) => ReadState,
+): 'no' | 'yes' | 'unproved' {
+  if (!endPassed(end, newest, now, boundMs)) return 'no';
+  if (newest >= end) return 'yes';
+  const read = readPast(end + boundMs);
+  return read === 'waiting' ? 'no' : read === 'unanswered' ? 'unproved' : 'yes';
 }
 
 /**

@@ -26,7 +26,7 @@ import {
   sameLevels,
   stateLadders,
 } from './book.js';
-import { RELEASED_KEPT_MS, StreamProgress, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
+import { RELEASED_KEPT_MS, StreamProgress, type StreamSink, type VenueRecorder, advance, windowDelivered } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';
@@ -169,27 +169,17 @@ export class StreamRecorder implements VenueRecorder {
     if (release.length) this.channel.untrack(release);
   }
 
-  /**
-   * Whether the stream has delivered all of `t`'s window: an event of its own at or past the end,
-   * or silence for the stall bound past it on a connection read that far (a process frozen across
-   * the end has the window's last changes unread in its socket when it resumes; judged by the clock
-   * alone they were dropped with no gap). A connection that never proves it read that far vouches for
-   * nothing after the token's newest event: that span is a gap.
-   */
+  /** Whether the stream has delivered all of `t`'s window (`windowDelivered`); unproved, the rest is a gap. */
   private streamOver(t: Token, now: number): boolean {
-    const end = t.market.end_time;
-    if (!endPassed(end, t.heardTs, now, this.stallMs)) return false;
-    if (t.heardTs >= end) return true;
-    const read = this.channel.readPast(t.book.assetId, end + this.stallMs);
-    if (read === 'waiting') return false;
-    if (read === 'unanswered')
+    const over = windowDelivered(t.market.end_time, t.heardTs, now, this.stallMs, (at) => this.channel.readPast(t.book.assetId, at));
+    if (over === 'unproved')
       this.sink.lost(
         t.market,
         'stream_late',
         Math.max(t.heardTs, t.trackedAt),
         `the connection of ${t.label} never showed it was read past the market's end`,
       );
-    return true;
+    return over !== 'no';
   }
 
   resumeAfter(newest: ReadonlyMap<string, number>): void {

@@ -16,7 +16,7 @@ import { type MarketPoll, type Quote, ladders } from '../adapter.js';
 import { UpstreamError } from '../http.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { walletTopics } from './channel.js';
-import { RELEASED_KEPT_MS, type StreamGapReason, type StreamSink, type VenueRecorder, advance, endPassed } from '../stream.js';
+import { RELEASED_KEPT_MS, type StreamGapReason, type StreamSink, type VenueRecorder, advance, windowDelivered } from '../stream.js';
 
 const TOPIC_PREFIX = 'web3_prediction_orderbook_';
 
@@ -192,21 +192,13 @@ export class WalletStreamRecorder implements VenueRecorder {
     if (ended.length) this.channel.untrack(ended.map((m) => TOPIC_PREFIX + m.market_id));
   }
 
-  /**
-   * Whether the stream has delivered all of the market's window: a push at or past the end, or
-   * silence for the stall bound past it on a connection read that far (a process frozen across the
-   * end reads the window's last pushes only after it resumes). A connection that never proves it
-   * read that far vouches for nothing after the market's newest push: that span is a gap.
-   */
+  /** Whether the stream has delivered all of the market's window (`windowDelivered`); unproved, the rest is a gap. */
   private streamOver(h: Held, now: number): boolean {
-    const end = h.market.end_time;
-    if (!endPassed(end, h.ts, now, this.stallMs)) return false;
-    if (h.ts >= end) return true;
-    const read = this.channel.readPast(TOPIC_PREFIX + h.market.market_id, end + this.stallMs);
-    if (read === 'waiting') return false;
-    if (read === 'unanswered')
+    const topic = TOPIC_PREFIX + h.market.market_id;
+    const over = windowDelivered(h.market.end_time, h.ts, now, this.stallMs, (at) => this.channel.readPast(topic, at));
+    if (over === 'unproved')
       this.sink.lost(h.market, 'stream_late', Math.max(h.ts, h.trackedAt), "the connection never showed it was read past the market's end");
-    return true;
+    return over !== 'no';
   }
 
   /** Markets past their end still waiting for the stream to show it delivered their window: a heartbeat keeps holding them. */
