@@ -7,7 +7,17 @@ import t, { type Test } from 'tap';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { readManifest } from '../src/lake/manifest.js';
-import { type RecorderClaims, disagreements, mergeGaps, mergeRows, readGaps, recorderClaims, writeGaps } from '../src/lake/merge.js';
+import {
+  type RecorderClaims,
+  disagreements,
+  doubtedSpans,
+  mergeGaps,
+  mergeRows,
+  readGaps,
+  recorderClaims,
+  stageDoubts,
+  writeGaps,
+} from '../src/lake/merge.js';
 import { sealDue } from '../src/lake/seal.js';
 import { Spool } from '../src/lake/spool.js';
 import { sqlPath } from '../src/lake/sql.js';
@@ -166,6 +176,79 @@ t.test('books and trades both recorders kept are stored once, naming both; a dis
       .digest('hex');
   t.equal(reversed!.sha256, entry!.sha256, 'sha256-equal files');
   t.equal(await sha(path.join(again, partitionDir(books), 'merged.parquet')), await sha(file));
+});
+
+t.test("a recorder's books inside its own gap are left out where another vouches for the span, kept where none does", async (t) => {
+  const S = HOUR0 + 60_000;
+  const end = HOUR0 + HOUR;
+  // A's copy missed a change after +1000: its books at +2000 and +3000 are wrong, and its gap
+  // (found at the resync, +4000) reaches back over them. B saw the change at +2500 and has no book
+  // at +2000 or +3000, so no instant is disputed: without the gap's claim A's books would stand.
+  const stale = (ts: number, size: number) => book(ts, 0, size);
+  const a = await recorderLake(t, {
+    books: [book(S, 0, 1), book(S + 1000, 0, 3), stale(S + 2000, 99), stale(S + 3000, 98), book(S + 4000, 0, 5)],
+    trades: [],
+    gaps: [gap(S + 1000, S + 4000, 'stream_unproved')],
+  });
+  const b = await recorderLake(t, {
+    books: [book(S, 0, 1), book(S + 1000, 0, 3), book(S + 2500, 0, 4), book(S + 4000, 0, 5)],
+    trades: [],
+    gaps: [],
+  });
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const inputs = [
+    { recorder: 'a', files: a.books },
+    { recorder: 'b', files: b.books },
+  ];
+  const claimsOf = (bHorizon: number): RecorderClaims[] => {
+    const own = [gap(S + 1000, S + 4000, 'stream_unproved')];
+    return [
+      { recorder: 'a', own, near: own, first: new Map([['m1', S]]), horizon: 2 * end },
+      { recorder: 'b', own: [], near: [], first: new Map([['m1', S]]), horizon: bHorizon },
+    ];
+  };
+  const merged = async (claims: RecorderClaims[]) => {
+    const out = testdir(t);
+    const doubted = await stageDoubts(out, doubtedSpans(claims));
+    await mergeRows(duck, out, books, inputs, 'm.parquet', { sources: ['x'], writtenAt: 1, doubted });
+    const rows = await duck.rows(
+      `SELECT epoch_ms(ts)::DOUBLE AS ts, bid_sizes[1] AS size, recorders FROM read_parquet(${sqlPath(path.join(out, partitionDir(books), 'm.parquet'))}) ORDER BY ts`,
+    );
+    return {
+      rows: rows.map((r) => [Number(r.ts) - S, r.size, r.recorders]),
+      gaps: mergeGaps(claims, await disagreements(duck, inputs, doubted), end).map((g) => [g.from_ts - S, g.to_ts - S, g.recorders]),
+    };
+  };
+
+  // B vouches for all of A's gap: A's books inside it go, the gap goes, B's books are the record.
+  t.same(doubtedSpans(claimsOf(2 * end)), [{ recorder: 'a', market_id: 'm1', after_ms: S + 1000, before_ms: S + 4000 }]);
+  t.same(await merged(claimsOf(2 * end)), {
+    rows: [
+      [0, 1, ['a', 'b']],
+      [1000, 3, ['a', 'b']],
+      [2500, 4, ['b']],
+      [4000, 5, ['a', 'b']],
+    ],
+    gaps: [],
+  });
+
+  // B vouches only up to +2200 (its horizon): A's book at +2000 goes; the rest of A's gap stays,
+  // with A's book at +3000 inside it, as with no other recorder.
+  t.same(await merged(claimsOf(S + 2200)), {
+    rows: [
+      [0, 1, ['a', 'b']],
+      [1000, 3, ['a', 'b']],
+      [2500, 4, ['b']],
+      [3000, 98, ['a']],
+      [4000, 5, ['a', 'b']],
+    ],
+    gaps: [[2200, 4000, ['a']]],
+  });
+
+  // No doubts staged (no other recorder vouches): every book as before.
+  t.same(doubtedSpans(claimsOf(S)), []);
+  t.equal(await stageDoubts(testdir(t), []), null);
 });
 
 t.test('a gap survives only where no other recorder vouches for the span', async (t) => {

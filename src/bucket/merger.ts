@@ -18,10 +18,12 @@ import {
   type RecorderClaims,
   type RecorderFiles,
   disagreements,
+  doubtedSpans,
   mergeGaps,
   mergeRows,
   readGaps,
   recorderClaims,
+  stageDoubts,
   writeGaps,
 } from '../lake/merge.js';
 import type { Logger } from '../log.js';
@@ -257,30 +259,61 @@ export class Merger {
     const workDir = path.join(this.workDir, shortHash(groupId(g)));
     const changed: string[] = [];
     let raced = false;
+    const input = async (o: { r: string; m: Held }, d: Dataset, hour: number): Promise<RecorderFiles> => ({
+      recorder: o.r,
+      files: await this.fetch(o.r, { ...g, dataset: d, hour }, o.m?.files ?? [], workDir),
+    });
+    // Books and gaps both read what each recorder vouches for (its first books and its books gaps,
+    // the hours either side included): the gaps to keep, and the books to leave out (merge.ts Doubt).
+    const near = await Promise.all(
+      recorders.flatMap((r) =>
+        [g.hour - HOUR, g.hour, g.hour + HOUR].flatMap((hour) =>
+          (['books', 'gaps'] as const).map(async (d) => ({ r, d, hour, m: await manifest(r, d, hour) })),
+        ),
+      ),
+    );
+    const books = (r: string) => near.find((n) => n.r === r && n.d === 'books' && n.hour === g.hour)!.m;
+    let claims = null as Promise<RecorderClaims[]> | null;
+    const claimsOf = () =>
+      (claims ??= Promise.all(
+        recorders.map(async (r): Promise<RecorderClaims> => {
+          const mine = near.filter((n) => n.r === r);
+          const gapsOf = async (hour: number) =>
+            readGaps(
+              this.duck,
+              (
+                await input(
+                  mine.find((n) => n.d === 'gaps' && n.hour === hour)!,
+                  'gaps',
+                  hour,
+                )
+              ).files,
+            );
+          const first = new Map<string, number>();
+          for (const n of mine.filter((x) => x.d === 'books'))
+            for (const f of n.m?.files ?? [])
+              for (const [market, span] of Object.entries(f.markets ?? {}))
+                first.set(market, Math.min(first.get(market) ?? Infinity, span[1]));
+          const own = await gapsOf(g.hour);
+          const nearGaps = [...own, ...openGaps(r), ...(await gapsOf(g.hour - HOUR)), ...(await gapsOf(g.hour + HOUR))];
+          return { recorder: r, own, near: nearGaps, first, horizon: clip(r) };
+        }),
+      ));
+    let doubted = null as Promise<string | null> | null;
+    const doubtedOf = () => (doubted ??= claimsOf().then((c) => stageDoubts(workDir, doubtedSpans(c))));
     try {
       for (const dataset of [...DATASETS].sort((a, b) => Number(a === 'gaps') - Number(b === 'gaps'))) {
         const p: Partition = { ...g, dataset };
         const own = await Promise.all(recorders.map(async (r) => ({ r, m: await manifest(r, dataset, g.hour) })));
-        // Gaps also read the books (disagreements, first books) and both neighbours' books and gaps.
-        const near =
-          dataset === 'gaps'
-            ? await Promise.all(
-                recorders.flatMap((r) =>
-                  [g.hour - HOUR, g.hour, g.hour + HOUR].flatMap((hour) =>
-                    (['books', 'gaps'] as const).map(async (d) => ({ r, d, hour, m: await manifest(r, d, hour) })),
-                  ),
-                ),
-              )
-            : [];
-        const books = (r: string) => near.find((n) => n.r === r && n.d === 'books' && n.hour === g.hour)!.m;
+        const vouching = dataset === 'gaps' || dataset === 'books';
         if (own.every((o) => o.m === null) && !(dataset === 'gaps' && recorders.some((r) => books(r) !== null))) continue;
         const named = (m: Held) => (m?.files ?? []).map((f) => [f.name, f.sha256]);
         const fingerprint = shortHash(
           JSON.stringify({
             dataset,
             own: own.map((o) => [o.r, named(o.m)]),
-            near: near.map((n) => [n.r, n.d, n.hour, named(n.m)]),
-            clips: dataset === 'gaps' ? recorders.map((r) => [r, clip(r), openGaps(r)]) : [],
+            near: vouching ? near.map((n) => [n.r, n.d, n.hour, named(n.m)]) : [],
+            clips: vouching ? recorders.map((r) => [r, clip(r), openGaps(r)]) : [],
           }),
         );
         const newest = (m: Held) => Math.max(0, ...(m?.files ?? []).map((f) => f.written_at));
@@ -297,10 +330,6 @@ export class Merger {
         if (there?.merged?.fingerprint === fingerprint) continue;
         if (there?.merged && readLess(merged, there.merged)) continue;
 
-        const input = async (o: { r: string; m: Held }, d: Dataset, hour: number): Promise<RecorderFiles> => ({
-          recorder: o.r,
-          files: await this.fetch(o.r, { ...g, dataset: d, hour }, o.m?.files ?? [], workDir),
-        });
         const name = `merged-${fingerprint}.parquet`;
         const outDir = path.join(workDir, 'out');
         const writtenAt = Math.max(...own.map((o) => newest(o.m)));
@@ -310,31 +339,15 @@ export class Merger {
           const found: Disagreement[] = await disagreements(
             this.duck,
             await Promise.all(recorders.map((r) => input({ r, m: books(r) }, 'books', g.hour))),
+            await doubtedOf(),
           );
           report.disagreements += found.length;
-          const claims: RecorderClaims[] = [];
-          for (const r of recorders) {
-            const mine = near.filter((n) => n.r === r);
-            const gapFiles = (hour: number) => mine.find((n) => n.d === 'gaps' && n.hour === hour)!;
-            const first = new Map<string, number>();
-            for (const n of mine.filter((x) => x.d === 'books'))
-              for (const f of n.m?.files ?? [])
-                for (const [market, span] of Object.entries(f.markets ?? {}))
-                  first.set(market, Math.min(first.get(market) ?? Infinity, span[1]));
-            const ownGaps = await readGaps(this.duck, (await input(gapFiles(g.hour), 'gaps', g.hour)).files);
-            const nearGaps = [
-              ...ownGaps,
-              ...openGaps(r),
-              ...(await readGaps(this.duck, (await input(gapFiles(g.hour - HOUR), 'gaps', g.hour - HOUR)).files)),
-              ...(await readGaps(this.duck, (await input(gapFiles(g.hour + HOUR), 'gaps', g.hour + HOUR)).files)),
-            ];
-            claims.push({ recorder: r, own: ownGaps, near: nearGaps, first, horizon: clip(r) });
-          }
-          const gaps = mergeGaps(claims, found, g.hour + HOUR);
-          entry = await writeGaps(this.duck, outDir, p, gaps, name, { sources, writtenAt, claims: recorderClaims(claims) });
+          const gaps = mergeGaps(await claimsOf(), found, g.hour + HOUR);
+          entry = await writeGaps(this.duck, outDir, p, gaps, name, { sources, writtenAt, claims: recorderClaims(await claimsOf()) });
         } else {
           const inputs = await Promise.all(own.map((o) => input(o, dataset, g.hour)));
-          entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt });
+          const doubts = dataset === 'books' ? await doubtedOf() : null;
+          entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt, doubted: doubts });
         }
         const files: ManifestFile[] = [];
         let intent: NonNullable<State['unnamed']>[number] | null = null;
@@ -375,6 +388,8 @@ export class Merger {
       }
     } finally {
       await fs.rm(path.join(workDir, 'out'), { recursive: true, force: true });
+      const staged = await doubted?.catch(() => null);
+      if (staged) await fs.rm(staged, { force: true });
       if (complete) await fs.rm(workDir, { recursive: true, force: true });
     }
     if (changed.length) {

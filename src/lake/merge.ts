@@ -8,13 +8,14 @@
 // still down has written no gap for its downtime yet, so nothing after its horizon is its claim).
 // Everything here is a function of its inputs: any process merging the same inputs writes
 // sha256-equal files, so merges run anywhere, twice, without a lock.
+import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Dataset, GapRow } from '../records.js';
 import type { Duck } from './duckdb.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
 import type { ManifestFile, RecorderClaim } from './manifest.js';
-import { parquetSource, spoolSource, sqlIdent, sqlString } from './sql.js';
+import { parquetSource, spoolSource, sqlIdent, sqlPath, sqlString } from './sql.js';
 import { writeParquet } from './writer.js';
 
 /** Which recorders kept a merged row, in name order. */
@@ -50,13 +51,80 @@ const IDENTITY: Record<
   markets: { key: SCHEMAS.markets.map((c) => c.name) },
 };
 
-/** Every input row with its recorder, the dataset's columns by name (recorders run one release). */
-function inputRows(dataset: Dataset, inputs: readonly RecorderFiles[]): string {
-  const columns = SCHEMAS[dataset].map((c) => sqlIdent(c.name)).join(', ');
+/**
+ * Every input row with its recorder, the dataset's columns by name (recorders run one release).
+ * `doubted` (a file `stageDoubts` wrote) leaves out books a recorder kept inside its own gap where
+ * another recorder vouches for the span.
+ */
+function inputRows(dataset: Dataset, inputs: readonly RecorderFiles[], doubted: string | null): string {
+  const columns = SCHEMAS[dataset].map((c) => `x.${sqlIdent(c.name)}`).join(', ');
   return inputs
     .filter((i) => i.files.length > 0)
-    .map((i) => `SELECT ${sqlString(i.recorder)} AS recorder, ${columns} FROM ${parquetSource([...i.files], 'union_by_name=true')}`)
+    .map((i) => {
+      const dropped =
+        doubted && dataset === 'books'
+          ? ` WHERE NOT EXISTS (SELECT 1 FROM ${doubtSource(doubted)} d WHERE d.recorder = ${sqlString(i.recorder)}
+              AND d.market_id = x.market_id AND epoch_ms(x.ts) > d.after_ms AND epoch_ms(x.ts) < d.before_ms)`
+          : '';
+      return `SELECT ${sqlString(i.recorder)} AS recorder, ${columns} FROM ${parquetSource([...i.files], 'union_by_name=true')} x${dropped}`;
+    })
     .join(' UNION ALL ');
+}
+
+/**
+ * A span of a market in which one recorder's books are in doubt (it has a books gap there: a
+ * copy that missed a change keeps writing rows until it finds out, and its gap reaches back over
+ * them) while another recorder vouches for it. The merge drops that gap (mergeGaps), so the
+ * doubted rows must go too, or they would stand in the record outside every gap; the other
+ * recorder's rows are the record there. Epoch ms, both ends open.
+ */
+export interface Doubt {
+  recorder: string;
+  market_id: string;
+  after_ms: number;
+  before_ms: number;
+}
+
+/** Every recorder's doubted spans (its books gaps, open ones included, where another vouches), in a fixed order. */
+export function doubtedSpans(recorders: readonly RecorderClaims[]): Doubt[] {
+  const out = new Map<string, Doubt>();
+  for (const r of recorders)
+    for (const g of r.near) {
+      if (g.dataset !== 'books' || g.market_id === null) continue;
+      for (const o of recorders)
+        if (o !== r)
+          for (const [from, to] of covered(o, g.market_id)) {
+            // A gap's book is known at its `from_ts` (kept) and again at its `to_ts` (the resync);
+            // `o` vouches for [from, to): in whole ms, after from - 1.
+            const d = {
+              recorder: r.recorder,
+              market_id: g.market_id,
+              after_ms: Math.max(g.from_ts, from - 1),
+              before_ms: Math.min(g.to_ts, to),
+            };
+            if (d.before_ms - d.after_ms > 1) out.set(JSON.stringify(d), d);
+          }
+    }
+  return [...out.values()].sort(
+    (a, b) =>
+      a.recorder.localeCompare(b.recorder) ||
+      a.market_id.localeCompare(b.market_id) ||
+      a.after_ms - b.after_ms ||
+      a.before_ms - b.before_ms,
+  );
+}
+
+/** Doubted spans as an NDJSON file in `dir` for the statements to read (null: none to stage). */
+export async function stageDoubts(dir: string, found: readonly Doubt[]): Promise<string | null> {
+  if (!found.length) return null;
+  await fs.mkdir(dir, { recursive: true });
+  const file = path.join(dir, `.doubts-${createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16)}.ndjson`);
+  await fs.writeFile(file, found.map((d) => JSON.stringify(d)).join('\n') + '\n');
+  return file;
+}
+
+function doubtSource(file: string): string {
+  return `read_json(${sqlPath(file)}, format='newline_delimited', columns={recorder: 'VARCHAR', market_id: 'VARCHAR', after_ms: 'BIGINT', before_ms: 'BIGINT'})`;
 }
 
 /**
@@ -64,7 +132,11 @@ function inputRows(dataset: Dataset, inputs: readonly RecorderFiles[]): string {
  * `next_ts`, the observation of the same key prefix (market outcome) after it. Pure SQL text:
  * the only spliced values are file paths and recorder names the server computed and checked.
  */
-export function observationsSql(dataset: Exclude<Dataset, 'gaps'>, inputs: readonly RecorderFiles[]): string {
+export function observationsSql(
+  dataset: Exclude<Dataset, 'gaps'>,
+  inputs: readonly RecorderFiles[],
+  doubted: string | null = null,
+): string {
   const { key, content, counted, prefer, newest } = IDENTITY[dataset];
   const keys = [...key, ...(counted ? ['nth'] : [])].map(sqlIdent).join(', ');
   const nth = counted
@@ -78,7 +150,7 @@ export function observationsSql(dataset: Exclude<Dataset, 'gaps'>, inputs: reado
       list_sort(list_distinct(list(recorder) OVER k)) AS recorders,
       ${agreed} AS agreed,
       row_number() OVER (PARTITION BY ${keys} ORDER BY ${prefer ? `${prefer}, ` : ''}recorder) AS pick
-    FROM (SELECT *${contentColumn}${nth} FROM (${inputRows(dataset, inputs)})${
+    FROM (SELECT *${contentColumn}${nth} FROM (${inputRows(dataset, inputs, doubted)})${
       newest
         ? ` QUALIFY ${sqlIdent(newest)} IS NOT DISTINCT FROM max(${sqlIdent(newest)}) OVER (PARTITION BY ${key.map(sqlIdent).join(', ')})`
         : ''
@@ -97,11 +169,12 @@ export interface Disagreement {
   recorders: string[];
 }
 
-export async function disagreements(duck: Duck, inputs: readonly RecorderFiles[]): Promise<Disagreement[]> {
+/** Where the recorders' books (less the doubted ones, `stageDoubts`'s file) differ at one instant. */
+export async function disagreements(duck: Duck, inputs: readonly RecorderFiles[], doubted: string | null = null): Promise<Disagreement[]> {
   if (!inputs.some((i) => i.files.length)) return [];
   const rows = await duck.rows(
     `SELECT market_id, token_id, epoch_ms(ts)::DOUBLE AS ts, epoch_ms(next_ts)::DOUBLE AS next_ts, recorders
-     FROM ${observationsSql('books', inputs)} WHERE NOT agreed ORDER BY market_id, token_id, ts`,
+     FROM ${observationsSql('books', inputs, doubted)} WHERE NOT agreed ORDER BY market_id, token_id, ts`,
   );
   return rows.map((r) => ({
     market_id: String(r.market_id),
@@ -114,7 +187,8 @@ export async function disagreements(duck: Duck, inputs: readonly RecorderFiles[]
 
 /**
  * The merged file of one partition's rows, written to `<lakeDir>/<partition>/<name>` (books that
- * recorders disagree on left out); its manifest entry's `written_at` is `writtenAt`.
+ * recorders disagree on, and the doubted ones of `stageDoubts`'s file, left out); its manifest
+ * entry's `written_at` is `writtenAt`.
  */
 export async function mergeRows(
   duck: Duck,
@@ -122,11 +196,11 @@ export async function mergeRows(
   partition: Partition,
   inputs: readonly RecorderFiles[],
   name: string,
-  { sources, writtenAt }: { sources: string[]; writtenAt: number },
+  { sources, writtenAt, doubted = null }: { sources: string[]; writtenAt: number; doubted?: string | null },
 ): Promise<ManifestFile | null> {
   if (partition.dataset === 'gaps') throw new Error('gaps are merged by mergeGaps');
   if (!inputs.some((i) => i.files.length)) return null;
-  const source = `(SELECT * EXCLUDE (agreed${partition.dataset === 'books' ? ', next_ts' : ''}) FROM ${observationsSql(partition.dataset, inputs)} WHERE agreed)`;
+  const source = `(SELECT * EXCLUDE (agreed${partition.dataset === 'books' ? ', next_ts' : ''}) FROM ${observationsSql(partition.dataset, inputs, doubted)} WHERE agreed)`;
   return writeParquet(duck, lakeDir, partition, name, source, sources, {
     extra: [RECORDERS_COLUMN],
     writtenAt,
