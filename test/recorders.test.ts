@@ -228,8 +228,45 @@ t.test('an API process serves the record from the bucket: the windows B covered 
       );
     }
     if (overlaps(w, DOWN['rec-a']) && !both && data.coverage.share > own['rec-a'].coverage.share) aBehind++;
+    // The market record carries the same in brief.
+    const record = (await get(`/v3/btc/markets/${w.market_id}`)).body.data as {
+      coverage: { recorders: Record<string, { share: number; missing_seconds: Record<string, number> }> | null };
+    };
+    t.same(
+      record.coverage.recorders,
+      Object.fromEntries(recorders.map((r) => [r, { share: own[r].coverage.share, missing_seconds: own[r].coverage.by_cause }])),
+      `${w.start_time}: the market record's per-recorder coverage is the certificate's`,
+    );
   }
   t.ok(aBehind > 0, `${aBehind} windows where the record covers more than A did: B's books filled A's downtime`);
+  // The coverage table (the wallet venue's namespace: both venues were recorded) sums each
+  // recorder's figures by coin and window, beside the record's.
+  const table = (await get('/v3/wallet-prediction/coverage')).body.data as {
+    windows: {
+      coin: string;
+      window: string;
+      windows: number;
+      share: number;
+      recorders: Record<string, { windows: number; complete: number; share: number; record_share: number }>;
+    }[];
+  };
+  const rows = table.windows.filter((w) => w.windows > 0);
+  t.ok(rows.length > 0, `${rows.length} coins and windows with counted windows`);
+  for (const row of rows) {
+    const at = `${row.coin} ${row.window}`;
+    t.same(Object.keys(row.recorders), recorders, `${at}: the coverage table names each recorder`);
+    for (const r of recorders) {
+      const own = row.recorders[r];
+      // The venue lists windows ahead: those after the run no recorder published anything of.
+      t.ok(own.windows > 0 && own.windows <= row.windows, `${at}: ${r} has figures for ${own.windows} of ${row.windows} windows`);
+      t.ok(own.share <= own.record_share, `${at}: of the same windows the record covers ${own.record_share}, ${r} ${own.share}`);
+      t.ok(own.complete <= own.windows);
+    }
+  }
+  t.ok(
+    rows.some((row) => recorders.some((r) => row.recorders[r].share < row.recorders[r].record_share)),
+    'the record covers more than a recorder did (the other filled its downtime)',
+  );
 });
 
 t.test(

@@ -6,12 +6,11 @@ import type { Venue } from '../config.js';
 import { COMPLETE_SHARE, type Coverage, type WindowState, WINDOW_STATES, coverageOf, settledState } from '../lake/certificate.js';
 import type { LakeReader } from '../lake/reader.js';
 import { RESOLUTION_CHECKS, type ResolutionCheck, resolutionCheck } from '../lake/referenceprice.js';
-import { spooledNow, windowSpans, windowStatus } from '../lake/windowstatus.js';
+import { recorderRecords, spooledNow, windowSpans, windowStatus } from '../lake/windowstatus.js';
 import { relation } from '../lake/sql.js';
 import { HOUR } from '../time.js';
 import { CAPTURE_LAG_MS, certificateBooksSql, certificateTradesSql, planPartitions } from './plan.js';
 import { HASH_CHECKS, VERIFICATIONS } from '../records.js';
-import { partitionOf } from '../lake/layout.js';
 import type { HashChecks, Verifications } from '../lake/manifest.js';
 import type { StoredMarket } from '../lake/reader.js';
 import { type RequestContext, type Result, type RouteKit, sql } from './route.js';
@@ -31,15 +30,31 @@ export interface WindowsCoverage {
   missing_seconds: Coverage['by_cause'];
   /** Windows begun by now by what the reference price says of the venue's winner (see the record's `reference`). */
   resolution_checks: Record<ResolutionCheck, number>;
+  /**
+   * Of the counted windows merged from several recorders (those a recorder published nothing of
+   * have no claims to read), each recorder's own figures: how many it covered at least 99%, its
+   * share of their time, and the record's share of the same windows (empty when one capture made them).
+   */
+  recorders: Record<string, { windows: number; complete: number; share: number; record_share: number }>;
 }
+
+const shareOf = (covered: number, total: number) => (total > 0 ? Math.round((covered / total) * 1e6) / 1e6 : 0);
 
 /** Every window of a venue begun by now, summarised by coin and market window, in one pass over the catalogue. */
 export async function coverageByWindow(lake: LakeReader, venue: Venue, now: number): Promise<WindowsCoverage[]> {
   const spooled = await spooledNow(lake);
-  const by = new Map<string, WindowsCoverage & { windowSeconds: number; coveredSeconds: number }>();
+  const by = new Map<
+    string,
+    WindowsCoverage & {
+      windowSeconds: number;
+      coveredSeconds: number;
+      byRecorder: Map<string, { windows: number; complete: number; seconds: number; covered: number; recordCovered: number }>;
+    }
+  >();
   for (const m of lake.walk('asc', now)) {
     if (m.venue !== venue || m.start_time > now) continue;
-    const { state, coverage: c } = windowStatus(lake, m, now, spooled);
+    const status = windowStatus(lake, m, now, spooled);
+    const { state, coverage: c } = status;
     if (!state) continue;
     const key = `${m.coin}|${m.window}`;
     const row = by.get(key) ?? {
@@ -53,6 +68,8 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
       missing_seconds: { venue: 0, capture: 0, unproved: 0, unrecorded: 0 },
       windowSeconds: 0,
       coveredSeconds: 0,
+      recorders: {},
+      byRecorder: new Map(),
     };
     by.set(key, row);
     row.states[state]++;
@@ -63,45 +80,58 @@ export async function coverageByWindow(lake: LakeReader, venue: Venue, now: numb
     row.windowSeconds += c.window_seconds;
     row.coveredSeconds += c.covered_seconds;
     for (const cause of Object.keys(row.missing_seconds) as (keyof Coverage['by_cause'])[]) row.missing_seconds[cause] += c.by_cause[cause];
+    for (const [recorder, own] of Object.entries(status.recorders ?? {})) {
+      const r =
+        row.byRecorder.get(recorder) ??
+        row.byRecorder.set(recorder, { windows: 0, complete: 0, seconds: 0, covered: 0, recordCovered: 0 }).get(recorder)!;
+      r.windows++;
+      if (own.share >= COMPLETE_SHARE) r.complete++;
+      r.seconds += own.window_seconds;
+      r.covered += own.covered_seconds;
+      r.recordCovered += c.covered_seconds;
+    }
   }
   return [...by.values()]
     .sort((a, b) => a.coin.localeCompare(b.coin) || a.window.localeCompare(b.window))
-    .map(({ windowSeconds, coveredSeconds, missing_seconds, ...row }) => ({
+    .map(({ windowSeconds, coveredSeconds, missing_seconds, byRecorder, ...row }) => ({
       ...row,
-      share: windowSeconds > 0 ? Math.round((coveredSeconds / windowSeconds) * 1e6) / 1e6 : 0,
+      share: shareOf(coveredSeconds, windowSeconds),
+      recorders: Object.fromEntries(
+        [...byRecorder.entries()]
+          .sort(([a], [b]) => a.localeCompare(b))
+          .map(([recorder, r]) => [
+            recorder,
+            {
+              windows: r.windows,
+              complete: r.complete,
+              share: shareOf(r.covered, r.seconds),
+              record_share: shareOf(r.recordCovered, r.seconds),
+            },
+          ]),
+      ),
       missing_seconds: Object.fromEntries(
         Object.entries(missing_seconds).map(([k, v]) => [k, Math.round(v * 1000) / 1000]),
       ) as Coverage['by_cause'],
     }));
 }
 
-/** Books by label from the certificate's figures (none without books), `unknown` for books recorded before labels were kept. */
-/**
- * Each recorder's own coverage of the window, from the claims the merged record's gaps file keeps
- * (lake/merge.ts); null for a record only one recorder made. Past a recorder's horizon (what it
- * had sealed and published when merged) it vouches for nothing: that span is `unpublished`.
- */
+/** Each recorder's own coverage and gaps beside the merged record's; null for a record one capture made. */
 function recordersOf(lake: LakeReader, m: StoredMarket, asOf: number) {
-  const claims = lake.sealedOf(partitionOf('gaps', m.venue, m.coin, m.window, m.start_time)).find((f) => f.recorders)?.recorders;
-  if (!claims) return null;
+  const records = recorderRecords(lake, m, asOf);
+  if (!records) return null;
   const to = Math.min(m.end_time, asOf);
   return Object.fromEntries(
-    Object.entries(claims).map(([recorder, claim]) => {
-      const mine = claim.markets[m.market_id];
-      const gaps = (mine?.gaps ?? []).map(([from_ts, to_ts, reason]) => ({ from_ts, to_ts, reason }));
-      if (claim.horizon < to) gaps.push({ from_ts: claim.horizon, to_ts: to, reason: 'unpublished' });
-      const shown = gaps.filter((g) => g.to_ts > m.start_time && g.from_ts < to);
-      return [
-        recorder,
-        {
-          coverage: coverageOf({ start: m.start_time, end: m.end_time, first: mine?.first ?? null, gaps, now: asOf }),
-          gaps: shown.map((g) => ({ from: iso(Math.max(g.from_ts, m.start_time)), to: iso(Math.min(g.to_ts, to)), reason: g.reason })),
-        },
-      ];
-    }),
+    Object.entries(records).map(([recorder, { coverage, gaps }]) => [
+      recorder,
+      {
+        coverage,
+        gaps: gaps.map((g) => ({ from: iso(Math.max(g.from_ts, m.start_time)), to: iso(Math.min(g.to_ts, to)), reason: g.reason })),
+      },
+    ]),
   );
 }
 
+/** Books by label from the certificate's figures (none without books), `unknown` for books recorded before labels were kept. */
 function verificationsOf(figures: Record<string, unknown> | undefined): Verifications {
   return Object.fromEntries([...VERIFICATIONS, 'unknown'].map((v) => [v, Number(figures?.[v] ?? 0)])) as Verifications;
 }

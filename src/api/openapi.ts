@@ -25,6 +25,7 @@ const ladder = { type: 'array', items: num };
 const provisional = { type: 'boolean', enum: [true] };
 const gap = obj({ from: time, to: time, reason: str, provisional }, ['from', 'to', 'reason']);
 const feedHealth = obj({ url: str, reachable: { type: 'boolean' }, last_ok: nullable(time), error: nullable(str) });
+const missingSeconds = obj({ venue: num, capture: num, unproved: num, unrecorded: num });
 const windowCoverage = obj({
   share: num,
   window_seconds: num,
@@ -89,9 +90,15 @@ export const SCHEMAS: Record<string, unknown> = {
     resolution_latency_seconds: nullable(num),
     status: { type: 'string', enum: ['upcoming', 'open', 'closed', 'resolved', 'cancelled'] },
     coverage: {
-      ...nullable(obj({ share: num, missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }) })),
+      ...nullable(
+        obj({
+          share: num,
+          missing_seconds: missingSeconds,
+          recorders: nullable({ type: 'object', additionalProperties: obj({ share: num, missing_seconds: missingSeconds }) }),
+        }),
+      ),
       description:
-        "The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause. Null while the window is open or its books are not yet sealed.",
+        "The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause; `recorders`, for a record merged from several recorders (captures on different hosts, `RECORDER_ID`), each one's own share and missing seconds as the merge read them (null for a record one capture made). Null while the window is open or its books are not yet sealed.",
     },
     availability: {
       ...obj({ state: nullable({ type: 'string', enum: [...WINDOW_STATES] }), last_modified: nullable(time) }),
@@ -269,7 +276,13 @@ export const SCHEMAS: Record<string, unknown> = {
         states: obj(Object.fromEntries(WINDOW_STATES.map((state) => [state, { type: 'integer' }]))),
         resolution_checks: obj(Object.fromEntries(RESOLUTION_CHECKS.map((c) => [c, { type: 'integer' }]))),
         share: num,
-        missing_seconds: obj({ venue: num, capture: num, unproved: num, unrecorded: num }),
+        recorders: {
+          type: 'object',
+          additionalProperties: obj({ windows: { type: 'integer' }, complete: { type: 'integer' }, share: num, record_share: num }),
+          description:
+            'Of the counted windows merged from several recorders (a window no recorder published anything of has no recorder figures), each recorder’s own: how many windows, how many it covered at least 99%, the share of their time it covered, and `record_share`, the merged record’s share of the same windows (empty when one capture made the record).',
+        },
+        missing_seconds: missingSeconds,
       }),
     },
     gaps: {

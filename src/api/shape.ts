@@ -28,8 +28,15 @@ export function marketJson(m: StoredMarket, window: WindowStatus | null = null, 
     // How long after its window the venue resolved it (the venue's own resolution time; null until then).
     resolution_latency_seconds: m.resolved_time === null ? null : (m.resolved_time - m.end_time) / 1000,
     status: m.status,
-    // The certificate's summary: the share of the window covered, and the seconds missing by cause.
-    coverage: coverage && { share: coverage.share, missing_seconds: coverage.by_cause },
+    // The certificate's summary: the share of the window covered, and the seconds missing by cause;
+    // for a record merged from several recorders, each one's own beside it.
+    coverage: coverage && {
+      share: coverage.share,
+      missing_seconds: coverage.by_cause,
+      recorders:
+        window?.recorders &&
+        Object.fromEntries(Object.entries(window.recorders).map(([r, c]) => [r, { share: c.share, missing_seconds: c.by_cause }])),
+    },
     // How far the window's record can be trusted yet (see the certificate route), and when its sealed books last changed.
     availability: { state: window?.state ?? null, last_modified: iso(window?.last_modified ?? null) },
     resolution: m.resolution,

@@ -57,6 +57,8 @@ export interface WindowStatus {
   coverage: Coverage | null;
   /** The newest sealing of a books file holding the market (epoch ms), or null before any. */
   last_modified: number | null;
+  /** For a record merged from several recorders, each one's own coverage once settled (windowstatus.ts `recorderRecords`); else null. */
+  recorders: Record<string, Coverage> | null;
 }
 
 export interface WindowRecord {

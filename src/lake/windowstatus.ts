@@ -1,8 +1,8 @@
 // A window's status from what is in memory (the manifests' per-market spans, the gap log, the spool's
 // listing): what market listings, the coverage summary and a replay's closing packet say of each
 // window without reading a file. The certificate route reads the files for the same figures.
-import { type WindowStatus, coverageOf, settledState } from './certificate.js';
-import { type Partition, CAPTURE_LAG_MS, partitionDir, planPartitions } from './layout.js';
+import { type Coverage, type WindowStatus, coverageOf, settledState } from './certificate.js';
+import { type Partition, CAPTURE_LAG_MS, partitionDir, partitionOf, planPartitions } from './layout.js';
 import type { LakeReader, StoredMarket } from './reader.js';
 import { listSpool } from './spool.js';
 import { HOUR } from '../time.js';
@@ -53,13 +53,51 @@ export function windowStatus(
   spooled: Spooled = (ps, market) => lake.spooled(ps, market),
 ): WindowStatus {
   const { pending, spans, first, lastModified } = windowSpans(lake, m, now, spooled);
-  if (pending) return { state: 'pending', coverage: null, last_modified: lastModified };
-  if (!spans) return { state: null, coverage: null, last_modified: lastModified };
+  if (pending) return { state: 'pending', coverage: null, last_modified: lastModified, recorders: null };
+  if (!spans) return { state: null, coverage: null, last_modified: lastModified, recorders: null };
   const gaps = lake.gaps(
     { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' },
     m.start_time,
     m.end_time,
   );
   const coverage = coverageOf({ start: m.start_time, end: m.end_time, first, gaps, now });
-  return { state: settledState(coverage), coverage, last_modified: lastModified };
+  const recorders = recorderRecords(lake, m, now);
+  return {
+    state: settledState(coverage),
+    coverage,
+    last_modified: lastModified,
+    recorders: recorders && Object.fromEntries(Object.entries(recorders).map(([r, own]) => [r, own.coverage])),
+  };
+}
+
+/** One recorder's own record of a window, as the merge read it. */
+export interface RecorderRecord {
+  coverage: Coverage;
+  /** Its books gaps reaching into the window (before `asOf`), `unpublished` past its horizon. */
+  gaps: { from_ts: number; to_ts: number; reason: string }[];
+}
+
+/**
+ * Each recorder's own record of the window, from the claims the merged record's gaps file keeps
+ * (lake/merge.ts); null for a record only one recorder made. Past a recorder's horizon (what it
+ * had sealed and published when merged) it vouches for nothing: that span is `unpublished`.
+ */
+export function recorderRecords(lake: LakeReader, m: StoredMarket, asOf: number): Record<string, RecorderRecord> | null {
+  const claims = lake.sealedOf(partitionOf('gaps', m.venue, m.coin, m.window, m.start_time)).find((f) => f.recorders)?.recorders;
+  if (!claims) return null;
+  const to = Math.min(m.end_time, asOf);
+  return Object.fromEntries(
+    Object.entries(claims).map(([recorder, claim]) => {
+      const mine = claim.markets[m.market_id];
+      const gaps = (mine?.gaps ?? []).map(([from_ts, to_ts, reason]) => ({ from_ts, to_ts, reason }));
+      if (claim.horizon < to) gaps.push({ from_ts: claim.horizon, to_ts: to, reason: 'unpublished' });
+      return [
+        recorder,
+        {
+          coverage: coverageOf({ start: m.start_time, end: m.end_time, first: mine?.first ?? null, gaps, now: asOf }),
+          gaps: gaps.filter((g) => g.to_ts > m.start_time && g.from_ts < to),
+        },
+      ];
+    }),
+  );
 }

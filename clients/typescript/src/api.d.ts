@@ -1129,7 +1129,7 @@ export interface components {
             resolution_latency_seconds: number | null;
             /** @enum {string} */
             status: "upcoming" | "open" | "closed" | "resolved" | "cancelled";
-            /** @description The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause. Null while the window is open or its books are not yet sealed. */
+            /** @description The sealed window's certificate in brief (see the certificate route): the share of the window covered and the seconds missing by cause; `recorders`, for a record merged from several recorders (captures on different hosts, `RECORDER_ID`), each one's own share and missing seconds as the merge read them (null for a record one capture made). Null while the window is open or its books are not yet sealed. */
             coverage: {
                 share: number;
                 missing_seconds: {
@@ -1138,6 +1138,17 @@ export interface components {
                     unproved: number;
                     unrecorded: number;
                 };
+                recorders: {
+                    [key: string]: {
+                        share: number;
+                        missing_seconds: {
+                            venue: number;
+                            capture: number;
+                            unproved: number;
+                            unrecorded: number;
+                        };
+                    };
+                } | null;
             } | null;
             /** @description How far the window’s record can be trusted yet: `pending` while the window is open (plus its minute of capture lag), capture still holds it, or its books are not sealed (figures may change); then `complete` (covered at least 99%), `partial`, or `not_captured` (nothing of it recorded). Null only for windows sealed before per-market spans were kept. `last_modified`: when a books file holding the market was last sealed. */
             availability: {
@@ -1341,6 +1352,15 @@ export interface components {
                     unchecked: number;
                 };
                 share: number;
+                /** @description Of the counted windows merged from several recorders (a window no recorder published anything of has no recorder figures), each recorder’s own: how many windows, how many it covered at least 99%, the share of their time it covered, and `record_share`, the merged record’s share of the same windows (empty when one capture made the record). */
+                recorders: {
+                    [key: string]: {
+                        windows: number;
+                        complete: number;
+                        share: number;
+                        record_share: number;
+                    };
+                };
                 missing_seconds: {
                     venue: number;
                     capture: number;
