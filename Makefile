@@ -42,6 +42,8 @@ test: install node_modules/.tap-built
 	bash scripts/rgw.sh install
 	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
 	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())')
+	# In a slot of their own, one at a time (see .taprc): coverage is the run's above.
+	npx tap --disable-coverage --jobs=1 test/*.solo.ts
 
 ## make format: Prettier over the code (make test checks it)
 format: install
@@ -155,10 +157,10 @@ bench-replay: install
 bench-bucket: install
 	$(TSX) bench/bucket.ts
 
-## make audit-recorders-faults: two recorders killed in turn with the stand-in's stream faults on, the merged record audited (issue 49's faults-on run; outside make test for time)
+## make audit-recorders-faults: two recorders killed in turn with the stand-in's stream faults on, the merged record audited (issue 49's faults-on run; make test runs it too, in its solo slot)
 audit-recorders-faults: install node_modules/.tap-built
 	bash scripts/rgw.sh install
-	npx tap --disable-coverage test/recorders-faults.audit.ts
+	npx tap --disable-coverage test/recorders-faults.solo.ts
 
 ## make bench-recorders: what a second recorder costs: bucket objects and bytes per prefix, requests an hour, the merge's time per sealed hour, when a merged hour is served
 bench-recorders: install

@@ -1,5 +1,5 @@
-// The harness of the two-recorder streaming runs (recorders-stream.test.ts, faults off;
-// recorders-faults.audit.ts via make audit-recorders-faults, the stand-in's faults on): two recorders streaming both venues from the
+// The harness of the two-recorder streaming runs (recorders-stream.solo.ts, faults off;
+// recorders-faults.solo.ts, the stand-in's faults on; both in make test's solo slot): two recorders streaming both venues from the
 // stand-in, each killed with kill -9 for a minute in turn, four times, over ten simulated minutes,
 // publishing to a real S3 server (Ceph's RADOS Gateway): the record merged in the bucket holds every
 // change of the venues' truth outside the stand-in's own faults, with no book twice and none

@@ -1,5 +1,6 @@
 // Two recorders, each killed with kill -9 for a minute in turn, four times, the stand-in's faults
 // off: the record merged in the bucket has every change of the venues' truth and no downtime gap.
+// In make test's solo slot (see recorders-faults.solo.ts).
 import t from 'tap';
 import { killEachInTurn } from './recordersrun.js';
 

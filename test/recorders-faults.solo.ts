@@ -2,8 +2,9 @@
 // stream faults on (changes dropped per connection, so the recorders' copies differ; the wallet
 // venue's pushes also reordered and duplicated): the record merged in the bucket still has every
 // change outside the stand-in's own faults, none wrong outside a gap, and no downtime gap.
-// Not in `make test`: beside recorders-stream.test (the same run, faults off) both outlasted the
-// per-file bound beside stress-ng; `make audit-recorders-faults` runs it (124 s on an idle machine).
+// In `make test`'s solo slot (*.solo.ts, one file at a time after the rest: in the parallel run,
+// beside three other files and stress-ng, the faults-off run took 865 s of the 900 s bound; alone
+// beside stress-ng this one took 249 s, 118 s idle). `make audit-recorders-faults` runs it alone.
 import t from 'tap';
 import { killEachInTurn } from './recordersrun.js';
 
