@@ -19,6 +19,7 @@ const duck = await Duck.open(1, sealingDuck(config));
 if (process.argv.includes('--once')) {
   const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log, {
     concurrency: config.mergeConcurrency,
+    cacheBytes: config.mergeCacheBytes,
   });
   const report = await merger.pass();
   process.stdout.write(`${JSON.stringify(report)}\n`);

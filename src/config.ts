@@ -122,6 +122,8 @@ export interface Config {
   mergeMs: number;
   /** Groups a merge pass works on at once: most of a group's time is waiting on the bucket. */
   mergeConcurrency: number;
+  /** Bytes of recorders' files a merger keeps fetched between passes (the groups merged longest ago go first). */
+  mergeCacheBytes: number;
   /** How often capture publishes what it committed since. */
   publishMs: number;
   /** How often it also writes the manifests snapshot a new replica starts from (one object instead of a GET per partition). */
@@ -442,6 +444,7 @@ export function loadConfig(env: Env = process.env): Config {
     recorderId: recorderId(env),
     mergeMs: int(env, 'MERGE_MS', 10_000, 100, 3_600_000),
     mergeConcurrency: int(env, 'MERGE_CONCURRENCY', 4, 1, 64),
+    mergeCacheBytes: int(env, 'MERGE_CACHE_BYTES', 2 ** 31, 0, Number.MAX_SAFE_INTEGER),
     publishMs: int(env, 'PUBLISH_MS', 2000, 10, 3_600_000),
     publishSnapshotMs: int(env, 'PUBLISH_SNAPSHOT_MS', 3_600_000, 1000, 86_400_000),
     lakeSource: oneOf(env, 'LAKE_SOURCE', ['local', 'bucket'], 'local'),

@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { type MergeReport, Merger } from '../src/bucket/merger.js';
-import { dataKey, manifestKey, recorderPrefix } from '../src/bucket/layout.js';
+import { dataKey, heartbeatKey, manifestKey, recorderPrefix } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import { startApi } from '../src/api/server.js';
 import { fill } from '../src/capture/fill.js';
@@ -19,6 +19,7 @@ import { partitionOf } from '../src/lake/layout.js';
 import type { PartitionManifest } from '../src/lake/manifest.js';
 import { parquetSource } from '../src/lake/sql.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
+import { HOUR } from '../src/time.js';
 import { quiet, startApiProcess, testConfig, testdir } from './helpers.js';
 import { startRgw } from './rgw.js';
 
@@ -307,5 +308,38 @@ t.test(
     t.equal(await main.head(orphanKey), null);
     t.ok(await main.head(namedKey), 'the file the manifest names stays');
     t.same(JSON.parse(await fs.readFile(path.join(work, 'merge.json'), 'utf8')).unnamed, [], 'nothing left to look at');
+  },
+);
+
+// Last: it moves a recorder's published horizon, which every merge after it would read.
+t.test(
+  'a merger keeps at most its cache of inputs, and looks again at a pending group only when a horizon it waits on moved',
+  async (t) => {
+    const work = path.join(testdir(t), 'capped');
+    const capped = new Merger(main, work, duck, quiet, { cacheBytes: 0 });
+    const groupDirs = async () => (await fs.readdir(work, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name);
+    // The record's books of hour 10 gone: this merger fetches the recorders' files to merge them again.
+    await main.delete(manifestKey(main.config.prefix, partitionOf('books', 'polymarket', 'btc', '5m', HOUR10)));
+    const first = await capped.pass();
+    t.ok(first.partitions >= 1, 'merged again');
+    t.ok(first.pending > 0, `${first.pending} groups wait on the recorders' horizons (their inputs would be kept)`);
+    t.equal(first.cache_bytes, 0);
+    t.same(await groupDirs(), [], 'no inputs kept past a cache of 0 bytes');
+
+    // A's horizon moves past every group, B's stays (a recorder down for good): each pending group is
+    // looked at again once; when A's moves again, none is (they wait on B alone), and none is lost.
+    const key = heartbeatKey(recorderPrefix(main.config.prefix, 'rec-a'));
+    const original = (await main.get(key))!;
+    t.teardown(() => main.put(key, original));
+    const moveA = async (to: number) =>
+      main.put(key, Buffer.from(JSON.stringify({ ...(JSON.parse(original.toString('utf8')) as object), sealed_through: to })));
+    await moveA(HOUR10 + 5 * HOUR);
+    const moved = await capped.pass();
+    t.ok(moved.groups >= first.pending, `${moved.groups} groups looked at again`);
+    t.equal(moved.pending, first.pending, 'still pending: B has not sealed them');
+    await moveA(HOUR10 + 6 * HOUR);
+    const again = await capped.pass();
+    t.equal(again.groups, 0, "no group looked at: A's clip of each was at its end already");
+    t.equal(again.pending, first.pending);
   },
 );

@@ -53,6 +53,8 @@ export interface MergeReport {
   pending: number;
   /** Files this merger put that no manifest came to name (a lost race, or a stop in between), deleted. */
   orphans_deleted: number;
+  /** Bytes of fetched inputs kept for later merges after the pass (at most `cacheBytes`). */
+  cache_bytes: number;
 }
 
 interface Group {
@@ -103,6 +105,11 @@ export interface MergerOptions {
   graceMs?: number;
   /** Groups merged at once (MERGE_CONCURRENCY): each writes only its own hour's partitions. */
   concurrency?: number;
+  /**
+   * Bytes of fetched inputs kept between passes (MERGE_CACHE_BYTES), the groups merged longest ago
+   * dropped first: a group pending behind a recorder that stays down would keep its inputs forever.
+   */
+  cacheBytes?: number;
 }
 
 /** One recorder's manifest of one partition as the bucket holds it now. */
@@ -111,7 +118,10 @@ type Held = PartitionManifest | null;
 export class Merger {
   private state: State | null = null;
   /** The horizons the pending groups were last merged with: they are looked at again only when one moves. */
-  private lastHorizons = '';
+  /** The horizons of the last pass (null before this process's first): a pending group is looked at again when its clip of one moved. */
+  private lastHorizons: Map<string, number> | null = null;
+  /** When this process last merged each group directory (one not merged since it started: never). */
+  private readonly used = new Map<string, number>();
   /** Set by `stop`: a pass ends after the group it is merging, the rest left pending for the next process. */
   private stopping = false;
 
@@ -122,6 +132,7 @@ export class Merger {
   private readonly hours: (hour: number) => boolean;
   private readonly graceMs: number;
   private readonly concurrency: number;
+  private readonly cacheBytes: number;
   /** State writes in the order they were asked for: groups merged side by side note files at once. */
   private saving: Promise<void> = Promise.resolve();
 
@@ -137,6 +148,7 @@ export class Merger {
     this.hours = options.hours ?? (() => true);
     this.graceMs = options.graceMs ?? 10 * 60_000;
     this.concurrency = options.concurrency ?? 4;
+    this.cacheBytes = options.cacheBytes ?? 2 ** 31;
   }
 
   private get prefix(): string {
@@ -188,9 +200,16 @@ export class Merger {
       }
     }
     const orphans = await this.sweep(state);
-    const horizonsKey = JSON.stringify([...horizons]);
-    if (horizonsKey !== this.lastHorizons) for (const id of state.pending) groups.add(id);
-    this.lastHorizons = horizonsKey;
+    // A pending group waits on a horizon short of its end: it is merged again when one such moved.
+    // One waiting on a recorder that stays down is not looked at every pass the others' horizons move.
+    const before = this.lastHorizons;
+    for (const id of state.pending) {
+      const end = parseGroup(id).hour + 2 * HOUR;
+      const clipOf = (h: Map<string, number>, r: string) => Math.min(h.get(r) ?? 0, end);
+      if (!before || recorders.some((r) => clipOf(before, r) !== clipOf(horizons, r)) || [...before.keys()].some((r) => !horizons.has(r)))
+        groups.add(id);
+    }
+    this.lastHorizons = horizons;
     const report: MergeReport = {
       recorders: recorders.length,
       groups: 0,
@@ -199,6 +218,7 @@ export class Merger {
       disagreements: 0,
       pending: 0,
       orphans_deleted: orphans,
+      cache_bytes: 0,
     };
     const pending = new Set(state.pending);
     const queue = [...groups].sort();
@@ -223,6 +243,7 @@ export class Merger {
     // they merge side by side: a group's time is mostly requests to the bucket and small statements.
     await Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, work));
     report.pending = pending.size;
+    report.cache_bytes = await this.evict();
     this.state = { ...state, offsets, pending: [...pending].sort() };
     await this.saveState();
     if (report.partitions > 0) this.log.info(report, 'merged');
@@ -257,6 +278,7 @@ export class Merger {
     const openGaps = (r: string) => (open.get(r) ?? []).filter((o) => o.from_ts < g.hour + 2 * HOUR && o.to_ts > g.hour - HOUR);
     const complete = recorders.every((r) => clip(r) === g.hour + 2 * HOUR && openGaps(r).length === 0);
     const workDir = path.join(this.workDir, shortHash(groupId(g)));
+    this.used.set(path.basename(workDir), Date.now());
     const changed: string[] = [];
     let raced = false;
     const input = async (o: { r: string; m: Held }, d: Dataset, hour: number): Promise<RecorderFiles> => ({
@@ -446,6 +468,32 @@ export class Merger {
     return deleted;
   }
 
+  /**
+   * Drops the inputs of the groups merged longest ago (those not merged since this process
+   * started first) until at most `cacheBytes` are kept; returns the bytes kept. Runs between a
+   * pass's groups and the next pass, so no group is reading them.
+   */
+  private async evict(): Promise<number> {
+    const dirs: { name: string; bytes: number; used: number }[] = [];
+    for (const entry of await fs.readdir(this.workDir, { withFileTypes: true }).catch(() => [])) {
+      if (!entry.isDirectory()) continue;
+      const dir = path.join(this.workDir, entry.name);
+      let bytes = 0;
+      for (const f of await fs.readdir(dir, { recursive: true, withFileTypes: true }))
+        if (f.isFile()) bytes += (await fs.stat(path.join(f.parentPath, f.name)).catch(() => ({ size: 0 }))).size;
+      dirs.push({ name: entry.name, bytes, used: this.used.get(entry.name) ?? 0 });
+    }
+    dirs.sort((a, b) => a.used - b.used || a.name.localeCompare(b.name));
+    let kept = dirs.reduce((n, d) => n + d.bytes, 0);
+    for (const d of dirs) {
+      if (kept <= this.cacheBytes) break;
+      await fs.rm(path.join(this.workDir, d.name), { recursive: true, force: true });
+      this.used.delete(d.name);
+      kept -= d.bytes;
+    }
+    return kept;
+  }
+
   /** A recorder's files of a partition on local disk (fetched once per group and checked against their sha256). */
   private async fetch(recorder: string, p: Partition, files: readonly ManifestFile[], workDir: string): Promise<string[]> {
     const local: string[] = [];
@@ -487,6 +535,7 @@ export function startMerging(config: Config, duck: Duck, log: Logger): { stop: (
   if (!config.bucket) throw new Error('merging needs a bucket');
   const merger = new Merger(new S3(config.bucket), path.join(config.dataDir, 'state', 'merge'), duck, log, {
     concurrency: config.mergeConcurrency,
+    cacheBytes: config.mergeCacheBytes,
   });
   let running: Promise<unknown> = Promise.resolve();
   let failing = false;
