@@ -327,15 +327,18 @@ export class Merger {
       for (const dataset of [...DATASETS].sort((a, b) => Number(a === 'gaps') - Number(b === 'gaps'))) {
         const p: Partition = { ...g, dataset };
         const own = await Promise.all(recorders.map(async (r) => ({ r, m: await manifest(r, dataset, g.hour) })));
-        const vouching = dataset === 'gaps' || dataset === 'books';
         if (own.every((o) => o.m === null) && !(dataset === 'gaps' && recorders.some((r) => books(r) !== null))) continue;
         const named = (m: Held) => (m?.files ?? []).map((f) => [f.name, f.sha256]);
+        const doubts = dataset === 'books' ? doubtedSpans(await claimsOf()) : [];
         const fingerprint = shortHash(
           JSON.stringify({
             dataset,
             own: own.map((o) => [o.r, named(o.m)]),
-            near: vouching ? near.map((n) => [n.r, n.d, n.hour, named(n.m)]) : [],
-            clips: vouching ? recorders.map((r) => [r, clip(r), openGaps(r)]) : [],
+            near: dataset === 'gaps' ? near.map((n) => [n.r, n.d, n.hour, named(n.m)]) : [],
+            clips: dataset === 'gaps' ? recorders.map((r) => [r, clip(r), openGaps(r)]) : [],
+            // Books read the claims only for the rows they leave out: a horizon moving elsewhere rewrites
+            // no books, nor does this key where none is left out (books merged before it keep their names).
+            ...(doubts.length ? { doubts } : {}),
           }),
         );
         const newest = (m: Held) => Math.max(0, ...(m?.files ?? []).map((f) => f.written_at));

@@ -8,11 +8,11 @@
 // still down has written no gap for its downtime yet, so nothing after its horizon is its claim).
 // Everything here is a function of its inputs: any process merging the same inputs writes
 // sha256-equal files, so merges run anywhere, twice, without a lock.
-import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Dataset, GapRow } from '../records.js';
 import type { Duck } from './duckdb.js';
+import { shortHash } from './fsutil.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
 import type { ManifestFile, RecorderClaim } from './manifest.js';
 import { parquetSource, spoolSource, sqlIdent, sqlPath, sqlString } from './sql.js';
@@ -118,7 +118,7 @@ export function doubtedSpans(recorders: readonly RecorderClaims[]): Doubt[] {
 export async function stageDoubts(dir: string, found: readonly Doubt[]): Promise<string | null> {
   if (!found.length) return null;
   await fs.mkdir(dir, { recursive: true });
-  const file = path.join(dir, `.doubts-${createHash('sha256').update(JSON.stringify(found)).digest('hex').slice(0, 16)}.ndjson`);
+  const file = path.join(dir, `.doubts-${shortHash(JSON.stringify(found))}.ndjson`);
   await fs.writeFile(file, found.map((d) => JSON.stringify(d)).join('\n') + '\n');
   return file;
 }
