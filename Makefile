@@ -41,9 +41,11 @@ test: install node_modules/.tap-built
 	bash scripts/ensure-chromium.sh
 	bash scripts/rgw.sh install
 	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
-	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())')
-	# In a slot of their own, one at a time (see .taprc): coverage is the run's above.
-	npx tap --disable-coverage --jobs=1 test/*.solo.ts
+	# Then, in a slot of their own, one at a time (see .taprc; coverage is the first run's); both run
+	# whatever the first found, so one run shows every failure.
+	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())'); suite=$$?; \
+	npx tap --disable-coverage --jobs=1 test/*.solo.ts; solo=$$?; \
+	test $$suite -eq 0 -a $$solo -eq 0
 
 ## make format: Prettier over the code (make test checks it)
 format: install

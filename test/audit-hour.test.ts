@@ -59,7 +59,17 @@ t.test('under drops, reorders, duplicates, a freeze and a disconnect, nothing is
   const reasons = new Set(run.gaps.map((g) => g.reason));
   t.ok(reasons.has('stream_resync'), 'lost or misordered changes are found by hash and resynced');
   t.ok(reasons.has('stream_stalled'), 'the freeze is noticed');
-  t.ok(reasons.has('disconnected'), 'the disconnect is recorded');
+  // A connection open at the disconnect is cut, and that is a `disconnected` gap. On a starved machine
+  // capture may still be reconnecting from the freeze's stall cut then (refused with a 503 meanwhile):
+  // nothing open to cut, the stall's gap still open over it (the audit above holds every change to it).
+  const { cut, refused } = run.standin.stream.stats;
+  t.comment(`stand-in: ${JSON.stringify(run.standin.stream.stats)}; gap reasons: ${[...reasons].sort().join(', ')}`);
+  if (cut > 0) t.ok(reasons.has('disconnected'), `the disconnect is recorded (${cut} connections cut)`);
+  else
+    t.ok(
+      refused > 0 && reasons.has('stream_stalled'),
+      `nothing open to cut at the disconnect (${refused} connects refused): the stall's gap spans it`,
+    );
   t.ok(run.standin.stream.stats.duplicated > 0 && run.standin.stream.stats.dropped > 0 && run.standin.stream.stats.reordered > 0);
   t.ok(
     (run.capture.streams.get('polymarket') as ThreadedStream).stats.connects >= 3,
