@@ -331,8 +331,13 @@ t.test(
     const key = heartbeatKey(recorderPrefix(main.config.prefix, 'rec-a'));
     const original = (await main.get(key))!;
     t.teardown(() => main.put(key, original));
-    const moveA = async (to: number) =>
-      main.put(key, Buffer.from(JSON.stringify({ ...(JSON.parse(original.toString('utf8')) as object), sealed_through: to })));
+    const moveA = async (to: number, gaps?: object[]) =>
+      main.put(
+        key,
+        Buffer.from(
+          JSON.stringify({ ...(JSON.parse(original.toString('utf8')) as object), sealed_through: to, ...(gaps ? { gaps } : {}) }),
+        ),
+      );
     await moveA(HOUR10 + 5 * HOUR);
     const moved = await capped.pass();
     t.ok(moved.groups >= first.pending, `${moved.groups} groups looked at again`);
@@ -341,5 +346,21 @@ t.test(
     const again = await capped.pass();
     t.equal(again.groups, 0, "no group looked at: A's clip of each was at its end already");
     t.equal(again.pending, first.pending);
+    // A gap open at A's heartbeat over hour 10 (closed later, it lands in a partition a commit names,
+    // but a group it only reaches into hears of it this way): the groups it reaches are looked at again.
+    const open = {
+      market_id: 'm-open',
+      dataset: 'books',
+      from_ts: HOUR10 + 600_000,
+      until: null,
+      reason: 'stream_stalled',
+      detail: null,
+      failures: 1,
+    };
+    await moveA(HOUR10 + 6 * HOUR, [open]);
+    const opened = await capped.pass();
+    t.ok(opened.groups > 0 && opened.groups <= first.pending, `${opened.groups} pending groups the open gap reaches looked at again`);
+    await moveA(HOUR10 + 6 * HOUR, [open]);
+    t.equal((await capped.pass()).groups, 0, 'and not again while it stays as it was');
   },
 );

@@ -117,9 +117,11 @@ type Held = PartitionManifest | null;
 
 export class Merger {
   private state: State | null = null;
-  /** The horizons the pending groups were last merged with: they are looked at again only when one moves. */
-  /** The horizons of the last pass (null before this process's first): a pending group is looked at again when its clip of one moved. */
-  private lastHorizons: Map<string, number> | null = null;
+  /**
+   * The recorders' horizons and open gaps at the last pass (null before this process's first): a
+   * pending group is looked at again when its clip of a horizon moved or a gap open over it changed.
+   */
+  private last: { horizons: Map<string, number>; open: Map<string, GapRow[]> } | null = null;
   /** When this process last merged each group directory (one not merged since it started: never). */
   private readonly used = new Map<string, number>();
   /** Set by `stop`: a pass ends after the group it is merging, the rest left pending for the next process. */
@@ -200,16 +202,24 @@ export class Merger {
       }
     }
     const orphans = await this.sweep(state);
-    // A pending group waits on a horizon short of its end: it is merged again when one such moved.
-    // One waiting on a recorder that stays down is not looked at every pass the others' horizons move.
-    const before = this.lastHorizons;
+    // A pending group waits on a horizon short of its end or a gap open over it: it is merged again
+    // when one such moved or changed. One waiting on a recorder that stays down is not looked at every
+    // pass the others' horizons move.
+    const before = this.last;
     for (const id of state.pending) {
-      const end = parseGroup(id).hour + 2 * HOUR;
+      const start = parseGroup(id).hour - HOUR;
+      const end = start + 3 * HOUR;
       const clipOf = (h: Map<string, number>, r: string) => Math.min(h.get(r) ?? 0, end);
-      if (!before || recorders.some((r) => clipOf(before, r) !== clipOf(horizons, r)) || [...before.keys()].some((r) => !horizons.has(r)))
+      const openOf = (o: Map<string, GapRow[]>, r: string) =>
+        JSON.stringify((o.get(r) ?? []).filter((x) => x.from_ts < end && x.to_ts > start));
+      if (
+        !before ||
+        [...before.horizons.keys()].some((r) => !horizons.has(r)) ||
+        recorders.some((r) => clipOf(before.horizons, r) !== clipOf(horizons, r) || openOf(before.open, r) !== openOf(open, r))
+      )
         groups.add(id);
     }
-    this.lastHorizons = horizons;
+    this.last = { horizons, open };
     const report: MergeReport = {
       recorders: recorders.length,
       groups: 0,
