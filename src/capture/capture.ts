@@ -67,6 +67,12 @@ export class Capture {
   private readonly lastTrades = new LastTrades();
   /** Streamed markets whose feed this process has had (their end time, to forget them by). */
   private readonly fed = new Map<string, number>();
+  /**
+   * Markets the previous process spooled books of but its last heartbeat did not name (found after
+   * it: on a starved machine the heartbeat can lag the spool by minutes), with its newest row: no
+   * downtime gap could be opened for them at the start, so one opens when this process learns of them.
+   */
+  private readonly unheld = new Map<string, { since: number; segment: string; beat: number }>();
   readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, reference: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
@@ -171,6 +177,7 @@ export class Capture {
       fetchBooks: adapter.bookSummaries?.bind(adapter),
       // Books are complete again from `at`: that ends the stream's gap and any other (REST failures, downtime).
       recovered: (m, at) => {
+        this.openUnheldDowntime(m);
         const closing = [gapKey({ ...m, dataset: 'books', channel: 'stream' }), gapKey({ ...m, dataset: 'books' })]
           .map((key) => this.gaps.get(key))
           .filter((g) => g !== undefined);
@@ -204,6 +211,12 @@ export class Capture {
   async start(): Promise<void> {
     const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
     const beat = await this.resumeFromHeartbeat(lastTs);
+    if (beat) {
+      const named = new Set(beat.open.map((m) => m.market_id));
+      for (const [key, ts] of lastTs)
+        if (key.startsWith('books:') && !named.has(key.slice('books:'.length)))
+          this.unheld.set(key.slice('books:'.length), { since: ts, segment: beat.segment, beat: beat.ts });
+    }
     if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
     for (const s of this.streams.values()) s.resumeAfter(books);
@@ -304,6 +317,27 @@ export class Capture {
       const from = openBefore ? Math.max(beat.ts, newest, openBefore.from_ts + 1) : newest;
       this.gaps.fail(scope, from, { kind: 'process_down', message: `capture process ${beat.segment} stopped` });
     }
+  }
+
+  /**
+   * Opens the downtime gap of a market the previous process held unnamed (`unheld`): from its
+   * newest spooled book to its end, unless this process resyncs it before (that closes the gap).
+   */
+  private openUnheldDowntime(m: Market): void {
+    const down = this.unheld.get(m.market_id);
+    if (!down) return;
+    this.unheld.delete(m.market_id);
+    const scope = { venue: m.venue, coin: m.coin, window: m.window, market_id: m.market_id, dataset: 'books' as const };
+    // A market that ended before that heartbeat is not named in it because it was let go, delivered.
+    if (m.end_time <= down.beat || m.end_time <= down.since || this.gaps.get(gapKey(scope))) return;
+    this.gaps.resume({
+      ...scope,
+      from_ts: down.since,
+      until: m.end_time,
+      reason: 'process_down',
+      detail: `capture process ${down.segment} stopped (it held the market after its last heartbeat)`,
+      failures: 1,
+    });
   }
 
   /** The flush timer: while storage fails, attempts back off instead of hammering the disk. */
@@ -562,6 +596,7 @@ export class Capture {
     const version = JSON.stringify(market);
     if (this.known.get(key)?.version === version) return;
     this.known.set(key, { market, version });
+    this.openUnheldDowntime(market);
     this.spool.append(partitionOf('markets', market.venue, market.coin, market.window, market.start_time), [
       marketLakeRow(market, now) as unknown as MarketRow,
     ]);
