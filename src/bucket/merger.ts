@@ -124,6 +124,8 @@ export class Merger {
   private last: { horizons: Map<string, number>; open: Map<string, GapRow[]> } | null = null;
   /** When this process last merged each group directory (one not merged since it started: never). */
   private readonly used = new Map<string, number>();
+  /** Bytes of fetched inputs held after the last eviction (null before this process's first). */
+  private cached: number | null = null;
   /** Set by `stop`: a pass ends after the group it is merging, the rest left pending for the next process. */
   private stopping = false;
 
@@ -253,7 +255,9 @@ export class Merger {
     // they merge side by side: a group's time is mostly requests to the bucket and small statements.
     await Promise.all(Array.from({ length: Math.min(this.concurrency, queue.length) }, work));
     report.pending = pending.size;
-    report.cache_bytes = await this.evict();
+    // Only a group merged fetches: the cache grew, or changed, only then.
+    if (report.groups > 0 || this.cached === null) this.cached = await this.evict();
+    report.cache_bytes = this.cached;
     this.state = { ...state, offsets, pending: [...pending].sort() };
     await this.saveState();
     if (report.partitions > 0) this.log.info(report, 'merged');

@@ -211,14 +211,12 @@ export class Capture {
   async start(): Promise<void> {
     const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
     const beat = await this.resumeFromHeartbeat(lastTs);
-    if (beat) {
-      const named = new Set(beat.open.map((m) => m.market_id));
-      for (const [key, ts] of lastTs)
-        if (key.startsWith('books:') && !named.has(key.slice('books:'.length)))
-          this.unheld.set(key.slice('books:'.length), { since: ts, segment: beat.segment, beat: beat.ts });
-    }
     if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
+    if (beat) {
+      const named = new Set(beat.open.map((m) => m.market_id));
+      for (const [id, ts] of books) if (!named.has(id)) this.unheld.set(id, { since: ts, segment: beat.segment, beat: beat.ts });
+    }
     for (const s of this.streams.values()) s.resumeAfter(books);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
     this.running = true;
