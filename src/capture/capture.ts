@@ -6,7 +6,8 @@ import type { Clock } from '../clock.js';
 import type { Config, Venue } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { writeFileAtomic } from '../lake/fsutil.js';
-import { ALL_WINDOWS, type LakePaths, lakePaths, partitionOf } from '../lake/layout.js';
+import { localMarkets } from '../lake/catalogue.js';
+import { ALL_WINDOWS, type LakePaths, type Partition, lakePaths, partitionDir, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { HOUR, floorTo } from '../time.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
@@ -209,13 +210,14 @@ export class Capture {
 
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
-    const { lastTs, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
+    const { lastTs, bookPartitions, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
     const beat = await this.resumeFromHeartbeat(lastTs);
     if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
     if (beat) {
       const named = new Set(beat.open.map((m) => m.market_id));
       for (const [id, ts] of books) if (!named.has(id)) this.unheld.set(id, { since: ts, segment: beat.segment, beat: beat.ts });
+      await this.unheldFromLake(bookPartitions);
     }
     for (const s of this.streams.values()) s.resumeAfter(books);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
@@ -314,6 +316,33 @@ export class Capture {
       const newest = lastTs.get(`reference:${feed.id}`) ?? beat.ts - this.config.capture.reference.stallMs;
       const from = openBefore ? Math.max(beat.ts, newest, openBefore.from_ts + 1) : newest;
       this.gaps.fail(scope, from, { kind: 'process_down', message: `capture process ${beat.segment} stopped` });
+    }
+  }
+
+  /**
+   * Discovery lists only markets around now, so a market the previous process held unnamed that
+   * ended while no process ran would never be heard of again: the version of it this lake keeps
+   * opens its downtime gap at once. One the lake has no version of waits for discovery.
+   */
+  private async unheldFromLake(bookPartitions: ReadonlyMap<string, Partition>): Promise<void> {
+    const partitions = new Map<string, Partition>();
+    for (const [id, { since }] of this.unheld) {
+      const books = bookPartitions.get(id);
+      if (!books) continue;
+      // Markets are kept under their start's hour; books run from a minute before the start to the
+      // end, at most a window (15 minutes) later: the newest book's hour or one beside it.
+      for (const at of [since - HOUR, since, since + HOUR]) {
+        const p = partitionOf('markets', books.venue, books.coin, books.window, at);
+        partitions.set(partitionDir(p), p);
+      }
+    }
+    if (partitions.size === 0) return;
+    try {
+      const found = await localMarkets(this.duck, this.paths, [...partitions.values()], new Set(this.unheld.keys()));
+      for (const m of found.values()) this.openUnheldDowntime(m);
+    } catch (err) {
+      // Capture starts all the same; these markets' gaps wait for discovery, as before.
+      this.log.warn({ err, markets: this.unheld.size }, 'could not read the markets a previous process held unnamed');
     }
   }
 

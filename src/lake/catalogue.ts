@@ -9,7 +9,8 @@ import type { FileIndex, IndexedFile } from './fileindex.js';
 import { writeFileAtomic } from './fsutil.js';
 import { type LakePaths, type Partition, SCHEMAS, isTime, parsePartitionDir, partitionDir } from './layout.js';
 import { type Files, parquetSource, relation, sqlIdent } from './sql.js';
-import { listSpool } from './spool.js';
+import { readManifest } from './manifest.js';
+import { listSpool, listSpoolOf } from './spool.js';
 
 export interface StoredMarket extends Market {
   /** When this newest version was captured. */
@@ -141,6 +142,36 @@ export class Catalogue {
   get size(): number {
     return this.markets.size;
   }
+}
+
+/**
+ * The newest version of each market of `ids` that the markets `partitions` of this machine's lake
+ * hold (sealed files and the spool parts not sealed yet), before any catalogue is loaded: what a
+ * restarting capture knows of a market discovery may never list again (one that ended meanwhile).
+ */
+export async function localMarkets(
+  duck: Duck,
+  paths: LakePaths,
+  partitions: Partition[],
+  ids: ReadonlySet<string>,
+): Promise<Map<string, StoredMarket>> {
+  const found = new Map<string, StoredMarket>();
+  const spooled = await listSpoolOf(paths.spool, partitions);
+  for (const [i, p] of partitions.entries()) {
+    const { files } = await readManifest(paths.manifest, p);
+    const sealedFrom = new Set(files.flatMap((f) => f.sources));
+    const source = relation('markets', {
+      sealed: files.map((f) => path.join(paths.lake, partitionDir(p), f.name)),
+      spool: spooled[i].filter((part) => !sealedFrom.has(part.source)).map((part) => part.file),
+    });
+    if (!source) continue;
+    // An hour of one coin and window holds a few dozen versions: filtered here.
+    for (const row of await duck.rows(`SELECT ${MARKET_SELECT} FROM (${source})`)) {
+      const m = toMarket(row, p);
+      if (ids.has(m.market_id) && m.ts > (found.get(m.market_id)?.ts ?? -Infinity)) found.set(m.market_id, m);
+    }
+  }
+  return found;
 }
 
 /** Names the files of a read and the sizes of spool parts (which grow): equal means nothing new. */

@@ -656,6 +656,8 @@ export interface Recovered {
   truncatedBytes: number;
   /** Newest spooled `ts` per `<dataset>:<market_id>` (books and metrics) and `reference:<feed>`, from the parts' tails. */
   lastTs: Map<string, number>;
+  /** The books partition of each market's newest spooled book: where to look for its catalogue record (venue, coin, window). */
+  bookPartitions: Map<string, Partition>;
 }
 
 /**
@@ -666,6 +668,7 @@ export interface Recovered {
 export async function recoverSpool(dir: string, ownSegment: string): Promise<Recovered> {
   let truncatedBytes = 0;
   const lastTs = new Map<string, number>();
+  const bookPartitions = new Map<string, Partition>();
   const parts = (await listSpool(dir)).filter((p) => !p.source.startsWith(`${ownSegment}:`));
   for (const part of parts) {
     const handle = await fs.open(part.file, 'r+');
@@ -699,13 +702,15 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
         if (!m) continue;
         const ts = Number(m[1]);
         const key = `${part.partition.dataset}:${m[2]}`;
-        if (ts > (lastTs.get(key) ?? -Infinity)) lastTs.set(key, ts);
+        if (ts <= (lastTs.get(key) ?? -Infinity)) continue;
+        lastTs.set(key, ts);
+        if (part.partition.dataset === 'books') bookPartitions.set(m[2], part.partition);
       }
     } finally {
       await handle.close();
     }
   }
-  return { parts: parts.length, truncatedBytes, lastTs };
+  return { parts: parts.length, truncatedBytes, lastTs, bookPartitions };
 }
 
 /** Byte offset just past the last newline before `before`, scanning back; 0 when there is none. */
