@@ -117,6 +117,22 @@ export function bookHandlers(kit: RouteKit) {
     return loaded && pageFromBooks(loaded, pq, ladders, pq.limit, PAGE_FRAME);
   };
 
+  /**
+   * A page of a market whose rows are all in the spool (recording, or over and not sealed yet),
+   * from its books followed in memory. Asked once lately, it takes the SQL path (one page costs
+   * less than reading the whole market); asked again (a client polling it or walking it), the
+   * market is followed from then on, each page reading only what capture appended since.
+   */
+  const livePage = async (venue: Venue, m: StoredMarket, pq: PageQuery, ladders: boolean): Promise<RenderedSnapshots | null> => {
+    if (deps.live.maxBytes === 0) return null;
+    const key = marketKey(venue, m.market_id);
+    const parts = await lake.spoolOnly(planPartitions('books', m, null, null).partitions, m.market_id);
+    if (!parts?.length || (!deps.live.has(key) && !deps.books.askedBefore(key))) return null;
+    const books = await deps.live.books(key, parts);
+    deps.live.pages++;
+    return pageFromBooks(books, pq, ladders, pq.limit, PAGE_FRAME);
+  };
+
   const snapshots =
     (id: string, venue: Venue, ladderDefault: boolean) =>
     async (ctx: RequestContext): Promise<Result> => {
@@ -130,7 +146,9 @@ export function bookHandlers(kit: RouteKit) {
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
       const rendered =
-        (await bookPage(venue, m, pq, ladders, ctx.now, ctx.gzip)) ?? (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
+        (await bookPage(venue, m, pq, ladders, ctx.now, ctx.gzip)) ??
+        (await livePage(venue, m, pq, ladders)) ??
+        (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
       return {
         data: 'deflated' in rendered ? new DeflatedJson(rendered.deflated) : new RawJson(rendered.json, rendered.framed ?? null),

@@ -230,10 +230,14 @@ export const SCHEMAS: Record<string, unknown> = {
       exports: obj({ in_use: { type: 'integer' }, slots: { type: 'integer' }, slow_readers_cut: { type: 'integer' } }),
       // This process's: in a cluster each worker answers for its share.
       connections: obj({ open: { type: 'integer' }, refused: { type: 'integer' }, max: { type: 'integer' } }),
-      // Where pages of markets that are over come from: the book cache, the serving copies, SQL.
+      // Where pages come from: the book cache, the serving copies, markets followed in the spool, SQL.
       pages: obj({
         book_cache_bytes: { type: 'integer' },
         book_cache_hits: { type: 'integer' },
+        // Markets still in the spool followed in memory as capture appends (pages of them without a statement).
+        live_markets: { type: 'integer' },
+        live_bytes: { type: 'integer' },
+        live_pages: { type: 'integer' },
         serving_copies: { type: 'boolean' },
         copy_reads: { type: 'integer' },
         // Of those, gzip pages sent mostly as the copies hold them pre-deflated.

@@ -1,6 +1,7 @@
 // What every route module shares: the route and request types, paging helpers, and the kit of
 // lookups a handler needs (find a market, its gaps, its coverage, a page query from a request).
 import type { Readable } from 'node:stream';
+import type { LiveBooks } from './livebooks.js';
 import type { DuckDBDataChunk } from '@duckdb/node-api';
 import type { Venue, Window } from '../config.js';
 import { coverageStart } from '../coverage.js';
@@ -149,6 +150,8 @@ export interface RouteDeps {
   exports: ExportPool;
   /** Decoded books of recently read markets that are over. */
   books: BookCache;
+  /** Books of markets still in the spool, followed as capture appends. */
+  live: LiveBooks;
   /** Books files' serving copies: pages of markets that are over, never read before (null: off). */
   serving: ServingCopies | null;
   cursors: Cursors;

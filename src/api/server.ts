@@ -18,6 +18,7 @@ import { Admission } from './admission.js';
 import { type ConnectionStats, boundedServer, connectionCap, openFileLimit } from './connections.js';
 import { createApp } from './app.js';
 import { BookCache } from './bookcache.js';
+import { LiveBooks } from './livebooks.js';
 import { ServingCopies } from '../pages/copyreader.js';
 import { writeServingCopy } from '../pages/copywriter.js';
 import { ExportPool } from './exports.js';
@@ -225,6 +226,8 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   }
   // BOOK_CACHE_MB is the service's: each worker keeps its share.
   const books = new BookCache(Math.floor(config.api.bookCacheBytes / workers));
+  // A few markets record at once; a quarter of the worker's share holds them whole many times over.
+  const live = new LiveBooks(Math.floor(config.api.bookCacheBytes / workers / 4));
   const health = cached(HEALTH_CACHE_MS, () =>
     checkHealth(
       config,
@@ -245,6 +248,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       {
         book_cache_bytes: books.bytes,
         book_cache_hits: books.hits,
+        live_markets: live.markets,
+        live_bytes: live.bytes,
+        live_pages: live.pages,
         serving_copies: serving !== null,
         copy_reads: serving?.reads ?? 0,
         copy_deflated_pages: serving?.deflatedPages ?? 0,
@@ -273,6 +279,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     health,
     exports,
     books,
+    live,
     serving,
   });
   document = openApiDocument(routes);

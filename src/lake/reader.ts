@@ -140,6 +140,27 @@ export class LakeReader {
     return { sealed: sealed.map((f) => path.join(this.paths.lake, f.path)), spool, ...(lacking.size ? { lacking } : {}) };
   }
 
+  /**
+   * The spool parts holding the rows of `market` in `partitions`, when they are all its own runs
+   * and no sealed file holds any: the whole market, from the parts alone. Null otherwise.
+   */
+  async spoolOnly(partitions: Partition[], market: string): Promise<string[] | null> {
+    const spooled = await listSpoolOf(this.paths.spool, partitions);
+    await this.index.follow();
+    const runs: string[] = [];
+    for (const [i, p] of partitions.entries()) {
+      const indexed = this.index.of(p);
+      if (indexed.some((f) => mayHold(f, market))) return null;
+      const done = new Set(indexed.flatMap((f) => f.sources));
+      for (const part of spooled[i]) {
+        if (done.has(part.source) || (part.market !== undefined && part.market !== market)) continue;
+        if (part.market === undefined) return null;
+        runs.push(part.file);
+      }
+    }
+    return runs;
+  }
+
   /** The sealed files of one partition (that may hold rows of `market`, when given), as the index has them (no commit log followed). */
   sealedOf(p: Partition, market?: string): IndexedFile[] {
     const files = this.index.of(p);

@@ -25,9 +25,43 @@ export function columnsOf(chunk: DuckDBDataChunk): BookColumns {
 /** One book of a snapshot as JSON text: with its ladders, or (include_orderbook=false) best levels and depth. */
 export function bookFragment(columns: BookColumns, row: number, ladders: boolean): string {
   const { outcome_index: index, outcome, token_id: token, exchange_ts: exchange } = columns;
-  const ex = exchange.getItem(row) as number | null;
-  const head = `{"outcome_index":${index.getItem(row)},"outcome":${JSON.stringify(outcome.getItem(row))},"token_id":${JSON.stringify(token.getItem(row))},"exchange_time":${ex === null ? 'null' : `"${new Date(ex).toISOString()}"`}`;
-  const levels = columns.lists.map((l) => readDoubles(l, row));
+  return fragment(
+    index.getItem(row) as number,
+    outcome.getItem(row) as string,
+    token.getItem(row) as string,
+    exchange.getItem(row) as number | null,
+    columns.lists.map((l) => readDoubles(l, row)),
+    ladders,
+  );
+}
+
+/** A book as a spool line holds it (epoch ms times), parsed. */
+export interface SpooledBook {
+  ts: number;
+  outcome_index: number;
+  outcome: string;
+  token_id: string;
+  exchange_ts: number | null;
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
+}
+
+/** The same text as `bookFragment` of the row sealing will make of this line. */
+export function spooledFragment(b: SpooledBook, ladders: boolean): string {
+  return fragment(b.outcome_index, b.outcome, b.token_id, b.exchange_ts, [b.bid_prices, b.bid_sizes, b.ask_prices, b.ask_sizes], ladders);
+}
+
+function fragment(
+  index: number,
+  outcome: string,
+  token: string,
+  exchange: number | null,
+  levels: ArrayLike<number>[],
+  ladders: boolean,
+): string {
+  const head = `{"outcome_index":${index},"outcome":${JSON.stringify(outcome)},"token_id":${JSON.stringify(token)},"exchange_time":${exchange === null ? 'null' : `"${new Date(exchange).toISOString()}"`}`;
   if (ladders)
     return `${head},"bid_prices":${numbers(levels[0])},"bid_sizes":${numbers(levels[1])},"ask_prices":${numbers(levels[2])},"ask_sizes":${numbers(levels[3])}}`;
   const depth = (xs: ArrayLike<number>) => {

@@ -1304,6 +1304,9 @@ export interface components {
                 pages: {
                     book_cache_bytes: number;
                     book_cache_hits: number;
+                    live_markets: number;
+                    live_bytes: number;
+                    live_pages: number;
                     serving_copies: boolean;
                     copy_reads: number;
                     copy_deflated_pages: number;
