@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-recent bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -146,6 +146,10 @@ bench-overload: install
 ## make bench-compare: the same rows in the lake and in PostgreSQL 15 (installed from Debian if missing), served side by side, driven by wrk
 bench-compare: install
 	$(TSX) bench/compare.ts
+
+## make bench-recent: pages of the newest hour's markets (rows still in the spool) against PostgreSQL, followed in memory and by SQL (a few minutes)
+bench-recent: install
+	$(TSX) bench/recent.ts
 
 ## make bench-profile: where a cold page's time goes on the SQL path (book cache off), from a CPU profile of the API
 bench-profile: install

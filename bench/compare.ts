@@ -4,148 +4,25 @@
 // loopback, started and stopped here; btree on (market_id, ts); JSON built by json_agg; keyset
 // cursors), each side is served over HTTP by its own process, both answers are checked equal,
 // and wrk drives them in turns. Figures and ratios go into BENCHMARKS.md.
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { openSync, readFileSync, readdirSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import pino from 'pino';
-import cluster from 'node:cluster';
-import { startCluster } from '../src/api/cluster.js';
-import { KeyStore } from '../src/edge/keys.js';
-import type { RateChannel } from '../src/edge/ratelimit.js';
-import { prepareApiState, startApi } from '../src/api/server.js';
-import { createClock } from '../src/clock.js';
-import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { listFiles } from '../src/lake/fsutil.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { SERVING_VERSION } from '../src/pages/copyformat.js';
 import { ReplayCopies } from '../src/replay/copy.js';
-import { createLogger } from '../src/log.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
-import { type WrkFigure, aptInstall, commandMissing, writeWrkScript, wrkFigure } from './tools.js';
+import { ensureTools, startPostgres } from './pg.js';
+import { child } from './servers.js';
+import { type WrkFigure, bestFigure, figureText, inTurns, wrkRun } from './tools.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
-const PG_BIN = '/usr/lib/postgresql/15/bin';
-const TS = `to_char(%s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
-const ts = (c: string) => TS.replace('%s', c);
-const BOOK = `json_build_object('outcome_index', outcome_index, 'outcome', outcome, 'token_id', token_id, 'exchange_time', ${ts('exchange_ts')},
-  'bid_prices', bid_prices, 'bid_sizes', bid_sizes, 'ask_prices', ask_prices, 'ask_sizes', ask_sizes)`;
-
-// --- children: each server in a process of its own -----------------------------------------
-
-/**
- * The service as `make api` deploys it: API_WORKERS processes (one per core) on one port, keys'
- * limits held by the primary, restarted over the lake, request log lines built (and dropped).
- */
-async function serveService(dir: string): Promise<void> {
-  const config = loadConfig({ ...process.env, DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'info' });
-  const log = createLogger('info', 'api', openSync('/dev/null', 'w'));
-  const workers = config.api.workers;
-  if (cluster.isPrimary && workers > 1) {
-    await prepareApiState(config);
-    const { key } = await KeyStore.at(dir).issue('paid', 'bench-compare');
-    const api = await startCluster(workers, log);
-    console.log(JSON.stringify({ url: `http://${config.host}:${api.port}`, key, workers }));
-    await new Promise((resolve) => process.stdin.once('end', resolve).resume());
-    await api.stop();
-    return;
-  }
-  const duck = await Duck.open(2);
-  const rates: RateChannel = { send: (m) => process.send!(m), listen: (h) => process.on('message', h) };
-  const api = await startApi(config, duck, createClock(END, 1), log, {
-    port: 0,
-    ...(cluster.isWorker ? { cluster: { workers, rates } } : {}),
-  });
-  if (cluster.isWorker) {
-    // Stopped by the primary.
-    process.once('SIGTERM', () => void api.stop().then(() => process.exit(0)));
-    return new Promise(() => undefined);
-  }
-  const { key } = await api.keys.issue('paid', 'bench-compare');
-  console.log(JSON.stringify({ url: api.url, key, workers: 1 }));
-  await new Promise((resolve) => process.stdin.once('end', resolve).resume());
-  await api.stop();
-  duck.close();
-}
-
-/** The minimal PostgreSQL server: prepared statements, JSON from json_agg spliced into the same envelope. */
-async function servePg(port: number, table: string): Promise<void> {
-  const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'postgres', database: 'postgres', max: 4 });
-  const latest = {
-    name: 'latest',
-    text: `SELECT json_build_object('market_id', $1::text, 'timestamp', ${ts('max(ts)')}, 'books', json_agg(${BOOK} ORDER BY outcome_index))::text AS j
-      FROM ${table} WHERE market_id = $1 AND ts = (SELECT max(ts) FROM ${table} WHERE market_id = $1)`,
-  };
-  const page = {
-    name: 'page',
-    text: `WITH t AS (SELECT DISTINCT ts FROM ${table} WHERE market_id = $1 AND ts > to_timestamp($2::float8 / 1000) ORDER BY ts LIMIT $3 + 1),
-      p AS (SELECT ts FROM t ORDER BY ts LIMIT $3)
-      SELECT (SELECT count(*) FROM t) AS n, (SELECT (extract(epoch FROM max(ts)) * 1000)::bigint FROM p) AS last,
-        coalesce((SELECT json_agg(json_build_object('timestamp', ${ts('s.ts')}, 'books', s.books) ORDER BY s.ts)
-          FROM (SELECT b.ts, json_agg(${BOOK} ORDER BY outcome_index) AS books FROM ${table} b JOIN p USING (ts) WHERE b.market_id = $1 GROUP BY b.ts) s), '[]'::json)::text AS j`,
-  };
-  const server = http.createServer(async (req, res) => {
-    const url = new URL(req.url!, 'http://x');
-    const [, route, id] = url.pathname.split('/');
-    const meta = `"meta":{"request_id":"pg","timestamp":"${new Date().toISOString()}"}`;
-    try {
-      let body: string;
-      if (route === 'latest') {
-        const { rows } = await pool.query({ ...latest, values: [id] });
-        body = `{"data":${rows[0].j},${meta}}`;
-      } else {
-        const limit = Number(url.searchParams.get('limit') ?? 100);
-        const { rows } = await pool.query({ ...page, values: [id, Number(url.searchParams.get('after') ?? 0), limit] });
-        const more = Number(rows[0].n) > limit;
-        body = `{"data":${rows[0].j},"pagination":{"limit":${limit},"has_more":${more},"next_cursor":${more ? `"${rows[0].last}"` : 'null'}},${meta}}`;
-      }
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      res.end(body);
-    } catch (err) {
-      res.writeHead(500).end(String(err));
-    }
-  });
-  server.listen(0, '127.0.0.1');
-  await new Promise((r) => server.once('listening', r));
-  console.log(JSON.stringify({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
-  await new Promise((resolve) => process.stdin.once('end', resolve).resume());
-  server.close();
-  await pool.end();
-}
-
-if (process.env.COMPARE_CHILD === 'service') {
-  await serveService(process.env.COMPARE_DIR!);
-  process.exit(0);
-}
-if (process.env.COMPARE_CHILD === 'pg') {
-  await servePg(Number(process.env.COMPARE_PG_PORT), process.env.COMPARE_PG_TABLE ?? 'books');
-  process.exit(0);
-}
-
-function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: ChildProcess; ready: Promise<Record<string, string>> } {
-  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-    env: { ...process.env, COMPARE_CHILD: mode, ...env },
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
-  const ready = new Promise<Record<string, string>>((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.startsWith('{'));
-      if (line) resolve(JSON.parse(line));
-    });
-    proc.once('exit', (code) => reject(new Error(`${mode} exited ${code}`)));
-  });
-  return { proc, ready };
-}
-
 // --- the run --------------------------------------------------------------------------------
 
 /** CPU time (user and system, in seconds) of a process and all its descendants, from /proc. */
@@ -173,21 +50,6 @@ function cpuSeconds(root: number): number {
 /** USER_HZ: 100 on Linux. */
 const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 
-function sh(cmd: string, args: string[], asPostgres = false): string {
-  return execFileSync(asPostgres ? 'runuser' : cmd, asPostgres ? ['-u', 'postgres', '--', cmd, ...args] : args, {
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-}
-
-/** Debian's packages when they are missing (as root, as on this machine and CI). */
-async function ensureTools(): Promise<void> {
-  const missing = [];
-  if (!(await fs.stat(`${PG_BIN}/initdb`).catch(() => null))) missing.push('postgresql-15');
-  if (commandMissing('wrk')) missing.push('wrk');
-  aptInstall(missing);
-}
-
 await ensureTools();
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-compare-')));
 const duck = await Duck.open(2);
@@ -199,60 +61,7 @@ const [{ rows: lakeRows }] = [
   { rows: Number((await duck.rows(`SELECT count(*) AS n FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])`))[0].n) },
 ];
 
-// A private cluster on loopback, owned by the postgres user (PostgreSQL will not run as root).
-const pgDir = path.join(root, 'pg');
-const pgPort = 55432 + Math.floor(Math.random() * 1000);
-await fs.rm(pgDir, { recursive: true, force: true });
-await fs.mkdir(pgDir, { recursive: true, mode: 0o777 });
-await fs.chmod(root, 0o755);
-sh('chown', ['postgres', pgDir]);
-sh(`${PG_BIN}/initdb`, ['-D', pgDir, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], true);
-sh(
-  `${PG_BIN}/pg_ctl`,
-  [
-    '-D',
-    pgDir,
-    '-w',
-    '-l',
-    path.join(pgDir, 'log'),
-    '-o',
-    `-p ${pgPort} -k ${pgDir} -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c fsync=off -c full_page_writes=off -c synchronous_commit=off`,
-    'start',
-  ],
-  true,
-);
-const psql = (sql: string) =>
-  sh('psql', ['-h', '127.0.0.1', '-p', String(pgPort), '-U', 'postgres', '-v', 'ON_ERROR_STOP=1', '-qAt', '-c', sql]);
-let pgStopped = false;
-const stopPg = () => {
-  if (pgStopped) return;
-  pgStopped = true;
-  sh(`${PG_BIN}/pg_ctl`, ['-D', pgDir, '-w', '-m', 'fast', 'stop'], true);
-};
-process.on('exit', stopPg);
-
-/** Loads the books of `parquet` into `table` (btree on (market_id, ts)); its rows, bytes and seconds. */
-async function loadPg(table: string, parquet: string[]): Promise<{ rows: number; bytes: number; seconds: number }> {
-  const began = performance.now();
-  const csv = path.join(root, `${table}.csv`);
-  const utc = (c: string) => `strftime(make_timestamp(epoch_ms(${c}) * 1000), '%Y-%m-%d %H:%M:%S.%g') || '+00'`;
-  const arr = (c: string) => `'{' || array_to_string(${c}, ',') || '}'`;
-  await duck.run(`COPY (SELECT ${utc('ts')}, market_id, token_id, outcome_index, outcome, ${utc('exchange_ts')}, ${utc('recv_ts')},
-      ${arr('bid_prices')}, ${arr('bid_sizes')}, ${arr('ask_prices')}, ${arr('ask_sizes')}
-    FROM read_parquet([${parquet.map((f) => `'${f}'`).join(',')}])) TO '${csv}' (FORMAT csv, HEADER false)`);
-  psql(`CREATE TABLE ${table} (ts timestamptz NOT NULL, market_id text NOT NULL, token_id text, outcome_index int, outcome text,
-    exchange_ts timestamptz, recv_ts timestamptz, bid_prices float8[], bid_sizes float8[], ask_prices float8[], ask_sizes float8[])`);
-  psql(`\\copy ${table} FROM '${csv}' WITH (FORMAT csv)`);
-  psql(`CREATE INDEX ${table}_market_ts ON ${table} (market_id, ts)`);
-  psql(`VACUUM ANALYZE ${table}`);
-  await fs.rm(csv);
-  return {
-    rows: Number(psql(`SELECT count(*) FROM ${table}`).trim()),
-    bytes: Number(psql(`SELECT pg_total_relation_size('${table}')`).trim()),
-    seconds: (performance.now() - began) / 1000,
-  };
-}
-
+const { port: pgPort, psql, load: loadPg, version: psqlVersion, stop: stopPg } = startPostgres(root, duck, path.join(root, 'pg'));
 const loaded = await loadPg('books', files);
 const [pgRows, pgBytes, loadSeconds] = [loaded.rows, loaded.bytes, loaded.seconds];
 if (pgRows !== lakeRows) throw new Error(`PostgreSQL has ${pgRows} rows, the lake ${lakeRows}`);
@@ -333,13 +142,8 @@ console.log(`${checked} answers compared equal`);
 type Figure = WrkFigure;
 
 /** wrk with one thread, cycling over `paths`; latencies in ms. */
-async function wrk(base: string, paths: string[], connections: number, headers: Record<string, string>): Promise<Figure> {
-  const script = path.join(root, `wrk-${process.pid}.lua`);
-  await writeWrkScript(script, paths, headers);
-  return wrkFigure(
-    execFileSync('wrk', ['-t1', `-c${connections}`, `-d${SECONDS}s`, '--latency', '-s', script, base], { encoding: 'utf8' }),
-  );
-}
+const wrk = (base: string, paths: string[], connections: number, headers: Record<string, string>) =>
+  wrkRun(path.join(root, `wrk-${process.pid}.lua`), base, paths, connections, headers, SECONDS);
 
 const rows: string[] = [];
 const verdicts: string[] = [];
@@ -359,10 +163,9 @@ for (const [route, label] of routes) {
       a.push(await wrk(svc.url, ours[route], connections, auth));
       b.push(await wrk(pgs.url, theirs[route], connections, {}));
     }
-    const best = (xs: Figure[]) => xs.reduce((x, y) => (y.rps > x.rps ? y : x));
-    const [s, p] = [best(a), best(b)];
+    const [s, p] = [bestFigure(a), bestFigure(b)];
     if (route === 'first') pgFirst.set(connections, p);
-    const f = (x: Figure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
+    const f = figureText;
     rows.push(`| ${label} | ${connections} | ${f(s)} | ${f(p)} | ${(s.p50 / p.p50).toFixed(2)} | ${(s.rps / p.rps).toFixed(2)} |`);
     if (route !== 'latest') {
       verdicts.push(
@@ -392,18 +195,7 @@ const identity = await wrk(svc.url, ours.first, 1, auth);
 const pgPage = await wrk(pgs.url, theirs.first, 1, {});
 
 // --- The book cache off: every page a market's first, from the serving copies ----------------
-const best = (xs: Figure[]) => xs.reduce((x, y) => (y.rps > x.rps ? y : x));
-const fig = (x: Figure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
-/** Each side twice, in turns; the better run of each. */
-async function turns(a: () => Promise<Figure>, b: () => Promise<Figure>): Promise<[Figure, Figure]> {
-  const xs: Figure[] = [];
-  const ys: Figure[] = [];
-  for (let round = 0; round < 2; round++) {
-    xs.push(await a());
-    ys.push(await b());
-  }
-  return [best(xs), best(ys)];
-}
+const [best, fig, turns] = [bestFigure, figureText, inTurns];
 const verdict = (s: Figure, p: Figure, ratio: number) =>
   s.p50 <= p.p50 * ratio && (ratio < 1 ? s.rps >= p.rps / ratio : true) ? 'met' : '**missed**';
 
@@ -693,7 +485,8 @@ Where the difference comes from: a page of a market that is over is served witho
 copies written at seal (the cache off and the 7-day sections) or from a bounded cache of decoded books
 (\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page
 is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
-walks the index and builds JSON per request. A market still being recorded (rows in the spool) takes the SQL path.
+walks the index and builds JSON per request. A market still in the spool is followed there in memory from its second
+page (the newest hour's section, \`make bench-recent\`); with the cache off, it takes the SQL path.
 Both sides use both cores at 4 connections: the service's workers (each a whole API: its own DuckDB, lake index and
 book cache), PostgreSQL's backends beside its Node server. With one worker the latest book at 4 connections came out at
 0.94-1.24x PostgreSQL's across runs (2026-11-23); one connection stays on one worker. On this shared machine req/s moves
@@ -701,9 +494,3 @@ by 20-30% from run to run.
 `;
 await writeSection('## Against PostgreSQL', report);
 if (!process.env.BENCH_ROOT) await fs.rm(root, { recursive: true, force: true });
-
-function psqlVersion(): string {
-  return sh(`${PG_BIN}/postgres`, ['--version'])
-    .trim()
-    .replace(/^postgres \(PostgreSQL\) /, '');
-}

@@ -71,6 +71,37 @@ export function wrkFigure(out: string): WrkFigure {
   return { p50: pct('50'), p99: pct('99'), rps, bytes };
 }
 
+/** wrk with one thread for `seconds`, cycling over `paths` (its script written to `script`); latencies in ms. */
+export async function wrkRun(
+  script: string,
+  base: string,
+  paths: string[],
+  connections: number,
+  headers: Record<string, string>,
+  seconds: number,
+): Promise<WrkFigure> {
+  await writeWrkScript(script, paths, headers);
+  return wrkFigure(
+    execFileSync('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--latency', '-s', script, base], { encoding: 'utf8' }),
+  );
+}
+
+/** The run with the most requests a second. */
+export const bestFigure = (xs: WrkFigure[]) => xs.reduce((x, y) => (y.rps > x.rps ? y : x));
+
+export const figureText = (x: WrkFigure) => `${x.p50.toFixed(2)} / ${x.p99.toFixed(2)} ms, ${Math.round(x.rps).toLocaleString('en')}/s`;
+
+/** Each side twice, in turns; the better run of each. */
+export async function inTurns(a: () => Promise<WrkFigure>, b: () => Promise<WrkFigure>): Promise<[WrkFigure, WrkFigure]> {
+  const xs: WrkFigure[] = [];
+  const ys: WrkFigure[] = [];
+  for (let round = 0; round < 2; round++) {
+    xs.push(await a());
+    ys.push(await b());
+  }
+  return [bestFigure(xs), bestFigure(ys)];
+}
+
 /**
  * Ceph's RADOS Gateway on this machine (scripts/rgw.sh, its packages installed when missing), on a
  * port outside Ceph's OSD range: its S3_* settings, and how to stop it (the cluster's data goes with it).
