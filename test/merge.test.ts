@@ -251,6 +251,41 @@ t.test("a recorder's books inside its own gap are left out where another vouches
   t.equal(await stageDoubts(testdir(t), []), null);
 });
 
+t.test("a recorder's gap that starts at the book its copy found wrong: that book goes where another vouches", async (t) => {
+  const S = HOUR0 + 60_000;
+  const end = HOUR0 + HOUR;
+  // Seen under load in the faults-on run: A's resync gap began at A's own wrong book (its hash a
+  // mismatch); B vouched for the instant, so the merge dropped the gap but kept the book, wrong, in no gap.
+  const own = [gap(S + 1000, S + 4000, 'stream_resync')];
+  const a = await recorderLake(t, { books: [book(S, 0, 1), book(S + 1000, 0, 99), book(S + 4000, 0, 5)], trades: [], gaps: own });
+  const b = await recorderLake(t, { books: [book(S, 0, 1), book(S + 4000, 0, 5)], trades: [], gaps: [] });
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const inputs = [
+    { recorder: 'a', files: a.books },
+    { recorder: 'b', files: b.books },
+  ];
+  const claims: RecorderClaims[] = [
+    { recorder: 'a', own, near: own, first: new Map([['m1', S]]), horizon: 2 * end },
+    { recorder: 'b', own: [], near: [], first: new Map([['m1', S]]), horizon: 2 * end },
+  ];
+  const out = testdir(t);
+  const doubted = await stageDoubts(out, doubtedSpans(claims));
+  await mergeRows(duck, out, books, inputs, 'm.parquet', { sources: ['x'], writtenAt: 1, doubted });
+  const rows = await duck.rows(
+    `SELECT epoch_ms(ts)::DOUBLE AS ts, bid_sizes[1] AS size FROM read_parquet(${sqlPath(path.join(out, partitionDir(books), 'm.parquet'))}) ORDER BY ts`,
+  );
+  t.same(
+    rows.map((r) => [Number(r.ts) - S, r.size]),
+    [
+      [0, 1],
+      [4000, 5],
+    ],
+    "A's wrong book at its gap's start is not in the record",
+  );
+  t.same(mergeGaps(claims, await disagreements(duck, inputs, doubted), end), [], 'and no gap: B was whole there');
+});
+
 t.test('a gap survives only where no other recorder vouches for the span', async (t) => {
   const S = HOUR0 + 60_000;
   const claims = (recorder: string, own: GapRow[], first: number | null, horizon: number): RecorderClaims => ({

@@ -12,6 +12,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Dataset, GapRow } from '../records.js';
 import type { Duck } from './duckdb.js';
+import { causeOf } from './certificate.js';
 import { shortHash } from './fsutil.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
 import type { ManifestFile, RecorderClaim } from './manifest.js';
@@ -94,12 +95,16 @@ export function doubtedSpans(recorders: readonly RecorderClaims[]): Doubt[] {
       for (const o of recorders)
         if (o !== r)
           for (const [from, to] of covered(o, g.market_id)) {
-            // A gap's book is known at its `from_ts` (kept) and again at its `to_ts` (the resync);
-            // `o` vouches for [from, to): in whole ms, after from - 1.
+            // A gap's book at its `to_ts` is the resync, known. Its book at `from_ts` is the last
+            // one kept where the copy stopped (a downtime, a cut connection), but where the copy was
+            // found wrong (an unproved cause) the gap starts at its last proof, and a proof by best
+            // levels alone can stand on a book whose sizes were wrong (seen under load): that book
+            // is in doubt too. `o` vouches for [from, to): in whole ms, after from - 1.
+            const start = causeOf(g.reason) === 'unproved' ? g.from_ts - 1 : g.from_ts;
             const d = {
               recorder: r.recorder,
               market_id: g.market_id,
-              after_ms: Math.max(g.from_ts, from - 1),
+              after_ms: Math.max(start, from - 1),
               before_ms: Math.min(g.to_ts, to),
             };
             if (d.before_ms - d.after_ms > 1) out.set(JSON.stringify(d), d);
