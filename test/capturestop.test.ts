@@ -52,7 +52,11 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined 
   }
 }
 
-/** A 15-minute wallet market open now whose books capture has recorded for at least a minute of its window. */
+/**
+ * A 15-minute wallet market open now, a minute into its window, part of which capture's record
+ * covers (recorded books alone are not enough: on a starved machine they may all lie in a gap
+ * while the stream comes up, and a window none of whose time is covered is not a partial one).
+ */
 function recordingMarket(): Promise<Market> {
   return until('a 15m window with a minute of books', async () => {
     const now = clock.now();
@@ -61,7 +65,7 @@ function recordingMarket(): Promise<Market> {
       const [s, e] = [Date.parse(m.start_time), Date.parse(m.end_time)];
       // Room left to stop, restart and kill inside it.
       if (now < s + 60_000 || now > e - 6 * 60_000) continue;
-      if ((await certificate(m)).books.recorded > 0) return m;
+      if ((await certificate(m)).coverage.covered_seconds > 0) return m;
     }
     return null;
   });
@@ -121,7 +125,8 @@ t.test('SIGINT mid-window: the rest of the window is a gap at once; a restart wr
   const firstAfter = (await spooledBooks(m.market_id)).find((ts) => ts > newest);
   t.equal(recorded.from_ts, newest, 'the gap starts at the newest book the stopped process recorded');
   t.equal(Date.parse(provisionalDown(cert)!.from), recorded.from_ts, 'where the provisional gap said it would');
-  t.equal(recorded.to_ts, firstAfter, 'and ends at the first the restarted one recorded');
+  // A restart slower than the rest of the window (a starved machine) records nothing of it: the gap runs to its end.
+  t.equal(recorded.to_ts, firstAfter ?? end, 'and ends at the first the restarted one recorded, or at the window’s end');
   t.notOk(
     provisionalDown(
       await until('the restart’s first heartbeat read', async () => {

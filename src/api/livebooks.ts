@@ -3,6 +3,7 @@
 // market's is (a binary search and buffer copies), not a statement over the spool's JSON. Each
 // part is read once, from where the last read stopped; its lines are rendered by the same code
 // as sealed rows (`spooledFragment`), so a page answers the bytes sealing will serve.
+import { statSync } from 'node:fs';
 import { followLines } from '../lake/fsutil.js';
 import { HEAD, type MarketBooks, type SpooledBook, spooledFragment, withBytes } from '../pages/render.js';
 import { singleFlight } from './singleflight.js';
@@ -161,6 +162,10 @@ export class LiveBooks {
       entry ??= { books: new GrowingBooks(), read: new Map(), charged: 0 };
       const { books } = entry;
       for (const file of parts) {
+        // Most pages come between two flushes: a stat (synchronous: microseconds on a cached inode,
+        // no turn in libuv's pool behind other requests' reads) says nothing was appended.
+        const size = statSync(file, { throwIfNoEntry: false })?.size;
+        if (size === undefined || size === entry.read.get(file)) continue;
         const at = await followLines(file, entry.read.get(file) ?? 0, (line) => {
           let b: SpooledBook;
           try {

@@ -3,13 +3,13 @@
 // nothing is filled in. A heartbeat beside the spool lets a restart record the time the
 // process was down as a gap too.
 import type { Clock } from '../clock.js';
-import type { Config, Venue } from '../config.js';
+import type { Config, Venue, Window } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { writeFileAtomic } from '../lake/fsutil.js';
 import { localMarkets } from '../lake/catalogue.js';
 import { ALL_WINDOWS, type LakePaths, type Partition, lakePaths, partitionDir, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
-import { HOUR, floorTo } from '../time.js';
+import { HOUR, WINDOW_MS, floorTo } from '../time.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
 import { type Heartbeat, type HeartbeatMarket, readHeartbeat } from './heartbeat.js';
 import { GapLedger, type GapScope, type OpenGap, gapKey, scopeOf } from './gaps.js';
@@ -83,6 +83,8 @@ export class Capture {
   private loops: Promise<void>[] = [];
   private timers: NodeJS.Timeout[] = [];
   private sealing: Promise<SealReport | void> = Promise.resolve();
+  /** The lake read of the markets a previous process held unnamed (`unheldFromLake`), beside the start. */
+  private unheldRead: Promise<void> = Promise.resolve();
   /** Seal passes asked for and not over yet. */
   private sealsPending = 0;
   private flushing: Promise<void> = Promise.resolve();
@@ -217,7 +219,9 @@ export class Capture {
     if (beat) {
       const named = new Set(beat.open.map((m) => m.market_id));
       for (const [id, ts] of books) if (!named.has(id)) this.unheld.set(id, { since: ts, segment: beat.segment, beat: beat.ts });
-      await this.unheldFromLake(bookPartitions);
+      // Not awaited: a starved machine's statements must not hold the restart back. A market this
+      // process resyncs or rediscovers first takes its gap from there; this read then finds it handled.
+      this.unheldRead = this.unheldFromLake(bookPartitions);
     }
     for (const s of this.streams.values()) s.resumeAfter(books);
     this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
@@ -242,6 +246,7 @@ export class Capture {
     this.reference?.close();
     // The stream ends here: its open gaps end with it, written now (a restart's downtime gap follows).
     for (const g of this.gaps.all()) if (g.channel === 'stream') this.gaps.close(g, Math.max(this.clock.now(), g.from_ts + 1));
+    await this.unheldRead;
     await this.sealing;
     // What is due is sealed with the gaps just closed, so the last heartbeat says how far this recorder's record is whole.
     await this.seal();
@@ -330,8 +335,8 @@ export class Capture {
       const books = bookPartitions.get(id);
       if (!books) continue;
       // Markets are kept under their start's hour; books run from a minute before the start to the
-      // end, at most a window (15 minutes) later: the newest book's hour or one beside it.
-      for (const at of [since - HOUR, since, since + HOUR]) {
+      // end, a window later: the start is within a window and a minute of the newest book.
+      for (const at of [since - (WINDOW_MS[books.window as Window] ?? HOUR) - STREAM_LEAD_MS, since + STREAM_LEAD_MS]) {
         const p = partitionOf('markets', books.venue, books.coin, books.window, at);
         partitions.set(partitionDir(p), p);
       }
