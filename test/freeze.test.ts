@@ -47,18 +47,24 @@ t.test('a capture frozen across market ends loses no change without a gap', asyn
   // Two freezes, each from a few simulated seconds before an end to a minute after it: the
   // windows' last changes are sent while capture cannot read them.
   const freezes: [number, number][] = [];
-  for (let i = 0; i < 2; i++) {
+  for (let tries = 0; freezes.length < 2 && tries < 6; tries++) {
     const end = Math.ceil((clock.now() + 20_000) / ENDS) * ENDS;
     while (clock.now() < end - 4_000) await sleep(5);
     capture.kill('SIGSTOP');
     const from = clock.now();
+    // A busy test process can wake past the end (seen: 7 clock s late, on an idle run): that freeze is not across
+    // an end, so capture goes on and the next end is tried.
+    if (from >= end - 1_000) {
+      capture.kill('SIGCONT');
+      continue;
+    }
     while (clock.now() < end + MINUTE) await sleep(20);
     capture.kill('SIGCONT');
     freezes.push([from, clock.now()]);
     await sleep(1500);
   }
   t.ok(
-    freezes.every(([from, to]) => to - from >= MINUTE),
+    freezes.length === 2 && freezes.every(([from, to]) => to - from >= MINUTE),
     `frozen ${freezes.map(([from, to]) => `${new Date(from).toISOString().slice(11, 19)}+${Math.round((to - from) / 1000)}s`).join(', ')}`,
   );
 
