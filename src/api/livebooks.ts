@@ -21,10 +21,6 @@ export class GrowingBooks {
   /** A row came before the last one (parts of one market interleave after a restart or a late row): sorted at the next view. */
   private unsorted = false;
 
-  get rows(): number {
-    return this.n;
-  }
-
   add(b: SpooledBook): void {
     if (this.n === this.ts.length) this.growRows();
     const i = this.n;

@@ -145,13 +145,17 @@ export class LakeReader {
    * and no sealed file holds any: the whole market, from the parts alone. Null otherwise.
    */
   async spoolOnly(partitions: Partition[], market: string): Promise<string[] | null> {
+    const sealedRows = () => partitions.some((p) => this.index.of(p).some((f) => mayHold(f, market)));
+    // A market with sealed rows as the index has them (the common miss: a page whose copy is not
+    // written yet) lists no directory.
+    if (sealedRows()) return null;
     const spooled = await listSpoolOf(this.paths.spool, partitions);
+    // Followed after the listing: a part sealed since is seen sealed here, not read after its removal.
     await this.index.follow();
+    if (sealedRows()) return null;
     const runs: string[] = [];
     for (const [i, p] of partitions.entries()) {
-      const indexed = this.index.of(p);
-      if (indexed.some((f) => mayHold(f, market))) return null;
-      const done = new Set(indexed.flatMap((f) => f.sources));
+      const done = new Set(this.index.of(p).flatMap((f) => f.sources));
       for (const part of spooled[i]) {
         if (done.has(part.source) || (part.market !== undefined && part.market !== market)) continue;
         if (part.market === undefined) return null;
