@@ -42,9 +42,11 @@ test: install node_modules/.tap-built
 	bash scripts/rgw.sh install
 	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
 	# Then, in a slot of their own, one at a time (see .taprc; coverage is the first run's); both run
-	# whatever the first found, so one run shows every failure.
+	# whatever the first found, so one run shows every failure, listed again at the end (scripts/failures.sh).
 	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())'); suite=$$?; \
+	failed=$$(bash scripts/failures.sh); \
 	npx tap --disable-coverage --jobs=1 test/*.solo.ts; solo=$$?; \
+	echo "$$failed"; bash scripts/failures.sh solo; \
 	test $$suite -eq 0 -a $$solo -eq 0
 
 ## make format: Prettier over the code (make test checks it)
