@@ -18,6 +18,7 @@ import { type Venue, loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { LakeReader, type StoredMarket } from '../src/lake/reader.js';
+import { copyContents } from '../src/replay/copy.js';
 import { tapeSpan } from '../src/replay/tape.js';
 import { WALLET_TOPIC_PREFIX } from '../src/replay/wallet.js';
 import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
@@ -120,6 +121,13 @@ const sets = Object.fromEntries(
 ) as Record<Venue, { sealed: StoredMarket[]; recent: StoredMarket[] }>;
 const count = async (sql: string) => Number((await duck.rows(sql))[0].n);
 const bookRows = await count(`SELECT count(*)::BIGINT AS n FROM read_parquet('${dir}/lake/books/**/*.parquet')`);
+const venueRows = Object.fromEntries(
+  await Promise.all(
+    VENUES.map(
+      async (v) => [v, await count(`SELECT count(*)::BIGINT AS n FROM read_parquet('${dir}/lake/books/venue=${v}/**/*.parquet')`)] as const,
+    ),
+  ),
+);
 const tradeRows = await count(`SELECT count(*)::BIGINT AS n FROM read_parquet('${dir}/lake/trades/**/*.parquet')`);
 duck.close();
 const { key } = await KeyStore.at(dir).issue('paid', 'bench-replay');
@@ -305,13 +313,27 @@ figures.hit = {} as Record<Venue, Figures>;
 for (const v of VENUES) figures.hit[v] = await measure(v);
 const copyFiles = (await fs.readdir(copiesDir, { recursive: true })).filter((f) => String(f).endsWith('.replay'));
 let copyBytes = 0;
-for (const f of copyFiles) copyBytes += (await fs.stat(path.join(copiesDir, String(f)))).size;
+// Each venue's copies by part (the rows' table, the messages, the ladders), against its books Parquet.
+const parts = Object.fromEntries(VENUES.map((v) => [v, { rows: 0, table: 0, messages: 0, ladders: 0, header: 0 }]));
+for (const f of copyFiles) {
+  const bytes = await fs.readFile(path.join(copiesDir, String(f)));
+  copyBytes += bytes.length;
+  const { rows, packed } = copyContents(bytes);
+  const of = parts[String(f).split(path.sep)[0]];
+  of.rows += rows;
+  of.table += packed[0];
+  of.messages += packed[1];
+  of.ladders += packed[2];
+  of.header += bytes.length - packed[0] - packed[1] - packed[2];
+}
 let [lakeBytes, booksBytes, servingBytes] = [0, 0, 0];
+const venueBooks = Object.fromEntries(VENUES.map((v) => [v, 0]));
 for (const f of await fs.readdir(path.join(dir, 'lake'), { recursive: true })) {
   if (!String(f).endsWith('.parquet')) continue;
   const bytes = (await fs.stat(path.join(dir, 'lake', String(f)))).size;
   lakeBytes += bytes;
   if (String(f).startsWith('books/')) booksBytes += bytes;
+  for (const v of VENUES) if (String(f).startsWith('books/') && String(f).includes(`venue=${v}/`)) venueBooks[v] += bytes;
 }
 // The pages' serving copies, which capture wrote as it sealed each books file.
 for (const f of await fs.readdir(path.join(dir, 'serving', 'books'), { recursive: true }))
@@ -386,6 +408,17 @@ blocks it plays (a start mid-window: its first message's and those of the books 
 that ended in the last hours: here ${n(writing.written)} copies in ${writing.seconds.toFixed(1)} s (${(copyBytes / 2 ** 20).toFixed(1)} MiB, ${(copyBytes / lakeBytes).toFixed(1)}x the Parquet).
 The pages' serving copies of the same lake (written by capture as it sealed each books file) are ${(servingBytes / 2 ** 20).toFixed(1)} MiB for
 ${(booksBytes / 2 ** 20).toFixed(1)} MiB of books Parquet: ${(servingBytes / bookRows).toFixed(1)} and ${(booksBytes / bookRows).toFixed(1)} bytes a book row (${(servingBytes / booksBytes).toFixed(2)}x).
+The replay copies by part, in bytes a book row of the copied markets (the wallet's walk sends every book as its rendered
+payload, so its copies keep no ladders), against the venue's books Parquet (all of its rows, copied or not):
+
+| venue | copied rows | table | messages | ladders | header | copies in all | books Parquet (its rows) |
+|---|---|---|---|---|---|---|---|
+${VENUES.map((v) => {
+  const p = parts[v];
+  const per = (b: number) => (b / Math.max(1, p.rows)).toFixed(1);
+  const all = p.table + p.messages + p.ladders + p.header;
+  return `| ${v} | ${n(p.rows)} | ${per(p.table)} | ${per(p.messages)} | ${per(p.ladders)} | ${per(p.header)} | ${per(all)} | ${(venueBooks[v] / Math.max(1, venueRows[v])).toFixed(1)} (${n(venueRows[v])}) |`;
+}).join('\n')}
 
 Markets (sealed hour + ended a minute before): Polymarket ${countOf('polymarket')}, wallet ${countOf('wallet-prediction')}. One connection, as fast as possible,
 every market of the set (messages/s from the socket's open / from its first message, and messages; the median of three runs, the

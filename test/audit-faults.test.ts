@@ -165,13 +165,20 @@ t.test('the wallet venue over 20 simulated minutes: pauses, disconnects and lost
   const { expected, recorded, unknowable, withheld } = auditStream(t, run);
   t.ok(expected > 5000, `${expected} book changes of the wallet markets`);
   // The audit counts a change the venue withheld and capture did not record, outside every gap, as
-  // unknowable. Withheld in a pause or a disconnect, it was knowable: the silence and REST's newer
-  // book tell, so none of those may be missing. Only a push dropped at random and overwritten before
+  // unknowable. Withheld by a pause, it was knowable: the silence and REST's newer book tell, so none
+  // of those may be missing. (A disconnect withholds nothing: no push is sent while it lasts, and
+  // every change after it is owed.) Only a push dropped or reordered at random and overwritten before
   // any poll saw its book is invisible to any recorder: at most the changes of the dropped pushes
-  // (how many a poll catches depends on REST's round trips in simulated time, so on the load).
+  // (how many a poll catches depends on REST's round trips in simulated time, so on the load). Told
+  // apart by what withheld each, not by its time: a starved pump sends a pause's last changes after
+  // it, where a random drop can take them (2026-11-29, beside stress-ng).
   const faults = [...freezes, ...disconnects];
-  const inFault = (at: number) => faults.some((f) => f.from <= at && at < f.to);
-  t.same(withheld.filter((w) => inFault(w.at)).slice(0, 3), [], 'no change withheld in a pause or disconnect is missing outside a gap');
+  const frozen = run.standin.walletStream.frozenKeys;
+  t.same(
+    withheld.filter((w) => frozen.has(w.key)).slice(0, 3),
+    [],
+    `no change withheld in a pause is missing outside a gap (${withheld.length} withheld at random are)`,
+  );
   // A dropped push is one market's book: the change of each of its two outcomes.
   const droppedChanges = 2 * run.standin.walletStream.stats.dropped;
   t.ok(

@@ -14,7 +14,7 @@ import { marketBooks, pageFromBooks } from '../src/api/shape.js';
 import { createClock } from '../src/clock.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { parquetSource } from '../src/lake/sql.js';
-import { type CopyIndex, decodeTable, servingCopyPath } from '../src/pages/copyformat.js';
+import { type CopyIndex, TRAILER, decodeTable, servingCopyPath } from '../src/pages/copyformat.js';
 import { ServingCopies } from '../src/pages/copyreader.js';
 import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
 import { lakeServer, quiet, testConfig, testdir } from './helpers.js';
@@ -342,8 +342,8 @@ t.test('a copy damaged on disk: the page by SQL, the copy removed and written ag
   const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
   const whole = await fs.readFile(copy);
   // The index and trailer intact, the blocks they point at gone.
-  const indexLength = whole.readUInt32LE(whole.length - 16);
-  await fs.writeFile(copy, Buffer.concat([Buffer.alloc(64), whole.subarray(whole.length - 16 - indexLength)]));
+  const indexLength = whole.readUInt32LE(whole.length - TRAILER);
+  await fs.writeFile(copy, Buffer.concat([Buffer.alloc(64), whole.subarray(whole.length - TRAILER - indexLength)]));
   const url = `${snapshotsPath(m)}?limit=20&include_orderbook=true`;
   const expected = (await page(sqlApi.url, url)).text;
   // Another API over the lake: this one has not read the damaged copy's index before.
@@ -366,21 +366,26 @@ t.test('a damaged chunk or table: never sent or cut from, the copy removed and w
   const file = books.find((f) => f.markets?.[m.market_id])!;
   const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
   const whole = await fs.readFile(copy);
-  const indexLength = whole.readUInt32LE(whole.length - 16);
-  const index = JSON.parse(whole.subarray(whole.length - 16 - indexLength, whole.length - 16).toString()) as CopyIndex;
+  const indexLength = whole.readUInt32LE(whole.length - TRAILER);
+  const indexAt = whole.length - TRAILER - indexLength;
+  const index = JSON.parse(whole.subarray(indexAt, whole.length - TRAILER).toString()) as CopyIndex;
   const [offset, length, rows, table] = index.markets[m.market_id];
   const { table: chunks } = decodeTable(whole.subarray(offset, offset + table), rows, index.chunkTimes, length - table);
+  const entry = `"${m.market_id}":[${offset},${length}`;
   const damages = {
     // A byte in the middle of the first chunk: a gzip page would send it as it is.
     chunk: offset + table + Math.floor((chunks.at[0] + chunks.at[1]) / 2),
     table: offset + Math.floor(table / 2),
+    // The last digit of the market's length in the index: still JSON, pointing its pages at other bytes.
+    index: whole.indexOf(entry, indexAt) + entry.length - 1,
   };
   const url = `${snapshotsPath(m)}?limit=100`;
   const expected = (await page(sqlApi.url, url)).text;
   for (const [name, at] of Object.entries(damages)) {
     for (const encoding of ['gzip', 'identity']) {
       const damaged = Buffer.from(whole);
-      damaged[at] ^= 0x5a;
+      // A digit stays a digit (0x30-0x39 flipped in its low bit), any other byte is flipped wholly.
+      damaged[at] ^= name === 'index' ? 0x01 : 0x5a;
       await fs.writeFile(copy, damaged);
       // Another API over the lake: none has read the damaged copy's index before.
       const fresh = await startApi(

@@ -11,6 +11,7 @@ import { createClock } from '../src/clock.js';
 import type { Venue } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import type { StoredMarket } from '../src/lake/reader.js';
+import { copyContents } from '../src/replay/copy.js';
 import { tapeSpan } from '../src/replay/tape.js';
 import { WALLET_TOPIC_PREFIX } from '../src/replay/wallet.js';
 import { HOUR, SECOND } from '../src/time.js';
@@ -113,6 +114,10 @@ t.test('the copy made at the end is the one later replays read: the same message
     // Only a newer version of the market (its resolution, say) is a reason for another copy: the hour's seal is not.
     if (m.ts === e.market.ts) t.same(files, [e.file], `${e.venue}: the copy written at its end, unchanged by the hour's seal`);
     else t.equal(files.length, 1, `${e.venue}: one copy, of the market's newer version`);
+    // Ladders only where the walk reads them (Polymarket's start renders a hashed `book`); the replays below start mid-window.
+    const contents = copyContents(await fs.readFile(path.join(run.dir, 'serving', 'replay', e.venue, m.market_id.slice(-2), files[0])));
+    t.equal(contents.ladders, e.venue === 'polymarket', `${e.venue}: its copy keeps ladders only if its walk reads them`);
+    t.equal(contents.packed[2] === 0, e.venue !== 'polymarket', `${e.venue}: ${contents.packed[2]} bytes of ladders`);
     for (const from of [START, ENDED - 20 * SECOND + 123]) {
       const query = `from=${from}&to=${run.end}&speed=max`;
       const reads = copyApi.replayCopies!.stats.reads;

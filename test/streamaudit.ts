@@ -201,7 +201,7 @@ export function auditStream(
   let recorded = 0;
   let unknowable = 0;
   /** The changes behind `unknowable`: withheld by the venue (a drop, a reorder, a pause) and not recorded. */
-  const withheld: { market_id: string; at: number }[] = [];
+  const withheld: { market_id: string; at: number; key: string }[] = [];
   let audited = 0;
   let beforeFirst = 0;
   // From when both outcomes have a book, as the certificate counts coverage: before it, one
@@ -238,7 +238,7 @@ export function auditStream(
         else if (covered(known.market_id, at)) continue;
         else if (run.undelivered.has(`${m.tokenIds[index]}@${at}`)) {
           unknowable++;
-          withheld.push({ market_id: known.market_id, at });
+          withheld.push({ market_id: known.market_id, at, key: `${m.tokenIds[index]}@${at}` });
         } else if (at < (firstOfMarket.get(known.market_id) ?? Infinity)) {
           // Before both outcomes have a recorded book the record vouches for nothing (a certificate counts
           // that time `unrecorded`, never covered): late, as a starved capture is, but not a false record.

@@ -8,7 +8,7 @@
 // This file is the format; copywriter.ts writes copies, copyreader.ts serves pages from them.
 //
 // Layout: market blocks, then the index (JSON: market -> [offset, length, rows, table]), then a
-// 16-byte trailer (index length, format version, magic). A block is its table, deflated with
+// 20-byte trailer (index length, the index's CRC-32, format version, magic). A block is its table, deflated with
 // zlib's wrapper (`table` bytes; its Adler-32 checked when inflated), then its chunks. The text is stored once, as chunks of the common page shape with
 // ladders, deflated: a gzip page of that shape is mostly chunks sent as they are, and every other
 // page inflates the chunks it shows and takes its rows' text out of them. The other view (best
@@ -22,9 +22,9 @@ import zlib from 'node:zlib';
 import { HEAD, type MarketBooks, type PageSpec, renderPage } from './render.js';
 
 /** Bumped whenever rendering or the layout changes: copies of an older one are then simply not found. */
-export const SERVING_VERSION = 5;
+export const SERVING_VERSION = 6;
 export const MAGIC = Buffer.from('PMBOOKPG');
-export const TRAILER = 16;
+export const TRAILER = 20;
 
 export function servingCopyPath(servingDir: string, sha256: string): string {
   return path.join(servingDir, 'books', sha256.slice(0, 2), `${sha256}.v${SERVING_VERSION}.pages`);

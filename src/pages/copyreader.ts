@@ -139,9 +139,11 @@ export class ServingCopies {
       const trailer = Buffer.alloc(TRAILER);
       await handle.read(trailer, 0, TRAILER, size - TRAILER);
       const length = trailer.readUInt32LE(0);
-      if (!trailer.subarray(8).equals(MAGIC) || trailer.readUInt32LE(4) !== SERVING_VERSION || length > size - TRAILER) return null;
+      if (!trailer.subarray(12).equals(MAGIC) || trailer.readUInt32LE(8) !== SERVING_VERSION || length > size - TRAILER) return null;
       const json = Buffer.alloc(length);
       await handle.read(json, 0, length, size - TRAILER - length);
+      // A changed digit in the index points every page of its market at other bytes: the copy is then as good as missing.
+      if (zlib.crc32(json) !== trailer.readUInt32LE(4)) return null;
       return JSON.parse(json.toString('utf8')) as CopyIndex;
     } catch {
       return null;

@@ -2,6 +2,7 @@
 // DuckDB a market at a time, and `make serving-copies`, which brings every copy in line with the lake.
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import zlib from 'node:zlib';
 import type { Duck } from '../lake/duckdb.js';
 import { bookSelect, parquetSource } from '../lake/sql.js';
 import { CHUNK_TIMES, type CopyIndex, MAGIC, NotDerivable, SERVING_VERSION, TRAILER, encodeBlock, servingCopyPath } from './copyformat.js';
@@ -69,8 +70,9 @@ export async function writeServingCopy(duck: Duck, parquet: string, sha256: stri
     const json = Buffer.from(JSON.stringify(index));
     const trailer = Buffer.alloc(TRAILER);
     trailer.writeUInt32LE(json.length, 0);
-    trailer.writeUInt32LE(SERVING_VERSION, 4);
-    MAGIC.copy(trailer, 8);
+    trailer.writeUInt32LE(zlib.crc32(json), 4);
+    trailer.writeUInt32LE(SERVING_VERSION, 8);
+    MAGIC.copy(trailer, 12);
     await handle.write(Buffer.concat([json, trailer]), 0, json.length + TRAILER, offset);
     await handle.sync();
     await handle.close();

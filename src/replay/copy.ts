@@ -29,7 +29,7 @@ import { WALLET_AGGREGATE_TOPIC, WalletWalk } from './wallet.js';
 import { marketKey } from '../records.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
-export const REPLAY_COPY_VERSION = 3;
+export const REPLAY_COPY_VERSION = 4;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
 const PREFIX = MAGIC.length + 8;
 /** How far back a sweep looks for markets without a copy; older ones get theirs when first replayed. */
@@ -82,6 +82,8 @@ interface Header {
   keys: number;
   messageBlocks: number;
   ladderBlocks: number;
+  /** Whether the ladders are kept: only a walk that renders books at its start reads them (see `walkReadsLadders`). */
+  ladders: boolean;
   /** The table's bytes inflated; the messages' text; the ladders' values (8 bytes each). */
   table: number;
   text: number;
@@ -160,8 +162,15 @@ async function blocks(pieces: number, bytesOf: (i: number) => Buffer, size: numb
 
 const bytesOf = (a: ArrayBufferView) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
+/**
+ * Whether a venue's walk reads a copied tape's ladders: Polymarket's renders the books it sends at a
+ * start (a `book` message, hashed) from them; the wallet's sends every book as a rendered payload,
+ * the one at a start too, so its copy keeps none (they were half of its bytes).
+ */
+export const walkReadsLadders = (venue: Venue) => venue === 'polymarket';
+
 /** The file of a tape whose every message is rendered (`rendered` a map, as a full walk leaves it). */
-export async function encodeCopy(tape: MarketTape, signature: string): Promise<Buffer> {
+export async function encodeCopy(tape: MarketTape, signature: string, withLadders: boolean): Promise<Buffer> {
   const rendered = tape.rendered as Map<number, string>;
   const keys = Int32Array.from([...rendered.keys()].sort((a, b) => a - b));
   const texts = [...keys].map((k) => Buffer.from(rendered.get(k)!, 'utf8'));
@@ -171,7 +180,9 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
   const { books, trades } = tape;
   const n = books.length;
   const ladderOf = (i: number) => books.levels.subarray(books.at[i], books.at[i] + 2 * (books.bids[i] + books.asks[i]));
-  const ladders = await blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK);
+  const ladders = withLadders
+    ? await blocks(n, (i) => bytesOf(ladderOf(i)), LADDER_BLOCK)
+    : { first: Uint32Array.of(0), at: Uint32Array.of(0), data: Buffer.alloc(0), bytes: 0 };
   const shape = {
     rows: n,
     trades: trades.length,
@@ -208,6 +219,7 @@ export async function encodeCopy(tape: MarketTape, signature: string): Promise<B
     market_id: tape.market.market_id,
     signature,
     ...shape,
+    ladders: withLadders,
     table: table.length,
     text: offsets[keys.length],
     levels: ladders.bytes / 8,
@@ -305,6 +317,13 @@ class CopiedMessages implements RenderedMessages {
   }
 }
 
+/** What a copy holds, by its header alone (no check of the parts): for reports of its bytes. */
+export function copyContents(bytes: Buffer): { rows: number; ladders: boolean; packed: Header['packed'] } {
+  if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
+  const header = JSON.parse(bytes.toString('utf8', PREFIX, PREFIX + bytes.readUInt32LE(MAGIC.length))) as Header;
+  return { rows: header.rows, ladders: header.ladders, packed: header.packed };
+}
+
 /** A market's tape from its copy's bytes; throws when they are not a whole copy of `signature`. */
 export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): MarketTape {
   if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
@@ -332,7 +351,8 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
   const ladderFirst = view(Uint32Array, 'ladderFirst', lb + 1);
   const ladderAt = view(Uint32Array, 'ladderAt', lb + 1);
   if (offsets[k] !== header.text) throw new Error('a replay copy whose offsets do not end at its messages');
-  if (messageFirst[mb] !== k || ladderFirst[lb] !== rows || messageAt[mb] !== packedMessages || ladderAt[lb] !== packedLadders)
+  const laddered = header.ladders ? rows : 0;
+  if (messageFirst[mb] !== k || ladderFirst[lb] !== laddered || messageAt[mb] !== packedMessages || ladderAt[lb] !== packedLadders)
     throw new Error('a replay copy whose blocks do not end at its parts');
   const tradeTs = view(Float64Array, 'tradeTs', t);
   const tradePrice = view(Float64Array, 'tradePrice', t);
@@ -355,7 +375,7 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
   const bids = view(Int32Array, 'bids', rows);
   const asks = view(Int32Array, 'asks', rows);
   let levels = 0;
-  for (let r = 0; r < rows; r++) levels += 2 * (bids[r] + asks[r]);
+  for (let r = 0; r < laddered; r++) levels += 2 * (bids[r] + asks[r]);
   if (levels !== header.levels) throw new Error('a replay copy whose ladders do not add up to its levels');
   const books = TapeBooks.copied(
     {
@@ -373,6 +393,7 @@ export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): M
     header.levelTexts,
     header.venueHashes,
     (i) => {
+      if (!header.ladders) throw new Error(`a replay copy of market ${m.market_id} keeps no ladders`);
       const b = blockOf(ladderFirst, i, -1);
       const [from, to] = [ladderFirst[b], ladderFirst[b + 1]];
       let length = 0;
@@ -565,7 +586,7 @@ export class ReplayCopies implements ReplayCopyStore {
       const tape = await loadTape(this.lake, venue, m);
       // The lake may have moved on while the tape was read (a compaction, a gap written late).
       if ((await renderAll(venue, tape, () => this.stopped)) && copySignature(this.lake, venue, m, now) === signature) {
-        const bytes = await encodeCopy(tape, signature);
+        const bytes = await encodeCopy(tape, signature, walkReadsLadders(venue));
         await handle.writeFile(bytes);
         await handle.sync();
         written = { bytes: bytes.length, rows: tape.books.length, messages: tape.rendered.size };

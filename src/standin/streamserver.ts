@@ -81,6 +81,8 @@ export abstract class StreamServer<C extends StreamClient> {
    * recorder can know it was missed; tests tell those apart with this.
    */
   readonly undelivered = new Set<string>();
+  /** Those of `undelivered` a freeze withheld (a pause's silence tells of them), apart from drops and reorders at random. */
+  readonly frozenKeys = new Set<string>();
   protected readonly clients = new Set<C>();
   private readonly wss = new WebSocketServer({ noServer: true });
   private timer: NodeJS.Timeout | null = null;
@@ -171,6 +173,7 @@ export abstract class StreamServer<C extends StreamClient> {
         if (frozen) {
           this.stats.frozen++;
           this.misdelivered(m);
+          for (const key of m.keys) if (this.frozenKeys.size < 100_000) this.frozenKeys.add(key);
         } else this.send(client, m);
       }
     }
