@@ -402,7 +402,7 @@ was stopped there: the last hour's other markets are still in the spool, as a mi
 with one worker and its clock at ${new Date(NOW).toISOString().slice(11, 16)}, a minute after they ended; the client is another process on the same 2 cores.
 
 Replay copies (\`DATA_DIR/serving/replay\`, replay/copy.ts) hold a finished market's messages rendered once in its venue's protocol
-and its rows' ladders, each in blocks of 64 KiB deflated on their own, beside a table of the rows; a replay reads one and inflates the
+and (Polymarket's) its rows' ladders, each in blocks of 64 KiB deflated on their own, beside a table of the rows; a replay reads one and inflates the
 blocks it plays (a start mid-window: its first message's and those of the books it sends first), running no statement. The API writes a market's copy after the lake update that sees its rows sealed (capture seals them at its end:
 \`test/replay-copies.test.ts\` sees both venues' copies about 4 s of real time after a market's end), and at its start for every market
 that ended in the last hours: here ${n(writing.written)} copies in ${writing.seconds.toFixed(1)} s (${(copyBytes / 2 ** 20).toFixed(1)} MiB, ${(copyBytes / lakeBytes).toFixed(1)}x the Parquet).
