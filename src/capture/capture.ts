@@ -398,9 +398,15 @@ export class Capture {
     const reached = Math.min(ts, this.progress());
     // Rows a recorder still holds back (a book's hash verdict waits for a trade) are not in the spool yet.
     const holding = new Set([...this.streams].flatMap(([venue, s]) => [...(s.holding?.() ?? [])].map((id) => marketKey(venue, id))));
+    // Nor has a market's stream delivered its window while its recorder keeps it (it lets a market go by
+    // the market's own events past its end, not by the clock): a starved sender, or the venue's latency,
+    // sends a window's last changes after the clock has passed the end (a kill then lost them with no
+    // gap, the restart taking the unnamed market for one delivered; 2026-11-29, beside stress-ng).
+    const kept = (m: Market) => this.streams.get(m.venue)?.live(m) === true;
     const open = [...this.known.values()]
       .filter(
-        ({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m.venue, m.market_id))),
+        ({ market: m }) =>
+          m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m.venue, m.market_id)) || kept(m)),
       )
       .map(({ market: m }) => ({
         venue: m.venue,
