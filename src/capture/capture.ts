@@ -396,17 +396,14 @@ export class Capture {
     // is held until every loop and stream thread has passed its end, not the clock: a starved thread
     // may still hold its last changes (a kill then must leave a downtime gap up to the end).
     const reached = Math.min(ts, this.progress());
-    // Rows a recorder still holds back (a book's hash verdict waits for a trade) are not in the spool yet.
+    // Rows a recorder still holds back (a book's hash verdict waits for a trade), or may still receive
+    // (a market past its end it has not let go: a starved sender, or the venue's latency, sends a
+    // window's last changes after the clock's end), are not in the spool yet. Unnamed, a kill then
+    // lost them with no gap, the restart taking the market for one delivered (2026-11-29, beside stress-ng).
     const holding = new Set([...this.streams].flatMap(([venue, s]) => [...(s.holding?.() ?? [])].map((id) => marketKey(venue, id))));
-    // Nor has a market's stream delivered its window while its recorder keeps it (it lets a market go by
-    // the market's own events past its end, not by the clock): a starved sender, or the venue's latency,
-    // sends a window's last changes after the clock has passed the end (a kill then lost them with no
-    // gap, the restart taking the unnamed market for one delivered; 2026-11-29, beside stress-ng).
-    const kept = (m: Market) => this.streams.get(m.venue)?.live(m) === true;
     const open = [...this.known.values()]
       .filter(
-        ({ market: m }) =>
-          m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m.venue, m.market_id)) || kept(m)),
+        ({ market: m }) => m.start_time - STREAM_LEAD_MS <= ts && (reached < m.end_time || holding.has(marketKey(m.venue, m.market_id))),
       )
       .map(({ market: m }) => ({
         venue: m.venue,

@@ -68,10 +68,13 @@ function send(): void {
   const live = [...markets.values()].filter((m) => recorder.live(m)).map((m) => m.market_id);
   const stats = recorder.counts();
   const runs = encoder.take();
+  // Read before `holding`, which names every kept market ended by its own (later) clock reading, so
+  // one ended by `reached` is named there.
+  const reached = clock.now();
   post(
     {
       type: 'batch',
-      reached: clock.now(),
+      reached,
       runs,
       latest: [...latest].map(([market_id, b]) => ({ market_id, ...b })),
       events,

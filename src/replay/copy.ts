@@ -317,21 +317,28 @@ class CopiedMessages implements RenderedMessages {
   }
 }
 
+/**
+ * A copy's header and where its packed parts start; throws on bytes that are not a replay copy and,
+ * when `whole`, on any byte changed (checked before anything is read, so a changed hash in the header
+ * or a block is never played).
+ */
+function readHeader(bytes: Buffer, whole: boolean): { header: Header; start: number } {
+  if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
+  if (whole && crc32(bytes.subarray(PREFIX)) !== bytes.readUInt32LE(MAGIC.length + 4))
+    throw new Error('a replay copy whose bytes do not match their crc32');
+  const start = PREFIX + bytes.readUInt32LE(MAGIC.length);
+  return { header: JSON.parse(bytes.toString('utf8', PREFIX, start)) as Header, start };
+}
+
 /** What a copy holds, by its header alone (no check of the parts): for reports of its bytes. */
 export function copyContents(bytes: Buffer): { rows: number; ladders: boolean; packed: Header['packed'] } {
-  if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
-  const header = JSON.parse(bytes.toString('utf8', PREFIX, PREFIX + bytes.readUInt32LE(MAGIC.length))) as Header;
+  const { header } = readHeader(bytes, false);
   return { rows: header.rows, ladders: header.ladders, packed: header.packed };
 }
 
 /** A market's tape from its copy's bytes; throws when they are not a whole copy of `signature`. */
 export function decodeCopy(bytes: Buffer, m: StoredMarket, signature: string): MarketTape {
-  if (bytes.length < PREFIX || !bytes.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error('not a replay copy');
-  // Checked before anything is read: a changed byte anywhere (a hash in the header, a block) is never played.
-  if (crc32(bytes.subarray(PREFIX)) !== bytes.readUInt32LE(MAGIC.length + 4))
-    throw new Error('a replay copy whose bytes do not match their crc32');
-  const start = PREFIX + bytes.readUInt32LE(MAGIC.length);
-  const header = JSON.parse(bytes.toString('utf8', PREFIX, start)) as Header;
+  const { header, start } = readHeader(bytes, true);
   if (header.version !== REPLAY_COPY_VERSION || header.signature !== signature || header.market_id !== m.market_id)
     throw new Error('a replay copy of other inputs');
   const [packedTable, packedMessages, packedLadders] = header.packed;

@@ -79,7 +79,10 @@ export interface BookStream {
   reached?(): number;
   /** Whether every outcome is vouched for on a healthy connection: REST books are then checks, not rows. */
   live(m: Market): boolean;
-  /** Markets (ids) with rows received but not handed to the sink yet (waiting for a check): a heartbeat keeps holding them. */
+  /**
+   * Markets (ids) whose rows may not all be with the sink: received and waiting for a check, or past
+   * their end by the clock and not let go yet (more may come). A heartbeat keeps holding them.
+   */
   holding?(): Iterable<string>;
   /** A REST answer for a streamed market: resync, fallback rows, or a check. */
   rest(m: Market, poll: MarketPoll): void;

@@ -54,8 +54,6 @@ export class StreamRecorder implements VenueRecorder {
   private readonly refetch = new Set<string>();
   private refetching = false;
   private readonly stallMs: number;
-  /** The clock time of the latest `track`: a market past its end whose tokens are still tracked is still held. */
-  private lastTrack = -Infinity;
   private readonly progress: StreamProgress;
   /**
    * Tokens of ended markets kept subscribed, books no longer taken, until the venue's
@@ -73,7 +71,7 @@ export class StreamRecorder implements VenueRecorder {
 
   constructor(
     config: Config,
-    clock: Clock,
+    private readonly clock: Clock,
     private readonly log: Logger,
     private readonly sink: StreamSink,
   ) {
@@ -134,7 +132,6 @@ export class StreamRecorder implements VenueRecorder {
     // Judged by each token's own events, not the stream's newest: another connection, or a starved sender,
     // can deliver later events of other markets before this one's last. A market goes when all its tokens may.
     // Books still in doubt wait for the check they asked for (a REST answer), up to a stall bound past the end.
-    this.lastTrack = now;
     const staying = new Set(
       [...this.tokens.values()]
         .filter((t) => !this.streamOver(t, now) || (t.doubt && now < t.market.end_time + this.stallMs))
@@ -264,9 +261,14 @@ export class StreamRecorder implements VenueRecorder {
     return { ...this.stats, connects: this.channel.stats.connects };
   }
 
-  /** Markets with rows not yet handed over: a heartbeat must keep holding them. */
+  /**
+   * Markets whose rows may not all be handed over: rows waiting for a verdict, and markets the clock
+   * has passed the end of that are still tracked (their window's last changes may be on their way;
+   * a market is let go by its own events, at a `track`, never by the clock).
+   */
   holding(): string[] {
-    const past = [...this.tokens.values()].filter((t) => t.market.end_time <= this.lastTrack).map((t) => t.market.market_id);
+    const now = this.clock.now();
+    const past = [...this.tokens.values()].filter((t) => t.market.end_time <= now).map((t) => t.market.market_id);
     return [...new Set([...this.verdicts.holding(), ...past])];
   }
 

@@ -125,8 +125,6 @@ export class WalletStreamRecorder implements VenueRecorder {
   /** Each market's newest book row a previous process spooled. */
   private spooled: ReadonlyMap<string, number> = new Map();
   private readonly stallMs: number;
-  /** The clock time of the latest `track`. */
-  private lastTrack = -Infinity;
   private readonly pauseMs: number;
   /**
    * The newest `updateTimestampMs` pushed, of any market: the stream's silences are measured on the
@@ -137,7 +135,7 @@ export class WalletStreamRecorder implements VenueRecorder {
 
   constructor(
     config: Config,
-    clock: Clock,
+    private readonly clock: Clock,
     private readonly log: Logger,
     private readonly sink: StreamSink,
   ) {
@@ -180,7 +178,6 @@ export class WalletStreamRecorder implements VenueRecorder {
     // Not at the clock's end: pushes of its last instants may still be on their way. Judged by the
     // market's own pushes, not the topic's newest: a starved sender can send one market's last pushes
     // behind another's later ones (seen beside stress-ng --cpu 8), and the topic's time would let it go early.
-    this.lastTrack = now;
     const ended = [...this.markets.values()].filter((h) => this.streamOver(h, now)).map((h) => h.market);
     for (const m of ended) {
       this.markets.delete(m.market_id);
@@ -201,9 +198,13 @@ export class WalletStreamRecorder implements VenueRecorder {
     return over !== 'no';
   }
 
-  /** Markets past their end still waiting for the stream to show it delivered their window: a heartbeat keeps holding them. */
+  /**
+   * Markets the clock has passed the end of, still waiting for the stream to show it delivered their
+   * window (let go only at a `track`): a heartbeat keeps holding them.
+   */
   holding(): string[] {
-    return [...this.markets.values()].filter((h) => h.market.end_time <= this.lastTrack).map((h) => h.market.market_id);
+    const now = this.clock.now();
+    return [...this.markets.values()].filter((h) => h.market.end_time <= now).map((h) => h.market.market_id);
   }
 
   resumeAfter(newest: ReadonlyMap<string, number>): void {
