@@ -11,7 +11,8 @@ import { marketLakeRow } from '../src/records.js';
 import { GENESIS, Sim } from '../src/standin/sim.js';
 import { DAY, HOUR, WINDOW_MS } from '../src/time.js';
 import { spoolSource } from '../src/lake/sql.js';
-import { writeServingCopy } from '../src/pages/copywriter.js';
+import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
+import { FileIndex } from '../src/lake/fileindex.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);
@@ -113,7 +114,19 @@ export async function buildLake(
   const paths = lakePaths(dir);
   const done = path.join(dir, 'built.json');
   const built = await fs.readFile(done, 'utf8').catch(() => null);
-  if (built) return JSON.parse(built);
+  if (built) {
+    // A lake kept (BENCH_ROOT) from before SERVING_VERSION changed would serve its pages by SQL.
+    const index = new FileIndex(paths);
+    await index.walk();
+    await refreshServingCopies(
+      duck,
+      paths.lake,
+      paths.serving,
+      index.all().map((f) => ({ ...f, dataset: f.partition.dataset })),
+    );
+    // Where it is now: a root moved (or copied) keeps the path it was built at in built.json.
+    return { ...JSON.parse(built), dir };
+  }
   await fs.rm(dir, { recursive: true, force: true });
   const started = performance.now();
   const jobs: { day: number; coin: string; window: Window }[] = [];
