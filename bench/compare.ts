@@ -275,8 +275,11 @@ const longChild = child('service', { COMPARE_DIR: long.dir });
 // Cursors for deep pages come from a process of their own, so walking them warms nothing measured.
 const walkerChild = child('service', { COMPARE_DIR: long.dir, BOOK_CACHE_MB: '0' });
 const longPgChild = child('pg', { COMPARE_PG_PORT: String(pgPort), COMPARE_PG_TABLE: 'books_long' });
-const [lsvc, walker, lpg] = [await longChild.ready, await walkerChild.ready, await longPgChild.ready];
+// The same lake with no book cache, asked for the same draws: what the cache costs or wins.
+const longColdChild = child('service', { COMPARE_DIR: long.dir, BOOK_CACHE_MB: '0' });
+const [lsvc, walker, lpg, lcold] = [await longChild.ready, await walkerChild.ready, await longPgChild.ready, await longColdChild.ready];
 const longAuth = { authorization: `Bearer ${lsvc.key}` };
+const longColdAuth = { authorization: `Bearer ${lcold.key}` };
 const walkerAuth = { authorization: `Bearer ${walker.key}` };
 const all: { market_id: string; window: string }[] = [];
 for (let cursor = ''; ;) {
@@ -337,8 +340,9 @@ const rotation = () => {
     return [...paths.slice(start), ...paths.slice(0, start)];
   };
 };
-const fresh = { ours: rotation(), theirs: rotation() };
+const fresh = { ours: rotation(), theirs: rotation(), cold: rotation() };
 const longRows: string[] = [];
+const cacheRows: string[] = [];
 let longRequests = 0;
 for (const [route, label, targetRatio] of [
   ['first', 'first page', 1],
@@ -371,13 +375,36 @@ for (const [route, label, targetRatio] of [
       );
       console.log('long lake', label, encoding, connections, fig(x), fig(p));
     }
+    // The cache off, the same paths in the same order as the runs above (its rotation takes the same shares).
+    const cacheOff = { identity: [] as Figure[], gzip: [] as Figure[] };
+    for (const encoding of ['identity', 'gzip'] as const)
+      for (let round = 0; round < 2; round++)
+        cacheOff[encoding].push(
+          await wrk(lcold.url, fresh.cold(list.ours, share), connections, {
+            ...longColdAuth,
+            ...(encoding === 'gzip' ? { 'accept-encoding': 'gzip' } : {}),
+          }),
+        );
+    for (const [encoding, on] of [
+      ['identity', s],
+      ['gzip', best(gzipRuns)],
+    ] as const) {
+      const off = best(cacheOff[encoding]);
+      const never = on.p50 <= off.p50 && on.rps >= off.rps;
+      cacheRows.push(
+        `| ${label} | ${encoding} | ${connections} | ${fig(on)} | ${fig(off)} | ${(on.p50 / off.p50).toFixed(2)} | ${(on.rps / off.rps).toFixed(2)} | ${never ? 'met' : '**missed**'} |`,
+      );
+      console.log('long lake, cache on / off', label, encoding, connections, fig(on), fig(off));
+    }
   }
 }
 const cacheHealth = await getJson(`${lsvc.url}/v3/health`);
 const pagesOf = (h: any) => h.data.api.pages as { book_cache_hits: number; copy_reads: number };
-for (const s of [longChild, longPgChild]) s.proc.stdin!.end();
+for (const s of [longChild, longPgChild, longColdChild]) s.proc.stdin!.end();
 await Promise.all(
-  [longChild, longPgChild, walkerChild].map((s) => new Promise((r) => (s.proc.exitCode !== null ? r(null) : s.proc.once('exit', r)))),
+  [longChild, longPgChild, walkerChild, longColdChild].map(
+    (s) => new Promise((r) => (s.proc.exitCode !== null ? r(null) : s.proc.once('exit', r))),
+  ),
 );
 
 for (const s of [service, pgServer]) s.proc.stdin!.end();
@@ -486,6 +513,15 @@ ${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealt
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
 |---|---|---|---|---|---|---|---|
 ${longRows.join('\n')}
+
+The book cache on against off, on these uniform draws: a second service process over the same lake with
+\`BOOK_CACHE_MB=0\` was asked for the same pages in the same order as each row above (its runs after theirs, the
+better of two). Target: the cache never slower (p50 no higher and req/s no lower than with it off); req/s moves by
+20-30% from run to run here, so a row within that is noise, not a cost.
+
+| route | encoding | connections | cache on p50 / p99, req/s | cache off p50 / p99, req/s | p50 on / off | req/s on / off | never slower |
+|---|---|---|---|---|---|---|---|
+${cacheRows.join('\n')}
 
 Where the difference comes from: a page of a market that is over is served without a statement, from the serving
 copies written at seal (the cache off and the 7-day sections) or from a bounded cache of decoded books
