@@ -11,8 +11,7 @@ import { marketLakeRow } from '../src/records.js';
 import { GENESIS, Sim } from '../src/standin/sim.js';
 import { DAY, HOUR, WINDOW_MS } from '../src/time.js';
 import { spoolSource } from '../src/lake/sql.js';
-import { refreshServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
-import { FileIndex } from '../src/lake/fileindex.js';
+import { refreshLakeServingCopies, writeServingCopy } from '../src/pages/copywriter.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);
@@ -116,14 +115,7 @@ export async function buildLake(
   const built = await fs.readFile(done, 'utf8').catch(() => null);
   if (built) {
     // A lake kept (BENCH_ROOT) from before SERVING_VERSION changed would serve its pages by SQL.
-    const index = new FileIndex(paths);
-    await index.walk();
-    await refreshServingCopies(
-      duck,
-      paths.lake,
-      paths.serving,
-      index.all().map((f) => ({ ...f, dataset: f.partition.dataset })),
-    );
+    await refreshLakeServingCopies(duck, paths);
     // Where it is now: a root moved (or copied) keeps the path it was built at in built.json.
     return { ...JSON.parse(built), dir };
   }

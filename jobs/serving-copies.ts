@@ -3,21 +3,14 @@
 // lake. Idempotent; safe beside capture and the API.
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
-import { FileIndex } from '../src/lake/fileindex.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { createLogger } from '../src/log.js';
-import { refreshServingCopies } from '../src/pages/copywriter.js';
+import { refreshLakeServingCopies } from '../src/pages/copywriter.js';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'serving-copies', 1, config.logFormat);
 const paths = lakePaths(config.dataDir);
-const index = new FileIndex(paths);
-await index.walk();
 const duck = await Duck.open(1);
 const began = performance.now();
-const files = index.all().map((f) => ({ ...f, dataset: f.partition.dataset }));
-log.info(
-  { ...(await refreshServingCopies(duck, paths.lake, paths.serving, files)), ms: Math.round(performance.now() - began) },
-  'serving copies',
-);
+log.info({ ...(await refreshLakeServingCopies(duck, paths)), ms: Math.round(performance.now() - began) }, 'serving copies');
 duck.close();

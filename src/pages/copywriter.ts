@@ -4,6 +4,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import type { Duck } from '../lake/duckdb.js';
+import { FileIndex } from '../lake/fileindex.js';
+import type { LakePaths } from '../lake/layout.js';
 import { bookSelect, parquetSource } from '../lake/sql.js';
 import { CHUNK_TIMES, type CopyIndex, MAGIC, NotDerivable, SERVING_VERSION, TRAILER, encodeBlock, servingCopyPath } from './copyformat.js';
 import { ServingCopies } from './copyreader.js';
@@ -121,4 +123,12 @@ export async function refreshServingCopies(
     removed++;
   }
   return { written, present: books.length - missing.length, unwritable, removed };
+}
+
+/** `refreshServingCopies` over every file of the lake at `paths`, as a walk of its manifests finds them. */
+export async function refreshLakeServingCopies(duck: Duck, paths: LakePaths): ReturnType<typeof refreshServingCopies> {
+  const index = new FileIndex(paths);
+  await index.walk();
+  const files = index.all().map((f) => ({ ...f, dataset: f.partition.dataset }));
+  return refreshServingCopies(duck, paths.lake, paths.serving, files);
 }
