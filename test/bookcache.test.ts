@@ -104,9 +104,44 @@ t.test('a market is decoded at its second page: a first page alone is one statem
   t.equal(cache.askedBefore('a'), false, 'the first miss takes the SQL path');
   t.equal(cache.askedBefore('b'), false);
   t.equal(cache.askedBefore('a'), true, 'the second loads the market');
-  t.equal(cache.askedBefore('a'), false, 'once loaded (and evicted later) it starts over');
-  // Bounded: the oldest remembered market is forgotten first.
-  for (let i = 0; i < 4096; i++) cache.askedBefore(`m${i}`);
-  t.equal(cache.askedBefore('b'), false, 'b was forgotten past 4,096 markets asked once');
-  t.equal(cache.askedBefore('m4095'), true, 'the newest is remembered');
+  // Counted lately: the counts halve as requests go by, and a market asked for once is forgotten.
+  for (let i = 0; i < 40_000; i++) cache.askedBefore(`m${i}`);
+  t.equal(cache.askedBefore('b'), false, 'b was forgotten after 40,000 other requests');
+  t.equal(cache.askedBefore('m39999'), true, 'the newest is remembered');
+});
+
+t.test('a market is loaded only where it pushes out none asked for as often', async (t) => {
+  const size = books.bytes;
+  const cache = new BookCache(size * 4 + 1);
+  const read = async () => books;
+  const ask = async (key: string) => {
+    if (cache.peek(key, 'v')) return 'hit';
+    if (!cache.worthLoading(key, 2)) return 'miss';
+    await cache.load(key, 'v', read);
+    return 'load';
+  };
+  // A cycle over eight markets, twice what fits: with least-recently-used alone each load would
+  // evict the market asked for next, and no request would ever hit.
+  const seen: Record<string, number> = { hit: 0, miss: 0, load: 0 };
+  for (let round = 0; round < 20; round++) for (let m = 0; m < 8; m++) seen[await ask(`m${m}`)]++;
+  t.equal(seen.load, 4, 'the four that fit were loaded, and no other: each would evict one asked for as often');
+  t.equal(seen.hit, 4 * 17, 'those four hit from their fourth request on');
+  t.equal(seen.miss, 160 - 4 - 68, 'the others are served as with no cache');
+  t.equal(cache.refused, 4 * 18, 'every request of the other four from their third on was refused a load');
+  // A market asked for more often than those held gets in, pushing out the least recently used.
+  let hot = '';
+  for (let i = 0; i < 40 && hot !== 'load'; i++) hot = await ask('hot');
+  t.equal(hot, 'load', 'a hot market is let in');
+  t.equal(cache.peek('m0', 'v'), null, 'in place of the least recently used');
+  t.ok(cache.bytes <= cache.maxBytes);
+  // A market too large to keep is not loaded again and again.
+  const small = new BookCache(size * 2);
+  let loads = 0;
+  for (let i = 0; i < 10; i++)
+    if (small.worthLoading('big', 2))
+      await small.load('big', 'v', async () => {
+        loads++;
+        return books;
+      });
+  t.equal(loads, 1, 'loaded once, found too large (over a quarter of the bound), not again');
 });

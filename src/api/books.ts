@@ -91,7 +91,7 @@ export function bookHandlers(kit: RouteKit) {
     }
     const cached = deps.books.peek(key, signature);
     if (cached) return pageFromBooks(cached, pq, ladders, pq.limit, PAGE_FRAME);
-    const again = deps.books.maxBytes > 0 && deps.books.askedBefore(key, deps.serving ? COPY_MISSES_BEFORE_LOAD : 1);
+    const again = deps.books.maxBytes > 0 && deps.books.worthLoading(key, deps.serving ? COPY_MISSES_BEFORE_LOAD : 1);
     if (deps.serving) {
       await lake.ensure(sealed);
       if (!again) {

@@ -234,6 +234,10 @@ export const SCHEMAS: Record<string, unknown> = {
       pages: obj({
         book_cache_bytes: { type: 'integer' },
         book_cache_hits: { type: 'integer' },
+        book_cache_markets: { type: 'integer' },
+        // Whole markets decoded into the cache, and those asked for often enough but kept out (they would push out markets asked for as often).
+        book_cache_loads: { type: 'integer' },
+        book_cache_refused: { type: 'integer' },
         // Markets still in the spool followed in memory as capture appends (pages of them without a statement).
         live_markets: { type: 'integer' },
         live_bytes: { type: 'integer' },

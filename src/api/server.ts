@@ -248,6 +248,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       {
         book_cache_bytes: books.bytes,
         book_cache_hits: books.hits,
+        book_cache_markets: books.markets,
+        book_cache_loads: books.loads,
+        book_cache_refused: books.refused,
         live_markets: live.markets,
         live_bytes: live.bytes,
         live_pages: live.pages,

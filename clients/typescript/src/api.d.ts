@@ -1304,6 +1304,9 @@ export interface components {
                 pages: {
                     book_cache_bytes: number;
                     book_cache_hits: number;
+                    book_cache_markets: number;
+                    book_cache_loads: number;
+                    book_cache_refused: number;
                     live_markets: number;
                     live_bytes: number;
                     live_pages: number;
