@@ -114,7 +114,7 @@ if (process.env.COMPARE_CHILD === 'pg') {
 }
 
 export function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: ChildProcess; ready: Promise<Record<string, string>> } {
-  const proc = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+  const proc = spawn(process.execPath, [...(env.TRACE_GC ? ['--trace-gc'] : []), '--import', 'tsx', fileURLToPath(import.meta.url)], {
     env: { ...process.env, COMPARE_CHILD: mode, ...env },
     stdio: ['pipe', 'pipe', 'inherit'],
   });
