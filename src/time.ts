@@ -52,3 +52,23 @@ export function parseTime(raw: string): number | null {
 export function backoffMs(attempt: number, minMs: number, maxMs: number): number {
   return Math.min(maxMs, minMs * 2 ** Math.min(Math.max(0, attempt), 30));
 }
+
+/** A half-open span [from, to) of epoch ms. */
+export type Span = [number, number];
+
+/** What of `spans` lies outside every one of `holes`. */
+export function subtract(spans: readonly Span[], holes: readonly Span[]): Span[] {
+  let out = spans.filter(([a, b]) => b > a);
+  for (const [ha, hb] of holes) {
+    out = out.flatMap(([a, b]): Span[] => {
+      if (hb <= a || ha >= b) return [[a, b]];
+      return (
+        [
+          [a, Math.min(b, ha)],
+          [Math.max(a, hb), b],
+        ] as Span[]
+      ).filter(([x, y]) => y > x);
+    });
+  }
+  return out;
+}

@@ -17,9 +17,17 @@ function beat(over: Partial<Heartbeat> = {}): Heartbeat {
     health: { buffered_rows: 0, dropped_rows: 0, seal_backlog: 0, seal_error: null },
     segment: 's1',
     open: [
-      { venue: 'polymarket', coin: 'btc', window: '15m', market_id: 'm1', end_time: END, newest: START + 230_000 },
+      { venue: 'polymarket', coin: 'btc', window: '15m', market_id: 'm1', end_time: END, newest: START + 230_000, since: START - 60_000 },
       // Known before its open: a book recorded then would otherwise hold through a downtime after it.
-      { venue: 'polymarket', coin: 'btc', window: '15m', market_id: 'm2', end_time: END + 15 * 60_000, newest: null },
+      {
+        venue: 'polymarket',
+        coin: 'btc',
+        window: '15m',
+        market_id: 'm2',
+        end_time: END + 15 * 60_000,
+        newest: null,
+        since: START - 60_000,
+      },
     ],
     gaps: [
       {
@@ -87,7 +95,7 @@ t.test('a silent capture (killed, or starved of its flushes) is taken as down af
 });
 
 t.test('no heartbeat: nothing added; a heartbeat read from the bucket is checked before it is believed', async (t) => {
-  t.same(proofOf(null, 0, 10_000), { heldUntil: new Map(), gaps: [], down: false });
+  t.same(proofOf(null, 0, 10_000), { heldUntil: new Map(), held: new Map(), gaps: [], down: false });
   t.equal(parseHeartbeat(null), null);
   t.equal(parseHeartbeat('not json'), null);
   t.equal(parseHeartbeat('{"ts":1}'), null);
@@ -120,4 +128,42 @@ t.test("several recorders' heartbeats as one proof: a gap stays only where no ot
   t.equal(down.down, true);
   t.equal(down.gaps.length, 2 * b.gaps.length);
   t.equal(combineProofs([a]), a, 'one recorder: its own proof');
+});
+
+t.test('another recorder covers a presumed downtime only where it held the market, less its gaps written and open', async (t) => {
+  const now = FLUSHED + 1000;
+  const b = proofOf(beat({ stopped: true }), now, 10_000);
+  // A restarted at START + 100 s: its downtime gap on m1 ran to START + 260 s (written to its lake); m2 it has held throughout.
+  const restarted = beat({ gaps: [], ts: START + 300_000 });
+  restarted.open = restarted.open.map((m) =>
+    m.market_id === 'm1' ? { ...m, since: START + 100_000, written: [[START - 50_000, START + 260_000]] } : m,
+  );
+  const a = proofOf(restarted, now, 10_000);
+  t.same(a.held.get('polymarket:m1'), [[START + 260_000, Infinity]]);
+  const both = combineProofs([a, b]);
+  t.same(
+    both.gaps.map((g) => [g.market_id, g.dataset, g.from_ts, g.to_ts, g.reason]).sort(),
+    [
+      ['m1', 'books', START + 200_000, START + 260_000, 'disconnected'],
+      ['m1', 'books', START + 230_000, START + 260_000, 'process_down'],
+      ['m1', 'metrics', START + 230_000, START + 260_000, 'process_down'],
+    ],
+    "B's gaps on m1 stand up to where A's record resumed; on m2 A vouches for all of them",
+  );
+  // A gap A has open now (not written yet) is a hole in what it held: B's gaps stand over it too.
+  const gapped = beat({ ts: START + 300_000 });
+  gapped.gaps = [{ ...gapped.gaps[0], market_id: 'm2', from_ts: START + 280_000, until: END + 15 * 60_000 }];
+  const over = combineProofs([proofOf(gapped, now, 10_000), b]);
+  t.same(
+    over.gaps.filter((g) => g.market_id === 'm2' && g.reason === 'process_down').map((g) => [g.dataset, g.from_ts, g.to_ts]),
+    [
+      ['books', START + 280_000, START + 300_000],
+      ['metrics', START + 280_000, START + 300_000],
+    ],
+    "on m2, B's downtime stands where A's own gap was open (up to A's heartbeat, as far as A's gap is known)",
+  );
+  // A heartbeat from a capture that does not say since when it held a market vouches for none of another's gaps.
+  const old = beat({ gaps: [], ts: START + 300_000 });
+  old.open = old.open.map(({ since: _since, ...m }) => m);
+  t.equal(combineProofs([proofOf(old, now, 10_000), b]).gaps.length, b.gaps.length);
 });

@@ -412,6 +412,8 @@ export class Capture {
         market_id: m.market_id,
         end_time: m.end_time,
         newest: this.latest.get(marketKey(m.venue, m.market_id))?.ts ?? null,
+        since: this.startedClockAt,
+        written: this.gaps.writtenOf(m.venue, m.market_id),
       }));
     await this.announce(open);
     const flushedAt = await this.keeper.flush();

@@ -5,7 +5,8 @@ import type { Venue } from '../config.js';
 import { type PartitionWindow, partitionOf } from '../lake/layout.js';
 import type { Spool } from '../lake/spool.js';
 import type { Logger } from '../log.js';
-import type { GapRow, Market } from '../records.js';
+import { type GapRow, type Market, marketKey } from '../records.js';
+import type { Span } from '../time.js';
 
 export interface OpenGap {
   venue: Venue;
@@ -34,6 +35,8 @@ export class GapLedger {
   private readonly open = new Map<string, OpenGap>();
   /** Each key's last recorded gap: a later loss that began inside it starts where it ended. */
   private readonly closedTo = new Map<string, { from: number; to: number; until: number | null }>();
+  /** By `venue:market_id`: the spans of its gaps written (any dataset or channel), and when it ends. */
+  private readonly written = new Map<string, { spans: Span[]; until: number | null }>();
   /** Keys of the open `storage` gaps: whether any rows are being dropped, asked on every kept row. */
   private readonly storage = new Set<string>();
   /**
@@ -107,6 +110,11 @@ export class GapLedger {
     this.storage.delete(key);
     if (to <= g.from_ts) return;
     this.closedTo.set(key, { from: g.from_ts, to, until: g.until });
+    if (g.market_id !== null) {
+      const market = marketKey(g.venue, g.market_id);
+      const spans = this.written.get(market)?.spans ?? [];
+      this.written.set(market, { spans: [...spans, [g.from_ts, to]], until: g.until });
+    }
     const row: GapRow = {
       market_id: g.market_id,
       dataset: g.dataset,
@@ -152,9 +160,15 @@ export class GapLedger {
     }
   }
 
+  /** The spans of the market's gaps this process has written (any dataset). */
+  writtenOf(venue: Venue, marketId: string): Span[] {
+    return this.written.get(marketKey(venue, marketId))?.spans ?? [];
+  }
+
   /** Memory stays flat over weeks: what ended long before `before` is forgotten. */
   forgetBefore(before: number): void {
     for (const [key, { until }] of this.closedTo) if (until !== null && until < before) this.closedTo.delete(key);
+    for (const [key, { until }] of this.written) if (until !== null && until < before) this.written.delete(key);
     for (const [market, spans] of this.endedStorage) if (spans.every((s) => s.to < before)) this.endedStorage.delete(market);
   }
 }

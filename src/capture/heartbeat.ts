@@ -9,6 +9,7 @@ import type { GapRecord } from '../lake/gaplog.js';
 import type { LakePaths } from '../lake/layout.js';
 import type { OpenGap } from './gaps.js';
 import { marketKey } from '../records.js';
+import { type Span, subtract } from '../time.js';
 
 export interface HeartbeatMarket {
   venue: Venue;
@@ -18,6 +19,14 @@ export interface HeartbeatMarket {
   end_time: number;
   /** The clock time of its newest book on disk at that flush (null: none yet). */
   newest?: number | null;
+  /**
+   * The clock time from which this process has held the market (its start), and the spans of the
+   * gaps on it the process has written to its lake since (any dataset): another recorder's presumed
+   * downtime is covered by this one only over what it held, less these and its gaps still open.
+   * Absent (an older capture): it vouches for none of another's.
+   */
+  since?: number;
+  written?: Span[];
 }
 
 export interface Heartbeat {
@@ -70,6 +79,8 @@ export function parseHeartbeat(text: string | null): Heartbeat | null {
 export interface CaptureProof {
   /** By `venue:market_id`: the clock time up to which capture has shown it held the market (capture running): its heartbeat. */
   heldUntil: Map<string, number>;
+  /** By `venue:market_id`, for a running capture: the spans over which it has held the market, less its gaps written (its open ones are in `gaps`). */
+  held: Map<string, Span[]>;
   /**
    * Gaps not written yet: those open at the heartbeat and, once capture is stopped or has been
    * silent for `downAfterMs`, the rest of the window of every market it held (`process_down`).
@@ -79,7 +90,12 @@ export interface CaptureProof {
   down: boolean;
 }
 
-export const NO_PROOF: CaptureProof = Object.freeze({ heldUntil: new Map<string, number>(), gaps: [], down: false });
+export const NO_PROOF: CaptureProof = Object.freeze({
+  heldUntil: new Map<string, number>(),
+  held: new Map<string, Span[]>(),
+  gaps: [],
+  down: false,
+});
 
 /**
  * Pure: the same for every reader of one heartbeat (an API beside capture, a replica, `make
@@ -103,9 +119,11 @@ export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: nu
     provisional: true,
   }));
   const heldUntil = new Map<string, number>();
+  const held = new Map<string, Span[]>();
   for (const m of beat.open) {
     if (!down) {
       heldUntil.set(marketKey(m.venue, m.market_id), beat.ts);
+      if (m.since !== undefined) held.set(marketKey(m.venue, m.market_id), subtract([[m.since, Infinity]], m.written ?? []));
       continue;
     }
     const from = m.newest ?? beat.ts;
@@ -123,13 +141,14 @@ export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: nu
         provisional: true,
       });
   }
-  return { heldUntil, gaps, down };
+  return { heldUntil, held, gaps, down };
 }
 
 /**
  * Several recorders' proofs (a record merged from their lakes, bucket/merger.ts) as one: a market
- * is held up to the latest any recorder has shown; a gap not written yet stays only where no other
- * recorder holds the market without a gap of its own over it; down only when every one is.
+ * is held up to the latest any recorder has shown; of a gap not written yet, what stays is what no
+ * other running recorder held (`held`, less its own gaps on the market still open); down only when
+ * every one is.
  */
 export function combineProofs(proofs: readonly CaptureProof[]): CaptureProof {
   if (proofs.length <= 1) return proofs[0] ?? NO_PROOF;
@@ -139,14 +158,15 @@ export function combineProofs(proofs: readonly CaptureProof[]): CaptureProof {
   for (const p of proofs)
     for (const g of p.gaps) {
       const key = marketKey(g.venue, g.market_id ?? '');
-      const vouched = proofs.some(
-        (o) =>
-          o !== p &&
-          !o.down &&
-          o.heldUntil.has(key) &&
-          !o.gaps.some((h) => h.market_id === g.market_id && h.venue === g.venue && h.from_ts < g.to_ts && h.to_ts > g.from_ts),
-      );
-      if (!vouched) gaps.push(g);
+      let left: Span[] = [[g.from_ts, g.to_ts]];
+      for (const o of proofs) {
+        const spans = o === p || o.down ? undefined : o.held.get(key);
+        if (!spans) continue;
+        const holes = o.gaps.filter((h) => h.market_id === g.market_id && h.venue === g.venue).map((h): Span => [h.from_ts, h.to_ts]);
+        left = subtract(left, subtract(spans, holes));
+      }
+      for (const [from_ts, to_ts] of left) gaps.push({ ...g, from_ts, to_ts });
     }
-  return { heldUntil, gaps, down: proofs.every((p) => p.down) };
+  // Spans held: none. A combined proof is not combined again.
+  return { heldUntil, held: new Map(), gaps, down: proofs.every((p) => p.down) };
 }

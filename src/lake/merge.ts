@@ -18,6 +18,7 @@ import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
 import type { ManifestFile, RecorderClaim } from './manifest.js';
 import { parquetSource, spoolSource, sqlIdent, sqlPath, sqlString } from './sql.js';
 import { writeParquet } from './writer.js';
+import { type Span, subtract } from '../time.js';
 
 /** Which recorders kept a merged row, in name order. */
 export const RECORDERS_COLUMN: Column = { name: 'recorders', type: 'VARCHAR[]' };
@@ -218,25 +219,6 @@ export async function mergeRows(
 function totalOrder(dataset: Dataset): string[] {
   const keys = SORT_KEYS[dataset];
   return [...keys, ...[...SCHEMAS[dataset], RECORDERS_COLUMN].map((c) => c.name).filter((c) => !keys.includes(c))];
-}
-
-/** A half-open span [from, to) of epoch ms. */
-type Span = [number, number];
-
-function subtract(spans: readonly Span[], holes: readonly Span[]): Span[] {
-  let out = spans.filter(([a, b]) => b > a);
-  for (const [ha, hb] of holes) {
-    out = out.flatMap(([a, b]): Span[] => {
-      if (hb <= a || ha >= b) return [[a, b]];
-      return (
-        [
-          [a, Math.min(b, ha)],
-          [Math.max(a, hb), b],
-        ] as Span[]
-      ).filter(([x, y]) => y > x);
-    });
-  }
-  return out;
 }
 
 /** What one recorder can vouch for, as the merge of a gaps partition needs it. */
