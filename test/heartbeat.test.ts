@@ -166,4 +166,7 @@ t.test('another recorder covers a presumed downtime only where it held the marke
   const old = beat({ gaps: [], ts: START + 300_000 });
   old.open = old.open.map(({ since: _since, ...m }) => m);
   t.equal(combineProofs([proofOf(old, now, 10_000), b]).gaps.length, b.gaps.length);
+  // Nor one whose times are not numbers (JSON writes -Infinity as null).
+  const odd = JSON.parse(JSON.stringify(beat({ gaps: [], ts: START + 300_000 }), (k, v) => (k === 'since' ? null : v))) as Heartbeat;
+  t.equal(combineProofs([proofOf(odd, now, 10_000), b]).gaps.length, b.gaps.length);
 });

@@ -123,7 +123,9 @@ export function proofOf(beat: Heartbeat | null, wallNow: number, downAfterMs: nu
   for (const m of beat.open) {
     if (!down) {
       heldUntil.set(marketKey(m.venue, m.market_id), beat.ts);
-      if (m.since !== undefined) held.set(marketKey(m.venue, m.market_id), subtract([[m.since, Infinity]], m.written ?? []));
+      // A heartbeat read from a bucket is another process's word: what is not a time vouches for nothing.
+      if (Number.isFinite(m.since) && (m.written ?? []).every((w) => Array.isArray(w) && w.every(Number.isFinite)))
+        held.set(marketKey(m.venue, m.market_id), subtract([[m.since!, Infinity]], m.written ?? []));
       continue;
     }
     const from = m.newest ?? beat.ts;
