@@ -72,16 +72,17 @@ function recorder(t: Test, url: string, env: Record<string, string> = {}) {
   const rows: { market: string; ts: number; books: Book[] }[] = [];
   const gaps: string[] = [];
   const resolutions: { market: string; winner: number; ts: number }[] = [];
+  const quotes: number[] = [];
   const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url, ...env }), createClock(), quiet, {
     books: (m, ts, _recvTs, books) => rows.push({ market: m.market_id, ts, books }),
-    metrics: () => undefined,
+    metrics: (_m, ts) => quotes.push(ts),
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
     recovered: () => undefined,
     tickSize: () => undefined,
     resolved: (m, winner, ts) => resolutions.push({ market: m.market_id, winner, ts }),
   });
   t.teardown(() => rec.close());
-  return { rec, rows, gaps, resolutions };
+  return { rec, rows, gaps, resolutions, quotes };
 }
 
 const until = async (done: () => boolean) => {
@@ -175,6 +176,26 @@ t.test("a dump's books of one market are one row, at its newest book's time: no 
     "the dump's row at the newest book's time, each book with its own; then the change's",
   );
   t.same(gaps, []);
+});
+
+t.test("a poll answered before a market's first book writes no quote: the book keeps its venue time", async (t) => {
+  const up = { ...emptyBook('0xe', 'e-up'), timestamp: '1757908892000', bids: [{ price: '.48', size: '10' }] };
+  const down = { ...emptyBook('0xe', 'e-down'), timestamp: '1757908892000', asks: [{ price: '.52', size: '10' }] };
+  const { url } = await venue(t, (frame, ws) => {
+    if (!frame.operation) ws.send(JSON.stringify([up, down]));
+  });
+  const { rec, rows, quotes } = recorder(t, url);
+  const m = openMarket('e', '0xe', ['e-up', 'e-down']);
+  rec.track([m], Date.now());
+  // Its answer arrives (by the clock) ahead of the venue instants of books still on their way.
+  rec.polled(m, [{ outcome_index: 0, chance: 0.5, price: null, last_trade: null }], 1757908899000);
+  await until(() => rows.length > 0);
+  t.same(
+    rows.map((r) => r.ts),
+    [1757908892000],
+    "the first book at the venue's time, not stamped past the poll's arrival",
+  );
+  t.same(quotes, [1757908892000], 'the chance is written with the first book');
 });
 
 t.test("a token's snapshot wait runs from its first subscription, whatever reconnects came since", async (t) => {
@@ -339,6 +360,84 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
     [`m stream_resync: 1 book(s) whose hash did not reproduce before ${t0 + 1_400}`],
     'the explained book is proved; the unexplained one, once a later hash proves the copy, leaves a gap since the last proof',
   );
+});
+
+t.test("a gap a later hash proves over a token's books reaches their rows' time, stamped past the market's other token", async (t) => {
+  // The market's other token changed at a later venue instant first (a trade, or a connection
+  // ahead): the token's next books are stamped past it, and the gap its later proof closes must
+  // reach over those rows by their own time, which the certificate and a merge read, not only by
+  // their venue time (beside stress-ng such rows stood 3.8 s past the gap, outside it).
+  const market = '0x' + 'cd'.repeat(32);
+  const [up, down] = ['31321045679252212594626385532706912750332728571942532289631379312455583992563', '3'];
+  const fields = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
+  const t0 = 1_764_000_000_000;
+  const bids: [string, string][] = [['0.48', '30']];
+  const asks: [string, string][] = [['0.52', '25']];
+  const venueBook = (timestamp: number) => {
+    const summary: ClobBookSummary = {
+      market,
+      asset_id: up,
+      timestamp: String(timestamp),
+      bids: bids.map(([price, size]) => ({ price, size })),
+      asks: asks.map(([price, size]) => ({ price, size })),
+      ...fields,
+    };
+    return { summary, hash: clobBookHash(summary) };
+  };
+  const first = venueBook(t0);
+  let socket: WebSocket | undefined;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    socket = ws;
+    ws.send(JSON.stringify([{ event_type: 'book', ...first.summary, hash: first.hash }, emptyBook(market, down)]));
+  });
+  const rows: { ts: number; up: Book }[] = [];
+  const spans: { from: number; to: number | null }[] = [];
+  const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
+    books: (_m, ts, _recvTs, books) => rows.push({ ts, up: books.find((b) => b.token_id === up)! }),
+    metrics: () => undefined,
+    lost: (_m, _reason, from) => {
+      if (spans.at(-1)?.to !== null) spans.push({ from, to: null });
+    },
+    recovered: (_m, at) => {
+      const open = spans.at(-1);
+      if (open && open.to === null) open.to = at;
+    },
+    tickSize: () => undefined,
+    fetchBooks: async (ids) => ({
+      summaries: ids.map((id) =>
+        id === up ? structuredClone(first.summary) : { ...first.summary, asset_id: id, timestamp: '1757908892000', bids: [], asks: [] },
+      ),
+      recvTs: Date.now(),
+    }),
+  });
+  t.teardown(() => rec.close());
+  rec.track([openMarket('m', market, [up, down])], Date.now());
+  await until(() => rows.length > 0 && rec.stats.refetches > 0);
+  const send = (body: unknown) => socket!.send(JSON.stringify(body));
+  const change = (asset: string, ts: number, price: string, size: string, side: 'BUY' | 'SELL', hash: string) => ({
+    event_type: 'price_change',
+    market,
+    timestamp: String(ts),
+    price_changes: [{ asset_id: asset, price, size, side, hash }],
+  });
+  send(change(down, t0 + 5_000, '0.55', '10', 'SELL', ''));
+  // A change whose hash nothing reproduces (the venue's book held another change the copy never got), then one the hash proves.
+  bids[0] = ['0.48', '31'];
+  send(change(up, t0 + 100, '0.48', '31', 'BUY', 'f'.repeat(40)));
+  bids[0] = ['0.48', '32'];
+  send(change(up, t0 + 1_400, '0.48', '32', 'BUY', venueBook(t0 + 1_400).hash));
+  await until(() => rows.some((r) => r.up.exchange_ts === t0 + 1_400) && spans.at(-1)?.to != null);
+  const doubted = rows.filter((r) => r.up.hash_check === 'mismatch');
+  t.same(
+    doubted.map((r) => [r.up.exchange_ts, r.ts]),
+    [[t0 + 100, t0 + 5_001]],
+    "the book in doubt is stamped past the other token's row, after its own venue time",
+  );
+  t.equal(spans.length, 1, 'one gap');
+  const [gap] = spans;
+  t.ok(gap.from < t0 + 100 && gap.to! >= t0 + 5_001, `the gap [${gap.from - t0}, ${gap.to! - t0}] (from t0) reaches over the doubted row at +5001`);
+  t.equal(gap.to, rows.find((r) => r.up.exchange_ts === t0 + 1_400)!.ts, 'and ends at the row of the book the hash proved');
 });
 
 t.test("an ended market stays subscribed until the venue's market_resolved gives its resolution time, then is let go", async (t) => {

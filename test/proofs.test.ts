@@ -37,6 +37,7 @@ function setup() {
       verdicts,
       requestBook: (id) => asked.push(id),
       live: () => true,
+      rowTime: (_m, ts) => ts,
       snapshot: () => undefined,
     },
     createClock(),

@@ -56,11 +56,16 @@ export function windowDelivered(
  * `after`) when it would not advance it (counted in `nudged`), so a market's rows stay strictly ordered.
  */
 export function advance(last: Map<string, number>, marketId: string, ts: number, stats?: { nudged: number }, after = -Infinity): number {
-  const previous = Math.max(last.get(marketId) ?? -Infinity, after);
-  const at = ts > previous ? ts : previous + 1;
+  const at = nextRowTs(last, marketId, ts, after);
   if (at !== ts && stats) stats.nudged++;
   last.set(marketId, at);
   return at;
+}
+
+/** The time `advance` would give the market's next row of venue time `ts`, taking none. */
+export function nextRowTs(last: ReadonlyMap<string, number>, marketId: string, ts: number, after = -Infinity): number {
+  const previous = Math.max(last.get(marketId) ?? -Infinity, after);
+  return ts > previous ? ts : previous + 1;
 }
 
 export type StreamGapReason = LostReason | 'stream_resync' | 'stream_late' | 'stream_paused';

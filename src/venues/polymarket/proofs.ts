@@ -203,6 +203,12 @@ export interface ProofHost {
   requestBook(assetId: string): void;
   /** Whether every token of the market is synced on a healthy connection. */
   live(m: Market): boolean;
+  /**
+   * The record's time of the market's next row of venue time `ts`: a row is stamped past the
+   * market's previous one, so a token whose changes trail the other's (or a trade) is recorded
+   * after its venue time, and a gap proved over its books ends there, not at the venue's time.
+   */
+  rowTime(m: Market, ts: number): number;
   /** Takes a full book (here: a REST book that disproved the copy) as the token's copy. */
   snapshot(t: Token, s: ClobBookSummary, ts: number, recvTs: number, source: 'stream' | 'rest'): void;
 }
@@ -352,7 +358,7 @@ export class CopyProofs {
     this.sink.lost(t.market, 'stream_resync', this.lastProof(t), detail);
     t.doubt = null;
     this.prove(t, ts);
-    if (this.live(t.market)) this.sink.recovered(t.market, ts);
+    if (this.live(t.market)) this.sink.recovered(t.market, this.host.rowTime(t.market, ts));
   }
 
   /** The token's copy is no longer the venue's: stop recording it until a full book arrives. */

@@ -26,7 +26,7 @@ import {
   sameLevels,
   stateLadders,
 } from './book.js';
-import { RELEASED_KEPT_MS, StreamProgress, type StreamSink, type VenueRecorder, advance, windowDelivered } from '../stream.js';
+import { RELEASED_KEPT_MS, StreamProgress, type StreamSink, type VenueRecorder, advance, nextRowTs, windowDelivered } from '../stream.js';
 import { type LostReason, MarketChannelClient } from '../channel.js';
 import { MARKET_CHANNEL } from './channel.js';
 import { type Verdict, Verdicts } from './verdicts.js';
@@ -86,6 +86,7 @@ export class StreamRecorder implements VenueRecorder {
       verdicts: this.verdicts,
       requestBook: (assetId) => this.requestBook(assetId),
       live: (m) => this.live(m),
+      rowTime: (m, ts) => nextRowTs(this.lastTs, m.market_id, ts, this.lastMetricTs.get(m.market_id)),
       snapshot: (t, summary, ts, recvTs, source) => this.snapshot(t, summary, ts, recvTs, source),
     };
     this.proofs = new CopyProofs(host, clock, s.stallMs);
@@ -282,8 +283,12 @@ export class StreamRecorder implements VenueRecorder {
       if (t) t.chance = q.chance;
     }
     // Stamped in the stream's time (its newest book), not the poll's arrival, which runs ahead of
-    // the exchange times of changes still on their way: their quotes would otherwise sort before it.
-    this.quote(m, this.lastTs.get(m.market_id) ?? recvTs, recvTs);
+    // the exchange times of changes still on their way: their quotes would otherwise sort before it,
+    // and books are stamped after the market's newest quote. Before the market's first book, the
+    // chance waits for it (a quote at the poll's arrival stamped a restart's first books, of the
+    // venue's instants before it, seconds late: 3.8 s beside stress-ng).
+    const newest = this.lastTs.get(m.market_id);
+    if (newest !== undefined) this.quote(m, newest, recvTs);
   }
 
   close(): void {
@@ -348,7 +353,7 @@ export class StreamRecorder implements VenueRecorder {
     if (!held) return;
     for (const h of held.values()) {
       if (h.ts > -Infinity) this.record(h.market, h.ts, recvTs);
-      if (h.taken && this.live(h.market)) this.sink.recovered(h.market, recvTs);
+      if (h.taken && this.live(h.market)) this.recovered(h.market, recvTs);
     }
   }
 
@@ -515,7 +520,16 @@ export class StreamRecorder implements VenueRecorder {
     }
     // A held row's market recovers once its row is recorded, at the frame's end.
     if (held) held.taken = true;
-    else if (this.live(t.market)) this.sink.recovered(t.market, recvTs);
+    else if (this.live(t.market)) this.recovered(t.market, recvTs);
+  }
+
+  /**
+   * Every token of the market is vouched for again, from its arrival on, or from the market's
+   * newest row where that was stamped later (a row is stamped past the one before it): the gap
+   * must reach over every row recorded while it was open.
+   */
+  private recovered(m: Market, recvTs: number): void {
+    this.sink.recovered(m, Math.max(recvTs, this.lastTs.get(m.market_id) ?? -Infinity));
   }
 
   private changes(msg: ClobPriceChangeMessage, recvTs: number): void {
