@@ -436,7 +436,10 @@ t.test("a gap a later hash proves over a token's books reaches their rows' time,
   );
   t.equal(spans.length, 1, 'one gap');
   const [gap] = spans;
-  t.ok(gap.from < t0 + 100 && gap.to! >= t0 + 5_001, `the gap [${gap.from - t0}, ${gap.to! - t0}] (from t0) reaches over the doubted row at +5001`);
+  t.ok(
+    gap.from < t0 + 100 && gap.to! >= t0 + 5_001,
+    `the gap [${gap.from - t0}, ${gap.to! - t0}] (from t0) reaches over the doubted row at +5001`,
+  );
   t.equal(gap.to, rows.find((r) => r.up.exchange_ts === t0 + 1_400)!.ts, 'and ends at the row of the book the hash proved');
 });
 
