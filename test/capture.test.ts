@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import t from 'tap';
 import { fill } from '../src/capture/fill.js';
+import type { Heartbeat } from '../src/capture/heartbeat.js';
 import { clockFromParams, pacedClock } from '../src/clock.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { compact } from '../src/lake/compact.js';
@@ -44,6 +45,26 @@ t.test('sealing everything', async (t) => {
   const sealed = await sealAll(duck, dir);
   t.ok(sealed.files > 0);
   t.same(await listSpool(lakePaths(dir).spool), [], 'the spool is empty after sealing');
+});
+
+t.test("the heartbeat names each market held from this process's first book of it, and none held before one", async (t) => {
+  const beat = JSON.parse(await fs.readFile(lakePaths(dir).heartbeat, 'utf8')) as Heartbeat;
+  const first = new Map(
+    (
+      (await duck.rows(`SELECT market_id, epoch_ms(min(ts))::DOUBLE AS first FROM ${lakeTable(dir, 'books')} GROUP BY market_id`)) as {
+        market_id: string;
+        first: number;
+      }[]
+    ).map((r) => [r.market_id, r.first]),
+  );
+  const named = beat.open.map((m) => [m.market_id, m.since ?? null, Array.isArray(m.written)]);
+  // Markets named before their first book (about to open) are there or not as the stop falls.
+  t.ok(named.filter(([, since]) => since !== null).length > 1, 'markets held with their books');
+  t.same(
+    named,
+    beat.open.map((m) => (first.has(m.market_id) ? [m.market_id, first.get(m.market_id), true] : [m.market_id, null, false])),
+    'since: its first book; a market without one vouches for none of another recorder gaps',
+  );
 });
 
 t.test('hive layout as CONTRACT.md section 7 lays it out', async (t) => {
@@ -231,4 +252,32 @@ t.test("a paced clock holds at its consumer's progress, and a thread's copy of i
   reached = start + 5000;
   t.equal(clock.now(), start + 6000, 'moving on as the consumer does');
   t.equal(copy.now(), start + 6000, 'the copy with it, once this thread has read the clock');
+});
+
+t.test('capture forgets the newest books of markets long over: memory stays flat over weeks', async (t) => {
+  const dir = testdir(t);
+  const from = Date.parse('2026-07-26T05:00:00Z');
+  const to = from + 7.2 * HOUR;
+  const long = await fill(
+    testConfig(dir, { POLYMARKET_COINS: 'btc', WALLET_COINS: 'btc' }),
+    duck,
+    quiet,
+    { hours: 0, speed: 3000, start: from, until: to, pollMs: 10_000 },
+    new StandInUpstream(),
+  );
+  await sealAll(duck, dir);
+  const ends = (await duck.rows(
+    `SELECT DISTINCT venue || ':' || market_id AS key, epoch_ms(end_time)::DOUBLE AS end_time FROM ${lakeTable(dir, 'markets')}`,
+  )) as { key: string; end_time: number }[];
+  // Forgotten at the first discovery 6 hours past a market's end (DISCOVER_MS apart, and polls paced by capture).
+  const cutoff = long.endedAt - 6 * HOUR - 15 * 60_000;
+  const over = ends.filter((m) => m.end_time < cutoff);
+  t.ok(over.length > 10, `${over.length} markets over more than 6 hours before the end`);
+  t.same(
+    over.filter((m) => long.capture.latest.has(m.key)).map((m) => m.key),
+    [],
+    'none of their books kept',
+  );
+  const recent = ends.filter((m) => m.end_time <= long.endedAt && m.end_time > long.endedAt - HOUR);
+  t.ok(recent.filter((m) => long.capture.latest.has(m.key)).length > 0, "the last hour's are kept");
 });

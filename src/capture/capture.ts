@@ -77,6 +77,8 @@ export class Capture {
   readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, reference: 0, gaps: 0, discoverFailures: 0 };
   /** Newest captured books of each market, for readers in this process. */
   readonly latest = new Map<string, LatestBook>();
+  /** The time of each market's first book this process recorded: from it on, the heartbeat says the market held. */
+  private readonly firstBook = new Map<string, number>();
   private readonly known = new Map<string, { market: Market; version: string }>();
   private readonly lastDiscover = new Map<Venue, number>();
   private running = false;
@@ -199,8 +201,10 @@ export class Capture {
         const dataset = run.partition.dataset as 'books' | 'metrics' | 'trades';
         if (!this.keeper.keeps(m, dataset, run.first.ts, run.rows)) return;
         this.spool.appendRun(run);
-        if (dataset === 'books') this.stats.books += run.rows;
-        else if (dataset === 'trades') this.stats.trades += run.rows;
+        if (dataset === 'books') {
+          this.stats.books += run.rows;
+          this.heldFrom(m, run.first.ts);
+        } else if (dataset === 'trades') this.stats.trades += run.rows;
         else {
           this.stats.metrics += run.rows;
           this.gaps.succeed(m, 'metrics', run.first.ts);
@@ -412,8 +416,7 @@ export class Capture {
         market_id: m.market_id,
         end_time: m.end_time,
         newest: this.latest.get(marketKey(m.venue, m.market_id))?.ts ?? null,
-        since: this.startedClockAt,
-        written: this.gaps.writtenOf(m.venue, m.market_id),
+        ...this.heldSince(m),
       }));
     await this.announce(open);
     const flushedAt = await this.keeper.flush();
@@ -433,6 +436,15 @@ export class Capture {
     // The rows are safe; a heartbeat that cannot be written only makes a restart's gap start earlier.
     await writeFileAtomic(this.paths.heartbeat, JSON.stringify(beat)).catch(() => undefined);
     this.lastBeat = beat;
+  }
+
+  /**
+   * Since when this process has held the market (its first book of it: before, it had no copy of
+   * the book to vouch for), and the gaps on it it wrote since; none before its first book.
+   */
+  private heldSince(m: Market): Pick<HeartbeatMarket, 'since' | 'written'> {
+    const since = this.firstBook.get(marketKey(m.venue, m.market_id));
+    return since === undefined ? {} : { since, written: this.gaps.writtenOf(m.venue, m.market_id) };
   }
 
   /**
@@ -620,9 +632,14 @@ export class Capture {
     // What the stream learnt of a market (its resolution time) stands until the catalogue says it too.
     for (const market of markets)
       this.recordVersion(withStreamFacts(market, this.known.get(marketKey(market.venue, market.market_id))?.market), now);
-    // Forget markets long past, so memory stays flat over weeks of capture.
+    // Forget markets long past, so memory stays flat over weeks of capture: their newest books too
+    // (a capture without the API in its process, `make capture`, has no reader to prune them; an
+    // API reads a book it no longer has from the lake).
     for (const [key, { market }] of this.known) {
-      if (market.venue === adapter.venue && market.end_time < now - 6 * 3_600_000) this.known.delete(key);
+      if (market.venue !== adapter.venue || market.end_time >= now - 6 * 3_600_000) continue;
+      this.known.delete(key);
+      this.latest.delete(key);
+      this.firstBook.delete(key);
     }
     this.gaps.forgetBefore(now - 6 * 3_600_000);
   }
@@ -640,10 +657,16 @@ export class Capture {
     this.stats.versions++;
   }
 
+  private heldFrom(m: Market, ts: number): void {
+    const key = marketKey(m.venue, m.market_id);
+    if (!this.firstBook.has(key)) this.firstBook.set(key, ts);
+  }
+
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
     this.latest.set(marketKey(m.venue, m.market_id), { ts, books });
+    this.heldFrom(m, ts);
     this.stats.books += rows.length;
     if (closesGaps) this.gaps.succeed(m, 'books', ts);
   }

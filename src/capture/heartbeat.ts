@@ -20,10 +20,10 @@ export interface HeartbeatMarket {
   /** The clock time of its newest book on disk at that flush (null: none yet). */
   newest?: number | null;
   /**
-   * The clock time from which this process has held the market (its start), and the spans of the
-   * gaps on it the process has written to its lake since (any dataset): another recorder's presumed
-   * downtime is covered by this one only over what it held, less these and its gaps still open.
-   * Absent (an older capture): it vouches for none of another's.
+   * The clock time from which this process has held the market (its first book of it), and the
+   * spans of the gaps on it the process has written to its lake (any dataset): another recorder's
+   * presumed downtime is covered by this one only over what it held, less these and its gaps still
+   * open. Absent (no book yet, or an older capture): it vouches for none of another's.
    */
   since?: number;
   written?: Span[];
