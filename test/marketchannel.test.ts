@@ -85,6 +85,19 @@ function recorder(t: Test, url: string, env: Record<string, string> = {}) {
   return { rec, rows, gaps, resolutions, quotes };
 }
 
+/**
+ * REST's answer for a token with a hashed book (`book`) and the market's other token (empty): it
+ * carries the fields the channel's books lack (minimum size, neg-risk).
+ */
+function restOf(book: ClobBookSummary) {
+  return async (ids: string[]) => ({
+    summaries: ids.map((id) =>
+      id === book.asset_id ? structuredClone(book) : { ...book, asset_id: id, timestamp: '1757908892000', bids: [], asks: [] },
+    ),
+    recvTs: Date.now(),
+  });
+}
+
 const until = async (done: () => boolean) => {
   for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
 };
@@ -296,13 +309,7 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
     lost: (m, reason, _from, detail) => gaps.push(`${m.market_id} ${reason}: ${detail}`),
     recovered: () => undefined,
     tickSize: () => undefined,
-    // REST carries the fields the channel's books lack (minimum size, neg-risk).
-    fetchBooks: async (ids) => ({
-      summaries: ids.map((id) =>
-        id === up ? structuredClone(first.summary) : { ...first.summary, asset_id: id, timestamp: '1757908892000', bids: [], asks: [] },
-      ),
-      recvTs: Date.now(),
-    }),
+    fetchBooks: restOf(first.summary),
   });
   t.teardown(() => rec.close());
   rec.track([openMarket('m', market, [up, down])], Date.now());
@@ -404,12 +411,7 @@ t.test("a gap a later hash proves over a token's books reaches their rows' time,
       if (open && open.to === null) open.to = at;
     },
     tickSize: () => undefined,
-    fetchBooks: async (ids) => ({
-      summaries: ids.map((id) =>
-        id === up ? structuredClone(first.summary) : { ...first.summary, asset_id: id, timestamp: '1757908892000', bids: [], asks: [] },
-      ),
-      recvTs: Date.now(),
-    }),
+    fetchBooks: restOf(first.summary),
   });
   t.teardown(() => rec.close());
   rec.track([openMarket('m', market, [up, down])], Date.now());
