@@ -528,8 +528,11 @@ never slower (p50 no higher and req/s no lower than with it off); req/s moves by
 within that is noise, not a cost. A market is decoded whole into the cache once asked for more than 8 times lately,
 and only where it pushes out no market asked for as often: the worker above had loaded
 ${pagesOf(cacheHealth).book_cache_loads.toLocaleString('en')} markets, held ${pagesOf(cacheHealth).book_cache_markets.toLocaleString('en')}, and refused
-${pagesOf(cacheHealth).book_cache_refused.toLocaleString('en')} loads (without that refusal, a least-recently-used cache over more markets than fit
-evicted each before its next request: deep pages at 4 connections 0.53x the req/s of no cache, 2026-11-29).
+${pagesOf(cacheHealth).book_cache_refused.toLocaleString('en')} loads (before that rule, a least-recently-used cache over more markets than fit
+evicted each before its next request: deep pages at 4 connections 0.53x the req/s of no cache, 2026-11-29). Rows
+marked missed are what the cache still costs on such draws: a load decodes a whole market (about 12 ms from its
+serving copy, against about 1.4 ms for one page from it, measured by hand), and the decoded markets it holds keep
+the worker's garbage collector busier (more mark-compacts under --trace-gc, \`TRACE_GC=1\` in bench/servers.ts).
 
 | route | encoding | connections | cache on p50 / p99, req/s | cache off p50 / p99, req/s | p50 on / off | req/s on / off | never slower |
 |---|---|---|---|---|---|---|---|
