@@ -98,6 +98,38 @@ function restOf(book: ClobBookSummary) {
   });
 }
 
+type Levels = [string, string][];
+
+/**
+ * The venue's book of one token, kept by hand in REST's order (bids ascending, asks descending)
+ * with the fields REST carries, and its hash by the client libraries' function (vectors checked above).
+ */
+function hashedBook(market: string, asset: string, timestamp: number, bids: Levels, asks: Levels, trade = '0.500') {
+  const summary: ClobBookSummary = {
+    market,
+    asset_id: asset,
+    timestamp: String(timestamp),
+    bids: bids.map(([price, size]) => ({ price, size })),
+    asks: asks.map(([price, size]) => ({ price, size })),
+    min_order_size: '5',
+    tick_size: '0.01',
+    neg_risk: false,
+    last_trade_price: trade,
+  };
+  return { summary, hash: clobBookHash(summary) };
+}
+
+/** A venue answering the subscription with a dump of `first` (hashed) and the market's other token empty; `send` speaks on that socket. */
+async function dumpingVenue(t: Test, first: ReturnType<typeof hashedBook>, other: string) {
+  let socket: WebSocket | undefined;
+  const { url } = await venue(t, (frame, ws) => {
+    if (frame.operation) return;
+    socket = ws;
+    ws.send(JSON.stringify([{ event_type: 'book', ...first.summary, hash: first.hash }, emptyBook(first.summary.market, other)]));
+  });
+  return { url, send: (body: unknown) => socket!.send(JSON.stringify(body)) };
+}
+
 const until = async (done: () => boolean) => {
   for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
 };
@@ -272,19 +304,7 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
   // and hashed by the client libraries' function (its vectors are checked above).
   const market = '0x' + 'ab'.repeat(32);
   const [up, down] = ['71321045679252212594626385532706912750332728571942532289631379312455583992563', '2'];
-  const fields = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
-  const venueBook = (timestamp: number, bids: [string, string][], asks: [string, string][], trade = fields.last_trade_price) => {
-    const summary: ClobBookSummary = {
-      market,
-      asset_id: up,
-      timestamp: String(timestamp),
-      bids: bids.map(([price, size]) => ({ price, size })),
-      asks: asks.map(([price, size]) => ({ price, size })),
-      ...fields,
-      last_trade_price: trade,
-    };
-    return { summary, hash: clobBookHash(summary) };
-  };
+  const venueBook = (timestamp: number, bids: Levels, asks: Levels, trade?: string) => hashedBook(market, up, timestamp, bids, asks, trade);
   const t0 = 1_764_000_000_000;
   const bids: [string, string][] = [
     ['0.47', '10'],
@@ -295,12 +315,7 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
     ['0.52', '25'],
   ];
   const first = venueBook(t0, bids, asks);
-  let socket: WebSocket | undefined;
-  const { url } = await venue(t, (frame, ws) => {
-    if (frame.operation) return;
-    socket = ws;
-    ws.send(JSON.stringify([{ event_type: 'book', ...first.summary, hash: first.hash }, emptyBook(market, down)]));
-  });
+  const { url, send } = await dumpingVenue(t, first, down);
   const rows: { ts: number; checks: (string | null | undefined)[] }[] = [];
   const gaps: string[] = [];
   const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
@@ -314,7 +329,6 @@ t.test("each book's hash verdict: match, explained by a trade sent after the boo
   t.teardown(() => rec.close());
   rec.track([openMarket('m', market, [up, down])], Date.now());
   await until(() => rows.length > 0 && rec.stats.refetches > 0);
-  const send = (body: unknown) => socket!.send(JSON.stringify(body));
   const change = (ts: number, price: string, size: string, side: 'BUY' | 'SELL', hash: string) => ({
     event_type: 'price_change',
     market,
@@ -376,28 +390,12 @@ t.test("a gap a later hash proves over a token's books reaches their rows' time,
   // their venue time (beside stress-ng such rows stood 3.8 s past the gap, outside it).
   const market = '0x' + 'cd'.repeat(32);
   const [up, down] = ['31321045679252212594626385532706912750332728571942532289631379312455583992563', '3'];
-  const fields = { min_order_size: '5', tick_size: '0.01', neg_risk: false, last_trade_price: '0.500' };
   const t0 = 1_764_000_000_000;
-  const bids: [string, string][] = [['0.48', '30']];
-  const asks: [string, string][] = [['0.52', '25']];
-  const venueBook = (timestamp: number) => {
-    const summary: ClobBookSummary = {
-      market,
-      asset_id: up,
-      timestamp: String(timestamp),
-      bids: bids.map(([price, size]) => ({ price, size })),
-      asks: asks.map(([price, size]) => ({ price, size })),
-      ...fields,
-    };
-    return { summary, hash: clobBookHash(summary) };
-  };
+  const bids: Levels = [['0.48', '30']];
+  const asks: Levels = [['0.52', '25']];
+  const venueBook = (timestamp: number) => hashedBook(market, up, timestamp, bids, asks);
   const first = venueBook(t0);
-  let socket: WebSocket | undefined;
-  const { url } = await venue(t, (frame, ws) => {
-    if (frame.operation) return;
-    socket = ws;
-    ws.send(JSON.stringify([{ event_type: 'book', ...first.summary, hash: first.hash }, emptyBook(market, down)]));
-  });
+  const { url, send } = await dumpingVenue(t, first, down);
   const rows: { ts: number; up: Book }[] = [];
   const spans: { from: number; to: number | null }[] = [];
   const rec = new StreamRecorder(testConfig(testdir(t), { POLYMARKET_WS_URL: url }), createClock(), quiet, {
@@ -416,7 +414,6 @@ t.test("a gap a later hash proves over a token's books reaches their rows' time,
   t.teardown(() => rec.close());
   rec.track([openMarket('m', market, [up, down])], Date.now());
   await until(() => rows.length > 0 && rec.stats.refetches > 0);
-  const send = (body: unknown) => socket!.send(JSON.stringify(body));
   const change = (asset: string, ts: number, price: string, size: string, side: 'BUY' | 'SELL', hash: string) => ({
     event_type: 'price_change',
     market,
