@@ -9,7 +9,7 @@ import path from 'node:path';
 import t from 'tap';
 import { type MergeReport, Merger } from '../src/bucket/merger.js';
 import { dataKey, heartbeatKey, manifestKey, recorderPrefix } from '../src/bucket/layout.js';
-import { S3 } from '../src/bucket/s3.js';
+import { S3, S3Error } from '../src/bucket/s3.js';
 import { startApi } from '../src/api/server.js';
 import { fill } from '../src/capture/fill.js';
 import { createClock } from '../src/clock.js';
@@ -310,6 +310,48 @@ t.test(
     t.same(JSON.parse(await fs.readFile(path.join(work, 'merge.json'), 'utf8')).unnamed, [], 'nothing left to look at');
   },
 );
+
+t.test('a file a merged manifest names no more leaves the bucket; a delete that fails is left to the next sweep', async (t) => {
+  const m = (await merged('books'))!;
+  const p = partitionOf('books', 'polymarket', 'btc', '5m', HOUR10);
+  const key = manifestKey(main.config.prefix, p);
+  // The manifest as a merge of fewer inputs left it: another fingerprint, and a file of its own.
+  const older = 'merged-ffffffffffffffff.parquet';
+  const olderKey = dataKey(main.config.prefix, `${m.partition}/${older}`);
+  await main.put(olderKey, Buffer.from('PAR1 an older merge'));
+  await main.put(
+    key,
+    Buffer.from(
+      JSON.stringify({ ...m, files: [...m.files, { ...m.files[0], name: older }], merged: { ...m.merged!, fingerprint: 'older' } }),
+    ),
+  );
+  // Its deletes refused, as a gateway under load may.
+  class RefusingDeletes extends S3 {
+    override async delete(): Promise<void> {
+      throw new S3Error(503, 'SlowDown', 'delete refused');
+    }
+  }
+  const refusing = new RefusingDeletes(main.config);
+  t.teardown(() => refusing.close());
+  const work = path.join(testdir(t), 'remerge');
+  const hour = (h: number) => h === HOUR10;
+  await new Merger(refusing, work, duck, quiet, { hours: hour, graceMs: 0 }).pass();
+  t.same(
+    (await merged('books'))!.files.map((f) => f.name),
+    m.files.map((f) => f.name),
+    'merged again: the manifest names the merge of every input, not the older file',
+  );
+  t.ok(await main.head(olderKey), 'its delete refused, the older file is still there');
+  const unnamed = JSON.parse(await fs.readFile(path.join(work, 'merge.json'), 'utf8')).unnamed as { key: string }[];
+  t.same(
+    unnamed.map((u) => u.key),
+    [olderKey],
+    'and noted for the sweep',
+  );
+  t.equal((await new Merger(main, work, duck, quiet, { hours: () => false, graceMs: 0 }).pass()).orphans_deleted, 1, 'swept');
+  t.equal(await main.head(olderKey), null, 'gone from the bucket');
+  t.ok(await main.head(dataKey(main.config.prefix, `${m.partition}/${m.files[0].name}`)), 'the named file stays');
+});
 
 // Last: it moves a recorder's published horizon, which every merge after it would read.
 t.test(

@@ -89,10 +89,19 @@ interface State {
   offsets: Record<string, string>;
   pending: string[];
   /**
-   * Files put and not yet named by the manifest put after them (written before the file is put, so
-   * a process killed in between still knows): each is deleted once no manifest names it after `graceMs`.
+   * Files put and not yet named by the manifest put after them, and files a manifest put named no
+   * more and not yet deleted (written before either, so a process killed in between still knows):
+   * each is deleted once no manifest names it, `graceMs` after it was last put.
    */
-  unnamed?: { key: string; partition: string; name: string; at: number }[];
+  unnamed?: Unnamed[];
+}
+
+/** A file of the bucket that may be named by no manifest; `at` when it was put (0: long ago). */
+interface Unnamed {
+  key: string;
+  partition: string;
+  name: string;
+  at: number;
 }
 
 export interface MergerOptions {
@@ -389,11 +398,17 @@ export class Merger {
           entry = await mergeRows(this.duck, outDir, p, inputs, name, { sources, writtenAt, doubted: doubts });
         }
         const files: ManifestFile[] = [];
-        let intent: NonNullable<State['unnamed']>[number] | null = null;
-        if (entry) {
+        let intent: Unnamed | null = null;
+        // The files the manifest names now and the new one will not: to leave the bucket once it is
+        // replaced, as a compaction's do (a glob over the bucket must not read an hour twice). Noted
+        // first, so a delete that fails or a kill before it leaves them to `sweep`, never in the bucket for good.
+        const replaced: Unnamed[] = (there?.files ?? [])
+          .filter((f) => !(entry && f.name === name))
+          .map((f) => ({ key: dataKey(this.prefix, `${partitionDir(p)}/${f.name}`), partition: partitionDir(p), name: f.name, at: 0 }));
+        if (entry) intent = { key: dataKey(this.prefix, `${partitionDir(p)}/${name}`), partition: partitionDir(p), name, at: Date.now() };
+        if (intent || replaced.length) await this.intend(...(intent ? [intent] : []), ...replaced);
+        if (entry && intent) {
           const file = path.join(outDir, partitionDir(p), name);
-          intent = { key: dataKey(this.prefix, `${partitionDir(p)}/${name}`), partition: partitionDir(p), name, at: Date.now() };
-          await this.intend(intent);
           await this.s3.put(intent.key, { file, size: entry.bytes, sha256: entry.sha256 }, { sha256: entry.sha256 });
           report.files_put++;
           files.push(entry);
@@ -416,12 +431,16 @@ export class Merger {
           }
           throw err;
         }
-        if (intent) this.state!.unnamed = (this.state!.unnamed ?? []).filter((u) => u !== intent);
-        // The files the replaced manifest named leave the bucket, as a compaction's do: a glob over
-        // the bucket must not read an hour twice (a replica fetching one just then is told to retry).
-        const kept = new Set(files.map((f) => f.name));
-        for (const f of there?.files ?? [])
-          if (!kept.has(f.name)) await this.s3.delete(dataKey(this.prefix, `${partitionDir(p)}/${f.name}`)).catch(() => undefined);
+        this.forget(intent);
+        // A replica fetching one of them just then is told to retry.
+        for (const u of replaced)
+          if (
+            await this.s3.delete(u.key).then(
+              () => true,
+              () => false,
+            )
+          )
+            this.forget(u);
         changed.push(partitionDir(p));
         report.partitions++;
       }
@@ -448,10 +467,15 @@ export class Merger {
     return run;
   }
 
-  /** Notes a file about to be put, durably, before it is. */
-  private async intend(u: NonNullable<State['unnamed']>[number]): Promise<void> {
-    this.state!.unnamed = [...(this.state!.unnamed ?? []), u];
+  /** Notes files about to be put, or to be deleted once no manifest names them, durably, before either. */
+  private async intend(...u: Unnamed[]): Promise<void> {
+    this.state!.unnamed = [...(this.state!.unnamed ?? []), ...u];
     await this.saveState();
+  }
+
+  /** Done with: named by the manifest it was put for, or deleted. */
+  private forget(u: Unnamed | null): void {
+    if (u) this.state!.unnamed = (this.state!.unnamed ?? []).filter((x) => x !== u);
   }
 
   /**
