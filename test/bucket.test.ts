@@ -388,12 +388,21 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
     `${published} manifests: all but the three the snapshot lacks or holds wrong taken from it`,
   );
   // Markets and gaps from the snapshot's checkpoints: no markets or gaps file fetched to open.
-  for (const d of replicaDirs)
+  for (const [i, d] of replicaDirs.entries()) {
+    const fetched = [
+      ...(await listFiles(path.join(d, 'lake', 'markets'), '.parquet')),
+      ...(await listFiles(path.join(d, 'lake', 'gaps'), '.parquet')),
+    ];
+    // Its warnings say why, if it did (a snapshot it could not read, say).
+    const warned = fetched.length
+      ? replicas[i].lines.filter((l) => Number(l.level) >= 40 || l.level === 'warn' || l.level === 'error')
+      : [];
     t.same(
-      [...(await listFiles(path.join(d, 'lake', 'markets'), '.parquet')), ...(await listFiles(path.join(d, 'lake', 'gaps'), '.parquet'))],
+      fetched,
       [],
-      'a new replica opened without fetching a markets or gaps file',
+      `a new replica opened without fetching a markets or gaps file${warned.length ? `: ${JSON.stringify(warned)}` : ''}`,
     );
+  }
 
   const listed = await same(`/v3/wallet-prediction/markets?order=asc&limit=50&start_time=${START}&end_time=${END}`);
   const markets = listed.data as { market_id: string; coin: string; window: string; start_time: string; end_time: string }[];
