@@ -1,6 +1,8 @@
-// Decoded books of recently read markets, bounded by bytes, least recently used out first.
-// A page of a market that is over is then a binary search and a string join: no statement (a
-// DuckDB statement costs about 2 ms before it reads anything), no list decoding, no rendering.
+// Decoded books of recently read markets without serving copies (SERVING_COPIES=off, or a copy
+// not written yet), bounded by bytes, least recently used out first. A page of a market that is
+// over is then a binary search and a string join: no statement (a DuckDB statement costs about
+// 2 ms before it reads anything), no list decoding, no rendering. Markets with copies are served
+// from them (their pieces kept by copycache.ts), never loaded whole here.
 // An entry is valid for one set of sealed files (its signature: paths and sha256 from the
 // in-memory index); a compaction or a backfill changes the set, and the next read reloads.
 import type { MarketBooks } from '../pages/render.js';
@@ -56,11 +58,9 @@ export class BookCache {
 
   /**
    * Counts a miss of `key`: whether it was asked for more than `before` times lately, so a client
-   * is walking it, worth decoding the whole market for. Without serving copies a first page alone
-   * (a sampler drawing markets over the lake) is one statement, cheaper than decoding hundreds of
-   * books it will not ask for, so the second miss loads. From a copy a page costs its table and a
-   * chunk inflated, a whole market all its chunks and every summary cut: books.ts waits for more
-   * misses there.
+   * is walking it, worth decoding the whole market for. A first page alone (a sampler drawing
+   * markets over the lake) is one statement, cheaper than decoding hundreds of books it will not
+   * ask for, so the second miss loads.
    */
   askedBefore(key: string, before = 1): boolean {
     return this.count(key) > before;
@@ -118,8 +118,7 @@ export class BookCache {
     });
   }
 
-  /** Keeps books read elsewhere (a serving copy), within the same bound as those loaded here. */
-  keep(key: string, signature: string, books: MarketBooks): void {
+  private keep(key: string, signature: string, books: MarketBooks): void {
     this.loads++;
     if (this.maxBytes > 0 && books.bytes <= this.maxBytes / 4) return this.put(key, signature, books);
     this.oversized.add(key);

@@ -37,25 +37,17 @@ import { singleFlight } from './singleflight.js';
 import { predeflated } from '../pages/copyformat.js';
 import type { DeflatedSnapshots } from '../pages/copyreader.js';
 
-/**
- * Pages of a market read from its serving copy before it is loaded whole into the book cache:
- * a load (all its chunks inflated, every summary cut) costs about what ten pages from the copy
- * do, so only a market walked on (a client paging through it, or several clients) is worth it.
- * Loading at the second page made the 7-day bench's deep pages, drawn uniformly, 1.05x
- * PostgreSQL's p50 instead of 0.3x (BENCHMARKS.md).
- */
-const COPY_MISSES_BEFORE_LOAD = 8;
-
 export function bookHandlers(kit: RouteKit) {
   const { deps, lake, cursors, findMarket, gapsMeta, pageQuery } = kit;
 
   /**
-   * A page of a market that is over and wholly sealed, without a statement: from the book cache;
-   * else, asked the first time lately, the page's rows alone from its files' serving copies; asked
-   * again (a client walking it), the whole market from the copies (by SQL without copies) into the
+   * A page of a market that is over and wholly sealed, without a statement: the page's rows alone
+   * from its files' serving copies (the pieces read lately kept in memory by the copies' own
+   * cache), else from the book cache; without copies (or with some missing, then queued to be
+   * written), asked again lately (a client walking it), the whole market by SQL into the book
    * cache. Null for a market still recording or with rows (partly) in the spool, and for a first
-   * page whose copies are missing (then queued to be written): those take the SQL path. With
-   * `gzip`, a page of the pre-deflated shape comes from the copies first, as the pieces they hold pre-deflated.
+   * page without copies: those take the SQL path. With `gzip`, a page of the pre-deflated shape
+   * comes from the copies as the pieces they hold pre-deflated.
    */
   const bookPage = async (
     venue: Venue,
@@ -89,25 +81,18 @@ export function bookHandlers(kit: RouteKit) {
       });
       if (page) return page;
     }
-    const cached = deps.books.peek(key, signature);
-    if (cached) return pageFromBooks(cached, pq, ladders, pq.limit, PAGE_FRAME);
-    const again = deps.books.maxBytes > 0 && deps.books.worthLoading(key, deps.serving ? COPY_MISSES_BEFORE_LOAD : 1);
+    // From the copies, never loaded whole: a whole market decoded into the book cache cost more than
+    // it saved on markets drawn uniformly (bench-compare, deep pages at 4 connections 0.36x the req/s
+    // of no cache), where a page's pieces kept as read cost a copy.
     if (deps.serving) {
       await lake.ensure(sealed);
-      if (!again) {
-        const page = await deps.serving.page(sealed, m.market_id, { span, q: pq, ladders, maxTimes: pq.limit, frame: PAGE_FRAME });
-        if (page) return page;
-      } else {
-        const whole = await deps.serving.market(sealed, m.market_id, span.from, span.to);
-        if (whole) {
-          deps.books.keep(key, signature, whole);
-          return pageFromBooks(whole, pq, ladders, pq.limit, PAGE_FRAME);
-        }
-      }
-      const missing = await deps.serving.missing(sealed);
-      deps.serving.schedule(missing);
+      const page = await deps.serving.page(sealed, m.market_id, { span, q: pq, ladders, maxTimes: pq.limit, frame: PAGE_FRAME });
+      if (page) return page;
+      deps.serving.schedule(await deps.serving.missing(sealed));
     }
-    if (!again) return null;
+    const cached = deps.books.peek(key, signature);
+    if (cached) return pageFromBooks(cached, pq, ladders, pq.limit, PAGE_FRAME);
+    if (!(deps.books.maxBytes > 0 && deps.books.worthLoading(key, 1))) return null;
     const loaded = await deps.books.load(key, signature, async () => {
       const files = await lake.files(span.partitions, m.market_id);
       if (files.spool.length) return null;

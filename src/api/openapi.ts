@@ -244,6 +244,10 @@ export const SCHEMAS: Record<string, unknown> = {
         live_pages: { type: 'integer' },
         serving_copies: { type: 'boolean' },
         copy_reads: { type: 'integer' },
+        // Pieces of copies (a block's table, a page's chunks as inflated) kept in memory, and pages' reads of them there.
+        copy_cache_bytes: { type: 'integer' },
+        copy_cache_hits: { type: 'integer' },
+        copy_cache_kept: { type: 'integer' },
         // Of those, gzip pages sent mostly as the copies hold them pre-deflated.
         copy_deflated_pages: { type: 'integer' },
         copies_written: { type: 'integer' },

@@ -20,6 +20,7 @@ import { createApp } from './app.js';
 import { BookCache } from './bookcache.js';
 import { LiveBooks } from './livebooks.js';
 import { ServingCopies } from '../pages/copyreader.js';
+import { CopyCache } from '../pages/copycache.js';
 import { writeServingCopy } from '../pages/copywriter.js';
 import { ExportPool } from './exports.js';
 import { Cursors } from './cursor.js';
@@ -195,22 +196,29 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   // Missing serving copies are written on a lane of their own, one at a time, never queuing a page's
   // statement. A bucket-served process fetches the file first and counts the copy in its disk cache.
   const copyLane = config.api.servingCopies ? await duck.fork(1) : null;
+  // BOOK_CACHE_MB is the service's: each worker keeps its share. With copies, half of it keeps
+  // the pieces pages read from them, half the markets decoded whole while their copies are missing.
+  const cacheShare = Math.floor(config.api.bookCacheBytes / workers);
   const serving =
     copyLane &&
-    new ServingCopies(paths.serving, async (file) => {
-      const began = performance.now();
-      const parquet = path.join(paths.lake, file.path);
-      const written = await lake
-        .ensure([lake.sealedFile(file.path)].filter((f) => f !== null))
-        .then(() => writeServingCopy(copyLane, parquet, file.sha256, paths.serving))
-        .catch((err: unknown) => {
-          log.warn({ err, parquet: file.path }, 'serving copy not written');
-          throw err;
-        });
-      if (written) replica?.copyWritten(file.path, file.sha256, written.bytes);
-      log.info({ parquet: file.path, ...written, file: undefined, ms: ms(began, performance.now()) }, 'serving copy written');
-      return written !== null;
-    });
+    new ServingCopies(
+      paths.serving,
+      async (file) => {
+        const began = performance.now();
+        const parquet = path.join(paths.lake, file.path);
+        const written = await lake
+          .ensure([lake.sealedFile(file.path)].filter((f) => f !== null))
+          .then(() => writeServingCopy(copyLane, parquet, file.sha256, paths.serving))
+          .catch((err: unknown) => {
+            log.warn({ err, parquet: file.path }, 'serving copy not written');
+            throw err;
+          });
+        if (written) replica?.copyWritten(file.path, file.sha256, written.bytes);
+        log.info({ parquet: file.path, ...written, file: undefined, ms: ms(began, performance.now()) }, 'serving copy written');
+        return written !== null;
+      },
+      new CopyCache(Math.floor(cacheShare / 2)),
+    );
   // A bucket-served process's serving directory is its disk cache, emptied at each start: copies
   // of every recent market written again there would cost more than the replays they serve.
   const replayCopies = config.api.replay.copies && !replica ? new ReplayCopies(path.join(paths.serving, 'replay'), lake, log) : null;
@@ -224,10 +232,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
       ),
     );
   }
-  // BOOK_CACHE_MB is the service's: each worker keeps its share.
-  const books = new BookCache(Math.floor(config.api.bookCacheBytes / workers));
+  const books = new BookCache(serving ? cacheShare - serving.cache.maxBytes : cacheShare);
   // A few markets record at once; a quarter of the worker's share holds them whole many times over.
-  const live = new LiveBooks(Math.floor(config.api.bookCacheBytes / workers / 4));
+  const live = new LiveBooks(Math.floor(cacheShare / 4));
   const health = cached(HEALTH_CACHE_MS, () =>
     checkHealth(
       config,
@@ -256,6 +263,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         live_pages: live.pages,
         serving_copies: serving !== null,
         copy_reads: serving?.reads ?? 0,
+        copy_cache_bytes: serving?.cache.bytes ?? 0,
+        copy_cache_hits: serving?.cache.hits ?? 0,
+        copy_cache_kept: serving?.cache.kept ?? 0,
         copy_deflated_pages: serving?.deflatedPages ?? 0,
         copies_written: serving?.written ?? 0,
         copies_queued: serving?.queued ?? 0,

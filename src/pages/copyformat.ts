@@ -112,12 +112,13 @@ function chunkLength(t: Pick<BlockTable, 'times' | 'firstRow' | 'k' | 'lengths'>
   return size;
 }
 
-function views(words: ArrayBuffer, n: number, chunks: number) {
-  const w = ROW_BYTES * n;
+/** The table's arrays over its words, which start at `offset` (8-aligned) of `words`. */
+function views(words: ArrayBufferLike, n: number, chunks: number, offset = 0) {
+  const w = offset + ROW_BYTES * n;
   return {
-    ts: new Float64Array(words, 0, n),
-    outcome: new Int32Array(words, 8 * n, n),
-    lengths: new Uint32Array(words, 12 * n, n),
+    ts: new Float64Array(words, offset, n),
+    outcome: new Int32Array(words, offset + 8 * n, n),
+    lengths: new Uint32Array(words, offset + 12 * n, n),
     table: {
       at: new Uint32Array(words, w, chunks + 1),
       crc: new Uint32Array(words, w + 4 * (chunks + 1), chunks),
@@ -125,6 +126,23 @@ function views(words: ArrayBuffer, n: number, chunks: number) {
       zcrc: new Uint32Array(words, w + 4 * (3 * chunks + 1), chunks),
     },
   };
+}
+
+/** A decoded table as bytes to keep (its words, then its times' first rows) and the counts to view them again. */
+export function tablePiece(t: BlockTable): { parts: Uint8Array[]; meta: number[] } {
+  return {
+    parts: [
+      new Uint8Array(t.ts.buffer, t.ts.byteOffset, tableBytes(t.n, t.chunks)),
+      new Uint8Array(t.firstRow.buffer, t.firstRow.byteOffset, t.firstRow.byteLength),
+    ],
+    meta: [t.n, t.k, t.chunks, t.times],
+  };
+}
+
+/** The table `tablePiece` kept, over `bytes` (8-aligned; the caller's to keep as long as it reads the table). */
+export function tableOfPiece(bytes: Buffer, [n, k, chunks, times]: readonly number[]): BlockTable {
+  const firstRow = new Uint32Array(bytes.buffer, bytes.byteOffset + tableBytes(n, chunks), times + 1);
+  return { n, k, chunks, times, firstRow, ...views(bytes.buffer, n, chunks, bytes.byteOffset) };
 }
 
 /** A block whose summaries cannot be cut from its ladders exactly (never seen): its file gets no copy. */

@@ -4,6 +4,7 @@
 import fs from 'node:fs/promises';
 import zlib from 'node:zlib';
 import { Arena } from './arena.js';
+import { CopyCache } from './copycache.js';
 import { composeBooks } from './compose.js';
 import {
   type BlockTable,
@@ -15,6 +16,8 @@ import {
   TRAILER,
   decodeTable,
   inflateChunks,
+  tableOfPiece,
+  tablePiece,
   predeflated,
   rowsInText,
   servingCopyPath,
@@ -82,6 +85,8 @@ export class ServingCopies {
   constructor(
     readonly dir: string,
     private readonly writer: CopyWriter | null = null,
+    /** Tables and chunks' text pages read lately; none with 0 bytes. */
+    readonly cache = new CopyCache(0),
   ) {}
 
   /**
@@ -215,7 +220,12 @@ export class ServingCopies {
   private async guarded<T>(files: readonly CopiedFile[], read: () => Promise<T | null>): Promise<T | null> {
     try {
       return await read();
-    } catch {
+    } catch (err) {
+      if (err instanceof CopyGone) {
+        // Removed since its index was read: missing again, to be written again.
+        this.indexes.delete(err.sha256);
+        return null;
+      }
       for (const f of files) {
         this.indexes.delete(f.sha256);
         await fs.rm(servingCopyPath(this.dir, f.sha256), { force: true });
@@ -237,15 +247,11 @@ export class ServingCopies {
         if (!index) return null;
         const entry = index.markets[marketId];
         if (!entry) continue;
-        const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
-        if (!handle) {
-          this.indexes.delete(f.sha256);
-          return null;
-        }
+        const file = new CopyFile(servingCopyPath(this.dir, f.sha256), f.sha256);
         // Closed here if its block cannot be read (a damaged copy), else with the others below.
         parts.push(
-          await skeleton(handle, entry, index.chunkTimes, span, arena).catch(async (err: unknown) => {
-            await handle.close();
+          await skeleton(file, `${f.sha256}/${marketId}`, entry, index.chunkTimes, span, arena, this.cache).catch(async (err: unknown) => {
+            await file.close();
             throw err;
           }),
         );
@@ -264,7 +270,7 @@ export class ServingCopies {
           : joined(ranged, arena);
       const selection = selectPage(ts, outcome, q, maxTimes);
       if (gzip && predeflated(q, ladders)) {
-        const deflated = await deflatedPage(ranged, ts, selection, ladders, arena);
+        const deflated = await deflatedPage(ranged, ts, selection, ladders, arena, this.cache);
         if (deflated) {
           this.reads++;
           this.deflatedPages++;
@@ -277,7 +283,7 @@ export class ServingCopies {
       let start = 0;
       for (const p of ranged) {
         const [a, b] = [Math.max(lo, start), Math.min(hi, start + p.hi - p.lo)];
-        if (a < b) shares.push(await rowsOf(p, p.lo + a - start, p.lo + b - start, ladders, arena));
+        if (a < b) shares.push(await rowsOf(p, p.lo + a - start, p.lo + b - start, ladders, arena, this.cache));
         start += p.hi - p.lo;
       }
       const shown = shares.length === 1 ? shares[0] : concatenated(shares, arena);
@@ -286,7 +292,7 @@ export class ServingCopies {
       return renderPage(shown, selection, q, ladders, lo, frame);
     } finally {
       Arena.give(arena);
-      await Promise.all(parts.map((p) => p.handle.close()));
+      await Promise.all(parts.map((p) => p.file.close()));
     }
   }
 }
@@ -304,9 +310,40 @@ function joined(parts: Skeleton[], arena: Arena): [Float64Array, Int32Array] {
   return [ts, outcome];
 }
 
+/** A copy that was there when its index was read and is not now. */
+class CopyGone extends Error {
+  constructor(readonly sha256: string) {
+    super('serving copy removed');
+  }
+}
+
+/** A copy's file, opened at its first read: a page whose pieces are all in the cache opens none. */
+class CopyFile {
+  private handle: Promise<fs.FileHandle> | null = null;
+
+  constructor(
+    private readonly path: string,
+    private readonly sha256: string,
+  ) {}
+
+  async read(into: Buffer, at: number, position: number, length: number): Promise<void> {
+    this.handle ??= fs.open(this.path, 'r').catch(() => {
+      throw new CopyGone(this.sha256);
+    });
+    await readInto(await this.handle, into, at, position, length);
+  }
+
+  async close(): Promise<void> {
+    const handle = await this.handle?.catch(() => null);
+    await handle?.close();
+  }
+}
+
 /** A block's table and where its rows in a span lie. */
 interface Skeleton {
-  handle: fs.FileHandle;
+  file: CopyFile;
+  /** The block's name in the cache (its copy and market); null when its pieces are not kept. */
+  key: string | null;
   table: BlockTable;
   /** Where the block's chunks start in the file. */
   dataAt: number;
@@ -321,26 +358,68 @@ async function readInto(handle: fs.FileHandle, into: Buffer, at: number, positio
 }
 
 async function skeleton(
-  handle: fs.FileHandle,
+  file: CopyFile,
+  key: string,
   [offset, length, n, tableLength]: CopyEntry,
   k: number,
   span: { from: number; to: number },
   arena: Arena,
+  cache: CopyCache,
 ): Promise<Skeleton> {
+  const { table, keep } = await blockTable(file, key, offset, length, n, tableLength, k, arena, cache);
+  return {
+    file,
+    key: keep ? key : null,
+    table,
+    dataAt: offset + tableLength,
+    lo: search(table.ts, span.from, false),
+    hi: search(table.ts, span.to, false),
+  };
+}
+
+/** A block's table: from the cache (into the page's arena: the ring may be written over while the page reads), else read and decoded, and kept. */
+async function blockTable(
+  file: CopyFile,
+  key: string,
+  offset: number,
+  length: number,
+  n: number,
+  tableLength: number,
+  k: number,
+  arena: Arena,
+  cache: CopyCache,
+): Promise<{ table: BlockTable; keep: boolean }> {
+  const again = cache.admit(key);
+  const kept = cache.get(key);
+  if (kept) {
+    const bytes = arena.bytes(kept.bytes.length);
+    kept.bytes.copy(bytes);
+    return { table: tableOfPiece(bytes, kept.meta), keep: true };
+  }
   const deflated = arena.bytes(tableLength);
-  await readInto(handle, deflated, 0, offset, tableLength);
+  await file.read(deflated, 0, offset, tableLength);
   const table = decodeTable(deflated, n, k, length - tableLength);
-  return { handle, table, dataAt: offset + tableLength, lo: search(table.ts, span.from, false), hi: search(table.ts, span.to, false) };
+  if (again) {
+    const { parts, meta } = tablePiece(table);
+    cache.keep(key, parts, meta, true);
+  }
+  return { table, keep: again };
 }
 
 /** Rows [first, end) of a block (whole capture times or not), their heads and one view's text, from the chunks they are in. */
-async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean, arena: Arena): Promise<MarketBooks> {
+async function rowsOf(p: Skeleton, first: number, end: number, ladders: boolean, arena: Arena, cache: CopyCache): Promise<MarketBooks> {
   const t = p.table;
   const [c0, c1] = [Math.floor(timeOf(t, first) / t.k), Math.floor(timeOf(t, end - 1) / t.k) + 1];
+  const key = p.key && `${p.key}/${c0}-${c1}`;
+  // Used before any await: the ring may be written over after.
+  const kept = key && cache.get(key);
+  if (kept) return rowsFromText(t, first, end, kept.bytes, ladders, arena);
   const { at } = t.table;
   const data = arena.bytes(at[c1] - at[c0]);
-  await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);
-  return rowsFromText(t, first, end, inflateChunks(t, c0, c1, data), ladders, arena);
+  await p.file.read(data, 0, p.dataAt + at[c0], data.length);
+  const text = inflateChunks(t, c0, c1, data);
+  if (key) cache.keep(key, [text]);
+  return rowsFromText(t, first, end, text, ladders, arena);
 }
 
 /**
@@ -420,6 +499,7 @@ async function deflatedPage(
   selection: PageSelection,
   ladders: boolean,
   arena: Arena,
+  cache: CopyCache,
 ): Promise<DeflatedSnapshots | null> {
   const { shown } = selection;
   if (!shown.length) return null;
@@ -431,7 +511,7 @@ async function deflatedPage(
     const [a, b] = [Math.max(first, start), Math.min(end, start + p.hi - p.lo)];
     if (a < b) {
       if (items.length > 1) items.push(COMMA_TEXT);
-      const own = await partItems(p, p.lo + a - start, p.lo + b - start, ladders, arena);
+      const own = await partItems(p, p.lo + a - start, p.lo + b - start, ladders, arena, cache);
       if (!own) return null;
       items.push(...own);
     }
@@ -460,12 +540,19 @@ async function deflatedPage(
  * joined by commas, between the times before and after them rendered now. Null when the rows do
  * not start and end on capture times of the block (never, for a page's rows).
  */
-async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, arena: Arena): Promise<(Buffer | DeflatedPiece)[] | null> {
+async function partItems(
+  p: Skeleton,
+  r0: number,
+  r1: number,
+  ladders: boolean,
+  arena: Arena,
+  cache: CopyCache,
+): Promise<(Buffer | DeflatedPiece)[] | null> {
   const t = p.table;
   const [g0, g1] = [search(t.firstRow, r0, false), search(t.firstRow, r1, false)];
   if (t.firstRow[g0] !== r0 || t.firstRow[g1] !== r1) return null;
   const text = async (from: number, to: number): Promise<Buffer> => {
-    const rows = await rowsOf(p, t.firstRow[from], t.firstRow[to], ladders, arena);
+    const rows = await rowsOf(p, t.firstRow[from], t.firstRow[to], ladders, arena, cache);
     const groups: [number, number][] = [];
     for (let g = from; g < to; g++) groups.push([t.firstRow[g], t.firstRow[g + 1]]);
     const page = renderPage(rows, { shown: groups, times: groups.length }, DEFLATED_SHAPE, ladders, t.firstRow[from]).json as Buffer;
@@ -479,7 +566,7 @@ async function partItems(p: Skeleton, r0: number, r1: number, ladders: boolean, 
   const { at, crc, length, zcrc } = t.table;
   // A buffer of its own: the response is assembled after the arena has gone back.
   const data = Buffer.allocUnsafe(at[c1] - at[c0]);
-  await readInto(p.handle, data, 0, p.dataAt + at[c0], data.length);
+  await p.file.read(data, 0, p.dataAt + at[c0], data.length);
   const items: (Buffer | DeflatedPiece)[] = [];
   if (a > g0) items.push(await text(g0, a), COMMA_TEXT);
   for (let c = c0; c < c1; c++) {

@@ -1312,6 +1312,9 @@ export interface components {
                     live_pages: number;
                     serving_copies: boolean;
                     copy_reads: number;
+                    copy_cache_bytes: number;
+                    copy_cache_hits: number;
+                    copy_cache_kept: number;
                     copy_deflated_pages: number;
                     copies_written: number;
                     copies_queued: number;
