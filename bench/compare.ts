@@ -401,11 +401,11 @@ for (const [route, label, targetRatio] of [
 const cacheHealth = await getJson(`${lsvc.url}/v3/health`);
 const pagesOf = (h: any) =>
   h.data.api.pages as {
-    book_cache_hits: number;
-    copy_reads: number;
     book_cache_loads: number;
-    book_cache_refused: number;
-    book_cache_markets: number;
+    copy_reads: number;
+    copy_cache_hits: number;
+    copy_cache_kept: number;
+    copy_cache_bytes: number;
   };
 for (const s of [longChild, longPgChild, longColdChild]) s.proc.stdin!.end();
 await Promise.all(
@@ -511,11 +511,13 @@ A ${DAYS}-day lake (${longPgLoad.rows.toLocaleString('en')} book rows, ${all.len
 ${(servingBytes / 2 ** 20).toFixed(0)} MiB, ${(servingBytes / longPgLoad.rows).toFixed(0)} bytes a row; PostgreSQL ${(longPgLoad.bytes / 2 ** 20).toFixed(0)} MiB with its index, loaded in ${longPgLoad.seconds.toFixed(0)} s). The markets are
 drawn in a random order over the whole span; first pages cycle over all of them, deep pages (the fifth of a 15-minute
 market, its cursor walked by another process) over ${longOurs.deep.length}. Each run starts where the last one stopped
-in the drawn order, so no run asks for what an earlier one read: of the ${longRequests.toLocaleString('en')} requests the
-service answered, a page could find its market in the book cache (\`BOOK_CACHE_MB\` 512, shared by the workers) only
-when a run went round its whole share. The worker that answered the health check afterwards had served
-${pagesOf(cacheHealth).book_cache_hits.toLocaleString('en')} pages from its book cache and ${pagesOf(cacheHealth).copy_reads.toLocaleString('en')} markets from serving copies: a hit rate of
-${((100 * pagesOf(cacheHealth).book_cache_hits) / Math.max(1, pagesOf(cacheHealth).book_cache_hits + pagesOf(cacheHealth).copy_reads)).toFixed(1)}% (the rest of a page's books came from a copy, none from SQL; gzip pages of this shape come from the copy, cached or not). 16 pages of this process were checked equal to PostgreSQL's before timing.
+in the drawn order, so no run starts on what an earlier one read; within a run wrk goes round its list (${all.length.toLocaleString('en')}
+first pages, ${longOurs.deep.length} deep ones), so a first page is asked again only thousands of requests later and a deep one every few
+hundred. Of the ${longRequests.toLocaleString('en')} requests the service answered, every page of a market that is over came from its serving
+copies (none from SQL; gzip pages of this shape as the copy holds them pre-deflated). The worker that answered the health check
+afterwards had read ${pagesOf(cacheHealth).copy_reads.toLocaleString('en')} pages from copies, ${pagesOf(cacheHealth).copy_cache_hits.toLocaleString('en')} of their pieces (a block's table, a page's chunks)
+from the pieces kept in memory (\`BOOK_CACHE_MB\` 512, half of each worker's share), having kept
+${pagesOf(cacheHealth).copy_cache_kept.toLocaleString('en')} (${(pagesOf(cacheHealth).copy_cache_bytes / 2 ** 20).toFixed(0)} MiB held), and decoded ${pagesOf(cacheHealth).book_cache_loads} markets whole. 16 pages of this process were checked equal to PostgreSQL's before timing.
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | target |
 |---|---|---|---|---|---|---|---|
@@ -525,27 +527,25 @@ The book cache on against off, on these uniform draws: a second service process 
 \`BOOK_CACHE_MB=0\` was asked for the same pages in the same order as each row above (one run before theirs and one
 after, the better of two: the second process to read a file finds it in the kernel's page cache). Target: the cache
 never slower (p50 no higher and req/s no lower than with it off); req/s moves by 20-30% from run to run here, so a row
-within that is noise, not a cost. A market is decoded whole into the cache once asked for more than 8 times lately,
-and only where it pushes out no market asked for as often: the worker above had loaded
-${pagesOf(cacheHealth).book_cache_loads.toLocaleString('en')} markets, held ${pagesOf(cacheHealth).book_cache_markets.toLocaleString('en')}, and refused
-${pagesOf(cacheHealth).book_cache_refused.toLocaleString('en')} loads (before that rule, a least-recently-used cache over more markets than fit
-evicted each before its next request: deep pages at 4 connections 0.53x the req/s of no cache, 2026-11-29). Rows
-marked missed are what the cache still costs on such draws: a load decodes a whole market (about 12 ms from its
-serving copy, against about 1.4 ms for one page from it, measured by hand), and the decoded markets it holds keep
-the worker's garbage collector busier (more mark-compacts under --trace-gc, \`TRACE_GC=1\` in bench/servers.ts).
+within that is noise, not a cost. What a page inflates from a copy (its block's table, its chunks' text) is copied
+into a ring of memory written round and round, but only for a block asked for again before the ring would have come
+round to it: a first page drawn over all the markets (more than the ring holds) keeps nothing and costs nothing, a
+deep page asked every few hundred requests is read from memory from its third request. Until 2026-11-29 the cache
+decoded whole markets instead (a load about 12 ms from the copy, eight pages' work, repaid only by hits): on these
+draws deep pages at 4 connections came out at 0.36x the req/s of no cache, first pages at 0.66x.
 
 | route | encoding | connections | cache on p50 / p99, req/s | cache off p50 / p99, req/s | p50 on / off | req/s on / off | never slower |
 |---|---|---|---|---|---|---|---|
 ${cacheRows.join('\n')}
 
 Where the difference comes from: a page of a market that is over is served without a statement, from the serving
-copies written at seal (the cache off and the 7-day sections) or from a bounded cache of decoded books
-(\`BOOK_CACHE_MB\`, 512 by default): the market's rows read once, each book rendered once into a buffer, so a page
-is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
+copies written at seal: each book rendered once, deflated in chunks; a page reads its block's table and inflates the
+chunks it shows, or finds both in memory when its market was read lately (\`BOOK_CACHE_MB\`, 512 by default), so a
+page is a binary search and a few hundred buffer copies; no statement, no decoding, no JSON building. PostgreSQL plans,
 walks the index and builds JSON per request. A market still in the spool is followed there in memory from its second
 page (the newest hour's section, \`make bench-recent\`); with the cache off, it takes the SQL path.
 Both sides use both cores at 4 connections: the service's workers (each a whole API: its own DuckDB, lake index and
-book cache), PostgreSQL's backends beside its Node server. With one worker the latest book at 4 connections came out at
+cache), PostgreSQL's backends beside its Node server. With one worker the latest book at 4 connections came out at
 0.94-1.24x PostgreSQL's across runs (2026-11-23); one connection stays on one worker. On this shared machine req/s moves
 by 20-30% from run to run.
 `;
