@@ -30,6 +30,8 @@ export class Catalogue {
   private sorted: StoredMarket[] | null = null;
   /** Per partition, the files (and spool sizes) last read: equal means nothing new. */
   private readonly ingested = new Map<string, string>();
+  /** Per partition, its sealed files (`path@sha256`) whose versions the catalogue holds, from its checkpoint or read. */
+  private readonly held = new Map<string, string>();
 
   constructor(
     private readonly paths: LakePaths,
@@ -51,7 +53,8 @@ export class Catalogue {
    */
   async load(): Promise<void> {
     const covered = await this.readCheckpoint();
-    const sealed = this.index.all().filter((f) => f.partition.dataset === 'markets' && !covered.has(`${f.path}@${f.sha256}`));
+    const markets = this.index.all().filter((f) => f.partition.dataset === 'markets');
+    const sealed = markets.filter((f) => !covered.has(fileKey(f)));
     // One scan per 500 files (measured fastest), not one query per partition.
     for (let i = 0; i < sealed.length; i += 500) {
       await this.ensure(sealed.slice(i, i + 500));
@@ -61,6 +64,14 @@ export class Catalogue {
         if (p) this.upsert(toMarket(row, p));
       }
     }
+    const byPartition = new Map<string, IndexedFile[]>();
+    for (const f of markets) {
+      const dir = partitionDir(f.partition);
+      const files = byPartition.get(dir);
+      if (files) files.push(f);
+      else byPartition.set(dir, [f]);
+    }
+    for (const [dir, files] of byPartition) this.held.set(dir, filesKey(files));
     await this.ingest((await listSpool(this.paths.spool)).map((s) => s.partition).filter((p) => p.dataset === 'markets'));
     if (sealed.length > 0) await this.writeCheckpoint();
   }
@@ -94,10 +105,17 @@ export class Catalogue {
     return text;
   }
 
-  /** Reads the market versions of `partitions` whose files changed since they were last read. */
+  /**
+   * Reads the market versions of `partitions` whose files changed since they were last read. A
+   * partition announced again with the files already read (a sibling worker sharing the directory
+   * adopting the same manifest from a bucket) reads nothing: on a bucket-served process, reading
+   * would fetch them.
+   */
   async ingest(partitions: Partition[]): Promise<void> {
     const unique = new Map(partitions.map((p) => [partitionDir(p), p]));
     for (const p of unique.values()) {
+      const indexed = this.index.of(p);
+      if (this.held.get(partitionDir(p)) === filesKey(indexed) && !(await listSpoolOf(this.paths.spool, [p]))[0].length) continue;
       const files = await this.files([p]);
       const signature = await filesSignature(files);
       if (this.ingested.get(partitionDir(p)) === signature) continue;
@@ -105,6 +123,7 @@ export class Catalogue {
       const source = relation('markets', files);
       if (!source) continue;
       for (const row of await this.duck.rows(`SELECT ${MARKET_SELECT} FROM (${source})`)) this.upsert(toMarket(row, p));
+      this.held.set(partitionDir(p), filesKey(indexed));
     }
   }
 
@@ -173,6 +192,9 @@ export async function localMarkets(
   }
   return found;
 }
+
+const fileKey = (f: IndexedFile) => `${f.path}@${f.sha256}`;
+const filesKey = (files: readonly IndexedFile[]) => files.map(fileKey).sort().join('|');
 
 /** Names the files of a read and the sizes of spool parts (which grow): equal means nothing new. */
 export async function filesSignature(files: Files): Promise<string> {
