@@ -7,7 +7,7 @@
 // garbage collector busy (arena.ts). Oldest out first: a piece read again after the ring has come
 // round is simply inflated again. Only blocks asked for again while the ring could still hold them
 // are kept: under markets drawn uniformly over more than it holds, keeping every page's pieces
-// cost 5-10% of the pages and no page ever found one (bench, first pages over a 7-day lake).
+// cost 8-25% of the pages' rate and no page ever found one (first pages over the 7-day bench lake).
 
 import { constants } from 'node:buffer';
 
