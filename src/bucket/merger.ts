@@ -433,14 +433,13 @@ export class Merger {
         }
         this.forget(intent);
         // A replica fetching one of them just then is told to retry.
-        for (const u of replaced)
-          if (
-            await this.s3.delete(u.key).then(
-              () => true,
-              () => false,
-            )
-          )
-            this.forget(u);
+        for (const u of replaced) {
+          const deleted = await this.s3.delete(u.key).then(
+            () => true,
+            () => false,
+          );
+          if (deleted) this.forget(u);
+        }
         changed.push(partitionDir(p));
         report.partitions++;
       }

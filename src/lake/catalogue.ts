@@ -64,14 +64,8 @@ export class Catalogue {
         if (p) this.upsert(toMarket(row, p));
       }
     }
-    const byPartition = new Map<string, IndexedFile[]>();
-    for (const f of markets) {
-      const dir = partitionDir(f.partition);
-      const files = byPartition.get(dir);
-      if (files) files.push(f);
-      else byPartition.set(dir, [f]);
-    }
-    for (const [dir, files] of byPartition) this.held.set(dir, filesKey(files));
+    for (const p of new Map(markets.map((f) => [partitionDir(f.partition), f.partition])).values())
+      this.held.set(partitionDir(p), filesKey(this.index.of(p)));
     await this.ingest((await listSpool(this.paths.spool)).map((s) => s.partition).filter((p) => p.dataset === 'markets'));
     if (sealed.length > 0) await this.writeCheckpoint();
   }
