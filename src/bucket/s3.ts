@@ -38,8 +38,20 @@ interface Answer {
   res: http.IncomingMessage;
 }
 
+/**
+ * Answers worth asking again: no answer at all (reset, refused, timed out), the gateway's own
+ * failures and its throttling. Only reads and deletes are asked again: a conditional put whose
+ * success was lost on the way back would be refused the second time, a failure that is not one.
+ */
+const TRANSIENT = new Set([0, 429, 500, 502, 503, 504]);
+/** Attempts of a read or a delete in all, spaced by full-jitter exponential backoff from BACKOFF_MS (as AWS's SDKs do). */
+const ATTEMPTS = 4;
+const BACKOFF_MS = 100;
+
 /** Requests this process sent, by method: what a bucket bills by (make bench-recorders reads it). */
 export const S3_REQUESTS: Record<string, number> = {};
+/** Reads and deletes asked again after a transient failure. */
+export const S3_RETRIES = { count: 0 };
 
 export class S3 {
   private readonly url: URL;
@@ -104,11 +116,22 @@ export class S3 {
     });
   }
 
+  /** `call` (a read or a delete: the same however often sent) again while it fails transiently, up to ATTEMPTS in all; the last failure is thrown. */
+  private async idempotent<T>(call: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await call();
+      } catch (err) {
+        if (!(err instanceof S3Error && TRANSIENT.has(err.status)) || attempt >= ATTEMPTS) throw err;
+        S3_RETRIES.count++;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * BACKOFF_MS * 2 ** (attempt - 1)));
+      }
+    }
+  }
+
   /** Reads the answer's body; a status outside 2xx becomes an S3Error with the server's code. */
   private async text(a: Answer, what: string): Promise<string> {
-    const chunks: Buffer[] = [];
-    for await (const c of a.res) chunks.push(c as Buffer);
-    const text = Buffer.concat(chunks).toString('utf8');
+    const text = (await bodyOf(a, what)).toString('utf8');
     if (a.status >= 200 && a.status < 300) return text;
     throw new S3Error(a.status, /<Code>([^<]*)<\/Code>/.exec(text)?.[1] ?? `HTTP${a.status}`, `${what}: HTTP ${a.status}`);
   }
@@ -150,16 +173,18 @@ export class S3 {
   }
 
   /** The object with its ETag; `unchanged` when it still has `ifNoneMatch` (a 304, no body sent); null when there is none. */
-  async read(key: string, ifNoneMatch?: string): Promise<{ body: Buffer; etag: string } | 'unchanged' | null> {
+  read(key: string, ifNoneMatch?: string): Promise<{ body: Buffer; etag: string } | 'unchanged' | null> {
+    return this.idempotent(() => this.readOnce(key, ifNoneMatch));
+  }
+
+  private async readOnce(key: string, ifNoneMatch?: string): Promise<{ body: Buffer; etag: string } | 'unchanged' | null> {
     const a = await this.request('GET', key, ifNoneMatch ? { headers: { 'if-none-match': `"${ifNoneMatch}"` } } : {});
     if (a.status === 404 || a.status === 304) {
       await this.text(a, key).catch(() => undefined);
       return a.status === 304 ? 'unchanged' : null;
     }
-    const chunks: Buffer[] = [];
     if (a.status !== 200) await this.text(a, `get ${key}`);
-    for await (const c of a.res) chunks.push(c as Buffer);
-    return { body: Buffer.concat(chunks), etag: etagOf(a.headers) };
+    return { body: await bodyOf(a, `get ${key}`), etag: etagOf(a.headers) };
   }
 
   /**
@@ -167,7 +192,11 @@ export class S3 {
    * into place only when its size and sha256 are the expected ones. Returns false when there is
    * no such object; a wrong size or hash is an S3Error (`BadDigest`), and nothing is left behind.
    */
-  async download(key: string, dest: string, expect: { size: number; sha256: string }): Promise<boolean> {
+  download(key: string, dest: string, expect: { size: number; sha256: string }): Promise<boolean> {
+    return this.idempotent(() => this.downloadOnce(key, dest, expect));
+  }
+
+  private async downloadOnce(key: string, dest: string, expect: { size: number; sha256: string }): Promise<boolean> {
     const a = await this.request('GET', key);
     if (a.status === 404) {
       await this.text(a, key).catch(() => undefined);
@@ -199,7 +228,11 @@ export class S3 {
     }
   }
 
-  async head(key: string): Promise<{ size: number; modified: number; meta: Record<string, string> } | null> {
+  head(key: string): Promise<{ size: number; modified: number; meta: Record<string, string> } | null> {
+    return this.idempotent(() => this.headOnce(key));
+  }
+
+  private async headOnce(key: string): Promise<{ size: number; modified: number; meta: Record<string, string> } | null> {
     const a = await this.request('HEAD', key);
     a.res.resume();
     if (a.status === 404) return null;
@@ -210,7 +243,7 @@ export class S3 {
   }
 
   async delete(key: string): Promise<void> {
-    await this.text(await this.request('DELETE', key), `delete ${key}`);
+    await this.idempotent(async () => this.text(await this.request('DELETE', key), `delete ${key}`));
   }
 
   /** The next key segments under `prefix` (`<prefix><segment>/`), as a listing with a delimiter gives them. */
@@ -220,7 +253,7 @@ export class S3 {
     do {
       const query: Record<string, string> = { 'list-type': '2', prefix, delimiter: '/', 'max-keys': '1000' };
       if (token) query['continuation-token'] = token;
-      const xml = await this.text(await this.request('GET', null, { query }), `list ${prefix}`);
+      const xml = await this.idempotent(async () => this.text(await this.request('GET', null, { query }), `list ${prefix}`));
       for (const m of xml.matchAll(/<CommonPrefixes>\s*<Prefix>([^<]*)<\/Prefix>\s*<\/CommonPrefixes>/g)) {
         const full = unescapeXml(m[1]);
         found.push(full.slice(prefix.length, -1));
@@ -239,7 +272,7 @@ export class S3 {
       const query: Record<string, string> = { 'list-type': '2', prefix, 'max-keys': '1000' };
       if (token) query['continuation-token'] = token;
       else if (startAfter) query['start-after'] = startAfter;
-      const xml = await this.text(await this.request('GET', null, { query }), `list ${prefix}`);
+      const xml = await this.idempotent(async () => this.text(await this.request('GET', null, { query }), `list ${prefix}`));
       for (const m of xml.matchAll(/<Contents>([\s\S]*?)<\/Contents>/g)) {
         const field = (name: string) => unescapeXml(new RegExp(`<${name}>([^<]*)</${name}>`).exec(m[1])?.[1] ?? '');
         yield { key: field('Key'), size: Number(field('Size')), etag: field('ETag').replace(/"/g, '') };
@@ -249,6 +282,17 @@ export class S3 {
         : null;
     } while (token);
   }
+}
+
+/** The answer's whole body; a connection lost on the way is a failure with no answer (status 0), as one lost before it. */
+async function bodyOf(a: Answer, what: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  try {
+    for await (const c of a.res) chunks.push(c as Buffer);
+  } catch (err) {
+    throw new S3Error(0, (err as NodeJS.ErrnoException).code ?? 'Network', `${what}: ${(err as Error).message}`);
+  }
+  return Buffer.concat(chunks);
 }
 
 function etagOf(headers: http.IncomingHttpHeaders): string {
