@@ -34,7 +34,8 @@ export interface CaptureHealth {
 
 /** What `GET /latest?after=<seq>` answers. */
 export interface FeedAnswer {
-  /** Pass as `after` next time. */
+  /** The feed's process, and its count of changes: pass both (`feed`, `after`) next time. */
+  feed: string;
   seq: number;
   health: CaptureHealth;
   /** `<venue>:<market_id>` and its newest book, for every book changed after `after`. */

@@ -1,6 +1,7 @@
 // Several recorders' feeds into one map of newest books (a replica of a merged record): each
 // market's newest book of any feed wins, one feed down leaves the others serving, and health names
 // each. Real feeds (capture/feed.ts) over real HTTP.
+import http from 'node:http';
 import t from 'tap';
 import { FeedTails } from '../src/bucket/feedtail.js';
 import { startLatestFeed } from '../src/capture/feed.js';
@@ -59,4 +60,58 @@ t.test("each market's newest book of any recorder's feed; one feed down, the oth
   t.equal(tails.health().url, feedA.url, 'health speaks of the feed that answers');
   t.equal((tails.capture() as unknown as { state: string }).state, 'a');
   t.match(tails.all()[0].error, /./, "B's failure is named");
+});
+
+t.test('a capture restarted on the same address: every book it holds is new to the tail, however far it counted', async (t) => {
+  const before = new Map([['polymarket:m1', book(100)]]);
+  const first = await feedOf(before, 'first');
+  const port = new URL(first.url).port;
+  const latest = new Map<string, LatestBook>();
+  const tails = new FeedTails([first.url], SECRET, latest, quiet);
+  // The first process counted to 3 changes.
+  for (const ts of [101, 102, 103]) {
+    before.set('polymarket:m1', book(ts));
+    await tails.poll();
+  }
+  t.equal(latest.get('polymarket:m1')!.ts, 103);
+  await first.close();
+  // Its successor has books of another market, and has counted past the tail's number by its first poll.
+  const after = new Map<string, LatestBook>();
+  const second = await startLatestFeed({
+    latest: after,
+    health: () => ({ state: 'second' }) as unknown as CaptureHealth,
+    host: '127.0.0.1',
+    port: Number(port),
+    secret: SECRET,
+    log: quiet,
+  });
+  t.teardown(() => second.close());
+  // Another client (each on a new connection) has the successor count its changes before the tail asks.
+  const ask = () =>
+    new Promise<{ seq: number }>((resolve, reject) =>
+      http
+        .get(`${second.url}/latest?after=0`, { agent: false, headers: { authorization: `Bearer ${SECRET}` } }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as { seq: number }));
+        })
+        .on('error', reject),
+    );
+  after.set('polymarket:m2', book(50));
+  await ask();
+  for (const ts of [104, 105, 106, 107]) {
+    after.set('polymarket:m1', book(ts));
+    await ask();
+  }
+  t.equal((await ask()).seq, 5, "the successor's count is past the tail's");
+  // The tail's first poll may find the connection the first process closed: it fails, and the next asks anew.
+  for (let i = 0; i < 3; i++) if ((await tails.poll()) > 0) break;
+  t.same(
+    [...latest].map(([k, v]) => [k, v.ts]).sort(),
+    [
+      ['polymarket:m1', 107],
+      ['polymarket:m2', 50],
+    ],
+    "the restarted capture's books, the one it changed before the tail's first poll included",
+  );
 });

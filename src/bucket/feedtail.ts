@@ -18,6 +18,7 @@ const STALE_MS = 5_000;
 
 export class FeedTail {
   private seq = 0;
+  private feed = '';
   private lastOk: number | null = null;
   private error: string | null = null;
   private captureHealth: CaptureHealth | null = null;
@@ -33,14 +34,12 @@ export class FeedTail {
   /** Applies what changed since the last poll; a failure is kept for health, logged once per streak. */
   async poll(): Promise<number> {
     try {
-      const res = await fetch(`${this.url}/latest?after=${this.seq}`, {
+      const res = await fetch(`${this.url}/latest?feed=${this.feed}&after=${this.seq}`, {
         headers: { authorization: `Bearer ${this.secret}` },
         signal: AbortSignal.timeout(this.timeoutMs),
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const answer = (await res.json()) as FeedAnswer;
-      // A restarted capture counts from zero again: everything it has is new to us.
-      if (answer.seq < this.seq) this.seq = 0;
       let applied = 0;
       for (const [key, book] of answer.books) {
         if ((this.latest.get(key)?.ts ?? -Infinity) > book.ts) continue;
@@ -48,6 +47,7 @@ export class FeedTail {
         applied++;
       }
       this.seq = answer.seq;
+      this.feed = answer.feed;
       this.captureHealth = answer.health;
       if (this.error) this.log.info({ url: this.url }, 'capture feed reachable again');
       this.error = null;

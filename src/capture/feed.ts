@@ -1,7 +1,7 @@
 // Capture's newest books over the network, for API processes on other machines that serve the
 // lake from a bucket: what changed since a client's last poll, with capture's health. One
 // private endpoint behind a shared secret (CAPTURE_FEED_SECRET), never on the public API's port.
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../log.js';
@@ -26,6 +26,9 @@ export async function startLatestFeed(options: {
   // Capture replaces a market's entry with a new object at each book: a changed object is a change.
   const seen = new Map<string, { book: LatestBook; seq: number }>();
   let seq = 0;
+  // A tail's `after` counts in one process's numbering: asked with another's (capture restarted on
+  // the same address, from 0, and possibly past the tail's number by now), every book is new to it.
+  const feed = randomUUID();
   const changedAfter = (after: number): [string, LatestBook][] => {
     for (const [key, book] of options.latest) {
       if (seen.get(key)?.book !== book) seen.set(key, { book, seq: ++seq });
@@ -47,9 +50,9 @@ export async function startLatestFeed(options: {
       res.writeHead(404).end();
       return;
     }
-    const after = Number(url.searchParams.get('after') ?? 0);
+    const after = url.searchParams.get('feed') === feed ? Number(url.searchParams.get('after') ?? 0) : 0;
     const books = changedAfter(Number.isFinite(after) && after >= 0 ? after : 0);
-    const body: FeedAnswer = { seq, health: options.health(), books };
+    const body: FeedAnswer = { feed, seq, health: options.health(), books };
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   });
   server.listen(options.port, options.host);
