@@ -16,11 +16,12 @@ import type { Heartbeat } from '../src/capture/heartbeat.js';
 import type { Venue } from '../src/config.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import type { PartitionManifest } from '../src/lake/manifest.js';
+import { KeyStore } from '../src/edge/keys.js';
 import type { StreamFaults } from '../src/standin/streamserver.js';
 import { HOUR } from '../src/time.js';
-import { captureEnv, captureProcesses, exited, lakeTable, processRig, quiet, sleep, testConfig } from './helpers.js';
+import { captureEnv, captureProcesses, exited, lakeTable, processRig, quiet, sleep, startApiProcess, testConfig } from './helpers.js';
 import { startRgw } from './rgw.js';
-import { auditStream, readStreamLake, subscriptions } from './streamaudit.js';
+import { type Gap, type Known, type Recorded, auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 const START = Date.parse('2026-07-26T12:48:30Z');
 const HOUR12 = Date.parse('2026-07-26T12:00:00Z');
@@ -251,6 +252,11 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
       slackMs: 1000 * SPEED,
     });
   }
+  await replicaServesTheRecord(t, {
+    dir: path.join(dir, 'replica'),
+    env: { ...bucketEnv, CLOCK_START: String(clockEnv.start), CLOCK_SPEED: String(clockEnv.speed), CLOCK_ANCHOR: String(clockEnv.anchor) },
+    record: lake,
+  });
   if (options.faults) {
     const { stats } = standin.stream;
     const wallet = standin.walletStream.stats;
@@ -259,6 +265,128 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
       `the stand-in's faults happened: Polymarket ${stats.dropped} messages dropped; the wallet venue ${wallet.dropped} dropped, ${wallet.reordered} reordered, ${wallet.duplicated} duplicated`,
     );
   }
+}
+
+/**
+ * What users read of the run: an API process serving from the bucket alone (`LAKE_SOURCE=bucket`)
+ * gives, for every market window of hour 12, exactly the books of the record audited above (every
+ * snapshot, each book's ladders) and a certificate whose gaps are the record's and which names both
+ * recorders.
+ */
+async function replicaServesTheRecord(
+  t: Test,
+  { dir, env, record }: { dir: string; env: Record<string, string>; record: { rows: Recorded[]; gaps: Gap[]; markets: Known[] } },
+): Promise<void> {
+  await fs.mkdir(dir, { recursive: true });
+  const { key } = await KeyStore.open(testConfig(dir), quiet).issue('paid', 'recorders run');
+  const replica = await startApiProcess(t, dir, {
+    ...env,
+    LAKE_SOURCE: 'bucket',
+    API_WORKERS: '1',
+    RATE_PAID_PER_SECOND: '100000',
+  });
+  type Answer<T> = { status: number; body: { data: T; pagination?: { next_cursor: string | null } } };
+  const get = async <T>(route: string): Promise<Answer<T>> => {
+    const res = await fetch(`${replica.url}${route}`, { headers: { authorization: `Bearer ${key}` } }).catch((err: Error) => {
+      // What the replica said of it: a failure needs its side to be read.
+      const said = replica.lines.slice(-6).map((l) => [l.time, l.msg, l.route, l.status, l.ms]);
+      throw new Error(
+        `${route}: ${err.message} (${String(err.cause)}) at ${Date.now()}; replica exit ${replica.child.exitCode}, its last lines ${JSON.stringify(said)} ${replica.stderr.join('').slice(-2000)}`,
+      );
+    });
+    return { status: res.status, body: (await res.json()) as Answer<T>['body'] };
+  };
+  const iso = (ms: number) => new Date(ms).toISOString();
+  interface Book {
+    token_id: string;
+    exchange_time: string;
+    bid_prices: number[];
+    bid_sizes: number[];
+    ask_prices: number[];
+    ask_sizes: number[];
+  }
+  const bookText = (token: string, ts: number, ex: number, b: Omit<Book, 'token_id' | 'exchange_time'>) =>
+    JSON.stringify([token, ts, ex, b.bid_prices, b.bid_sizes, b.ask_prices, b.ask_sizes]);
+  // The markets of the record's catalogue: the hour's books also hold the next hour's markets' books
+  // before their open, whose catalogue is that hour's (sealed after it).
+  const markets = record.markets.map((m) => m.market_id);
+  let windows = 0;
+  let books = 0;
+  const wrong: Record<string, unknown>[] = [];
+  for (const id of markets) {
+    const venue: Venue = isVenue('polymarket', id) ? 'polymarket' : 'wallet-prediction';
+    const base = venue === 'polymarket' ? `/v3/btc/markets/${id}` : `/v3/wallet-prediction/${id}`;
+    const market = await get<{ start_time: string; end_time: string }>(base);
+    t.equal(market.status, 200, `the replica knows market ${id}`);
+    if (market.status !== 200) continue;
+    const [start, end] = [Date.parse(market.body.data.start_time), Date.parse(market.body.data.end_time)];
+    // Windows wholly within the merged hour (the venue lists the next hour's ahead).
+    if (start < HOUR12 || end > HOUR12 + HOUR) continue;
+    windows++;
+    const served: string[] = [];
+    const range = `start_time=${iso(start)}&end_time=${iso(end)}&limit=1000${venue === 'polymarket' ? '&include_orderbook=true' : ''}`;
+    let cursor: string | null = null;
+    do {
+      const route = `${base}/snapshots?${range}${cursor ? `&cursor=${cursor}` : ''}`;
+      const page: Answer<{ timestamp: string; books: Book[] }[]> = await get(route);
+      if (page.status !== 200) throw new Error(`${route}: HTTP ${page.status} ${JSON.stringify(page.body)}`);
+      for (const s of page.body.data)
+        for (const b of s.books) served.push(bookText(b.token_id, Date.parse(s.timestamp), Date.parse(b.exchange_time), b));
+      cursor = page.body.pagination?.next_cursor ?? null;
+    } while (cursor);
+    const kept = record.rows
+      .filter((r) => r.market_id === id && r.ts >= start && r.ts < end)
+      .map((r) => bookText(r.token_id, r.ts, r.ex, r));
+    books += kept.length;
+    const cert = await get<{
+      state: string;
+      books: { recorded: number };
+      gaps: { from: string; to: string; reason: string; provisional?: boolean }[];
+      recorders: Record<string, unknown> | null;
+    }>(`${base}/certificate`);
+    const gaps = (cert.body.data.gaps ?? []).filter((g) => !g.provisional).map((g) => [Date.parse(g.from), Date.parse(g.to), g.reason]);
+    const recordGaps = record.gaps
+      .filter((g) => g.market_id === id && g.f < end && g.t > start)
+      .map((g) => [Math.max(g.f, start), Math.min(g.t, end), g.reason]);
+    const sort = (a: unknown[][]) => a.map((x) => JSON.stringify(x)).sort();
+    const same = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+    const [servedSet, keptSet] = [new Set(served), new Set(kept)];
+    const missing = kept.filter((x) => !servedSet.has(x));
+    const extra = served.filter((x) => !keptSet.has(x));
+    if (
+      missing.length ||
+      extra.length ||
+      served.length !== kept.length ||
+      cert.status !== 200 ||
+      cert.body.data.state === 'pending' ||
+      cert.body.data.books.recorded !== kept.length ||
+      !same(sort(gaps), sort(recordGaps)) ||
+      Object.keys(cert.body.data.recorders ?? {})
+        .sort()
+        .join() !== RECORDERS.join()
+    )
+      wrong.push({
+        id,
+        window: [iso(start), iso(end)],
+        served: served.length,
+        kept: kept.length,
+        missing: missing.slice(0, 2),
+        extra: extra.slice(0, 2),
+        certificate: {
+          status: cert.status,
+          state: cert.body.data.state,
+          books: cert.body.data.books,
+          recorders: Object.keys(cert.body.data.recorders ?? {}),
+        },
+        gaps: { served: sort(gaps), record: sort(recordGaps) },
+      });
+  }
+  t.ok(windows >= 4, `${windows} market windows of hour 12 read from the replica`);
+  t.same(
+    wrong,
+    [],
+    `a replica from the bucket serves the record: ${books} books of ${windows} windows, each window's certificate with the record's gaps and both recorders`,
+  );
 }
 
 /** The stand-in numbers Polymarket's markets from 1,000,000 and the wallet venue's from 50,000,000. */
