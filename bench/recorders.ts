@@ -31,6 +31,19 @@ const snapshot = () => ({ ...S3_REQUESTS });
 const since = (before: Record<string, number>) =>
   Object.fromEntries(Object.entries(S3_REQUESTS).map(([m, n]) => [m, n - (before[m] ?? 0)]));
 
+/** The process's resident size from now until `stop`: its peak, and where it began. */
+function peakRss() {
+  const before = process.memoryUsage.rss();
+  let peak = before;
+  const timer = setInterval(() => (peak = Math.max(peak, process.memoryUsage.rss())), 20);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      return { before, peak: Math.max(peak, process.memoryUsage.rss()) };
+    },
+  };
+}
+
 try {
   const common = { ...rgwEnv, S3_BUCKET: 'bench-record', S3_PREFIX: 'archive/', MARKETS_SEAL_GRACE_MS: '30000', PUBLISH_MS: '2000' };
   const duck = await Duck.open(2);
@@ -67,16 +80,20 @@ try {
   };
 
   // One group at a time first, then the record removed and merged again with MERGE_CONCURRENCY's default.
+  const serialMemory = peakRss();
   const serialBegan = performance.now();
   await new Merger(main, path.join(root, 'merge-serial'), duck, log, { concurrency: 1 }).pass();
   const serialMs = performance.now() - serialBegan;
+  const serialPeak = serialMemory.stop();
   for await (const o of main.list(main.config.prefix)) if (!o.key.startsWith(recordersPrefix(main.config.prefix))) await main.delete(o.key);
   const concurrency = loadConfig({ ...common, DATA_DIR: root }).mergeConcurrency;
   const before = snapshot();
+  const mergeMemory = peakRss();
   const began = performance.now();
   const merger = new Merger(main, path.join(root, 'merge'), duck, log, { concurrency });
   const first = await merger.pass();
   const mergeMs = performance.now() - began;
+  const mergePeak = mergeMemory.stop();
   const mergeRequests = since(before);
   const idleBefore = snapshot();
   const idleBegan = performance.now();
@@ -114,6 +131,7 @@ streamed capture records more rows an hour) over ${HOURS} simulated hours of bot
 - **Bucket bytes**: the record costs ${(record.n / Math.max(a.n, 1)).toFixed(2)}x one recorder's lake; with two recorders the bucket holds ${((a.n + b.n + record.n) / Math.max(record.n, 1)).toFixed(2)}x the record.
 - **Requests a recorder sends an hour publishing** (A): ${perHour(published['rec-a'])}. The fill publishes once at its end; a live capture publishes every PUBLISH_MS, and re-puts a partition's manifest at each of its commits.
 - **The merge, from scratch** (${first.groups} groups, ${first.partitions} partitions, ${first.files_put} files put, ${first.disagreements} disagreements), ${concurrency} groups at once (MERGE_CONCURRENCY): ${(mergeMs / 1000).toFixed(1)} s, ${(mergeMs / 1000 / HOURS).toFixed(1)} s a sealed hour, requests ${JSON.stringify(mergeRequests)}; one group at a time: ${(serialMs / 1000).toFixed(1)} s, ${(serialMs / 1000 / HOURS).toFixed(1)} s a sealed hour.
+- **The merge's memory** (the resident size of the process running it, sampled every 20 ms; capture's process when a recorder merges): ${concurrency} groups at once, peak ${mib(mergePeak.peak)} MiB, ${mib(mergePeak.peak - mergePeak.before)} MiB above the process before the pass; one group at a time, peak ${mib(serialPeak.peak)} MiB, ${mib(serialPeak.peak - serialPeak.before)} MiB above. DuckDB's memory is within it (one instance, \`Duck.open(2)\`).
 - **A pass with nothing new**: ${idleMs.toFixed(0)} ms, requests ${JSON.stringify(idleRequests)} (the recorders' listing, their heartbeats and commits since the last pass).
 - **The first pass of a merger started again**: ${(restartMs / 1000).toFixed(1)} s, requests ${JSON.stringify(restartRequests)}: it looks again at the ${restarted.pending} groups still pending (some recorder's horizon short of them), each a GET of every recorder's manifests of the group and its neighbours. Most of the merge's time is such requests and DuckDB statements over small files: a group is merged again at each commit of a recorder that names it or a neighbour.
 - **When a merged hour is served**: a recorder seals an hour SEAL_GRACE_MS (30 s) after its end, publishes within PUBLISH_MS (2 s), and its merger (MERGE_MS, 10 s) merges what the commit names: the hour's record is in the bucket about ${(30 + 2 + 10 + mergeMs / 1000 / HOURS).toFixed(0)} s after its end, its gaps final once every recorder's horizon has passed it (a recorder's next seal).
