@@ -205,6 +205,8 @@ export const SCHEMAS: Record<string, unknown> = {
           bucket: str,
           last_sync: nullable(time),
           sync_error: nullable(str),
+          // Reads asked of the bucket again after a transient failure (no answer, 429, 5xx), up to four attempts each.
+          retries: { type: 'integer' },
           cache: obj({
             files: { type: 'integer' },
             bytes: { type: 'integer' },

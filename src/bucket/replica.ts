@@ -31,7 +31,7 @@ import {
 import { RECORDER_ID_RE } from '../config.js';
 import { describe } from './publish.js';
 import { servingCopyPath } from '../pages/copyformat.js';
-import { type S3, S3Error } from './s3.js';
+import { type S3, S3Error, S3_RETRIES } from './s3.js';
 
 /** A sealed file the bucket could not give (down, missing, or not the bytes its manifest names): a 503, retried later. */
 export class ObjectUnavailable extends Error {
@@ -44,6 +44,8 @@ export interface ReplicaHealth {
   sync_error: string | null;
   /** Manifests brought in: by a GET each, or taken from capture's snapshot (their bytes checked against the listing's ETag). */
   manifests: { fetched: number; from_snapshot: number };
+  /** Reads and deletes this process asked the bucket again after a transient failure (no answer, 429, 5xx). */
+  retries: number;
   /**
    * `adopted`: files another worker sharing the cache directory fetched, found there and checked
    * here against the manifest (size and sha256) instead of downloaded again.
@@ -196,6 +198,7 @@ export class BucketReplica {
       last_sync: this.lastSync === null ? null : new Date(this.lastSync).toISOString(),
       sync_error: this.syncError,
       manifests: { fetched: this.manifestsFetched, from_snapshot: this.manifestsFromSnapshot },
+      retries: S3_RETRIES.count,
       cache: {
         files: this.cached.size,
         bytes: this.cachedBytes,

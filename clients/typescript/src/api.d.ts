@@ -1263,6 +1263,7 @@ export interface components {
                     bucket: string;
                     last_sync: string | null;
                     sync_error: string | null;
+                    retries: number;
                     cache: {
                         files: number;
                         bytes: number;
