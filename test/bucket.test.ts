@@ -145,64 +145,86 @@ t.test('a snapshot that cannot be made never holds publishing', async (t) => {
   t.equal(await other.get(snapshotKey(other.config.prefix)), null, 'no snapshot');
 });
 
-t.test('a gateway failing for a moment: reads and deletes are asked again, a put is not, and a failure that stays is said', async (t) => {
-  // A proxy in front of the gateway that answers the next `failing` requests itself: a 503 SlowDown,
-  // then a connection closed with no answer, in turn; the rest reach the gateway.
-  let failing = 0;
-  let failed = 0;
-  const gateway = new URL(rgw.env.S3_ENDPOINT);
-  const proxy = http.createServer((req, res) => {
-    if (failing > 0) {
-      failing--;
-      if (failed++ % 2 === 0) res.writeHead(503, { 'content-type': 'application/xml' }).end('<Error><Code>SlowDown</Code></Error>');
-      else req.socket.destroy();
-      return;
-    }
-    const out = http.request(
-      { host: gateway.hostname, port: gateway.port, method: req.method, path: req.url, headers: req.headers },
-      (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(res);
-      },
-    );
-    out.on('error', () => res.destroy());
-    req.pipe(out);
-  });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => new Promise<void>((resolve) => proxy.close(() => resolve())));
-  const flaky = new S3({ ...config.bucket!, prefix: 'flaky/', endpoint: `http://127.0.0.1:${(proxy.address() as net.AddressInfo).port}` });
-  t.teardown(() => flaky.close());
-  const body = Buffer.from('a body read through a gateway that fails now and then');
-  const sha256 = createHash('sha256').update(body).digest('hex');
-  const key = flaky.key('object.bin');
-  await flaky.put(key, body);
-  const retried = () => S3_RETRIES.count;
+t.test(
+  'a gateway failing for a moment: reads and deletes are asked again, a put and a read timed out are not, and a failure that stays is said',
+  async (t) => {
+    // A proxy in front of the gateway that answers the next `failing` requests itself: a 503 SlowDown,
+    // then a connection closed with no answer, in turn; the rest reach the gateway.
+    let failing = 0;
+    let failed = 0;
+    let silent = 0;
+    const gateway = new URL(rgw.env.S3_ENDPOINT);
+    const proxy = http.createServer((req, res) => {
+      // Heard and never answered (closed at the proxy's close).
+      if (silent > 0) {
+        silent--;
+        return;
+      }
+      if (failing > 0) {
+        failing--;
+        if (failed++ % 2 === 0) res.writeHead(503, { 'content-type': 'application/xml' }).end('<Error><Code>SlowDown</Code></Error>');
+        else req.socket.destroy();
+        return;
+      }
+      const out = http.request(
+        { host: gateway.hostname, port: gateway.port, method: req.method, path: req.url, headers: req.headers },
+        (answer) => {
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
+          answer.pipe(res);
+        },
+      );
+      out.on('error', () => res.destroy());
+      req.pipe(out);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    t.teardown(() => new Promise<void>((resolve) => proxy.close(() => resolve())));
+    const flaky = new S3({
+      ...config.bucket!,
+      prefix: 'flaky/',
+      endpoint: `http://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`,
+    });
+    t.teardown(() => flaky.close());
+    const body = Buffer.from('a body read through a gateway that fails now and then');
+    const sha256 = createHash('sha256').update(body).digest('hex');
+    const key = flaky.key('object.bin');
+    await flaky.put(key, body);
+    const retried = () => S3_RETRIES.count;
 
-  const before = retried();
-  failing = 2;
-  t.same(await flaky.get(key), body, 'a get');
-  failing = 2;
-  t.equal((await flaky.head(key))?.size, body.length, 'a head');
-  failing = 2;
-  const listed: string[] = [];
-  for await (const o of flaky.list(flaky.key(''))) listed.push(o.key);
-  t.same(listed, [key], 'a listing');
-  failing = 2;
-  const dest = path.join(testdir(t), 'object.bin');
-  t.equal(await flaky.download(key, dest, { size: body.length, sha256 }), true, 'a download');
-  t.same(await fs.readFile(dest), body);
-  t.equal(retried() - before, 8, 'each asked twice more');
+    const before = retried();
+    failing = 2;
+    t.same(await flaky.get(key), body, 'a get');
+    failing = 2;
+    t.equal((await flaky.head(key))?.size, body.length, 'a head');
+    failing = 2;
+    const listed: string[] = [];
+    for await (const o of flaky.list(flaky.key(''))) listed.push(o.key);
+    t.same(listed, [key], 'a listing');
+    failing = 2;
+    const dest = path.join(testdir(t), 'object.bin');
+    t.equal(await flaky.download(key, dest, { size: body.length, sha256 }), true, 'a download');
+    t.same(await fs.readFile(dest), body);
+    t.equal(retried() - before, 8, 'each asked twice more');
 
-  failing = 1;
-  await t.rejects(flaky.put(flaky.key('other.bin'), body), { name: 'S3Error', status: 503 }, 'a put is not asked again');
-  t.equal(await flaky.head(flaky.key('other.bin')), null, 'and put nothing');
-  failing = 4;
-  await t.rejects(flaky.get(key), { name: 'S3Error' }, 'a read failing four times in a row fails');
-  t.equal(failing, 0, 'after four attempts, no more');
-  failing = 2;
-  await flaky.delete(key);
-  t.equal(await flaky.head(key), null, 'a delete');
-});
+    failing = 1;
+    await t.rejects(flaky.put(flaky.key('other.bin'), body), { name: 'S3Error', status: 503 }, 'a put is not asked again');
+    t.equal(await flaky.head(flaky.key('other.bin')), null, 'and put nothing');
+    failing = 4;
+    await t.rejects(flaky.get(key), { name: 'S3Error' }, 'a read failing four times in a row fails');
+    t.equal(failing, 0, 'after four attempts, no more');
+    // A gateway silent past S3_TIMEOUT_MS is not asked again: a request waiting on a file would wait as long again.
+    const impatient = new S3({ ...flaky.config, timeoutMs: 200 });
+    t.teardown(() => impatient.close());
+    silent = 2;
+    const retriedBefore = retried();
+    await t.rejects(impatient.get(key), { name: 'S3Error', code: 'Timeout' }, 'a read with no answer in time fails');
+    t.equal(silent, 1, 'asked once');
+    t.equal(retried(), retriedBefore);
+    silent = 0;
+    failing = 2;
+    await flaky.delete(key);
+    t.equal(await flaky.head(key), null, 'a delete');
+  },
+);
 
 t.test('a file a request still reads is never evicted, by its process or another worker sharing the cache', async (t) => {
   // Two workers' caches over one directory, bound to a byte (every file over it), on a clock the test moves.

@@ -39,9 +39,11 @@ interface Answer {
 }
 
 /**
- * Answers worth asking again: no answer at all (reset, refused, timed out), the gateway's own
- * failures and its throttling. Only reads and deletes are asked again: a conditional put whose
- * success was lost on the way back would be refused the second time, a failure that is not one.
+ * Answers worth asking again: none at all (a connection reset or refused), the gateway's own
+ * failures and its throttling. Not a timeout: a gateway silent for S3_TIMEOUT_MS is not a moment's
+ * failure, and a request waiting on a file would wait that long again. Only reads and deletes are
+ * asked again: a conditional put whose success was lost on the way back would be refused the
+ * second time, a failure that is not one.
  */
 const TRANSIENT = new Set([0, 429, 500, 502, 503, 504]);
 /** Attempts of a read or a delete in all, spaced by full-jitter exponential backoff from BACKOFF_MS (as AWS's SDKs do). */
@@ -122,7 +124,7 @@ export class S3 {
       try {
         return await call();
       } catch (err) {
-        if (!(err instanceof S3Error && TRANSIENT.has(err.status)) || attempt >= ATTEMPTS) throw err;
+        if (!(err instanceof S3Error && TRANSIENT.has(err.status) && err.code !== 'Timeout') || attempt >= ATTEMPTS) throw err;
         S3_RETRIES.count++;
         await new Promise((resolve) => setTimeout(resolve, Math.random() * BACKOFF_MS * 2 ** (attempt - 1)));
       }
