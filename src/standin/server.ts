@@ -66,6 +66,8 @@ export interface StandInOptions {
   misresolveRate?: number;
   /** Faults of Polymarket's price socket (RTDS). */
   rtdsFaults?: Partial<RtdsFaults>;
+  /** Keep the time of every REST book served (`stats.served`), for audits of what capture did with each; grows with the run. */
+  keepServed?: boolean;
   /** What Polymarket's market channel does that a recorder must cope with (hash layout and skew, books after trades...). */
   channelQuirks?: Partial<ChannelQuirks>;
   coins?: Record<Venue, readonly string[]>;
@@ -75,6 +77,8 @@ export interface ServedStats {
   requests: number;
   faults: number;
   books: Record<Venue, number>;
+  /** With `keepServed`: each token's books served over REST, by the clock time of serving. */
+  served: Map<string, number[]> | null;
 }
 
 type Reply = { status: number; body: unknown; headers?: Record<string, string> };
@@ -96,13 +100,19 @@ export class StandIn {
   readonly walletStream: WalletTopics;
   /** Polymarket's price socket (RTDS), served on the same port. */
   readonly rtds: RtdsSocket;
-  readonly stats: ServedStats = { requests: 0, faults: 0, books: { 'wallet-prediction': 0, polymarket: 0 } };
+  readonly stats: ServedStats;
   private server: http.Server | null = null;
   private readonly sockets = new Set<import('node:net').Socket>();
   private weightWindow = { minute: 0, used: 0 };
   private random: () => number;
 
   constructor(private readonly options: StandInOptions) {
+    this.stats = {
+      requests: 0,
+      faults: 0,
+      books: { 'wallet-prediction': 0, polymarket: 0 },
+      served: options.keepServed ? new Map() : null,
+    };
     this.sim = new Sim(options.seed ?? 1, options.coins ?? VENUE_COINS);
     this.sim.misresolveRate = options.misresolveRate ?? 0;
     this.faults = { ...NO_FAULTS, ...options.faults };
@@ -365,6 +375,12 @@ export class StandIn {
     };
   }
 
+  private servedAt(token: string, now: number): void {
+    const times = this.stats.served?.get(token);
+    if (times) times.push(now);
+    else this.stats.served?.set(token, [now]);
+  }
+
   private walletBook(q: URLSearchParams, now: number) {
     if (q.get('vendor') !== 'predict_fun' || !q.get('marketId') || !q.get('tokenId')) {
       throw walletError(400, -1102, "Mandatory parameter 'vendor', 'marketId' or 'tokenId' was not sent.");
@@ -375,6 +391,7 @@ export class StandIn {
     const closed = now >= market.end;
     const book = closed ? { bids: [], asks: [], timestamp: market.end } : this.sim.book(market, index, now);
     this.stats.books['wallet-prediction']++;
+    this.servedAt(q.get('tokenId')!, now);
     const level = ([price, size]: [number, number]) => ({ price: price.toFixed(2), size: size.toFixed(2) });
     return {
       outcome: index === 0 ? 'Up' : 'Down',
@@ -472,6 +489,7 @@ export class StandIn {
     }
     const { market, index } = found;
     this.stats.books.polymarket++;
+    this.servedAt(tokenId, now);
     return {
       status: 200,
       body: clobSummary(this.sim, market, index, Math.min(now, market.end), this.stream.quirks),

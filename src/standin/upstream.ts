@@ -37,7 +37,7 @@ export function standinConfig(config: Config, url: string, pollMs?: number): Con
 export class StandInUpstream implements FillUpstream {
   private served: StandIn | null = null;
 
-  constructor(private readonly options: { seed?: number; faults?: Partial<Faults>; misresolveRate?: number } = {}) {}
+  constructor(private readonly options: { seed?: number; faults?: Partial<Faults>; misresolveRate?: number; keepServed?: boolean } = {}) {}
 
   /** The stand-in once started (its model and counts are what tests audit against). */
   get standin(): StandIn {
@@ -54,6 +54,7 @@ export class StandInUpstream implements FillUpstream {
       walletWeightPerMinute: Number.MAX_SAFE_INTEGER,
       faults: this.options.faults,
       misresolveRate: this.options.misresolveRate,
+      keepServed: this.options.keepServed,
     });
     return standinConfig(config, await this.served.start(0), pollMs);
   }
