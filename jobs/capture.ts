@@ -29,7 +29,15 @@ const { port, host, secret } = config.captureFeed;
 const feed =
   port === null
     ? null
-    : await startLatestFeed({ latest: capture.latest, health: () => capture.health(), host, port, secret: secret!, log });
+    : await startLatestFeed({
+        latest: capture.latest,
+        versions: capture.versions,
+        health: () => capture.health(),
+        host,
+        port,
+        secret: secret!,
+        log,
+      });
 let stopping = false;
 const stop = async () => {
   if (stopping) return;

@@ -42,7 +42,15 @@ const { port, host, secret } = config.captureFeed;
 const feed =
   port === null
     ? null
-    : await startLatestFeed({ latest: capture.latest, health: () => capture.health(), host, port, secret: secret!, log });
+    : await startLatestFeed({
+        latest: capture.latest,
+        versions: capture.versions,
+        health: () => capture.health(),
+        host,
+        port,
+        secret: secret!,
+        log,
+      });
 const { key, issued } = await runKey(api.keys, config.dataDir);
 const market = api.lake.all(clock.now()).find((m) => m.venue === 'wallet-prediction' && m.status === 'open');
 log.info({ standin: url, api: api.url, lake: `${config.dataDir}/lake`, markets: api.lake.size }, 'capturing and serving; Ctrl-C stops');

@@ -6,15 +6,17 @@ import t from 'tap';
 import { FeedTails } from '../src/bucket/feedtail.js';
 import { startLatestFeed } from '../src/capture/feed.js';
 import type { CaptureHealth } from '../src/health.js';
+import type { StoredMarket } from '../src/lake/catalogue.js';
 import type { LatestBook } from '../src/records.js';
-import { quiet } from './helpers.js';
+import { openMarket, quiet } from './helpers.js';
 
 const SECRET = 'feed-secret-of-sixteen+';
 const book = (ts: number): LatestBook => ({ ts, books: [] });
 
-async function feedOf(latest: Map<string, LatestBook>, state: string) {
+async function feedOf(latest: Map<string, LatestBook>, state: string, versions = new Map<string, StoredMarket>()) {
   return startLatestFeed({
     latest,
+    versions,
     health: () => ({ state }) as unknown as CaptureHealth,
     host: '127.0.0.1',
     port: 0,
@@ -33,7 +35,7 @@ t.test("each market's newest book of any recorder's feed; one feed down, the oth
   const feedB = await feedOf(b, 'b');
   t.teardown(() => feedA.close());
   const latest = new Map<string, LatestBook>();
-  const tails = new FeedTails([feedB.url, feedA.url], SECRET, latest, quiet);
+  const tails = new FeedTails([feedB.url, feedA.url], SECRET, latest, () => {}, quiet);
   await tails.poll();
   t.same(
     [...latest].map(([k, v]) => [k, v.ts]).sort(),
@@ -67,7 +69,7 @@ t.test('a capture restarted on the same address: every book it holds is new to t
   const first = await feedOf(before, 'first');
   const port = new URL(first.url).port;
   const latest = new Map<string, LatestBook>();
-  const tails = new FeedTails([first.url], SECRET, latest, quiet);
+  const tails = new FeedTails([first.url], SECRET, latest, () => {}, quiet);
   // The first process counted to 3 changes.
   for (const ts of [101, 102, 103]) {
     before.set('polymarket:m1', book(ts));
@@ -79,6 +81,7 @@ t.test('a capture restarted on the same address: every book it holds is new to t
   const after = new Map<string, LatestBook>();
   const second = await startLatestFeed({
     latest: after,
+    versions: new Map(),
     health: () => ({ state: 'second' }) as unknown as CaptureHealth,
     host: '127.0.0.1',
     port: Number(port),
@@ -114,4 +117,29 @@ t.test('a capture restarted on the same address: every book it holds is new to t
     ],
     "the restarted capture's books, the one it changed before the tail's first poll included",
   );
+});
+
+t.test("capture's market versions reach the tail's catalogue: each version once", async (t) => {
+  const version = (id: string, ts: number) => ({ ...openMarket(id, `c-${id}`, [`${id}-up`, `${id}-down`]), ts }) as StoredMarket;
+  const versions = new Map([['polymarket:m1', version('m1', 10)]]);
+  const latest = new Map([['polymarket:m1', book(100)]]);
+  const feed = await feedOf(latest, 'a', versions);
+  t.teardown(() => feed.close());
+  const heard: [string, number][] = [];
+  const mine = new Map<string, LatestBook>();
+  const tails = new FeedTails([feed.url], SECRET, mine, (m) => heard.push([m.market_id, m.ts]), quiet);
+  await tails.poll();
+  t.same(heard, [['m1', 10]], 'the version capture holds');
+  await tails.poll();
+  t.same(heard, [['m1', 10]], 'nothing new: nothing heard again');
+  // A new version of m1 and a new market, with its first book: both versions, once.
+  versions.set('polymarket:m1', version('m1', 20));
+  versions.set('polymarket:m2', version('m2', 30));
+  latest.set('polymarket:m2', book(300));
+  await tails.poll();
+  t.same(heard.slice(1).sort(), [
+    ['m1', 20],
+    ['m2', 30],
+  ]);
+  t.equal(mine.get('polymarket:m2')!.ts, 300);
 });

@@ -5,7 +5,8 @@
 // change of the venues' truth outside the stand-in's own faults, with no book twice and none
 // differing from the venue's, and no downtime gap, since one recorder was always up. Each kill waits
 // for the other recorder to be recording (its heartbeat counting rows), so the scenario follows
-// what capture did, not the machine's pace.
+// what capture did, not the machine's pace. A replica from the bucket with both feeds serves the
+// open hour's markets through the kills; another, after the merge, serves exactly the record.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Test } from 'tap';
@@ -13,14 +14,25 @@ import { Merger } from '../src/bucket/merger.js';
 import { dataKey, manifestKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import type { Heartbeat } from '../src/capture/heartbeat.js';
-import type { Venue } from '../src/config.js';
+import type { Venue, Window } from '../src/config.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import type { PartitionManifest } from '../src/lake/manifest.js';
 import { KeyStore } from '../src/edge/keys.js';
 import type { StreamFaults } from '../src/standin/streamserver.js';
 import { HOUR } from '../src/time.js';
-import { captureEnv, captureProcesses, exited, lakeTable, processRig, quiet, sleep, startApiProcess, testConfig } from './helpers.js';
-import { startRgw } from './rgw.js';
+import {
+  type ApiProcess,
+  captureEnv,
+  captureProcesses,
+  exited,
+  lakeTable,
+  processRig,
+  quiet,
+  sleep,
+  startApiProcess,
+  testConfig,
+} from './helpers.js';
+import { freePort, startRgw } from './rgw.js';
 import { type Gap, type Known, type Recorded, auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
 const START = Date.parse('2026-07-26T12:48:30Z');
@@ -29,6 +41,7 @@ const SPEED = 20;
 const DOWN_MS = 60_000;
 const RECORDERS = ['rec-a', 'rec-b'] as const;
 const VENUES: Venue[] = ['polymarket', 'wallet-prediction'];
+const FEED_SECRET = 'recorders-run-feed-secret';
 
 export interface KillRunOptions {
   /** The bucket the run's recorders publish to. */
@@ -64,6 +77,8 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
   await s3.ensureBucket();
 
   const lakeOf = (r: string) => path.join(dir, r);
+  // Each recorder's feed on a port of its own, the same after each restart, as on a host.
+  const feedPorts = Object.fromEntries(await Promise.all(RECORDERS.map(async (r) => [r, await freePort()])));
   const start = Object.fromEntries(
     RECORDERS.map((r) => [
       r,
@@ -79,6 +94,8 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
           // A second of real time (20x) before a quiet stream counts as stalled: two captures, a gateway
           // and their merges share two cores here.
           STREAM_STALL_MS: '20000',
+          CAPTURE_FEED_PORT: String(feedPorts[r]),
+          CAPTURE_FEED_SECRET: FEED_SECRET,
           ...bucketEnv,
         }),
       ),
@@ -110,6 +127,14 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
 
   const running = { 'rec-a': start['rec-a'](), 'rec-b': start['rec-b']() };
   for (const r of RECORDERS) await recording(r, null);
+  const clockVars = { CLOCK_START: String(clockEnv.start), CLOCK_SPEED: String(clockEnv.speed), CLOCK_ANCHOR: String(clockEnv.anchor) };
+  // A replica from the bucket with both recorders' feeds, through the kills: what users read live.
+  const live = await LiveReplica.start(t, path.join(dir, 'live'), {
+    ...bucketEnv,
+    ...clockVars,
+    CAPTURE_FEED_URL: RECORDERS.map((r) => `http://127.0.0.1:${feedPorts[r]}`).join(','),
+    CAPTURE_FEED_SECRET: FEED_SECRET,
+  });
   if (options.faults) {
     Object.assign(standin.stream.faults, options.faults.polymarket);
     Object.assign(standin.walletStream.faults, options.faults.wallet);
@@ -125,7 +150,10 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     running[victim].kill('SIGKILL');
     await exited(running[victim]);
     const killedAt = clock.now();
+    // Down for a minute, and until the replica has served an open market's newest book moving on.
+    const advanced = live.advances(s3);
     while (clock.now() < killedAt + DOWN_MS) await sleep(50);
+    await advanced;
     running[victim] = start[victim]();
     await recording(victim, segment);
     own[victim]++;
@@ -134,6 +162,7 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     while (clock.now() < back + 30_000) await sleep(50);
   }
   t.same(own, { 'rec-a': 2, 'rec-b': 2 }, 'each recorder was killed twice');
+  await live.stop();
   // Both through hour 12's seal (its grace included), then stopped cleanly: each stop seals and publishes.
   for (const r of RECORDERS)
     for (const began = Date.now(); ((await heartbeat(r))?.sealed_through ?? 0) < HOUR12 + HOUR; await sleep(100))
@@ -254,9 +283,10 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
   }
   await replicaServesTheRecord(t, {
     dir: path.join(dir, 'replica'),
-    env: { ...bucketEnv, CLOCK_START: String(clockEnv.start), CLOCK_SPEED: String(clockEnv.speed), CLOCK_ANCHOR: String(clockEnv.anchor) },
+    env: { ...bucketEnv, ...clockVars },
     record: lake,
   });
+  live.servedTheRecord(t, lake.rows);
   if (options.faults) {
     const { stats } = standin.stream;
     const wallet = standin.walletStream.stats;
@@ -387,6 +417,110 @@ async function replicaServesTheRecord(
     [],
     `a replica from the bucket serves the record: ${books} books of ${windows} windows, each window's certificate with the record's gaps and both recorders`,
   );
+}
+
+interface LatestAnswer {
+  data: { market_id: string; timestamp: string; books: ServedBook[] } | null;
+  meta: { source?: string; capture_reachable?: boolean };
+}
+
+interface ServedBook {
+  token_id: string;
+  exchange_time: string;
+  bid_prices: number[];
+  bid_sizes: number[];
+  ask_prices: number[];
+  ask_sizes: number[];
+}
+
+/**
+ * An API process from the bucket with the recorders' feeds (`CAPTURE_FEED_URL`) while they are
+ * killed in turn: it knows the open hour's markets, whose catalogue the bucket cannot have yet
+ * (markets are sealed an hour after their window's hour), from the feeds, and their newest books
+ * move on while one recorder is down. Each newest book it served is checked against the record.
+ */
+class LiveReplica {
+  private readonly served: { market_id: string; ts: number; books: ServedBook[] }[] = [];
+  private readonly feedOnly = new Set<string>();
+
+  private constructor(
+    private readonly process: ApiProcess,
+    private readonly key: string,
+  ) {}
+
+  static async start(t: Test, dir: string, env: Record<string, string>): Promise<LiveReplica> {
+    await fs.mkdir(dir, { recursive: true });
+    const { key } = await KeyStore.open(testConfig(dir), quiet).issue('paid', 'live replica');
+    return new LiveReplica(
+      await startApiProcess(t, dir, { ...env, LAKE_SOURCE: 'bucket', API_WORKERS: '1', RATE_PAID_PER_SECOND: '100000' }),
+      key,
+    );
+  }
+
+  private async get<T>(route: string): Promise<{ status: number; body: T }> {
+    const res = await fetch(`${this.process.url}${route}`, { headers: { authorization: `Bearer ${this.key}` } });
+    return { status: res.status, body: (await res.json()) as T };
+  }
+
+  /**
+   * Until a wallet market the replica lists as open has a newer book from capture than when first
+   * asked (the recorder still up is the only one whose feed answers). Each market answered is one
+   * whose markets partition the bucket holds no sealed record of: the replica knows it from the feeds.
+   */
+  async advances(s3: S3): Promise<void> {
+    const first = new Map<string, number>();
+    for (const began = Date.now(); Date.now() - began < 180_000; await sleep(100)) {
+      const open = await this.get<{ data: { market_id: string; coin: string; window: Window; start_time: string }[] }>(
+        '/v3/wallet-prediction/markets?status=open&limit=50',
+      );
+      if (open.status !== 200) throw new Error(`open markets: HTTP ${open.status} ${JSON.stringify(open.body)}`);
+      for (const m of open.body.data) {
+        if (!this.feedOnly.has(m.market_id)) {
+          const p = partitionOf('markets', 'wallet-prediction', m.coin, m.window, Date.parse(m.start_time));
+          if (await s3.head(manifestKey(s3.config.prefix, p))) continue;
+          this.feedOnly.add(m.market_id);
+        }
+        const latest = await this.get<LatestAnswer>(`/v3/wallet-prediction/${m.market_id}/orderbook/latest`);
+        if (latest.status !== 200 || !latest.body.data || latest.body.meta.source !== 'capture') continue;
+        const ts = Date.parse(latest.body.data.timestamp);
+        this.served.push({ market_id: m.market_id, ts, books: latest.body.data.books });
+        if (!first.has(m.market_id)) first.set(m.market_id, ts);
+        else if (ts > first.get(m.market_id)!) return;
+      }
+    }
+    throw new Error(`no open market's newest book moved on within 180 s on the replica (asked: ${JSON.stringify([...first])})`);
+  }
+
+  async stop(): Promise<void> {
+    this.process.child.kill('SIGTERM');
+    await exited(this.process.child);
+  }
+
+  /** Every newest book served of hour 12 is the record's book in force at its time, outcome by outcome. */
+  servedTheRecord(t: Test, rows: Recorded[]): void {
+    const inHour = this.served.filter((s) => s.ts >= HOUR12 && s.ts < HOUR12 + HOUR);
+    const byToken = new Map<string, Recorded[]>();
+    for (const r of rows) {
+      const list = byToken.get(r.token_id) ?? [];
+      list.push(r);
+      byToken.set(r.token_id, list);
+    }
+    for (const list of byToken.values()) list.sort((a, b) => a.ts - b.ts);
+    const text = (ex: number, b: Omit<ServedBook, 'token_id' | 'exchange_time'>) =>
+      JSON.stringify([ex, b.bid_prices, b.bid_sizes, b.ask_prices, b.ask_sizes]);
+    const wrong = inHour.flatMap((s) =>
+      s.books.flatMap((b) => {
+        const inForce = (byToken.get(b.token_id) ?? []).filter((r) => r.ts <= s.ts).at(-1);
+        const want = inForce ? text(inForce.ex, inForce) : null;
+        return want === text(Date.parse(b.exchange_time), b)
+          ? []
+          : [{ market_id: s.market_id, ts: s.ts, token: b.token_id, want, served: text(Date.parse(b.exchange_time), b) }];
+      }),
+    );
+    t.ok(this.feedOnly.size > 0, `${this.feedOnly.size} open markets known to the replica from the feeds alone`);
+    t.ok(inHour.length > 0, `${inHour.length} newest books served live in hour 12`);
+    t.same(wrong.slice(0, 3), [], `each newest book served live is the record's book in force at its time (${wrong.length} not)`);
+  }
 }
 
 /** The stand-in numbers Polymarket's markets from 1,000,000 and the wallet venue's from 50,000,000. */

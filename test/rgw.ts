@@ -12,7 +12,7 @@ const run = promisify(execFile);
 const SCRIPT = path.resolve('scripts/rgw.sh');
 
 /** A port free now, its monitor's (port + 1000) a port too, neither in Ceph's OSD range (6800-7300). */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   for (;;) {
     const port = await new Promise<number>((resolve, reject) => {
       const s = net.createServer();

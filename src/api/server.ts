@@ -137,7 +137,9 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
   const latestReads = new LatestReads();
   // Capture's newest books: its own map in this process, its spool beside it, or over the network from its feed.
   const feed =
-    replica && config.captureFeed.urls.length ? new FeedTails(config.captureFeed.urls, config.captureFeed.secret!, latest, log) : null;
+    replica && config.captureFeed.urls.length
+      ? new FeedTails(config.captureFeed.urls, config.captureFeed.secret!, latest, (m) => lake.upsert(m), log)
+      : null;
   const tail = shared ? null : (feed ?? (replica ? null : new SpoolTail(paths.spool, latest)));
   await tail?.poll();
   const sealedLatest = new WeakSet<LatestBook>();

@@ -1,10 +1,15 @@
 // A bucket-served API's newest books: from capture's feed over the network (capture/feed.ts)
 // while it answers, otherwise from the sealed hours; with several recorders, from each one's feed,
-// the newest book of a market winning. What it last heard of capture's health is kept, so the
-// API's health can show capture on another machine.
+// the newest book of a market winning. The feed's market versions go to the catalogue (the newest
+// version wins there too), which knows from them the markets whose hour the bucket has not sealed.
+// What it last heard of capture's health is kept, so the API's health can show capture on another machine.
 import type { CaptureHealth, FeedAnswer } from '../health.js';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
+import type { StoredMarket } from '../lake/catalogue.js';
+
+/** Where a feed's market versions go: the catalogue keeps the newest of each market. */
+export type MarketSink = (market: StoredMarket) => void;
 
 export interface FeedHealth {
   url: string;
@@ -27,6 +32,7 @@ export class FeedTail {
     private readonly url: string,
     private readonly secret: string,
     readonly latest: Map<string, LatestBook>,
+    private readonly markets: MarketSink,
     private readonly log: Logger,
     private readonly timeoutMs = 2_000,
   ) {}
@@ -40,6 +46,7 @@ export class FeedTail {
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const answer = (await res.json()) as FeedAnswer;
+      for (const market of answer.markets) this.markets(market);
       let applied = 0;
       for (const [key, book] of answer.books) {
         if ((this.latest.get(key)?.ts ?? -Infinity) > book.ts) continue;
@@ -86,8 +93,8 @@ export class FeedTail {
 export class FeedTails {
   private readonly tails: FeedTail[];
 
-  constructor(urls: readonly string[], secret: string, latest: Map<string, LatestBook>, log: Logger) {
-    this.tails = urls.map((url) => new FeedTail(url, secret, latest, log));
+  constructor(urls: readonly string[], secret: string, latest: Map<string, LatestBook>, markets: MarketSink, log: Logger) {
+    this.tails = urls.map((url) => new FeedTail(url, secret, latest, markets, log));
   }
 
   async poll(): Promise<number> {

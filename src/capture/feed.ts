@@ -1,11 +1,15 @@
-// Capture's newest books over the network, for API processes on other machines that serve the
-// lake from a bucket: what changed since a client's last poll, with capture's health. One
+// Capture's newest books and market versions over the network, for API processes on other
+// machines that serve the lake from a bucket: what changed since a client's last poll, with
+// capture's health. The versions are what the bucket cannot have yet: markets are partitioned by
+// their window's start hour and sealed an hour after it, so a replica would not know the markets
+// of the last hours (the ones users ask for most) until then. One
 // private endpoint behind a shared secret (CAPTURE_FEED_SECRET), never on the public API's port.
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
+import type { StoredMarket } from '../lake/catalogue.js';
 import type { CaptureHealth, FeedAnswer } from '../health.js';
 
 export interface LatestFeed {
@@ -16,28 +20,34 @@ export interface LatestFeed {
 const digest = (text: string) => createHash('sha256').update(text).digest();
 
 export async function startLatestFeed(options: {
-  latest: Map<string, LatestBook>;
+  latest: ReadonlyMap<string, LatestBook>;
+  /** Capture's newest version of each market it knows (a new object per version). */
+  versions: ReadonlyMap<string, StoredMarket>;
   health: () => CaptureHealth;
   host: string;
   port: number;
   secret: string;
   log: Logger;
 }): Promise<LatestFeed> {
-  // Capture replaces a market's entry with a new object at each book: a changed object is a change.
-  const seen = new Map<string, { book: LatestBook; seq: number }>();
+  // Capture replaces a market's entry with a new object at each change: a changed object is a change.
   let seq = 0;
-  // A tail's `after` counts in one process's numbering: asked with another's (capture restarted on
-  // the same address, from 0, and possibly past the tail's number by now), every book is new to it.
-  const feed = randomUUID();
-  const changedAfter = (after: number): [string, LatestBook][] => {
-    for (const [key, book] of options.latest) {
-      if (seen.get(key)?.book !== book) seen.set(key, { book, seq: ++seq });
-    }
-    for (const key of seen.keys()) if (!options.latest.has(key)) seen.delete(key);
-    const out: [string, LatestBook][] = [];
-    for (const [key, s] of seen) if (s.seq > after) out.push([key, s.book]);
-    return out;
+  const changes = <T>(source: ReadonlyMap<string, T>) => {
+    const seen = new Map<string, { value: T; seq: number }>();
+    return (after: number): [string, T][] => {
+      for (const [key, value] of source) {
+        if (seen.get(key)?.value !== value) seen.set(key, { value, seq: ++seq });
+      }
+      for (const key of seen.keys()) if (!source.has(key)) seen.delete(key);
+      const out: [string, T][] = [];
+      for (const [key, s] of seen) if (s.seq > after) out.push([key, s.value]);
+      return out;
+    };
   };
+  const books = changes(options.latest);
+  const versions = changes(options.versions);
+  // A tail's `after` counts in one process's numbering: asked with another's (capture restarted on
+  // the same address, from 0, and possibly past the tail's number by now), everything is new to it.
+  const feed = randomUUID();
   const expected = digest(`Bearer ${options.secret}`);
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://feed');
@@ -51,8 +61,11 @@ export async function startLatestFeed(options: {
       return;
     }
     const after = url.searchParams.get('feed') === feed ? Number(url.searchParams.get('after') ?? 0) : 0;
-    const books = changedAfter(Number.isFinite(after) && after >= 0 ? after : 0);
-    const body: FeedAnswer = { feed, seq, health: options.health(), books };
+    const from = Number.isFinite(after) && after >= 0 ? after : 0;
+    // Versions first: a book the answer carries has its market in it, or in an earlier answer.
+    const markets = versions(from).map(([, m]) => m);
+    const changed = books(from);
+    const body: FeedAnswer = { feed, seq, health: options.health(), markets, books: changed };
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   });
   server.listen(options.port, options.host);
