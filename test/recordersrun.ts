@@ -39,6 +39,7 @@ const START = Date.parse('2026-07-26T12:48:30Z');
 const HOUR12 = Date.parse('2026-07-26T12:00:00Z');
 const SPEED = 20;
 const DOWN_MS = 60_000;
+const BOTH_DOWN_MS = 30_000;
 const RECORDERS = ['rec-a', 'rec-b'] as const;
 const VENUES: Venue[] = ['polymarket', 'wallet-prediction'];
 const FEED_SECRET = 'recorders-run-feed-secret';
@@ -125,6 +126,22 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     throw new Error(`${r} did not record within 180 s`);
   }
 
+  /** Both recorders killed together for BOTH_DOWN_MS, then started again: the markets both held, and the span both were down. */
+  async function downTogether(): Promise<BothDown> {
+    const beats = await Promise.all(RECORDERS.map(heartbeat));
+    const segments = beats.map((b) => b!.segment);
+    for (const r of RECORDERS) running[r].kill('SIGKILL');
+    for (const r of RECORDERS) await exited(running[r]);
+    const from = clock.now();
+    while (clock.now() < from + BOTH_DOWN_MS) await sleep(50);
+    const to = clock.now();
+    for (const r of RECORDERS) running[r] = start[r]();
+    for (const [i, r] of RECORDERS.entries()) await recording(r, segments[i]);
+    // Held: a book of it on disk at the last heartbeat before the kill; still running when both are back.
+    const held = beats.map((b) => new Set(b!.open.filter((m) => m.newest != null && m.end_time > to).map((m) => m.market_id)));
+    return { from, to, markets: new Set([...held[0]].filter((id) => held[1].has(id))) };
+  }
+
   const running = { 'rec-a': start['rec-a'](), 'rec-b': start['rec-b']() };
   for (const r of RECORDERS) await recording(r, null);
   const clockVars = { CLOCK_START: String(clockEnv.start), CLOCK_SPEED: String(clockEnv.speed), CLOCK_ANCHOR: String(clockEnv.anchor) };
@@ -139,6 +156,9 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     Object.assign(standin.stream.faults, options.faults.polymarket);
     Object.assign(standin.walletStream.faults, options.faults.wallet);
   }
+  // Both at once for 30 s: that span is a gap of the record, in each recorder's name (checked below).
+  const together = await downTogether();
+  t.ok(together.markets.size > 0, `${together.markets.size} markets both recorders held when both went down`);
   const own: Record<string, number> = { 'rec-a': 0, 'rec-b': 0 };
   for (let i = 0; i < 4; i++) {
     const victim = RECORDERS[i % 2];
@@ -268,6 +288,20 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     `SELECT count(*) FILTER (WHERE len(recorders) = 2)::INTEGER AS both FROM ${lakeTable(record, 'books')}`,
   );
   t.ok(Number(both) > 0, `${both} books kept by both recorders, stored once`);
+  // The span both were down: in the record, a process_down gap of each market both held, in each recorder's name.
+  const catalogued = new Set(lake.markets.map((m) => m.market_id));
+  const spanned = (await duck.rows(
+    `SELECT market_id, recorders FROM ${lakeTable(record, 'gaps')}
+     WHERE dataset = 'books' AND reason = 'process_down' AND epoch_ms(from_ts) <= $from AND epoch_ms(to_ts) >= $to`,
+    { from: together.from, to: together.to },
+  )) as { market_id: string; recorders: string[] }[];
+  const namedBy = new Map<string, Set<string>>();
+  for (const g of spanned) for (const r of g.recorders) namedBy.set(g.market_id, (namedBy.get(g.market_id) ?? new Set()).add(r));
+  const unnamed = [...together.markets]
+    .filter((id) => catalogued.has(id))
+    .filter((id) => RECORDERS.some((r) => !namedBy.get(id)?.has(r)))
+    .map((id) => ({ id, named: [...(namedBy.get(id) ?? [])] }));
+  t.same(unnamed, [], 'both down: the span is a process_down gap of every market both held, in each recorder’s name');
   for (const venue of VENUES) {
     auditStream(t, {
       rows: lake.rows.filter((r) => isVenue(venue, r.market_id)),
@@ -285,6 +319,7 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     dir: path.join(dir, 'replica'),
     env: { ...bucketEnv, ...clockVars },
     record: lake,
+    both: together,
   });
   live.servedTheRecord(t, lake.rows);
   if (options.faults) {
@@ -305,7 +340,12 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
  */
 async function replicaServesTheRecord(
   t: Test,
-  { dir, env, record }: { dir: string; env: Record<string, string>; record: { rows: Recorded[]; gaps: Gap[]; markets: Known[] } },
+  {
+    dir,
+    env,
+    record,
+    both,
+  }: { dir: string; env: Record<string, string>; record: { rows: Recorded[]; gaps: Gap[]; markets: Known[] }; both: BothDown },
 ): Promise<void> {
   await fs.mkdir(dir, { recursive: true });
   const { key } = await KeyStore.open(testConfig(dir), quiet).issue('paid', 'recorders run');
@@ -342,6 +382,8 @@ async function replicaServesTheRecord(
   const markets = record.markets.map((m) => m.market_id);
   let windows = 0;
   let books = 0;
+  let bothChecked = 0;
+  const bothWrong: Record<string, unknown>[] = [];
   const wrong: Record<string, unknown>[] = [];
   for (const id of markets) {
     const venue: Venue = isVenue('polymarket', id) ? 'polymarket' : 'wallet-prediction';
@@ -372,8 +414,17 @@ async function replicaServesTheRecord(
       state: string;
       books: { recorded: number };
       gaps: { from: string; to: string; reason: string; provisional?: boolean }[];
-      recorders: Record<string, unknown> | null;
+      recorders: Record<string, { gaps: { from: string; to: string; reason: string }[] }> | null;
     }>(`${base}/certificate`);
+    // Both recorders down together: the span is a gap of the record, and of each recorder, as process_down.
+    if (both.markets.has(id)) {
+      bothChecked++;
+      const spans = (s: { from: string; to: string; reason: string }) =>
+        s.reason === 'process_down' && Date.parse(s.from) <= both.from && Date.parse(s.to) >= Math.min(both.to, end);
+      const named = RECORDERS.filter((r) => (cert.body.data.recorders?.[r]?.gaps ?? []).some(spans));
+      if (!(cert.body.data.gaps ?? []).some(spans) || named.length !== RECORDERS.length)
+        bothWrong.push({ id, both: [iso(both.from), iso(both.to)], gaps: cert.body.data.gaps, recorders: cert.body.data.recorders });
+    }
     const gaps = (cert.body.data.gaps ?? []).filter((g) => !g.provisional).map((g) => [Date.parse(g.from), Date.parse(g.to), g.reason]);
     const recordGaps = record.gaps
       .filter((g) => g.market_id === id && g.f < end && g.t > start)
@@ -412,11 +463,20 @@ async function replicaServesTheRecord(
       });
   }
   t.ok(windows >= 4, `${windows} market windows of hour 12 read from the replica`);
+  t.ok(bothChecked > 0, `${bothChecked} windows of hour 12 held by both recorders when both went down`);
+  t.same(bothWrong, [], `both down ${iso(both.from)} to ${iso(both.to)}: a gap of each such window, and of each recorder, process_down`);
   t.same(
     wrong,
     [],
     `a replica from the bucket serves the record: ${books} books of ${windows} windows, each window's certificate with the record's gaps and both recorders`,
   );
+}
+
+interface BothDown {
+  from: number;
+  to: number;
+  /** Markets both recorders held when both went down, still running when both were back. */
+  markets: Set<string>;
 }
 
 interface LatestAnswer {
