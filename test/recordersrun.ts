@@ -15,6 +15,7 @@ import { dataKey, manifestKey } from '../src/bucket/layout.js';
 import { S3 } from '../src/bucket/s3.js';
 import type { Heartbeat } from '../src/capture/heartbeat.js';
 import type { Venue, Window } from '../src/config.js';
+import type { Duck } from '../src/lake/duckdb.js';
 import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import type { PartitionManifest } from '../src/lake/manifest.js';
 import { KeyStore } from '../src/edge/keys.js';
@@ -152,6 +153,35 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     CAPTURE_FEED_URL: RECORDERS.map((r) => `http://127.0.0.1:${feedPorts[r]}`).join(','),
     CAPTURE_FEED_SECRET: FEED_SECRET,
   });
+  // A glitch of the venue one recorder sees: a wallet push sent altered to one connection, the true book
+  // to the other, while both hold the same markets (checked in the record below).
+  await holdsAll('rec-a', 'rec-b');
+  await holdsAll('rec-b', 'rec-a');
+  // Of a wallet market both hold with two minutes to run: its recorders keep its books a while yet.
+  const beats = await Promise.all(RECORDERS.map(heartbeat));
+  const target = beats[0]!.open.find(
+    (m) =>
+      m.venue === 'wallet-prediction' &&
+      m.newest != null &&
+      m.end_time - clock.now() >= 120_000 &&
+      beats[1]!.open.some((o) => o.market_id === m.market_id && o.newest != null),
+  );
+  if (!target)
+    throw new Error(`no wallet market both recorders hold with two minutes to run: ${JSON.stringify(beats.map((b) => b?.open))}`);
+  const targetMarket = standin.sim.byCode('wallet-prediction', Number(target.market_id) - 50_000_000)!;
+  Object.assign(standin.walletStream.faults, { tamper: 1, tamperTokens: targetMarket.tokenIds });
+  for (const began = Date.now(); standin.walletStream.stats.tampered < 1; await sleep(50))
+    if (Date.now() - began > 180_000) throw new Error('the stand-in sent no altered push within 180 s');
+  // Until both have the push's books on disk: a kill loses what was not flushed yet (inside its gap).
+  const [key] = standin.walletStream.tamperedKeys;
+  const at = Number(key.slice(key.lastIndexOf('@') + 1));
+  for (const r of RECORDERS)
+    for (
+      const began = Date.now();
+      ((await heartbeat(r))?.open.find((m) => m.market_id === target.market_id)?.newest ?? -Infinity) < at;
+      await sleep(100)
+    )
+      if (Date.now() - began > 180_000) throw new Error(`${r} did not flush market ${target.market_id}'s books past ${at} within 180 s`);
   if (options.faults) {
     Object.assign(standin.stream.faults, options.faults.polymarket);
     Object.assign(standin.walletStream.faults, options.faults.wallet);
@@ -302,6 +332,13 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     .filter((id) => RECORDERS.some((r) => !namedBy.get(id)?.has(r)))
     .map((id) => ({ id, named: [...(namedBy.get(id) ?? [])] }));
   t.same(unnamed, [], 'both down: the span is a process_down gap of every market both held, in each recorder’s name');
+  await disagreementReported(t, {
+    duck,
+    record,
+    lakes: RECORDERS.map(lakeOf),
+    rows: lake.rows,
+    altered: standin.walletStream.tamperedKeys,
+  });
   for (const venue of VENUES) {
     auditStream(t, {
       rows: lake.rows.filter((r) => isVenue(venue, r.market_id)),
@@ -470,6 +507,52 @@ async function replicaServesTheRecord(
     [],
     `a replica from the bucket serves the record: ${books} books of ${windows} windows, each window's certificate with the record's gaps and both recorders`,
   );
+}
+
+/**
+ * The altered push: where the two recorders kept different books of a token at its instant, the
+ * record keeps neither and a `recorders_disagree` gap naming both spans the instant; where they kept
+ * the same (an outcome the alteration did not touch), the record keeps it once.
+ */
+async function disagreementReported(
+  t: Test,
+  { duck, record, lakes, rows, altered }: { duck: Duck; record: string; lakes: string[]; rows: Recorded[]; altered: ReadonlySet<string> },
+): Promise<void> {
+  const disagreeing = (await duck.rows(
+    `SELECT market_id, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, recorders FROM ${lakeTable(record, 'gaps')}
+     WHERE dataset = 'books' AND reason = 'recorders_disagree'`,
+  )) as { market_id: string; f: number; t: number; recorders: string[] }[];
+  let differing = 0;
+  const wrong: Record<string, unknown>[] = [];
+  for (const key of altered) {
+    const [token, at] = [key.slice(0, key.lastIndexOf('@')), Number(key.slice(key.lastIndexOf('@') + 1))];
+    const kept = await Promise.all(
+      lakes.map(
+        async (dir) =>
+          (await duck.rows(
+            `SELECT market_id, to_json([bid_prices, bid_sizes, ask_prices, ask_sizes])::VARCHAR AS ladders FROM ${lakeTable(dir, 'books')}
+             WHERE token_id = $token AND epoch_ms(exchange_ts) = $at`,
+            { token, at },
+          )) as { market_id: string; ladders: string }[],
+      ),
+    );
+    if (kept.some((k) => k.length !== 1)) {
+      wrong.push({ key, kept: kept.map((k) => k.length), why: 'each recorder keeps one book of the altered instant' });
+      continue;
+    }
+    const market = kept[0][0].market_id;
+    const inRecord = rows.filter((r) => r.token_id === token && r.ex === at).length;
+    if (kept[0][0].ladders === kept[1][0].ladders) {
+      if (inRecord !== 1) wrong.push({ key, inRecord, why: 'the same book from both, once in the record' });
+      continue;
+    }
+    differing++;
+    const gap = disagreeing.find((g) => g.market_id === market && g.f < at && at < g.t);
+    if (inRecord !== 0 || !gap || gap.recorders.length !== lakes.length)
+      wrong.push({ key, inRecord, gap, why: 'neither book in the record; a recorders_disagree gap naming both over it' });
+  }
+  t.ok(differing > 0, `${differing} books of the altered push differ between the recorders`);
+  t.same(wrong, [], "the recorders' disagreement is kept out of the record and reported as a gap");
 }
 
 interface BothDown {

@@ -35,8 +35,8 @@ const openWalletMarket = () =>
     ],
   });
 
-const until = async (done: () => boolean) => {
-  for (let waited = 0; !done() && waited < 10_000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+const until = async (done: () => boolean, bound = 10_000) => {
+  for (let waited = 0; !done() && waited < bound; waited += 10) await new Promise((r) => setTimeout(r, 10));
 };
 
 t.test('the documented push, as a string in a signed connection: both outcome books, the No book mirrored', async (t) => {
@@ -457,4 +457,46 @@ t.test('a silence of the whole stream is a pause for every market held: each a g
   push(socket!, b.market_id, t0 + 14_000, '0.43');
   await until(() => rows.length === 8);
   t.equal(gaps.length, 2, 'no further silence');
+});
+
+t.test("the stand-in's glitch (tamper): one connection gets a push altered, the other the venue's book", async (t) => {
+  const standin = new StandIn({ clock: createClock(), apiKey: KEY, apiSecret: SECRET });
+  const base = (await standin.start(0)).replace(/^http/, 'ws') + WALLET_STREAM_PATH;
+  t.teardown(() => standin.stop());
+  type Push = { marketId: number; updateTimestampMs: number; bids: [string, string][]; asks: [string, string][] };
+  const pushes = [new Map<string, Push>(), new Map<string, Push>()];
+  const sockets = await Promise.all(
+    pushes.map(
+      (seen) =>
+        new Promise<WebSocket>((resolve) => {
+          const ws = new WebSocket(signedSocketUrl(base, SECRET, [WALLET_AGGREGATE_TOPIC]), { headers: { 'X-MBX-APIKEY': KEY } });
+          ws.on('message', (d) => {
+            const frame = JSON.parse(d.toString()) as { type: string; data: string };
+            if (frame.type !== 'DATA') return resolve(ws);
+            const push = JSON.parse(frame.data) as Push;
+            seen.set(`${push.marketId}@${push.updateTimestampMs}`, push);
+          });
+        }),
+    ),
+  );
+  t.teardown(() => sockets.forEach((ws) => ws.close()));
+  const both = () => [...pushes[0].keys()].filter((k) => pushes[1].has(k));
+  // Of a market both connections follow (each follows a newly listed market from its own first pump on).
+  // The venue's pace is the clock's (1x): a market may be quiet for seconds.
+  await until(() => both().length > 0, 60_000);
+  const marketId = both()[0].split('@')[0];
+  const market = standin.sim.byCode('wallet-prediction', Number(marketId) - 50_000_000)!;
+  Object.assign(standin.walletStream.faults, { tamper: 1, tamperTokens: market.tokenIds });
+  const altered = () => {
+    const [key] = standin.walletStream.tamperedKeys;
+    return key && `${marketId}@${key.split('@')[1]}`;
+  };
+  await until(() => !!altered() && pushes.every((p) => p.has(altered()!)), 60_000);
+  const differing = both().filter((k) => JSON.stringify(pushes[0].get(k)) !== JSON.stringify(pushes[1].get(k)));
+  t.same(differing, [altered()], 'exactly one push differs between the connections: the altered one');
+  const [a, b] = pushes.map((p) => p.get(differing[0])!);
+  const [sideA, sideB] = a.bids.length ? [a.bids, b.bids] : [a.asks, b.asks];
+  t.equal(Math.abs(Number(sideA[0][1]) - Number(sideB[0][1])), 1, 'one size, one more');
+  t.same([sideA.slice(1), sideA[0][0]], [sideB.slice(1), sideB[0][0]], 'the rest as the venue has it');
+  t.equal(standin.walletStream.faults.tamper, 0, 'the glitch spent');
 });

@@ -20,6 +20,13 @@ export interface StreamFaults {
   disconnects: { from: number; to: number }[];
   /** Snapshots sent on (re)subscribe are this old (clock ms): a stale book the following changes do not fit. */
   staleSnapshotMs: number;
+  /**
+   * Data messages still to send altered (one level's size), each to one connection only, the others
+   * getting the true book: a venue's glitch one recorder sees and another does not.
+   */
+  tamper: number;
+  /** The tokens whose messages `tamper` alters (empty: any). */
+  tamperTokens: string[];
 }
 
 export const NO_STREAM_FAULTS: StreamFaults = {
@@ -29,6 +36,8 @@ export const NO_STREAM_FAULTS: StreamFaults = {
   freezes: [],
   disconnects: [],
   staleSnapshotMs: 0,
+  tamper: 0,
+  tamperTokens: [],
 };
 
 const PUMP_MS = 50;
@@ -47,6 +56,7 @@ export interface ServerStats {
   duplicated: number;
   reordered: number;
   frozen: number;
+  tampered: number;
 }
 
 export interface StreamClient {
@@ -74,6 +84,7 @@ export abstract class StreamServer<C extends StreamClient> {
     duplicated: 0,
     reordered: 0,
     frozen: 0,
+    tampered: 0,
   };
   /**
    * `token@time` of changes dropped, frozen or sent late by a fault (bounded). Without sequence
@@ -83,6 +94,8 @@ export abstract class StreamServer<C extends StreamClient> {
   readonly undelivered = new Set<string>();
   /** Those of `undelivered` a freeze withheld (a pause's silence tells of them), apart from drops and reorders at random. */
   readonly frozenKeys = new Set<string>();
+  /** `token@time` of the changes sent altered to one connection (`tamper`). */
+  readonly tamperedKeys = new Set<string>();
   protected readonly clients = new Set<C>();
   private readonly wss = new WebSocketServer({ noServer: true });
   private timer: NodeJS.Timeout | null = null;
@@ -146,6 +159,11 @@ export abstract class StreamServer<C extends StreamClient> {
     return null;
   }
 
+  /** `m` with one level's size changed, or null where this venue's messages have none to change. */
+  protected alter(_m: Outgoing): Outgoing | null {
+    return null;
+  }
+
   /** A new connection's client state, with its message handling attached. */
   protected abstract accept(socket: WebSocket, req: http.IncomingMessage): C;
 
@@ -169,7 +187,23 @@ export abstract class StreamServer<C extends StreamClient> {
     }
     const frozen = this.within(this.faults.freezes, now);
     for (const client of this.clients) {
-      for (const m of this.pending(client, now)) {
+      for (let m of this.pending(client, now)) {
+        // Never a change another connection got altered: each glitch is one connection's.
+        if (
+          !frozen &&
+          this.faults.tamper > 0 &&
+          (this.faults.tamperTokens.length === 0 ||
+            m.keys.some((k) => this.faults.tamperTokens.includes(k.slice(0, k.lastIndexOf('@'))))) &&
+          m.keys.every((k) => !this.tamperedKeys.has(k))
+        ) {
+          const altered = this.alter(m);
+          if (altered) {
+            this.faults.tamper--;
+            this.stats.tampered++;
+            for (const key of m.keys) this.tamperedKeys.add(key);
+            m = altered;
+          }
+        }
         if (frozen) {
           this.stats.frozen++;
           this.misdelivered(m);

@@ -107,6 +107,16 @@ export class WalletTopics extends StreamServer<Client> {
   }
 
   /** One Yes-priced book per market and instant its book changed, in time order. */
+  /** The push with its best bid's size (else best ask's) one more: a book the venue never had. */
+  protected override alter(m: Outgoing): Outgoing | null {
+    const frame = JSON.parse(m.text) as { topic: string; data: string };
+    const payload = JSON.parse(frame.data) as { bids: [string, string][]; asks: [string, string][] };
+    const level = payload.bids[0] ?? payload.asks[0];
+    if (!level) return null;
+    level[1] = (Number(level[1]) + 1).toFixed(2);
+    return { ...m, text: walletFrame(frame.topic, payload) };
+  }
+
   protected pending(client: Client, now: number): Outgoing[] {
     this.follow(client, now);
     const out: (Outgoing & { t: number })[] = [];
@@ -132,7 +142,12 @@ export class WalletTopics extends StreamServer<Client> {
           asks: book.asks.map(level),
         };
         // A push changes both outcomes' books: the audit's keys name both tokens.
-        out.push({ t: c.t, text: walletFrame(sub.topic, payload), changes: 1, keys: market.tokenIds.map((token) => `${token}@${c.t}`) });
+        out.push({
+          t: c.t,
+          text: walletFrame(sub.topic, payload),
+          changes: 1,
+          keys: market.tokenIds.map((token) => `${token}@${c.t}`),
+        });
       }
       sub.cursor = to;
     }
