@@ -14,6 +14,7 @@ import { S3, S3_REQUESTS } from '../src/bucket/s3.js';
 import { fill } from '../src/capture/fill.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
+import { sealingDuck } from '../src/lake/seal.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { HOUR } from '../src/time.js';
 import { writeSection } from './report.js';
@@ -47,6 +48,8 @@ function peakRss() {
 try {
   const common = { ...rgwEnv, S3_BUCKET: 'bench-record', S3_PREFIX: 'archive/', MARKETS_SEAL_GRACE_MS: '30000', PUBLISH_MS: '2000' };
   const duck = await Duck.open(2);
+  // Merges on DuckDB as `make merge` and a recorder's merger have it: one thread, SEAL_MEMORY_LIMIT.
+  const mergeDuck = await Duck.open(1, sealingDuck(loadConfig({ ...common, DATA_DIR: root })));
   const main = new S3(loadConfig({ ...common, DATA_DIR: root }).bucket!);
   await main.ensureBucket();
   const published: Record<string, Record<string, number>> = {};
@@ -82,7 +85,7 @@ try {
   // One group at a time first, then the record removed and merged again with MERGE_CONCURRENCY's default.
   const serialMemory = peakRss();
   const serialBegan = performance.now();
-  await new Merger(main, path.join(root, 'merge-serial'), duck, log, { concurrency: 1 }).pass();
+  await new Merger(main, path.join(root, 'merge-serial'), mergeDuck, log, { concurrency: 1 }).pass();
   const serialMs = performance.now() - serialBegan;
   const serialPeak = serialMemory.stop();
   for await (const o of main.list(main.config.prefix)) if (!o.key.startsWith(recordersPrefix(main.config.prefix))) await main.delete(o.key);
@@ -90,7 +93,7 @@ try {
   const before = snapshot();
   const mergeMemory = peakRss();
   const began = performance.now();
-  const merger = new Merger(main, path.join(root, 'merge'), duck, log, { concurrency });
+  const merger = new Merger(main, path.join(root, 'merge'), mergeDuck, log, { concurrency });
   const first = await merger.pass();
   const mergeMs = performance.now() - began;
   const mergePeak = mergeMemory.stop();
@@ -103,7 +106,7 @@ try {
   // A merger process started again: its first pass looks again at every group still pending.
   const restartBefore = snapshot();
   const restartBegan = performance.now();
-  const restarted = await new Merger(main, path.join(root, 'merge'), duck, log, { concurrency }).pass();
+  const restarted = await new Merger(main, path.join(root, 'merge'), mergeDuck, log, { concurrency }).pass();
   const restartMs = performance.now() - restartBegan;
   const restartRequests = since(restartBefore);
 
@@ -131,12 +134,13 @@ streamed capture records more rows an hour) over ${HOURS} simulated hours of bot
 - **Bucket bytes**: the record costs ${(record.n / Math.max(a.n, 1)).toFixed(2)}x one recorder's lake; with two recorders the bucket holds ${((a.n + b.n + record.n) / Math.max(record.n, 1)).toFixed(2)}x the record.
 - **Requests a recorder sends an hour publishing** (A): ${perHour(published['rec-a'])}. The fill publishes once at its end; a live capture publishes every PUBLISH_MS, and re-puts a partition's manifest at each of its commits.
 - **The merge, from scratch** (${first.groups} groups, ${first.partitions} partitions, ${first.files_put} files put, ${first.disagreements} disagreements), ${concurrency} groups at once (MERGE_CONCURRENCY): ${(mergeMs / 1000).toFixed(1)} s, ${(mergeMs / 1000 / HOURS).toFixed(1)} s a sealed hour, requests ${JSON.stringify(mergeRequests)}; one group at a time: ${(serialMs / 1000).toFixed(1)} s, ${(serialMs / 1000 / HOURS).toFixed(1)} s a sealed hour.
-- **The merge's memory** (the resident size of the process running it, sampled every 20 ms; capture's process when a recorder merges): ${concurrency} groups at once, peak ${mib(mergePeak.peak)} MiB, ${mib(mergePeak.peak - mergePeak.before)} MiB above the process before the pass; one group at a time, peak ${mib(serialPeak.peak)} MiB, ${mib(serialPeak.peak - serialPeak.before)} MiB above. DuckDB's memory is within it (one instance, \`Duck.open(2)\`).
+- **The merge's memory** (the resident size of the process running it, sampled every 20 ms; capture's process when a recorder merges): ${concurrency} groups at once, peak ${mib(mergePeak.peak)} MiB, ${mib(mergePeak.peak - mergePeak.before)} MiB above the process before the pass; one group at a time, peak ${mib(serialPeak.peak)} MiB, ${mib(serialPeak.peak - serialPeak.before)} MiB above. Its DuckDB is configured as \`make merge\` and a recorder's merger have it: one thread, \`SEAL_MEMORY_LIMIT\` (256MB), spilling beside the lake.
 - **A pass with nothing new**: ${idleMs.toFixed(0)} ms, requests ${JSON.stringify(idleRequests)} (the recorders' listing, their heartbeats and commits since the last pass).
 - **The first pass of a merger started again**: ${(restartMs / 1000).toFixed(1)} s, requests ${JSON.stringify(restartRequests)}: it looks again at the ${restarted.pending} groups still pending (some recorder's horizon short of them), each a GET of every recorder's manifests of the group and its neighbours. Most of the merge's time is such requests and DuckDB statements over small files: a group is merged again at each commit of a recorder that names it or a neighbour.
 - **When a merged hour is served**: a recorder seals an hour SEAL_GRACE_MS (30 s) after its end, publishes within PUBLISH_MS (2 s), and its merger (MERGE_MS, 10 s) merges what the commit names: the hour's record is in the bucket about ${(30 + 2 + 10 + mergeMs / 1000 / HOURS).toFixed(0)} s after its end, its gaps final once every recorder's horizon has passed it (a recorder's next seal).
 `;
   await writeSection('## Two recorders', report);
+  await mergeDuck.shutdown();
   await duck.shutdown();
   main.close();
 } finally {
