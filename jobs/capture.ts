@@ -1,6 +1,6 @@
 // Long-running capture. SIGINT/SIGTERM flush the spool and stop; a restart resumes.
 import { Capture } from '../src/capture/capture.js';
-import { startLatestFeed } from '../src/capture/feed.js';
+import { captureFeedOf } from '../src/capture/feed.js';
 import { clockFrom } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -25,19 +25,7 @@ const capture = new Capture(config, clock, duck, createAdapters(config, clock), 
 await capture.start();
 // One of several recorders: it also merges what they all published into the record.
 const merging = config.recorderId ? startMerging(config, await duck.fork(1), log) : null;
-const { port, host, secret } = config.captureFeed;
-const feed =
-  port === null
-    ? null
-    : await startLatestFeed({
-        latest: capture.latest,
-        versions: capture.versions,
-        health: () => capture.health(),
-        host,
-        port,
-        secret: secret!,
-        log,
-      });
+const feed = await captureFeedOf(config, capture, log);
 let stopping = false;
 const stop = async () => {
   if (stopping) return;

@@ -3,7 +3,7 @@
 // (The fill of an empty lake runs before this, as its own job.)
 import { startApi } from '../src/api/server.js';
 import { Capture } from '../src/capture/capture.js';
-import { startLatestFeed } from '../src/capture/feed.js';
+import { captureFeedOf } from '../src/capture/feed.js';
 import { createClock } from '../src/clock.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -38,19 +38,7 @@ const captureDuck = await duck.fork(1);
 const capture = new Capture(cfg, clock, captureDuck, createAdapters(cfg, clock), log, publisherFor(cfg, log, captureDuck));
 await capture.start();
 const api = await startApi(config, duck, clock, log, { latest: capture.latest, capture });
-const { port, host, secret } = config.captureFeed;
-const feed =
-  port === null
-    ? null
-    : await startLatestFeed({
-        latest: capture.latest,
-        versions: capture.versions,
-        health: () => capture.health(),
-        host,
-        port,
-        secret: secret!,
-        log,
-      });
+const feed = await captureFeedOf(config, capture, log);
 const { key, issued } = await runKey(api.keys, config.dataDir);
 const market = api.lake.all(clock.now()).find((m) => m.venue === 'wallet-prediction' && m.status === 'open');
 log.info({ standin: url, api: api.url, lake: `${config.dataDir}/lake`, markets: api.lake.size }, 'capturing and serving; Ctrl-C stops');

@@ -418,15 +418,7 @@ async function replicaServesTheRecord(
     return { status: res.status, body: (await res.json()) as Answer<T>['body'] };
   };
   const iso = (ms: number) => new Date(ms).toISOString();
-  interface Book {
-    token_id: string;
-    exchange_time: string;
-    bid_prices: number[];
-    bid_sizes: number[];
-    ask_prices: number[];
-    ask_sizes: number[];
-  }
-  const bookText = (token: string, ts: number, ex: number, b: Omit<Book, 'token_id' | 'exchange_time'>) =>
+  const bookText = (token: string, ts: number, ex: number, b: Omit<ServedBook, 'token_id' | 'exchange_time'>) =>
     JSON.stringify([token, ts, ex, b.bid_prices, b.bid_sizes, b.ask_prices, b.ask_sizes]);
   // The markets of the record's catalogue: the hour's books also hold the next hour's markets' books
   // before their open, whose catalogue is that hour's (sealed after it).
@@ -451,7 +443,7 @@ async function replicaServesTheRecord(
     let cursor: string | null = null;
     do {
       const route = `${base}/snapshots?${range}${cursor ? `&cursor=${cursor}` : ''}`;
-      const page: Answer<{ timestamp: string; books: Book[] }[]> = await get(route);
+      const page: Answer<{ timestamp: string; books: ServedBook[] }[]> = await get(route);
       if (page.status !== 200) throw new Error(`${route}: HTTP ${page.status} ${JSON.stringify(page.body)}`);
       for (const s of page.body.data)
         for (const b of s.books) served.push(bookText(b.token_id, Date.parse(s.timestamp), Date.parse(b.exchange_time), b));

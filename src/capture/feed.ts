@@ -11,6 +11,8 @@ import type { Logger } from '../log.js';
 import type { LatestBook } from '../records.js';
 import type { StoredMarket } from '../lake/catalogue.js';
 import type { CaptureHealth, FeedAnswer } from '../health.js';
+import type { Config } from '../config.js';
+import type { Capture } from './capture.js';
 
 export interface LatestFeed {
   url: string;
@@ -81,4 +83,19 @@ export async function startLatestFeed(options: {
         server.closeAllConnections();
       }),
   };
+}
+
+/** The feed of `capture` where CAPTURE_FEED_PORT asks for one. */
+export async function captureFeedOf(config: Config, capture: Capture, log: Logger): Promise<LatestFeed | null> {
+  const { port, host, secret } = config.captureFeed;
+  if (port === null) return null;
+  return startLatestFeed({
+    latest: capture.latest,
+    versions: capture.versions,
+    health: () => capture.health(),
+    host,
+    port,
+    secret: secret!,
+    log,
+  });
 }
