@@ -1,8 +1,7 @@
 // What processes report of themselves to each other and to /v3/health: capture's health (its
 // spool, seal and publishing) and its feed's answer. Shared by capture, the bucket replicas and
 // the API, so it sits on the floor under all three.
-import type { StoredMarket } from './lake/catalogue.js';
-import type { LatestBook } from './records.js';
+import type { LatestBook, Market } from './records.js';
 
 /** What `/v3/health` reports of publishing. */
 export interface PublishHealth {
@@ -39,8 +38,8 @@ export interface FeedAnswer {
   feed: string;
   seq: number;
   health: CaptureHealth;
-  /** Capture's newest version of every market whose version changed after `after`. */
-  markets: StoredMarket[];
+  /** Capture's newest version of every market whose version changed after `after`, with when it was captured (`ts`). */
+  markets: (Market & { ts: number })[];
   /** `<venue>:<market_id>` and its newest book, for every book changed after `after`. */
   books: [string, LatestBook][];
 }
