@@ -13,7 +13,7 @@ import type { ChannelQuirks } from '../src/standin/stream.js';
 import { SECOND } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
 import { quiet, sealAll, testConfig, testdir } from './helpers.js';
-import { type Gap, type Recorded, readStreamLake, subscriptions } from './streamaudit.js';
+import { type Gap, type Recorded, presumedDowntime, readStreamLake, subscriptions } from './streamaudit.js';
 
 export const COINS = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] } as const;
 export const OPEN = Date.parse('2026-07-26T12:00:00Z');
@@ -125,6 +125,8 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
   await stopAll();
   await sealAll(duck, dir);
   const lake = await readStreamLake(duck, dir);
+  // The run's capture stopped for good: what every reader takes as down after it, which the audit counts as a gap.
+  const presumed = await presumedDowntime(dir);
   const undelivered = venue === 'polymarket' ? standin.stream.undelivered : standin.walletStream.undelivered;
   // What a stop may leave in flight: a second of real time, at least 2 s. A stream thread hands its rows over every
   // 20 ms, but on a busy machine one thread may lag the other by most of a second (seen on a clean clone at 360x:
@@ -143,6 +145,7 @@ export async function streamRun(t: Test, faults: Partial<StreamFaults>, seconds:
     end: clock.now(),
     stallMs: config.capture.stream.stallMs,
     slackMs,
+    presumed,
     subscribedAt: subscriptions(standin, venue),
   };
 }
