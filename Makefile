@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-recent bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-recent bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-fairness-run bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -177,6 +177,10 @@ bench-recorders: install
 ## make bench-fairness: 64 paid keys within their rates against `make api`'s default admission, a bystander key's latency beside them
 bench-fairness: install
 	$(TSX) bench/fairness.ts
+
+## make bench-fairness-run: the same bystander through `make run` as a user starts it (24 keys pushing, capture recording)
+bench-fairness-run: install
+	$(TSX) bench/fairness-run.ts
 
 bench-export: install
 	$(TSX) bench/export.ts

@@ -1,76 +1,21 @@
 // make bench-fairness: 64 paid keys, each within its plan's 25 requests a second (at most 2 in
 // flight), asking snapshot pages of markets drawn over the 1-day bench lake against `make api` with
 // its default admission (API_MAX_INFLIGHT, API_QUEUE_WAIT_MS), while a bystander key asks a page
-// every 200 ms. The pushers run in a process of their own, so the service's processes keep their
-// cores' share. Figures go into BENCHMARKS.md.
+// every 200 ms (bench/pushers.ts). Figures go into BENCHMARKS.md.
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { KeyStore } from '../src/edge/keys.js';
 import { loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
 import { freePort } from './tools.js';
+import { BYSTANDER_EVERY_MS, PUSH_EVERY_MS, bystander, bystanderCells, startPushers, statusText } from './pushers.js';
 
 const KEYS = 64;
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
-const PUSH_EVERY_MS = 40;
-const BYSTANDER_EVERY_MS = 200;
-
-interface Tally {
-  statuses: Record<string, number>;
-  ms: number[];
-}
-
-function tally(into: Tally, status: number, ms: number): void {
-  into.statuses[status] = (into.statuses[status] ?? 0) + 1;
-  if (status === 200) into.ms.push(ms);
-}
-
-async function page(url: string, key: string): Promise<{ status: number; ms: number }> {
-  const began = performance.now();
-  try {
-    const res = await fetch(url, { headers: { authorization: `Bearer ${key}` } });
-    await res.arrayBuffer();
-    return { status: res.status, ms: performance.now() - began };
-  } catch {
-    return { status: 0, ms: performance.now() - began };
-  }
-}
-
-/** The pushers' process: every key asks a page each 40 ms unless 2 of its own are still in flight. */
-async function push(base: string, keys: string[], paths: string[], seconds: number): Promise<void> {
-  const all: Tally = { statuses: {}, ms: [] };
-  const until = Date.now() + seconds * 1000;
-  await Promise.all(
-    keys.map(async (key, k) => {
-      let inFlight = 0;
-      let i = k;
-      while (Date.now() < until) {
-        if (inFlight < 2) {
-          inFlight++;
-          const p = paths[(i += 7) % paths.length];
-          void page(`${base}${p}`, key).then(({ status, ms }) => {
-            inFlight--;
-            tally(all, status, ms);
-          });
-        }
-        await new Promise((r) => setTimeout(r, PUSH_EVERY_MS));
-      }
-      while (inFlight > 0) await new Promise((r) => setTimeout(r, 20));
-    }),
-  );
-  process.stdout.write(JSON.stringify(all.statuses));
-}
-
-if (process.argv[2] === 'push') {
-  const { base, keys, paths, seconds } = JSON.parse(await fs.readFile(process.argv[3], 'utf8'));
-  await push(base, keys, paths, seconds);
-  process.exit(0);
-}
 
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fairness-')));
 const duck = await Duck.open(2);
@@ -79,7 +24,7 @@ duck.close();
 const store = KeyStore.at(lake.dir);
 const pushers: string[] = [];
 for (let i = 0; i < KEYS; i++) pushers.push((await store.issue('paid', `bench-fairness-${i}`)).key);
-const bystander = (await store.issue('paid', 'bench-fairness-bystander')).key;
+const bystanderKey = (await store.issue('paid', 'bench-fairness-bystander')).key;
 
 /** One run against `make api` with `env` over its defaults: the bystander's and the pushers' answers. */
 async function run(env: Record<string, string>): Promise<{ row: string; config: ReturnType<typeof loadConfig>; markets: number }> {
@@ -97,38 +42,18 @@ async function run(env: Record<string, string>): Promise<{ row: string; config: 
   }
   const config = loadConfig({ ...process.env, ...env, DATA_DIR: lake.dir });
   const listing = (await (
-    await fetch(`${base}/v3/wallet-prediction/markets?limit=1000&end_time=${END}`, { headers: { authorization: `Bearer ${bystander}` } })
+    await fetch(`${base}/v3/wallet-prediction/markets?limit=1000&end_time=${END}`, { headers: { authorization: `Bearer ${bystanderKey}` } })
   ).json()) as { data: { market_id: string }[] };
   const paths = listing.data.map((m) => `/v3/wallet-prediction/${m.market_id}/snapshots?limit=100`);
-  const job = path.join(root, `fairness-${process.pid}.json`);
-  await fs.writeFile(job, JSON.stringify({ base, keys: pushers, paths, seconds: SECONDS }));
-  const pusher = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), 'push', job], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let pushed = '';
-  pusher.stdout!.on('data', (d) => (pushed += d));
-  const pushing = new Promise<Record<string, number>>((resolve) => pusher.once('exit', () => resolve(JSON.parse(pushed || '{}'))));
+  const pushing = startPushers({ base, keys: pushers, paths, seconds: SECONDS }, root);
   // Let the pushers fill the queue first.
   await new Promise((r) => setTimeout(r, 2000));
-  const seen: Tally = { statuses: {}, ms: [] };
-  for (let i = 0, until = Date.now() + (SECONDS - 4) * 1000; Date.now() < until; i++) {
-    const began = Date.now();
-    const { status, ms } = await page(`${base}${paths[(i * 13) % paths.length]}`, bystander);
-    tally(seen, status, ms);
-    await new Promise((r) => setTimeout(r, Math.max(0, BYSTANDER_EVERY_MS - (Date.now() - began))));
-  }
+  const seen = await bystander(base, bystanderKey, paths, SECONDS - 4);
   const theirs = await pushing;
   api.kill('SIGTERM');
   await new Promise((r) => api.once('exit', r));
-  const sorted = seen.ms.sort((a, b) => a - b);
-  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
-  const asked = Object.values(seen.statuses).reduce((a, b) => a + b, 0);
-  const statusText = (s: Record<string, number>) =>
-    Object.entries(s)
-      .map(([k, v]) => `${v.toLocaleString('en')} x ${k === '0' ? 'connection error' : k}`)
-      .join(', ');
   const copies = config.api.servingCopies ? '' : ', serving copies off (every page by SQL)';
-  const row = `| ${config.api.maxInFlight} running, ${config.api.queue} queued, ${config.api.queueWaitMs} ms wait${Object.keys(env).length ? '' : ' (the defaults)'}${copies} | ${statusText(seen.statuses)} of ${asked} | p50 ${at(0.5).toFixed(1)} ms, p99 ${at(0.99).toFixed(1)} ms, max ${sorted.at(-1)?.toFixed(1)} ms | ${statusText(theirs)} |`;
+  const row = `| ${config.api.maxInFlight} running, ${config.api.queue} queued, ${config.api.queueWaitMs} ms wait${Object.keys(env).length ? '' : ' (the defaults)'}${copies} | ${bystanderCells(seen)} | ${statusText(theirs)} |`;
   return { row, config, markets: paths.length };
 }
 
