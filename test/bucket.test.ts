@@ -413,7 +413,7 @@ t.test('two API processes serve from the bucket alone, as the local lake does', 
   // Capture's newest books over the network, for the first replica; the second has no feed.
   const feed = await startLatestFeed({
     latest: captured!.latest,
-    versions: captured!.versions,
+    known: captured!.known,
     health: () => captured!.health(),
     host: '127.0.0.1',
     port: 0,

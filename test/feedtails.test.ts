@@ -6,17 +6,16 @@ import t from 'tap';
 import { FeedTails } from '../src/bucket/feedtail.js';
 import { startLatestFeed } from '../src/capture/feed.js';
 import type { CaptureHealth } from '../src/health.js';
-import type { StoredMarket } from '../src/lake/catalogue.js';
-import type { LatestBook } from '../src/records.js';
+import type { LatestBook, Market } from '../src/records.js';
 import { openMarket, quiet } from './helpers.js';
 
 const SECRET = 'feed-secret-of-sixteen+';
 const book = (ts: number): LatestBook => ({ ts, books: [] });
 
-async function feedOf(latest: Map<string, LatestBook>, state: string, versions = new Map<string, StoredMarket>()) {
+async function feedOf(latest: Map<string, LatestBook>, state: string, known = new Map<string, { market: Market; ts: number }>()) {
   return startLatestFeed({
     latest,
-    versions,
+    known,
     health: () => ({ state }) as unknown as CaptureHealth,
     host: '127.0.0.1',
     port: 0,
@@ -81,7 +80,7 @@ t.test('a capture restarted on the same address: every book it holds is new to t
   const after = new Map<string, LatestBook>();
   const second = await startLatestFeed({
     latest: after,
-    versions: new Map(),
+    known: new Map(),
     health: () => ({ state: 'second' }) as unknown as CaptureHealth,
     host: '127.0.0.1',
     port: Number(port),
@@ -120,10 +119,10 @@ t.test('a capture restarted on the same address: every book it holds is new to t
 });
 
 t.test("capture's market versions reach the tail's catalogue: each version once", async (t) => {
-  const version = (id: string, ts: number) => ({ ...openMarket(id, `c-${id}`, [`${id}-up`, `${id}-down`]), ts }) as StoredMarket;
-  const versions = new Map([['polymarket:m1', version('m1', 10)]]);
+  const version = (id: string, ts: number) => ({ market: openMarket(id, `c-${id}`, [`${id}-up`, `${id}-down`]), ts });
+  const known = new Map([['polymarket:m1', version('m1', 10)]]);
   const latest = new Map([['polymarket:m1', book(100)]]);
-  const feed = await feedOf(latest, 'a', versions);
+  const feed = await feedOf(latest, 'a', known);
   t.teardown(() => feed.close());
   const heard: [string, number][] = [];
   const mine = new Map<string, LatestBook>();
@@ -133,8 +132,8 @@ t.test("capture's market versions reach the tail's catalogue: each version once"
   await tails.poll();
   t.same(heard, [['m1', 10]], 'nothing new: nothing heard again');
   // A new version of m1 and a new market, with its first book: both versions, once.
-  versions.set('polymarket:m1', version('m1', 20));
-  versions.set('polymarket:m2', version('m2', 30));
+  known.set('polymarket:m1', version('m1', 20));
+  known.set('polymarket:m2', version('m2', 30));
   latest.set('polymarket:m2', book(300));
   await tails.poll();
   t.same(heard.slice(1).sort(), [

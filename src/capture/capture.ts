@@ -6,7 +6,7 @@ import type { Clock } from '../clock.js';
 import type { Config, Venue, Window } from '../config.js';
 import type { Duck } from '../lake/duckdb.js';
 import { writeFileAtomic } from '../lake/fsutil.js';
-import { type StoredMarket, localMarkets } from '../lake/catalogue.js';
+import { localMarkets } from '../lake/catalogue.js';
 import { ALL_WINDOWS, type LakePaths, type Partition, lakePaths, partitionDir, partitionOf } from '../lake/layout.js';
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { HOUR, WINDOW_MS, floorTo } from '../time.js';
@@ -79,9 +79,8 @@ export class Capture {
   readonly latest = new Map<string, LatestBook>();
   /** The time of each market's first book this process recorded: from it on, the heartbeat says the market held. */
   private readonly firstBook = new Map<string, number>();
-  private readonly known = new Map<string, { market: Market; version: string }>();
-  /** The newest version this process recorded of each market it knows, as the lake's row will read: a new object per version. */
-  readonly versions = new Map<string, StoredMarket>();
+  /** The newest version this process recorded of each market it knows, and when: a new entry per version (the feed's changes). */
+  readonly known = new Map<string, { market: Market; version: string; ts: number }>();
   private readonly lastDiscover = new Map<Venue, number>();
   private running = false;
   private loops: Promise<void>[] = [];
@@ -640,7 +639,6 @@ export class Capture {
     for (const [key, { market }] of this.known) {
       if (market.venue !== adapter.venue || market.end_time >= now - 6 * 3_600_000) continue;
       this.known.delete(key);
-      this.versions.delete(key);
       this.latest.delete(key);
       this.firstBook.delete(key);
     }
@@ -652,8 +650,7 @@ export class Capture {
     const key = marketKey(market.venue, market.market_id);
     const version = JSON.stringify(market);
     if (this.known.get(key)?.version === version) return;
-    this.known.set(key, { market, version });
-    this.versions.set(key, { ...market, ts: now });
+    this.known.set(key, { market, version, ts: now });
     this.openUnheldDowntime(market);
     this.spool.append(partitionOf('markets', market.venue, market.coin, market.window, market.start_time), [
       marketLakeRow(market, now) as unknown as MarketRow,

@@ -8,8 +8,7 @@ import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../log.js';
-import type { LatestBook } from '../records.js';
-import type { StoredMarket } from '../lake/catalogue.js';
+import type { LatestBook, Market } from '../records.js';
 import type { CaptureHealth, FeedAnswer } from '../health.js';
 import type { Config } from '../config.js';
 import type { Capture } from './capture.js';
@@ -23,8 +22,8 @@ const digest = (text: string) => createHash('sha256').update(text).digest();
 
 export async function startLatestFeed(options: {
   latest: ReadonlyMap<string, LatestBook>;
-  /** Capture's newest version of each market it knows (a new object per version). */
-  versions: ReadonlyMap<string, StoredMarket>;
+  /** Capture's newest version of each market it knows, with when it was captured (a new entry per version). */
+  known: ReadonlyMap<string, { market: Market; ts: number }>;
   health: () => CaptureHealth;
   host: string;
   port: number;
@@ -46,7 +45,7 @@ export async function startLatestFeed(options: {
     };
   };
   const books = changes(options.latest);
-  const versions = changes(options.versions);
+  const versions = changes(options.known);
   // A tail's `after` counts in one process's numbering: asked with another's (capture restarted on
   // the same address, from 0, and possibly past the tail's number by now), everything is new to it.
   const feed = randomUUID();
@@ -65,7 +64,7 @@ export async function startLatestFeed(options: {
     const after = url.searchParams.get('feed') === feed ? Number(url.searchParams.get('after') ?? 0) : 0;
     const from = Number.isFinite(after) && after >= 0 ? after : 0;
     // Versions first: a book the answer carries has its market in it, or in an earlier answer.
-    const markets = versions(from).map(([, m]) => m);
+    const markets = versions(from).map(([, k]) => ({ ...k.market, ts: k.ts }));
     const changed = books(from);
     const body: FeedAnswer = { feed, seq, health: options.health(), markets, books: changed };
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -91,7 +90,7 @@ export async function captureFeedOf(config: Config, capture: Capture, log: Logge
   if (port === null) return null;
   return startLatestFeed({
     latest: capture.latest,
-    versions: capture.versions,
+    known: capture.known,
     health: () => capture.health(),
     host,
     port,
