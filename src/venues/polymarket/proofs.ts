@@ -68,10 +68,13 @@ export interface Token {
   /** Clock time capture asked for the token: a gap for a snapshot that never came starts there. */
   trackedAt: number;
   /**
-   * A REST book newer than the copy (the newest, of instant `ts`), and since when one was pending (`at`
-   * its receive time, `first` its instant): the stream must catch up within the stall bound.
+   * A REST book newer than the copy (of instant `ts`), settled when the stream passes that instant.
+   * One the copy does not hold yet (`agrees` false) is a change the stream owes: it must come within
+   * the stall bound, counted from the first such book pending (`at` its receive time, `first` its
+   * instant). One the copy holds (`agrees`) proves it only then: a change of an earlier instant may
+   * still come.
    */
-  restAhead: { summary: ClobBookSummary; ts: number; at: number; first: number } | null;
+  restAhead: { summary: ClobBookSummary; ts: number; at: number; first: number; agrees: boolean } | null;
   /** The copy's recent books, oldest first, for checks of instants the stream has passed. */
   history: BookState[];
   /**
@@ -500,7 +503,7 @@ export class CopyProofs {
     const ahead = t.restAhead;
     // Only a change REST showed of an instant before the end: REST may stamp its answer after the
     // book's last change, so a book of a later instant may differ by a change after the window.
-    if (!ahead || !t.synced || ahead.first >= t.market.end_time) return;
+    if (!ahead || ahead.agrees || !t.synced || ahead.first >= t.market.end_time) return;
     t.restAhead = null;
     this.stats.mismatches++;
     this.sink.lost(
@@ -523,16 +526,24 @@ export class CopyProofs {
       this.snapshot(t, s, ts, recvTs, 'rest');
       return;
     }
-    // Newer than the copy: equal levels prove the copy as of its own time (REST may stamp its
-    // answer later than the book's last change); otherwise the change is on its way, or was lost.
-    if (sameLevels(s, t.book.ladders())) return this.proveByRest(t, t.book.ts, ts);
-    if (!t.restAhead || t.restAhead.ts < ts) {
+    // Newer than the copy, which proves nothing yet even with equal levels: the venue's book at `ts`
+    // equal to the copy's of an earlier instant says the copy is right at `ts` only if the stream
+    // has no change between the two still to deliver (on a starved machine it trails REST by
+    // seconds). Seen beside stress-ng: the copy had lost a change, the next one it got made it
+    // REST's book, and the venue undid the lost one before REST's instant; proved at once, the copy
+    // stood as verified over a book the venue never had. Settled when the stream passes `ts`.
+    if (sameLevels(s, t.book.ladders())) {
+      // Kept behind a book the stream still owes (its bound runs on), or an earlier agreement (it settles sooner).
+      if (!t.restAhead) t.restAhead = { summary: s, ts, at: recvTs, first: ts, agrees: true };
+      return;
+    }
+    if (!t.restAhead || t.restAhead.agrees || t.restAhead.ts < ts) {
       // The bound runs from the first REST book the stream has not passed. A stream that got past
       // it since is behind, not silent (on a starved machine it may trail every poll by a little
       // for longer than the bound): a later REST book starts the bound again. A change it lost on
       // the way still shows, when it passes that book's instant (settleRestAhead) or in a hash.
-      const held = t.restAhead !== null && t.book.ts <= t.restAhead.first ? t.restAhead : null;
-      t.restAhead = { summary: s, ts, at: held?.at ?? recvTs, first: held?.first ?? ts };
+      const held = t.restAhead !== null && !t.restAhead.agrees && t.book.ts <= t.restAhead.first ? t.restAhead : null;
+      t.restAhead = { summary: s, ts, at: held?.at ?? recvTs, first: held?.first ?? ts, agrees: false };
     }
     if (recvTs - t.restAhead.at > this.stallMs) {
       this.desync(t, 'stream_resync', `the stream never delivered the change REST showed at ${ts}; streamed copy at ${t.book.ts}`);
@@ -553,17 +564,21 @@ export class CopyProofs {
   }
 
   /**
-   * The stream has passed a pending REST book's instant: the copy then must have held its levels.
-   * What disproved it, if anything (the caller decides whether the copy is proved again since).
+   * A new book of the copy against a pending REST book. Up to its instant the stream has not passed
+   * it (more messages of that millisecond may come), and whether the copy holds its levels says
+   * only whether the stream still owes a change: holding them meets the stall bound, leaving them
+   * again owes one anew (from now). Past it, the copy then must have held its levels. What
+   * disproved it, if anything (the caller decides whether the copy is proved again since).
    */
   private settleRestAhead(t: Token): string | null {
     const ahead = t.restAhead;
     if (!ahead) return null;
-    if (sameLevels(ahead.summary, t.book.ladders())) {
-      this.proveByRest(t, t.book.ts, ahead.ts);
+    if (t.book.ts <= ahead.ts) {
+      const agrees = sameLevels(ahead.summary, t.book.ladders());
+      if (ahead.agrees && !agrees) ahead.at = this.clock.now();
+      ahead.agrees = agrees;
       return null;
     }
-    if (t.book.ts <= ahead.ts) return null;
     const then = this.stateAt(t, ahead.ts);
     t.restAhead = null;
     // Passed so far that the book of that instant is no longer kept: nothing to compare with.
