@@ -578,11 +578,17 @@ export function startMerging(config: Config, duck: Duck, log: Logger): { stop: (
     cacheBytes: config.mergeCacheBytes,
   });
   let running: Promise<unknown> = Promise.resolve();
+  let busy = false;
   let failing = false;
   let last: MergeReport | null = null;
   const timer = setInterval(() => {
-    running = running.then(() =>
-      merger.pass().then(
+    // A pass still running is not queued behind: on a starved machine a pass outlasts MERGE_MS, and
+    // chained passes piled up without bound, each listing the bucket and taking the cores the seal needs.
+    if (busy) return;
+    busy = true;
+    running = merger
+      .pass()
+      .then(
         (report) => {
           last = report;
           if (failing) log.info('merging recovered');
@@ -592,8 +598,8 @@ export function startMerging(config: Config, duck: Duck, log: Logger): { stop: (
           if (!failing) log.warn({ error: describe(err) }, 'merge pass failed; retried');
           failing = true;
         },
-      ),
-    );
+      )
+      .finally(() => (busy = false));
   }, config.mergeMs);
   return {
     // A stop (capture's, on SIGTERM) waits for the group being merged, not the pass: the rest stay pending.
