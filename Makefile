@@ -45,7 +45,9 @@ test: install node_modules/.tap-built
 	# whatever the first found, so one run shows every failure, listed again at the end (scripts/failures.sh).
 	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())'); suite=$$?; \
 	failed=$$(bash scripts/failures.sh); \
-	npx tap --disable-coverage --jobs=1 test/*.solo.ts; solo=$$?; \
+	# The solo runs record until the hour their last kill ended in is sealed: beside stress-ng that is
+	# two simulated hours, ~26 min real (.taprc's bound is the parallel run's).
+	npx tap --disable-coverage --jobs=1 --timeout=1800 test/*.solo.ts; solo=$$?; \
 	echo "$$failed"; bash scripts/failures.sh solo; \
 	test $$suite -eq 0 -a $$solo -eq 0
 
@@ -168,7 +170,7 @@ bench-bucket: install
 ## make audit-recorders-faults: two recorders killed in turn with the stand-in's stream faults on, the merged record audited (issue 49's faults-on run; make test runs it too, in its solo slot)
 audit-recorders-faults: install node_modules/.tap-built
 	bash scripts/rgw.sh install
-	npx tap --disable-coverage test/recorders-faults.solo.ts
+	npx tap --disable-coverage --timeout=1800 test/recorders-faults.solo.ts
 
 ## make bench-recorders: what a second recorder costs: bucket objects and bytes per prefix, requests an hour, the merge's time per sealed hour, when a merged hour is served
 bench-recorders: install

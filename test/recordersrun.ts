@@ -38,8 +38,10 @@ import {
 import { freePort, startRgw } from './rgw.js';
 import { type Gap, type Known, type Recorded, auditStream, readStreamLake, subscriptions } from './streamaudit.js';
 
-// Early enough in hour 12 that the deploy, both down at once and the four kills lie in it.
-const START = Date.parse('2026-07-26T12:43:30Z');
+// Early in hour 12: the record runs from it to the end of the hour the last turn ends in (a turn
+// takes 3-4 simulated minutes on an idle machine, more on a starved one), so a slow machine records
+// more hours, never fewer changes.
+const START = Date.parse('2026-07-26T12:18:30Z');
 const HOUR12 = Date.parse('2026-07-26T12:00:00Z');
 const SPEED = 20;
 const DOWN_MS = 60_000;
@@ -61,13 +63,14 @@ export interface KillRunOptions {
 }
 
 /**
- * Two recorders, each killed with kill -9 for a minute in turn, four times; then the record of
- * hour 12 merged in the bucket is audited against the stand-in's truth.
+ * Two recorders, each killed with kill -9 for a minute in turn, four times; then the record merged
+ * in the bucket, from hour 12 to the end of the hour the last turn ended in, is audited against
+ * the stand-in's truth.
  */
 export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<void> {
   const rgw = await startRgw(t);
   const { dir, clock, standin, url, duck, clockEnv } = await processRig(t, START, SPEED);
-  // Markets sealed half a minute after their hour, as books are, so hour 12's catalogue is in the record.
+  // Markets sealed half a minute after their hour, as books are, so the record's catalogue is in it.
   const bucketEnv = {
     ...rgw.env,
     S3_BUCKET: options.bucket,
@@ -163,16 +166,20 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
   await holdsAll('rec-a', 'rec-b');
   await holdsAll('rec-b', 'rec-a');
   // Of a wallet market both hold with two minutes to run: its recorders keep its books a while yet.
-  const beats = await Promise.all(RECORDERS.map(heartbeat));
-  const target = beats[0]!.open.find(
-    (m) =>
-      m.venue === 'wallet-prediction' &&
-      m.newest != null &&
-      m.end_time - clock.now() >= 120_000 &&
-      beats[1]!.open.some((o) => o.market_id === m.market_id && o.newest != null),
-  );
-  if (!target)
-    throw new Error(`no wallet market both recorders hold with two minutes to run: ${JSON.stringify(beats.map((b) => b?.open))}`);
+  // Waited for: a market listed a moment ago is held by one recorder before the other.
+  let target: Heartbeat['open'][number] | undefined;
+  for (const began = Date.now(); !target; await sleep(100)) {
+    const beats = await Promise.all(RECORDERS.map(heartbeat));
+    target = beats[0]?.open.find(
+      (m) =>
+        m.venue === 'wallet-prediction' &&
+        m.newest != null &&
+        m.end_time - clock.now() >= 120_000 &&
+        (beats[1]?.open ?? []).some((o) => o.market_id === m.market_id && o.newest != null),
+    );
+    if (!target && Date.now() - began > 180_000)
+      throw new Error(`no wallet market both recorders hold with two minutes to run: ${JSON.stringify(beats.map((b) => b?.open))}`);
+  }
   const targetMarket = standin.sim.byCode('wallet-prediction', Number(target.market_id) - 50_000_000)!;
   Object.assign(standin.walletStream.faults, { tamper: 1, tamperTokens: targetMarket.tokenIds });
   for (const began = Date.now(); standin.walletStream.stats.tampered < 1; await sleep(50))
@@ -200,7 +207,8 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     ...[0, 1, 2, 3].map((i) => ({ victim: RECORDERS[i % 2], signal: 'SIGKILL' as const, downMs: DOWN_MS })),
   ];
   const own: Record<string, string[]> = { 'rec-a': [], 'rec-b': [] };
-  for (const { victim, signal, downMs } of turns) {
+  let ended = 0;
+  for (const [i, { victim, signal, downMs }] of turns.entries()) {
     const other = RECORDERS.find((r) => r !== victim)!;
     // The other must hold every market the victim holds: recording, and past its restart's first minute.
     await recording(other, null);
@@ -217,47 +225,58 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     running[victim] = start[victim]();
     await recording(victim, segment);
     own[victim].push(signal);
+    ended = clock.now();
+    t.comment(`${victim} (${signal}) down ${new Date(downAt).toISOString()} to ${new Date(ended).toISOString()}`);
+    if (i === turns.length - 1) break;
     // A while recording before the other goes: its subscriptions' snapshots in.
     const back = clock.now();
     while (clock.now() < back + 30_000) await sleep(50);
   }
+  // The record: hour 12 through the hour the last turn ended in.
+  const until = Math.ceil(ended / HOUR) * HOUR;
+  const hours = Array.from({ length: (until - HOUR12) / HOUR }, (_, i) => HOUR12 + i * HOUR);
+  t.comment(`the record: ${new Date(HOUR12).toISOString()} to ${new Date(until).toISOString()}`);
   t.same(
     own,
     { 'rec-a': ['SIGTERM', 'SIGKILL', 'SIGKILL'], 'rec-b': ['SIGTERM', 'SIGKILL', 'SIGKILL'] },
     'each recorder was restarted for the deploy, then killed twice',
   );
   await live.stop();
-  // Both through hour 12's seal (its grace included), then stopped cleanly: each stop seals and publishes.
-  for (const r of RECORDERS)
-    for (const began = Date.now(); ((await heartbeat(r))?.sealed_through ?? 0) < HOUR12 + HOUR; await sleep(100))
-      if (Date.now() - began > 300_000) throw new Error(`${r} did not seal hour 12`);
+  // Stopped cleanly once the record's last hour is due (the clock past it and its grace): each stop
+  // seals what is due and publishes it with the heartbeat that vouches for it. Waiting for a running
+  // capture to seal instead measured the machine: beside stress-ng an hour's seal pass took 4 min.
+  const due = until + Math.max(Number(bucketEnv.MARKETS_SEAL_GRACE_MS), 30_000);
+  while (clock.now() < due) await sleep(100);
+  for (const r of RECORDERS) running[r].kill('SIGTERM');
+  for (const r of RECORDERS) t.equal(await exited(running[r]), 0, `${r} stops cleanly`);
   for (const r of RECORDERS) {
-    running[r].kill('SIGTERM');
-    t.equal(await exited(running[r]), 0, `${r} stops cleanly`);
+    const sealed = (await heartbeat(r))?.sealed_through ?? 0;
+    t.ok(sealed >= until, `${r}'s last heartbeat vouches for the record's hours (sealed through ${new Date(sealed).toISOString()})`);
   }
-  // Hour 12's groups alone: on a starved machine the clock (20x) has run hours past it by now.
-  const report = await new Merger(s3, path.join(dir, 'merge'), duck, quiet, { hours: (hour) => hour === HOUR12 }).pass();
+  // The record's hours alone: on a starved machine the clock (20x) has run past them by now.
+  const report = await new Merger(s3, path.join(dir, 'merge'), duck, quiet, { hours: (hour) => hour >= HOUR12 && hour < until }).pass();
   t.comment(`last merge pass: ${JSON.stringify(report)}`);
 
-  // The record of hour 12 on local disk, laid out as a lake, read as the stream audits read a capture's.
+  // The record on local disk, laid out as a lake, read as the stream audits read a capture's.
   const record = path.join(dir, 'record');
-  for (const venue of VENUES)
-    for (const dataset of ['books', 'gaps', 'markets'] as const)
-      for (const window of ['5m', '15m'] as const) {
-        const p = partitionOf(dataset, venue, 'btc', window, HOUR12);
-        const body = await s3.get(manifestKey(s3.config.prefix, p));
-        if (!body) continue;
-        const m = JSON.parse(body.toString('utf8')) as PartitionManifest;
-        t.ok(m.merged, `${m.partition} is a merged record`);
-        for (const f of m.files)
-          await s3.download(dataKey(s3.config.prefix, `${m.partition}/${f.name}`), path.join(record, 'lake', partitionDir(p), f.name), {
-            size: f.bytes,
-            sha256: f.sha256,
-          });
-      }
+  for (const hour of hours)
+    for (const venue of VENUES)
+      for (const dataset of ['books', 'gaps', 'markets'] as const)
+        for (const window of ['5m', '15m'] as const) {
+          const p = partitionOf(dataset, venue, 'btc', window, hour);
+          const body = await s3.get(manifestKey(s3.config.prefix, p));
+          if (!body) continue;
+          const m = JSON.parse(body.toString('utf8')) as PartitionManifest;
+          t.ok(m.merged, `${m.partition} is a merged record`);
+          for (const f of m.files)
+            await s3.download(dataKey(s3.config.prefix, `${m.partition}/${f.name}`), path.join(record, 'lake', partitionDir(p), f.name), {
+              size: f.bytes,
+              sha256: f.sha256,
+            });
+        }
   const lake = await readStreamLake(duck, record);
   const keys = lake.rows.map((r) => `${r.market_id}|${r.token_id}|${r.ts}`);
-  t.ok(keys.length > 1000, `${keys.length} books in the record of hour 12`);
+  t.ok(keys.length > 1000, `${keys.length} books in the record`);
   t.equal(new Set(keys).size, keys.length, 'no (market, outcome, ts) twice');
   // Within the sealed hour (a gap reaching past it waits for the other recorder's next hour to be
   // sealed), from the record's first book of the market on (before it, neither recorder held the
@@ -265,7 +284,7 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
   const first = new Map<string, number>();
   for (const r of lake.rows) first.set(r.market_id, Math.min(first.get(r.market_id) ?? Infinity, r.ts));
   const down = lake.gaps.filter(
-    (g) => g.reason === 'process_down' && Math.max(g.f, first.get(g.market_id) ?? Infinity) < Math.min(g.t, HOUR12 + HOUR),
+    (g) => g.reason === 'process_down' && Math.max(g.f, first.get(g.market_id) ?? Infinity) < Math.min(g.t, until),
   );
   // A recorder up may still lack a span (its stream stalled on a starved machine): a downtime gap of the
   // record is right exactly where the other recorder had a gap of its own too.
@@ -305,12 +324,12 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
   const unjust = down
     // Judged within the sealed hour: past it, a recorder vouches for nothing until its next hour is
     // sealed (its horizon), and the gap there stays, pending, until then.
-    .map((g) => ({ ...g, held: Object.fromEntries(RECORDERS.map((r) => [r, heldBy(r, { ...g, t: Math.min(g.t, HOUR12 + HOUR) })])) }))
+    .map((g) => ({ ...g, held: Object.fromEntries(RECORDERS.map((r) => [r, heldBy(r, { ...g, t: Math.min(g.t, until) })])) }))
     .filter((g) => Object.values(g.held).some((spans) => spans.length > 0));
   t.same(
     unjust,
     [],
-    `no downtime gap in hour 12 where one recorder held the market (${down.length} where both lacked it, ${down.reduce((s, g) => s + (g.t - g.f), 0) / 1000} s)`,
+    `no downtime gap in the record where one recorder held the market (${down.length} where both lacked it, ${down.reduce((s, g) => s + (g.t - g.f), 0) / 1000} s)`,
     // What a failure needs to be read: each recorder's own gaps of the market around it, and its first book.
     unjust.length
       ? {
@@ -371,8 +390,9 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     env: { ...bucketEnv, ...clockVars },
     record: lake,
     both: together,
+    until,
   });
-  live.servedTheRecord(t, lake.rows);
+  live.servedTheRecord(t, lake.rows, until);
   if (options.faults) {
     const { stats } = standin.stream;
     const wallet = standin.walletStream.stats;
@@ -385,7 +405,7 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
 
 /**
  * What users read of the run: an API process serving from the bucket alone (`LAKE_SOURCE=bucket`)
- * gives, for every market window of hour 12, exactly the books of the record audited above (every
+ * gives, for every market window of the record, exactly the books of the record audited above (every
  * snapshot, each book's ladders) and a certificate whose gaps are the record's and which names both
  * recorders.
  */
@@ -396,7 +416,15 @@ async function replicaServesTheRecord(
     env,
     record,
     both,
-  }: { dir: string; env: Record<string, string>; record: { rows: Recorded[]; gaps: Gap[]; markets: Known[] }; both: BothDown },
+    until,
+  }: {
+    dir: string;
+    env: Record<string, string>;
+    record: { rows: Recorded[]; gaps: Gap[]; markets: Known[] };
+    both: BothDown;
+    /** The end of the record's last hour. */
+    until: number;
+  },
 ): Promise<void> {
   await fs.mkdir(dir, { recursive: true });
   const { key } = await KeyStore.open(testConfig(dir), quiet).issue('paid', 'recorders run');
@@ -435,8 +463,8 @@ async function replicaServesTheRecord(
     t.equal(market.status, 200, `the replica knows market ${id}`);
     if (market.status !== 200) continue;
     const [start, end] = [Date.parse(market.body.data.start_time), Date.parse(market.body.data.end_time)];
-    // Windows wholly within the merged hour (the venue lists the next hour's ahead).
-    if (start < HOUR12 || end > HOUR12 + HOUR) continue;
+    // Windows wholly within the merged hours (the venue lists the next hour's ahead).
+    if (start < HOUR12 || end > until) continue;
     windows++;
     const served: string[] = [];
     const range = `start_time=${iso(start)}&end_time=${iso(end)}&limit=1000${venue === 'polymarket' ? '&include_orderbook=true' : ''}`;
@@ -506,8 +534,8 @@ async function replicaServesTheRecord(
         gaps: { served: sort(gaps), record: sort(recordGaps) },
       });
   }
-  t.ok(windows >= 4, `${windows} market windows of hour 12 read from the replica`);
-  t.ok(bothChecked > 0, `${bothChecked} windows of hour 12 held by both recorders when both went down`);
+  t.ok(windows >= 4, `${windows} market windows of the record read from the replica`);
+  t.ok(bothChecked > 0, `${bothChecked} windows of the record held by both recorders when both went down`);
   t.same(bothWrong, [], `both down ${iso(both.from)} to ${iso(both.to)}: a gap of each such window, and of each recorder, process_down`);
   t.same(
     wrong,
@@ -674,9 +702,9 @@ class LiveReplica {
     await exited(this.process.child);
   }
 
-  /** Every newest book served of hour 12 is the record's book in force at its time, outcome by outcome. */
-  servedTheRecord(t: Test, rows: Recorded[]): void {
-    const inHour = this.served.filter((s) => s.ts >= HOUR12 && s.ts < HOUR12 + HOUR);
+  /** Every newest book served within the record (hour 12 until `until`) is its book in force at its time, outcome by outcome. */
+  servedTheRecord(t: Test, rows: Recorded[], until: number): void {
+    const inHour = this.served.filter((s) => s.ts >= HOUR12 && s.ts < until);
     const byToken = new Map<string, Recorded[]>();
     for (const r of rows) {
       const list = byToken.get(r.token_id) ?? [];
@@ -696,7 +724,7 @@ class LiveReplica {
       }),
     );
     t.ok(this.feedOnly.size > 0, `${this.feedOnly.size} open markets known to the replica from the feeds alone`);
-    t.ok(inHour.length > 0, `${inHour.length} newest books served live in hour 12`);
+    t.ok(inHour.length > 0, `${inHour.length} newest books served live within the record`);
     t.same(wrong.slice(0, 3), [], `each newest book served live is the record's book in force at its time (${wrong.length} not)`);
   }
 }
