@@ -144,8 +144,15 @@ export function auditStream(
   // exchange time moved a millisecond past the market's previous row where they collide (`nudged`), so a change
   // at `at` was a row at or a few ms after it.
   const NUDGE_MS = 10;
+  // A storage gap still open when capture stopped for good is read as presumed downtime from its
+  // start, its first dropped row, as the storage gap it is (red beside stress-ng: the change at a
+  // presumed storage gap's start judged uncovered).
   const covered = (marketId: string, at: number) =>
-    gaps.some((g) => g.market_id === marketId && (g.reason === 'storage' ? g.f <= at + NUDGE_MS && at < g.t : g.f < at && at <= g.t));
+    gaps.some(
+      (g) =>
+        g.market_id === marketId &&
+        (g.reason === 'storage' || g.reason === 'storage (presumed)' ? g.f <= at + NUDGE_MS && at < g.t : g.f < at && at <= g.t),
+    );
   // A recorded row lies in a gap by its own time (the record's clock, which gaps share and the
   // certificate reads), not its exchange time: a change that reached capture after a resync's book
   // is stamped a millisecond past it (venues/stream.ts advance), under load far past its exchange
