@@ -43,10 +43,11 @@ test: install node_modules/.tap-built
 	npx prettier --check . --log-level warn $(PRETTIER_CACHE) & prettier=$$!; npx tsc --noEmit -p . $(TSC_CACHE); typecheck=$$?; wait $$prettier && exit $$typecheck
 	# Then, in a slot of their own, one at a time (see .taprc; coverage is the first run's); both run
 	# whatever the first found, so one run shows every failure, listed again at the end (scripts/failures.sh).
+	# The solo runs record until the hour their last kill ended in is due: beside stress-ng up to three
+	# simulated hours, 18-20 min real each (.taprc's bound is the parallel run's). No comment may sit
+	# inside the continued lines below: it would end the shell line there.
 	npx tap --jobs=$$(node -p 'Math.max(2, 2 * os.availableParallelism())'); suite=$$?; \
 	failed=$$(bash scripts/failures.sh); \
-	# The solo runs record until the hour their last kill ended in is sealed: beside stress-ng that is
-	# two simulated hours, ~26 min real (.taprc's bound is the parallel run's).
 	npx tap --disable-coverage --jobs=1 --timeout=1800 test/*.solo.ts; solo=$$?; \
 	echo "$$failed"; bash scripts/failures.sh solo; \
 	test $$suite -eq 0 -a $$solo -eq 0
