@@ -169,37 +169,33 @@ t.test('a REST book ahead of the stream proves the copy only once the stream has
     ['0.52', '25'],
   ];
   const hashOf = (ts: number, b47: string, b48: string) => clobBookHash(summary(ts, bids(b47, b48), asks));
+  // One bid entry at `ts`, with the venue's hash or its best levels.
+  const change = (s: ReturnType<typeof setup>, ts: number, price: string, size: string, proof: { hash: string } | 'best') =>
+    s.proofs.applyChecked(
+      s.token,
+      [{ asset_id: 'up', price, size, side: 'BUY', ...(proof === 'best' ? { best_bid: '0.48', best_ask: '0.52' } : proof) }],
+      String(ts),
+      ts,
+    );
   // The venue: 0.48 to 40 at 1050 (lost on the way to the copy), 0.47 to 12 at 1100, 0.48 back to
   // 30 at 1250. REST answers at 1300, before the stream has delivered 1100: the venue's book then
   // is the copy's after 1100, though the copy at 1100 is not the venue's book of 1100.
   const lost = setup();
   lost.proofs.checkRest(lost.token, summary(1_300, bids('12', '30'), asks), 1_300, 1_300);
-  const change = (ts: number, price: string, size: string, hash: string) =>
-    lost.proofs.applyChecked(lost.token, [{ asset_id: 'up', price, size, side: 'BUY', hash }], String(ts), ts);
-  t.equal(change(1_100, '0.47', '12', hashOf(1_100, '12', '40')), 'vouched', 'recorded, its hash not reproduced');
+  t.equal(change(lost, 1_100, '0.47', '12', { hash: hashOf(1_100, '12', '40') }), 'vouched', 'recorded, its hash not reproduced');
   t.equal(lost.token.verifiedTs, 1_000, "REST's book of 1300 proves nothing of 1100");
   t.equal(lost.token.doubt?.from, 1_000, 'in doubt since the last proof');
   // 1250 leaves the copy as it was, and its hash reproduces: a change before it never arrived.
-  t.equal(change(1_250, '0.48', '30', hashOf(1_250, '12', '30')), 'vouched');
+  t.equal(change(lost, 1_250, '0.48', '30', { hash: hashOf(1_250, '12', '30') }), 'vouched');
   t.match(lost.gaps, [/^stream_resync from 1000: a change at 1250 left the streamed copy as it was/], 'the book of 1100 lies in the gap');
 
   // Nothing lost: the stream delivers 1100, then passes 1300 with that book still in force.
   const behind = setup();
   behind.proofs.checkRest(behind.token, summary(1_300, bids('12', '30'), asks), 1_300, 1_300);
-  behind.proofs.applyChecked(
-    behind.token,
-    [{ asset_id: 'up', price: '0.47', size: '12', side: 'BUY', best_bid: '0.48', best_ask: '0.52' }],
-    '1100',
-    1_100,
-  );
+  change(behind, 1_100, '0.47', '12', 'best');
   t.equal(behind.token.verifiedTs, 1_000, 'not yet: a change before 1300 may still come');
   t.ok(behind.token.restAhead?.agrees, 'the change REST showed was delivered: no stall bound runs');
-  behind.proofs.applyChecked(
-    behind.token,
-    [{ asset_id: 'up', price: '0.47', size: '13', side: 'BUY', best_bid: '0.48', best_ask: '0.52' }],
-    '1400',
-    1_400,
-  );
+  change(behind, 1_400, '0.47', '13', 'best');
   t.equal(behind.token.verifiedTs, 1_300, "proved at REST's instant once the stream passed it");
   t.equal(behind.token.restAhead, null);
   t.same(behind.gaps, []);
@@ -208,12 +204,7 @@ t.test('a REST book ahead of the stream proves the copy only once the stream has
   // venue: 0.48 to 40 at 1050 (lost), then at 1100 0.47 to 12 and 0.48 back to 30, two messages.
   const sameMs = setup();
   sameMs.proofs.checkRest(sameMs.token, summary(1_100, bids('12', '30'), asks), 1_100, 1_100);
-  sameMs.proofs.applyChecked(
-    sameMs.token,
-    [{ asset_id: 'up', price: '0.47', size: '12', side: 'BUY', hash: hashOf(1_100, '12', '40') }],
-    '1100',
-    1_100,
-  );
+  change(sameMs, 1_100, '0.47', '12', { hash: hashOf(1_100, '12', '40') });
   t.equal(sameMs.token.verifiedTs, 1_000, "the copy at REST's instant is not proved before the stream passes it");
   t.equal(sameMs.token.doubt?.from, 1_000, 'its hash not reproduced: in doubt since the last proof');
 
