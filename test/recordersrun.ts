@@ -373,7 +373,7 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
     altered: standin.walletStream.tamperedKeys,
   });
   for (const venue of VENUES) {
-    auditStream(t, {
+    const { astray } = auditStream(t, {
       rows: lake.rows.filter((r) => isVenue(venue, r.market_id)),
       gaps: lake.gaps.filter((g) => isVenue(venue, g.market_id)),
       markets: lake.markets.filter((m) => isVenue(venue, m.market_id)),
@@ -384,6 +384,8 @@ export async function killEachInTurn(t: Test, options: KillRunOptions): Promise<
       stallMs: 20_000,
       slackMs: 1000 * SPEED,
     });
+    if (astray.length)
+      t.fail(`the first wrong book outside gaps as each recorder kept it: ${await asKept(duck, RECORDERS.map(lakeOf), astray[0])}`);
   }
   await replicaServesTheRecord(t, {
     dir: path.join(dir, 'replica'),
@@ -616,6 +618,35 @@ async function disagreementReported(
     `${differing} books of the altered push differ between the recorders${doubts.length ? `, ${doubts.length} doubted by their recorder (${doubts[0]})` : ''}`,
   );
   t.same(wrong, [], "the recorders' disagreement is kept out of the record and reported as a gap, or the doubted book left out");
+}
+
+/**
+ * What a failure of the record's audit needs to be read, on one line (a CI summary keeps that):
+ * each recorder's own rows of the book's token around its time, with their labels, and its own
+ * gaps of the market around it.
+ */
+async function asKept(duck: Duck, lakes: string[], row: Recorded): Promise<string> {
+  const around = { token: row.token_id, market: row.market_id, from: row.ts - 5000, to: row.ts + 5000 };
+  const seen = await Promise.all(
+    lakes.map(async (dir) => {
+      const rows = await duck.rows(
+        `SELECT epoch_ms(ts)::DOUBLE AS ts, verified_by AS by, hash_check AS h FROM ${lakeTable(dir, 'books')}
+         WHERE token_id = $token AND epoch_ms(ts) BETWEEN $from AND $to ORDER BY abs(epoch_ms(ts) - $at) LIMIT 16`,
+        { token: around.token, from: around.from, to: around.to, at: row.ts },
+      );
+      rows.sort((a, b) => Number(a.ts) - Number(b.ts));
+      const gaps = await duck.rows(
+        `SELECT epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t, reason FROM ${lakeTable(dir, 'gaps')}
+         WHERE dataset = 'books' AND market_id = $market AND epoch_ms(to_ts) >= $from - 55000 AND epoch_ms(from_ts) <= $to + 55000 ORDER BY f`,
+        { market: around.market, from: around.from, to: around.to },
+      );
+      const same = rows.some((r) => Number(r.ts) === row.ts);
+      return `${path.basename(dir)}: ${same ? 'has it' : 'lacks it'}; rows ${rows.map((r) => `${Number(r.ts) - row.ts}:${r.by}/${r.h}`).join(' ')}; gaps ${gaps
+        .map((g) => `[${Number(g.f) - row.ts},${Number(g.t) - row.ts}] ${g.reason}`)
+        .join(' ')}`;
+    }),
+  );
+  return `${row.market_id}:${row.outcome_index} at ${row.ts} (times relative to it) | ${seen.join(' | ')}`;
 }
 
 interface BothDown {

@@ -37,6 +37,56 @@ t.test('recovery reports each market’s newest spooled row', async (t) => {
   t.same(Object.fromEntries(r.lastTs), { 'metrics:a': 20, 'metrics:b': 30 });
 });
 
+t.test('a killed process’s books in doubt: the downtime starts at the last proof before them', async (t) => {
+  const hour = Date.parse('2026-07-26T13:00:00Z');
+  const row = (
+    market: string,
+    ts: number,
+    outcome_index: number,
+    verified_by: BookRow['verified_by'],
+    hash_check: BookRow['hash_check'],
+  ): BookRow => ({
+    ts,
+    recv_ts: ts + 2,
+    market_id: market,
+    token_id: `${market}-${outcome_index}`,
+    outcome_index,
+    outcome: outcome_index ? 'Down' : 'Up',
+    exchange_ts: ts,
+    bid_prices: [0.4],
+    bid_sizes: [10],
+    ask_prices: [0.41],
+    ask_sizes: [5],
+    verified_by,
+    hash_check,
+  });
+  const rows = [
+    // p: its Down token proved at +20, then a book whose hash did not reproduce, then one with no hash.
+    row('p', hour + 10, 0, 'hash', 'match'),
+    row('p', hour + 20, 1, 'hash', 'match'),
+    row('p', hour + 30, 0, 'hash', 'match'),
+    row('p', hour + 40, 1, 'best_bid_ask', 'mismatch'),
+    row('p', hour + 50, 1, 'best_bid_ask', null),
+    // q: a doubt a later hash proof settled.
+    row('q', hour + 10, 0, 'snapshot', null),
+    row('q', hour + 20, 0, 'best_bid_ask', 'unverifiable'),
+    row('q', hour + 30, 0, 'hash', 'match'),
+    // r: nothing proved in what was read, only doubted books.
+    row('r', hour + 10, 0, 'best_bid_ask', 'unverifiable'),
+    row('r', hour + 20, 0, 'best_bid_ask', 'unverifiable'),
+    // w: the wallet's books carry no hash: nothing is in doubt.
+    row('w', hour + 10, 0, 'snapshot', null),
+    row('w', hour + 20, 1, 'none', null),
+  ];
+  const dir = testdir(t);
+  const spool = new Spool(dir);
+  for (const r of rows) spool.append(partitionOf('books', 'polymarket', 'btc', '5m', r.ts), [r]);
+  await spool.close();
+  const r = await recoverSpool(dir, 'live-seg');
+  t.same(Object.fromEntries(r.unprovedFrom), { p: hour + 20, r: hour + 9 }, 'p from its Down token’s proof, r from before its first row');
+  t.equal(r.lastTs.get('books:p'), hour + 50, 'the newest row is still reported');
+});
+
 t.test('runs encoded in another thread spool exactly the parts and lines that appending the rows makes', async (t) => {
   const hour = Date.parse('2026-07-26T13:00:00Z');
   const book = (market: string, ts: number, outcome_index: number, bid: number): BookRow => ({

@@ -161,7 +161,12 @@ export function auditStream(
   t.same(
     astray.slice(0, 3).map((r) => `${r.market_id}:${r.outcome_index}@${r.ex}`),
     [],
-    `every recorded book (${rows.length}) outside gaps equals the venue's book at its exchange time (${wrong.length - astray.length} inside gaps do not)`,
+    `every recorded book (${rows.length}) outside gaps equals the venue's book at its exchange time (${wrong.length - astray.length} inside gaps do not)${
+      // On the line a CI summary keeps: what the first such book was labelled, and how many of its token are wrong.
+      astray.length
+        ? `; first: ${astray[0].market_id}:${astray[0].outcome_index} ts ${astray[0].ts} ex ${astray[0].ex} ${astray[0].verified_by}/${astray[0].hash_check}, ${astray.filter((r) => r.token_id === astray[0].token_id).length} of its token`
+        : ''
+    }`,
     // What a failure needs to be read: the first such row, the venue's book then, and its market's gaps nearby.
     astray.length
       ? {
@@ -311,7 +316,7 @@ export function auditStream(
   }
   t.equal(backwards, 0, "a market's snapshot times only move forward");
   const uncoveredMarkets = [...new Set(uncovered.map((k) => k.split(':')[0]))];
-  return { expected, recorded, unknowable, withheld, beforeFirst, wrong: wrong.length, labels, uncoveredMarkets };
+  return { expected, recorded, unknowable, withheld, beforeFirst, wrong: wrong.length, astray, labels, uncoveredMarkets };
 }
 
 /**

@@ -217,13 +217,14 @@ export class Capture {
 
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
-    const { lastTs, bookPartitions, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
-    const beat = await this.resumeFromHeartbeat(lastTs);
+    const { lastTs, bookPartitions, unprovedFrom, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
+    const beat = await this.resumeFromHeartbeat(lastTs, unprovedFrom);
     if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
     if (beat) {
       const named = new Set(beat.open.map((m) => m.market_id));
-      for (const [id, ts] of books) if (!named.has(id)) this.unheld.set(id, { since: ts, segment: beat.segment, beat: beat.ts });
+      for (const [id, ts] of books)
+        if (!named.has(id)) this.unheld.set(id, { since: unprovedFrom.get(id) ?? ts, segment: beat.segment, beat: beat.ts });
       // Not awaited: a starved machine's statements must not hold the restart back. A market this
       // process resyncs or rediscovers first takes its gap from there; this read then finds it handled.
       this.unheldRead = this.unheldFromLake(bookPartitions);
@@ -269,9 +270,11 @@ export class Capture {
   /**
    * The heartbeat lags the spool by up to one flush, so `lastTs` (the newest row each market
    * really has in the spool) decides: a gap open in the heartbeat whose market has rows after
-   * its start was closed, and its row spooled with them; a downtime gap starts after the last row.
+   * its start was closed, and its row spooled with them; a downtime gap starts after the last row,
+   * or where the rows before it stopped being vouched for (`unprovedFrom`: a doubt the process
+   * held in memory died with it).
    */
-  private async resumeFromHeartbeat(lastTs: Map<string, number>): Promise<Heartbeat | null> {
+  private async resumeFromHeartbeat(lastTs: Map<string, number>, unprovedFrom: ReadonlyMap<string, number>): Promise<Heartbeat | null> {
     const beat = await readHeartbeat(this.paths);
     if (!beat) return null;
     const last = (dataset: string, id: string | null) => (id === null ? -Infinity : (lastTs.get(`${dataset}:${id}`) ?? -Infinity));
@@ -289,8 +292,9 @@ export class Capture {
     for (const m of beat.open) {
       for (const dataset of ['books', 'metrics'] as const) {
         // From the market's newest spooled row: a streamed change stamped before the heartbeat may
-        // have arrived after it and been lost with the process. Without rows in the spool, the heartbeat.
-        const newest = last(dataset, m.market_id);
+        // have arrived after it and been lost with the process. From its last proof where the rows
+        // after it were in doubt. Without rows in the spool, the heartbeat.
+        const newest = (dataset === 'books' ? unprovedFrom.get(m.market_id) : undefined) ?? last(dataset, m.market_id);
         const from = newest > -Infinity ? newest : beat.ts;
         const key = gapKey({ ...m, dataset });
         if (this.gaps.get(key) || m.end_time <= from) continue;

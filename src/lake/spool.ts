@@ -658,6 +658,35 @@ export interface Recovered {
   lastTs: Map<string, number>;
   /** The books partition of each market's newest spooled book: where to look for its catalogue record (venue, coin, window). */
   bookPartitions: Map<string, Partition>;
+  /**
+   * Per market whose newest books are in doubt (`doubtedSince`): where its downtime gap starts,
+   * the token's newest proved row before them, earlier than its newest row.
+   */
+  unprovedFrom: Map<string, number>;
+}
+
+/** A book row's start as capture spools it, up to its check columns. */
+const BOOK_HEAD =
+  /^\{"ts":(\d+),"recv_ts":-?\d+,"market_id":"([^"]*)","token_id":"([^"]*)",.*?"verified_by":(?:null|"([a-z_]+)"),"hash_check":(?:null|"([a-z]+)")/;
+const PROVED = new Set(['snapshot', 'hash', 'rest']);
+const DOUBTED = new Set(['mismatch', 'unverifiable']);
+
+/**
+ * Where a token's record stops being vouched for, from its spooled rows (`ts` order): a row the
+ * venue's hash did not reproduce and nothing proved held its copy in doubt, and the process kept
+ * that doubt in memory (a proof or a gap was still to come). A process killed then leaves rows
+ * nothing settled: its successor's downtime gap starts at the newest proved row before them
+ * (before the first row read, when none was read), not after them. Undefined: not in doubt.
+ */
+export function doubtedSince(rows: readonly { ts: number; by: string | null; check: string | null }[]): number | undefined {
+  let proved = -Infinity;
+  let doubted = false;
+  for (const r of rows) {
+    if (r.by !== null && PROVED.has(r.by)) [proved, doubted] = [r.ts, false];
+    else if (r.check !== null && DOUBTED.has(r.check)) doubted = true;
+  }
+  if (!doubted) return undefined;
+  return proved > -Infinity ? proved : rows[0].ts - 1;
 }
 
 /**
@@ -669,6 +698,7 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
   let truncatedBytes = 0;
   const lastTs = new Map<string, number>();
   const bookPartitions = new Map<string, Partition>();
+  const checks = new Map<string, { market: string; rows: { ts: number; by: string | null; check: string | null }[] }>();
   const parts = (await listSpool(dir)).filter((p) => !p.source.startsWith(`${ownSegment}:`));
   for (const part of parts) {
     const handle = await fs.open(part.file, 'r+');
@@ -702,6 +732,11 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
         if (!m) continue;
         const ts = Number(m[1]);
         const key = `${part.partition.dataset}:${m[2]}`;
+        const head = part.partition.dataset === 'books' ? BOOK_HEAD.exec(line) : null;
+        if (head) {
+          const token = checks.get(head[3]) ?? checks.set(head[3], { market: head[2], rows: [] }).get(head[3])!;
+          token.rows.push({ ts, by: head[4] ?? null, check: head[5] ?? null });
+        }
         if (ts <= (lastTs.get(key) ?? -Infinity)) continue;
         lastTs.set(key, ts);
         if (part.partition.dataset === 'books') bookPartitions.set(m[2], part.partition);
@@ -710,7 +745,13 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
       await handle.close();
     }
   }
-  return { parts: parts.length, truncatedBytes, lastTs, bookPartitions };
+  const unprovedFrom = new Map<string, number>();
+  for (const { market, rows } of checks.values()) {
+    // Parts of one market from several segments (and rolls) are read in no particular order.
+    const from = doubtedSince(rows.sort((a, b) => a.ts - b.ts));
+    if (from !== undefined && from < (unprovedFrom.get(market) ?? Infinity)) unprovedFrom.set(market, from);
+  }
+  return { parts: parts.length, truncatedBytes, lastTs, bookPartitions, unprovedFrom };
 }
 
 /** Byte offset just past the last newline before `before`, scanning back; 0 when there is none. */
