@@ -214,3 +214,63 @@ t.test('a REST book ahead of the stream proves the copy only once the stream has
   t.ok(quiet.token.synced);
   t.same(quiet.gaps, []);
 });
+
+t.test(
+  'books in doubt until REST’s fields come: proved late when right, a gap when not, and one past those kept is never proved',
+  async (t) => {
+    // Synced before REST's fields came (a snapshot from the stream), so no hash can be checked yet.
+    // The venue: 0.47 to 11 at 1050 (lost on the way to the copy when `lose`); 0.48 changes every 10 ms
+    // from 1100; 0.47 to 12 at 1150, which makes the copy the venue's book again. Each change hashed by
+    // the venue. Then REST's fields come.
+    const run = (changes: number, lose: boolean) => {
+      const s = setup();
+      const asks: [string, string][] = [
+        ['0.53', '10'],
+        ['0.52', '25'],
+      ];
+      const fieldless = new LocalBook(market.condition_id!, 'up');
+      fieldless.reset(
+        summary(
+          1_000,
+          [
+            ['0.47', lose ? '10' : '11'],
+            ['0.48', '30'],
+          ],
+          asks,
+        ),
+        1_000,
+      );
+      fieldless.note({ tick_size: fields.tick_size, last_trade_price: fields.last_trade_price });
+      Object.assign(s.token, { book: fieldless, history: [fieldless.state()] });
+      const venue = { b47: '11', b48: '30' };
+      for (let i = 0; i < changes; i++) {
+        const ts = 1_100 + 10 * i;
+        const change = i === 5 ? { price: '0.47', size: (venue.b47 = '12') } : { price: '0.48', size: (venue.b48 = String(31 + i)) };
+        const hash = clobBookHash(
+          summary(
+            ts,
+            [
+              ['0.47', venue.b47],
+              ['0.48', venue.b48],
+            ],
+            asks,
+          ),
+        );
+        s.proofs.applyChecked(s.token, [{ asset_id: 'up', side: 'BUY', hash, ...change }], String(ts), ts);
+      }
+      t.equal(s.token.doubt?.from, 1_000, `${changes} books in doubt since the snapshot`);
+      s.token.book.note({ min_order_size: fields.min_order_size, neg_risk: fields.neg_risk });
+      s.proofs.recheck(s.token);
+      return s;
+    };
+    const right = run(200, false);
+    t.equal(right.token.doubt, null, 'nothing lost: every book reproduces once the fields come');
+    t.same(right.gaps, [], 'and no gap');
+    const wrong = run(200, true);
+    t.equal(wrong.token.doubt?.books.length, 5, 'a change lost: the five books before 0.47 was set again stay in doubt');
+    t.same(wrong.gaps, [], 'until the next proof (a gap then)');
+    const many = run(4_200, true);
+    t.equal(many.token.doubt, null, 'more books than a doubt keeps, the wrong ones among those let go');
+    t.match(many.gaps, [/^stream_resync from 1000: 104 book\(s\) whose hash did not reproduce, too many to keep/], 'the span is a gap');
+  },
+);
