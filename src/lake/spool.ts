@@ -727,12 +727,12 @@ export async function recoverSpool(dir: string, ownSegment: string): Promise<Rec
       }
       if (part.partition.dataset !== 'books' && part.partition.dataset !== 'metrics') continue;
       for (const line of tail.subarray(0, end).toString('utf8').split('\n')) {
-        // Capture writes `ts` first in every book and metric row.
-        const m = /^\{"ts":(\d+),.*?"market_id":"([^"]*)"/.exec(line);
+        // Capture writes `ts` first in every book and metric row; a book row's checks are read in the same pass.
+        const head = part.partition.dataset === 'books' ? BOOK_HEAD.exec(line) : null;
+        const m = head ?? /^\{"ts":(\d+),.*?"market_id":"([^"]*)"/.exec(line);
         if (!m) continue;
         const ts = Number(m[1]);
         const key = `${part.partition.dataset}:${m[2]}`;
-        const head = part.partition.dataset === 'books' ? BOOK_HEAD.exec(line) : null;
         if (head) {
           const token = checks.get(head[3]) ?? checks.set(head[3], { market: head[2], rows: [] }).get(head[3])!;
           token.rows.push({ ts, by: head[4] ?? null, check: head[5] ?? null });

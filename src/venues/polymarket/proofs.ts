@@ -398,7 +398,8 @@ export class CopyProofs {
     if (!d || !t.synced || !t.book.knowsAllFields()) return;
     let proved = -Infinity;
     d.books = d.books.filter((u) => {
-      if (!((u.verdict.check !== undefined && u.verdict.check !== u.verdict.unexplained) || this.reproduces(t, u))) return true;
+      const reproduced = (u.verdict.check !== undefined && u.verdict.check !== u.verdict.unexplained) || this.reproduces(t, u);
+      if (!reproduced) return true;
       // The formula reproduces, if late.
       this.hashMisses = 0;
       this.stats.lateProofs++;
@@ -406,17 +407,12 @@ export class CopyProofs {
       if (u.ts >= t.book.ts) this.vouch(t, 'hash');
       return false;
     });
-    if (d.books.length) {
-      if (proved > -Infinity) this.prove(t, proved);
-      return;
-    }
     // Every book kept is the venue's, but the ones let go were never checked (seen beside
     // stress-ng: a token without REST's fields for 27 s, a change lost in its first seconds).
-    if (d.forgotten) this.lostBefore(t, proved, `${d.forgotten} book(s) whose hash did not reproduce, too many to keep for a later check`);
-    else {
-      t.doubt = null;
-      this.prove(t, proved);
-    }
+    if (!d.books.length && d.forgotten)
+      return this.lostBefore(t, proved, `${d.forgotten} book(s) whose hash did not reproduce, too many to keep for a later check`);
+    this.prove(t, proved);
+    if (!d.books.length) t.doubt = null;
   }
 
   /** Whether a book's hash reproduces with the hashed fields as they are now (the trade or tick that came since). */
