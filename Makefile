@@ -15,7 +15,7 @@ TSC_CACHE := --incremental --tsBuildInfoFile node_modules/.cache/tsc/tsconfig.ts
 # raised to the hard one where the system allows (the API caps its sockets below what it leaves).
 RAISE_FDS := ulimit -n "$$(ulimit -Hn)" 2>/dev/null || true;
 
-.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-recent bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-profile bench-fairness bench-fairness-run bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
+.PHONY: run test format install capture standin api fill seal compact serving-copies replay-copies migrate migrate-timestamps client-ts backfill query replay bench-replay key keys revoke download bench-capture bench-api bench-overload bench-compare bench-recent bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-disk bench bench-profile bench-fairness bench-fairness-run bench-bucket bench-recorders audit-recorders-faults mirror-bucket merge rgw-start rgw-stop typecheck clean
 
 node_modules/.installed: package.json package-lock.json
 	npm install --no-audit --no-fund
@@ -200,9 +200,16 @@ bench-trades: install
 bench-reference: install
 	$(TSX) bench/reference.ts
 
+## make bench-disk: bytes per book row of a day of `make run`'s capture (both venues' feeds, 24 simulated hours at 20x, about 75 min; BENCH_DISK_HOURS, BENCH_DISK_SPEED): Parquet, serving and replay copies, PostgreSQL
+bench-disk: install
+	$(TSX) bench/disk.ts
+
 ## make bench-venuetext: bytes per row of the venue's text and hash columns on a `make run` lake
 bench-venuetext: install
 	$(TSX) bench/venuetext.ts
+
+## make bench: every benchmark above, one after the other (hours: bench-api alone builds an 11 GB lake); each writes its section of BENCHMARKS.md
+bench: bench-capture bench-api bench-overload bench-compare bench-recent bench-profile bench-replay bench-bucket bench-recorders bench-fairness bench-fairness-run bench-export bench-hostile bench-trades bench-reference bench-venuetext bench-disk
 
 typecheck: install
 	npx tsc --noEmit -p . $(TSC_CACHE)
