@@ -4,8 +4,6 @@
 // hours, every hour sealed; then each form the same rows take: the lake's Parquet, the serving
 // copies written at seal, the replay copies of every market (as `make replay-copies` writes them)
 // and PostgreSQL 15's table, TOAST and index (one table per venue, loaded from the Parquet).
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -14,7 +12,7 @@ import { Capture } from '../src/capture/capture.js';
 import { pacedClock } from '../src/clock.js';
 import { type Venue, loadConfig } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
-import { listFiles } from '../src/lake/fsutil.js';
+import { listFiles, sha256File } from '../src/lake/fsutil.js';
 import { lakePaths } from '../src/lake/layout.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { onBooksFile } from '../src/lake/writer.js';
@@ -27,6 +25,7 @@ import { HOUR, MINUTE } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
 import { ensureTools, startPostgres } from './pg.js';
 import { writeSection } from './report.js';
+import { builtOnce } from './tools.js';
 
 onBooksFile(writeServingCopy);
 
@@ -39,13 +38,8 @@ const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 
 const dir = path.join(root, `disk-lake-${HOURS}h-${SPEED}x`);
 const log = pino({ level: 'warn' });
 
-/** Recorded once per BENCH_ROOT (a `built.json` marks it complete). */
-async function record(): Promise<{ seconds: number }> {
-  const done = path.join(dir, 'built.json');
-  const built = await fs.readFile(done, 'utf8').catch(() => null);
-  if (built) return JSON.parse(built);
-  await fs.rm(dir, { recursive: true, force: true });
-  const began = performance.now();
+/** Recorded once per BENCH_ROOT. */
+async function record(): Promise<void> {
   let progress = () => FROM - 2 * MINUTE;
   const clock = pacedClock(FROM - 2 * MINUTE, SPEED, Date.now(), Infinity, 3000, () => progress());
   const config = loadConfig({ ...process.env, DATA_DIR: dir });
@@ -69,18 +63,9 @@ async function record(): Promise<{ seconds: number }> {
   await capture.seal(clock.now());
   await standin.stop();
   duck.close();
-  const result = { seconds: (performance.now() - began) / 1000 };
-  await fs.writeFile(done, JSON.stringify(result));
-  return result;
 }
 
-async function sha256(file: string): Promise<string> {
-  const hash = createHash('sha256');
-  for await (const chunk of createReadStream(file)) hash.update(chunk as Buffer);
-  return hash.digest('hex');
-}
-
-const recorded = await record();
+const recorded = await builtOnce(dir, record);
 await ensureTools();
 const paths = lakePaths(dir);
 const duck = await Duck.open(2);
@@ -104,7 +89,7 @@ for (const v of VENUES) {
   by[v].rows = Number((await duck.rows(`SELECT count(*)::BIGINT AS n FROM read_parquet([${files.map((f) => `'${f}'`).join(',')}])`))[0].n);
   for (const f of files) {
     by[v].parquet += (await fs.stat(f)).size;
-    const copy = servingFiles.get(`${await sha256(f)}.v${SERVING_VERSION}.pages`);
+    const copy = servingFiles.get(`${await sha256File(f)}.v${SERVING_VERSION}.pages`);
     if (copy) by[v].serving += (await fs.stat(copy)).size;
     else uncopied++;
   }

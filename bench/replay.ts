@@ -25,7 +25,7 @@ import { StandIn, WALLET_PREFIX } from '../src/standin/server.js';
 import { HOUR, MINUTE } from '../src/time.js';
 import { createAdapters } from '../src/venues/index.js';
 import { writeSection } from './report.js';
-import { freePort } from './tools.js';
+import { builtOnce, freePort } from './tools.js';
 import { onBooksFile } from '../src/lake/writer.js';
 import { writeServingCopy } from '../src/pages/copywriter.js';
 import { SERVING_VERSION } from '../src/pages/copyformat.js';
@@ -55,12 +55,7 @@ const log = pino({ level: 'warn' });
  * does at a market's end). Hours up to TO are sealed by capture as they end; the last is left in the
  * spool, its later markets still open, as a lake is a minute after those markets ended.
  */
-async function buildLake(): Promise<{ seconds: number }> {
-  const done = path.join(dir, 'built.json');
-  const built = await fs.readFile(done, 'utf8').catch(() => null);
-  if (built) return JSON.parse(built);
-  await fs.rm(dir, { recursive: true, force: true });
-  const began = performance.now();
+async function record(): Promise<void> {
   let progress = () => FROM - 2 * MINUTE;
   const clock = pacedClock(FROM - 2 * MINUTE, SPEED, Date.now(), Infinity, 3000, () => progress());
   const coins = { 'wallet-prediction': ['btc', 'eth', 'bnb'], polymarket: ['btc', 'eth', 'sol', 'xrp'] };
@@ -99,12 +94,9 @@ async function buildLake(): Promise<{ seconds: number }> {
   await capture.stop();
   await standin.stop();
   duck.close();
-  const result = { seconds: (performance.now() - began) / 1000 };
-  await fs.writeFile(done, JSON.stringify(result));
-  return result;
 }
 
-const built = await buildLake();
+const built = await builtOnce(dir, record);
 const duck = await Duck.open(1);
 const reader = new LakeReader(duck, lakePaths(dir));
 await reader.open();

@@ -121,3 +121,19 @@ export async function startRgw(): Promise<{ env: Record<string, string>; stop: (
   );
   return { env, stop: () => execFileSync('bash', [script, 'stop', dir], { stdio: 'inherit' }) };
 }
+
+/**
+ * A lake built once per BENCH_ROOT: `build` runs into an emptied `dir` only when no `built.json`
+ * there says an earlier run finished; its time in seconds is kept in that file.
+ */
+export async function builtOnce(dir: string, build: () => Promise<void>): Promise<{ seconds: number }> {
+  const done = path.join(dir, 'built.json');
+  const built = await fs.readFile(done, 'utf8').catch(() => null);
+  if (built) return JSON.parse(built);
+  await fs.rm(dir, { recursive: true, force: true });
+  const began = performance.now();
+  await build();
+  const result = { seconds: (performance.now() - began) / 1000 };
+  await fs.writeFile(done, JSON.stringify(result));
+  return result;
+}
