@@ -15,6 +15,8 @@ import { StandInUpstream } from '../src/standin/upstream.js';
 import { createClock } from '../src/clock.js';
 import { onBooksFile } from '../src/lake/writer.js';
 import { writeServingCopy } from '../src/pages/copywriter.js';
+// Every file that uses these helpers says what it still holds if it outlives its tests.
+import './linger.js';
 
 // Sealed books files get their serving copy, as the jobs that seal give them.
 onBooksFile(writeServingCopy);
