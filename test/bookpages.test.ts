@@ -218,17 +218,25 @@ t.test('a copy that is missing: the page by SQL, the copy written again, then re
   const m = over.find((x) => x.venue === 'wallet-prediction')!;
   const file = books.find((f) => f.markets?.[m.market_id])!;
   const copy = servingCopyPath(api.lake.paths.serving, file.sha256);
-  await fs.rm(copy);
   const url = `${snapshotsPath(m)}?limit=50`;
   const expected = (await page(sqlApi.url, url)).text;
-  const reads = (await health(api.url)).copy_reads as number;
-  t.equal((await page(api.url, url)).text, expected, 'served by SQL meanwhile');
+  t.equal((await page(api.url, url)).text, expected, 'read from the copy');
+  await fs.rm(copy);
+  // A copy never changes once written: a process that has it open reads what it would read again.
+  t.equal((await page(api.url, url)).text, expected, 'removed, the same page from the process that keeps it open');
+  // Another API over the lake, which never opened it.
+  const fresh = await startApi(testConfig(dir, { RATE_PAID_PER_SECOND: '100000', BOOK_CACHE_MB: '0' }), duck, createClock(END, 1), quiet, {
+    port: 0,
+  });
+  t.teardown(() => fresh.stop());
+  const reads = (await health(fresh.url)).copy_reads as number;
+  t.equal((await page(fresh.url, url)).text, expected, 'served by SQL meanwhile');
   // Written in the background; health is cached for a second, the file is not.
   for (let i = 0; i < 600 && !(await fs.stat(copy).catch(() => null)); i++) await new Promise((r) => setTimeout(r, 50));
   t.ok(await fs.stat(copy).catch(() => null), 'written again by the API');
-  t.equal((await page(api.url, url)).text, expected, 'and the same page from it');
+  t.equal((await page(fresh.url, url)).text, expected, 'and the same page from it');
   await new Promise((r) => setTimeout(r, 1100));
-  const now = await health(api.url);
+  const now = await health(fresh.url);
   t.ok((now.copy_reads as number) > reads, 'read from the copy');
   t.ok((now.copies_written as number) >= 1, 'counted in health');
 });

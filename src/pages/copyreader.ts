@@ -26,6 +26,7 @@ import {
   writeSummary,
 } from './copyformat.js';
 import { type DeflatedPiece, freshPiece } from './gzip.js';
+import { FileHandles, type FileLease } from './handles.js';
 import {
   HEAD,
   type MarketBooks,
@@ -60,6 +61,8 @@ export interface CopiedFile {
 
 /** Indexes of copies read lately; a few hundred bytes each. */
 const INDEXES_KEPT = 8192;
+/** Copies kept open: an hour's files of every venue, coin and window, well inside the descriptors kept for files (FD_HEADROOM). */
+const HANDLES_KEPT = 64;
 
 /** A sealed books file whose copy is to be written: its content's sha256 and its path below the lake. */
 export interface CopySource {
@@ -77,6 +80,7 @@ export class ServingCopies {
   private writing = false;
   /** Files that cannot have a copy (not in the writer's order): never queued again. */
   private readonly unwritable = new Set<string>();
+  readonly handles = new FileHandles(HANDLES_KEPT);
   reads = 0;
   /** Pages sent mostly as the seal deflated them. */
   deflatedPages = 0;
@@ -118,6 +122,11 @@ export class ServingCopies {
     return this.queue.size;
   }
 
+  /** Lets go of the copies kept open (the process stops serving). */
+  close(): void {
+    this.handles.close();
+  }
+
   /** The copy's index; null when the copy is missing or damaged (not remembered: it may be built later). */
   private index(sha256: string): Promise<CopyIndex | null> {
     let found = this.indexes.get(sha256);
@@ -129,15 +138,19 @@ export class ServingCopies {
     found = this.readIndex(sha256);
     this.indexes.set(sha256, found);
     void found.then((i) => {
-      if (!i) this.indexes.delete(sha256);
+      if (i) return;
+      this.indexes.delete(sha256);
+      // A damaged copy is written again under its name: the next read opens that one.
+      this.handles.forget(servingCopyPath(this.dir, sha256));
     });
     if (this.indexes.size > INDEXES_KEPT) this.indexes.delete(this.indexes.keys().next().value!);
     return found;
   }
 
   private async readIndex(sha256: string): Promise<CopyIndex | null> {
-    const handle = await fs.open(servingCopyPath(this.dir, sha256), 'r').catch(() => null);
-    if (!handle) return null;
+    const lease = await this.handles.lease(servingCopyPath(this.dir, sha256)).catch(() => null);
+    if (!lease) return null;
+    const { handle } = lease;
     try {
       const { size } = await handle.stat();
       if (size < TRAILER) return null;
@@ -153,7 +166,7 @@ export class ServingCopies {
     } catch {
       return null;
     } finally {
-      await handle.close();
+      lease.release();
     }
   }
 
@@ -182,16 +195,16 @@ export class ServingCopies {
       if (!entry) continue;
       const [offset, length, n, table] = entry;
       const block = Buffer.allocUnsafeSlow(length);
-      const handle = await fs.open(servingCopyPath(this.dir, f.sha256), 'r').catch(() => null);
-      if (!handle) {
+      const lease = await this.handles.lease(servingCopyPath(this.dir, f.sha256)).catch(() => null);
+      if (!lease) {
         // Removed since its index was read: missing again, to be written again.
         this.indexes.delete(f.sha256);
         return null;
       }
       try {
-        await readInto(handle, block, 0, offset, length);
+        await readInto(lease.handle, block, 0, offset, length);
       } finally {
-        await handle.close();
+        lease.release();
       }
       parts.push(wholeBlock(decodeTable(block.subarray(0, table), n, index.chunkTimes, length - table), block.subarray(table)));
     }
@@ -228,6 +241,7 @@ export class ServingCopies {
       }
       for (const f of files) {
         this.indexes.delete(f.sha256);
+        this.handles.forget(servingCopyPath(this.dir, f.sha256));
         await fs.rm(servingCopyPath(this.dir, f.sha256), { force: true });
       }
       return null;
@@ -247,7 +261,7 @@ export class ServingCopies {
         if (!index) return null;
         const entry = index.markets[marketId];
         if (!entry) continue;
-        const file = new CopyFile(servingCopyPath(this.dir, f.sha256), f.sha256);
+        const file = new CopyFile(this.handles, servingCopyPath(this.dir, f.sha256), f.sha256);
         // Closed here if its block cannot be read (a damaged copy), else with the others below.
         parts.push(
           await skeleton(file, `${f.sha256}/${marketId}`, entry, index.chunkTimes, span, arena, this.cache).catch(async (err: unknown) => {
@@ -317,25 +331,25 @@ class CopyGone extends Error {
   }
 }
 
-/** A copy's file, opened at its first read: a page whose pieces are all in the cache opens none. */
+/** A copy's file, leased at its first read: a page whose pieces are all in the cache takes none. */
 class CopyFile {
-  private handle: Promise<fs.FileHandle> | null = null;
+  private lease: Promise<FileLease> | null = null;
 
   constructor(
+    private readonly handles: FileHandles,
     private readonly path: string,
     private readonly sha256: string,
   ) {}
 
   async read(into: Buffer, at: number, position: number, length: number): Promise<void> {
-    this.handle ??= fs.open(this.path, 'r').catch(() => {
+    this.lease ??= this.handles.lease(this.path).catch(() => {
       throw new CopyGone(this.sha256);
     });
-    await readInto(await this.handle, into, at, position, length);
+    await readInto((await this.lease).handle, into, at, position, length);
   }
 
   async close(): Promise<void> {
-    const handle = await this.handle?.catch(() => null);
-    await handle?.close();
+    (await this.lease?.catch(() => null))?.release();
   }
 }
 
