@@ -74,10 +74,38 @@ function bookChanges(books: TapeBooks, prev: number, next: number, entry: Entry)
   sideChanges(books, prev, 2 * b0, 2 * b0 + s0, s0, next, 2 * b1, 2 * b1 + s1, s1, 'SELL', entry);
 }
 
-/** A row's two sides as the venue writes them. */
-function sidesJson(books: TapeBooks, i: number): [string, string] {
+/**
+ * Whether one side of rows `prev` and `next` is written alike: the same levels, in the same text
+ * codes. Most changes move one side only, so the other's text is the previous row's (`SidesMemo`).
+ */
+function sameSide(books: TapeBooks, prev: number, next: number, asks: boolean): boolean {
+  const [b0, b1] = [books.bids[prev], books.bids[next]];
+  const n = asks ? books.asks[prev] : b0;
+  if (n !== (asks ? books.asks[next] : b1)) return false;
+  if (books.priceDecimals[prev] !== books.priceDecimals[next] || books.sizeDecimals[prev] !== books.sizeDecimals[next]) return false;
+  if (books.levelTexts.size && (books.levelTexts.has(prev) || books.levelTexts.has(next))) return false;
+  const l = books.levels;
+  // A side's prices then its sizes: n of each (bids at the row's start; asks after both bid lists).
+  const [a0, a1] = [books.at[prev] + (asks ? 2 * b0 : 0), books.at[next] + (asks ? 2 * b1 : 0)];
+  for (let k = 0; k < 2 * n; k++) if (l[a0 + k] !== l[a1 + k]) return false;
+  return true;
+}
+
+/** The newest row whose sides a walk wrote, per outcome. */
+type SidesMemo = ({ row: number; bids: string; asks: string } | undefined)[];
+
+/**
+ * Row i's two sides as the venue writes them; a side equal to its outcome's previous row's
+ * (`prev`, when that was the last one written) is that row's text, not written again.
+ */
+function sidesJson(books: TapeBooks, i: number, prev: number, memo: SidesMemo): [string, string] {
   const [b, s] = [books.bids[i], books.asks[i]];
-  return [sideJson('bids', books, i, 0, b, b), sideJson('asks', books, i, 2 * b, 2 * b + s, s)];
+  const last = memo[books.outcome[i]];
+  const known = last !== undefined && prev >= 0 && last.row === prev;
+  const bids = known && sameSide(books, prev, i, false) ? last.bids : sideJson('bids', books, i, 0, b, b);
+  const asks = known && sameSide(books, prev, i, true) ? last.asks : sideJson('asks', books, i, 2 * b, 2 * b + s, s);
+  memo[books.outcome[i]] = { row: i, bids, asks };
+  return [bids, asks];
 }
 
 /**
@@ -144,6 +172,7 @@ export class PolymarketWalk implements ReplayWalk {
   private gap: number;
   private resolvedSent: boolean;
   private readonly gaps: MarketTape['gaps'];
+  private readonly sides: SidesMemo = [];
 
   constructor(
     private readonly tape: MarketTape,
@@ -310,7 +339,7 @@ export class PolymarketWalk implements ReplayWalk {
     books.ensure(i);
     const timestamp = text(this.venueTime(i));
     const asset = this.assets[books.outcome[i]];
-    const [bids, asks] = sidesJson(books, i);
+    const [bids, asks] = sidesJson(books, i, this.tape.copied ? -1 : this.index.prev[i], this.sides);
     const { hash, formula } = this.hashOf(i, bids, asks);
     const price = this.bookTrade(i);
     const trade = price === null ? '' : `,"last_trade_price":"${price}"`;
@@ -336,7 +365,7 @@ export class PolymarketWalk implements ReplayWalk {
         changes.push(`{"asset_id":${asset},"price":"${price}","size":"${size}","side":"${side}"`),
       );
       if (!changes.length) continue;
-      const [bids, asks] = sidesJson(books, i);
+      const [bids, asks] = sidesJson(books, i, this.index.prev[i], this.sides);
       const { hash, formula } = this.hashOf(i, bids, asks);
       const bestBid = books.bids[i] ? books.text(i, 0) : '0';
       const bestAsk = books.asks[i] ? books.text(i, 2 * books.bids[i]) : '1';

@@ -34,6 +34,9 @@ export function firstAt(n: number, tsOf: (i: number) => number, t: number, after
   return lo;
 }
 
+/** Texts of numbers kept per text code: a bound on what a market of ever-new sizes holds. */
+const NUMBER_TEXTS = 16_384;
+
 /**
  * A market's book rows in a few typed arrays (row i's ladders at `at[i]` in `levels`: bid prices,
  * bid sizes, ask prices, ask sizes): an hour of every market is hundreds of thousands of rows, and
@@ -68,6 +71,8 @@ export class TapeBooks {
   readonly venueHashes = new Map<number, string>();
   private readonly fieldIndex = new Map<string, number>();
   private readonly parsedTexts = new Map<number, string[]>();
+  /** Numbers' texts by their code (-1, the shortest form, first), as written so far. */
+  private readonly numberTexts: Map<number, string>[] = [];
 
   /**
    * A tape's rows as a replay copy keeps them: every column but the ladders, which `load(i)` gives
@@ -206,7 +211,15 @@ export class TapeBooks {
     const b = this.bids[i];
     const price = k < b || (k >= 2 * b && k < 2 * b + this.asks[i]);
     const decimals = price ? this.priceDecimals[i] : this.sizeDecimals[i];
-    return numberText(this.levels[this.at[i] + k], decimals < 0 ? null : decimals);
+    const value = this.levels[this.at[i] + k];
+    // A market writes few distinct numbers (prices are ticks, sizes repeat), each many times.
+    const memo = (this.numberTexts[decimals + 1] ??= new Map());
+    let written = memo.get(value);
+    if (written === undefined) {
+      written = numberText(value, decimals < 0 ? null : decimals);
+      if (memo.size < NUMBER_TEXTS) memo.set(value, written);
+    }
+    return written;
   }
 
   /** Row i as a book: views of its ladders, no copy. */
