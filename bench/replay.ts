@@ -296,10 +296,11 @@ await restart({ REPLAY_COPIES: 'off', REPLAY_CACHE_MB: '0' });
 figures.missed = {} as Record<Venue, Figures>;
 for (const v of VENUES) figures.missed[v] = await measure(v);
 // Copies hit: the API writes a copy of every market that ended in the last hours at its start (and of each market at its end
-// when it runs beside capture); every replay then reads its copy, nothing kept in memory.
+// when it runs beside capture); every replay then reads its copy, nothing kept in memory. Unbounded here, to
+// measure a hit on every market: under the default COPIES_SHARE=1 only those read or ended last keep one.
 const copiesDir = path.join(dir, 'serving', 'replay');
 await fs.rm(copiesDir, { recursive: true, force: true });
-await restart({ REPLAY_CACHE_MB: '0' });
+await restart({ REPLAY_CACHE_MB: '0', COPIES_SHARE: 'unbounded' });
 const writing = await copiesWritten();
 figures.hit = {} as Record<Venue, Figures>;
 for (const v of VENUES) figures.hit[v] = await measure(v);
@@ -331,7 +332,7 @@ for (const f of await fs.readdir(path.join(dir, 'lake'), { recursive: true })) {
 for (const f of await fs.readdir(path.join(dir, 'serving', 'books'), { recursive: true }))
   if (String(f).endsWith(`.v${SERVING_VERSION}.pages`)) servingBytes += (await fs.stat(path.join(dir, 'serving', 'books', String(f)))).size;
 // Tapes cached: a first pass reads them, the measured one only sends.
-await restart({ REPLAY_CACHE_MB: CACHE_MB });
+await restart({ REPLAY_CACHE_MB: CACHE_MB, COPIES_SHARE: 'unbounded' });
 await copiesWritten();
 figures.cached = {} as Record<Venue, Figures>;
 for (const v of VENUES) await measure(v);

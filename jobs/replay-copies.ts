@@ -10,6 +10,7 @@ import { lakePaths } from '../src/lake/layout.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { createLogger } from '../src/log.js';
 import { ReplayCopies } from '../src/replay/copy.js';
+import { lakeCopyBudget } from '../src/replay/copybudget.js';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel, 'replay-copies', 1, config.logFormat);
@@ -20,8 +21,10 @@ await lake.open();
 // A market capture still holds (its last rows not flushed yet) is not finished: its copy waits.
 lake.setProof(proofOf(await readHeartbeat(paths), Date.now(), config.api.captureDownAfterMs));
 const began = performance.now();
-const copies = new ReplayCopies(path.join(paths.serving, 'replay'), lake, log);
+// Within COPIES_SHARE, newest markets first: a market that does not fit is not written.
+const copies = new ReplayCopies(path.join(paths.serving, 'replay'), lake, log, lakeCopyBudget(config, paths, lake));
+await copies.settle();
 copies.sweep(clockFrom(config.clock).now(), Infinity);
 await copies.idle();
-log.info({ ...copies.stats, ms: Math.round(performance.now() - began) }, 'replay copies');
+log.info({ ...copies.stats, ...copies.budget?.stats, ms: Math.round(performance.now() - began) }, 'replay copies');
 duck.close();

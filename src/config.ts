@@ -183,7 +183,7 @@ export interface Config {
     /** What any client's sockets may hold (api/connections.ts). */
     connections: ConnectionLimits;
     /** WebSocket replays (replay/): open at once per process and per key, and the tapes kept for the next replay of a market. */
-    replay: { slots: number; perKey: number; markets: number; cacheBytes: number; copies: boolean };
+    replay: { slots: number; perKey: number; markets: number; cacheBytes: number; copies: boolean; copiesShare: number };
   };
 }
 
@@ -255,6 +255,11 @@ function oneOf<T extends string>(env: Env, name: string, allowed: readonly T[], 
   if (raw === undefined || raw === '') return fallback;
   if (!allowed.includes(raw as T)) throw new ConfigError(`${name}=${JSON.stringify(raw)}; expected one of: ${allowed.join(', ')}`);
   return raw as T;
+}
+
+/** COPIES_SHARE: a share of the books Parquet (0..1000), or `unbounded`. */
+function copiesShare(env: Env): number {
+  return env.COPIES_SHARE === 'unbounded' ? Infinity : num(env, 'COPIES_SHARE', 1, 0, 1000);
 }
 
 /** A DuckDB memory size such as `4GB` or `512MiB`; anything else is refused, not replaced. */
@@ -491,6 +496,8 @@ export function loadConfig(env: Env = process.env): Config {
         cacheBytes: int(env, 'REPLAY_CACHE_MB', 256, 0, 1_048_576) * 1024 * 1024,
         // Finished markets' messages rendered once into DATA_DIR/serving/replay (replay/copy.ts).
         copies: oneOf(env, 'REPLAY_COPIES', ['on', 'off'], 'on') === 'on',
+        // Serving and replay copies together at most this share of the books Parquet's bytes (replay/copybudget.ts).
+        copiesShare: copiesShare(env),
       },
     },
   };

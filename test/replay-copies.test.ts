@@ -12,6 +12,7 @@ import type { Venue } from '../src/config.js';
 import { Duck } from '../src/lake/duckdb.js';
 import type { StoredMarket } from '../src/lake/reader.js';
 import { copyContents } from '../src/replay/copy.js';
+import { CopyBudget } from '../src/replay/copybudget.js';
 import { tapeSpan } from '../src/replay/tape.js';
 import { WALLET_TOPIC_PREFIX } from '../src/replay/wallet.js';
 import { HOUR, SECOND } from '../src/time.js';
@@ -50,7 +51,7 @@ const run = await streamRun(t, {}, 5, 10, {
   // The API a service runs beside capture, on the same lake and clock, replay copies on.
   during: async (_capture, clock, { dir }) => {
     const duck = await Duck.open(1);
-    const api = await startApi(testConfig(dir, { REPLAY_COPIES: 'on' }), duck, clock, quiet, { port: 0 });
+    const api = await startApi(testConfig(dir, { REPLAY_COPIES: 'on', COPIES_SHARE: 'unbounded' }), duck, clock, quiet, { port: 0 });
     try {
       // Bounded only against a hang: how long a starved machine takes is for the comment below, not an assertion.
       for (let waited = 0; waited < 240_000 && atEnd.length < VENUES.length; waited += 100) {
@@ -97,7 +98,7 @@ t.test('the copy made at the end is the one later replays read: the same message
   const at = run.end + HOUR;
   const start = (copies: 'on' | 'off') =>
     startApi(
-      testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000', REPLAY_CACHE_MB: '0', REPLAY_COPIES: copies }),
+      testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000', REPLAY_CACHE_MB: '0', REPLAY_COPIES: copies, COPIES_SHARE: 'unbounded' }),
       run.duck,
       createClock(at, 1),
       quiet,
@@ -129,6 +130,128 @@ t.test('the copy made at the end is the one later replays read: the same message
     }
   }
 });
+
+t.test(
+  'under COPIES_SHARE: serving and replay copies within that share of the books Parquet, the markets read or ended last kept',
+  async (t) => {
+    const at = run.end + HOUR;
+    const replayDir = path.join(run.dir, 'serving', 'replay');
+    // Each API's clock starts where it is told: the budgeted ones later than every read so far (reads rank copies).
+    const start = (env: Record<string, string>, from = at) =>
+      startApi(testConfig(run.dir, { RATE_PAID_PER_SECOND: '1000', REPLAY_CACHE_MB: '0', ...env }), run.duck, createClock(from, 1), quiet, {
+        port: 0,
+      });
+    const sizes = async (dir: string, suffix: string) => {
+      const out = new Map<string, { bytes: number; rank: number }>();
+      for (const f of await fs.readdir(dir, { recursive: true }).catch(() => [] as string[]))
+        if (String(f).endsWith(suffix)) {
+          const st = await fs.stat(path.join(dir, String(f)));
+          out.set(String(f), { bytes: st.size, rank: st.mtimeMs });
+        }
+      return out;
+    };
+    const sum = (m: Map<string, { bytes: number }>) => [...m.values()].reduce((a, b) => a + b.bytes, 0);
+    const parquet = sum(await sizes(path.join(run.dir, 'lake', 'books'), '.parquet'));
+    const serving = sum(await sizes(path.join(run.dir, 'serving', 'books'), '.pages'));
+    // Every finished market's copy first, unbounded: what a copy of each costs.
+    const lakeApi = await start({ REPLAY_COPIES: 'off' });
+    t.teardown(() => lakeApi.stop());
+    {
+      const api = await start({ REPLAY_COPIES: 'on', COPIES_SHARE: 'unbounded' });
+      await api.replayCopies!.idle();
+      await api.stop();
+    }
+    const every = await sizes(replayDir, '.replay');
+    t.ok(every.size >= 4, `${every.size} copies`);
+    const marketOf = (f: string) => path.basename(f).split('.')[0];
+    // Each ranks by its last read (the earlier tests' replays), or by its market's end: its mtime.
+    for (const [f, c] of every) {
+      const m = lakeApi.lake.market(f.split(path.sep)[0] as Venue, marketOf(f), at)!;
+      t.ok(c.rank === m.end_time || c.rank >= at, `${f}: ranked by its end or by a read (${new Date(c.rank).toISOString()})`);
+    }
+    const ranked = [...every].sort((a, b) => b[1].rank - a[1].rank);
+
+    // Room for the copies ranked highest, and for any single copy (a byte more: not for another).
+    const largest = Math.max(...[...every.values()].map((c) => c.bytes));
+    const room = serving + Math.max(sum(new Map(ranked.slice(0, Math.floor(ranked.length / 2)))), largest) + 1;
+    t.ok(room < serving + sum(every), 'not room for every copy');
+    // What stays: the longest run of the highest ranked that fits.
+    const newest: typeof ranked = [];
+    for (const c of ranked) {
+      if (serving + sum(new Map([...newest, c])) > room) break;
+      newest.push(c);
+    }
+    const share = room / parquet;
+    // The budget as the service keeps it, on these files: the copies ranked lowest removed until the rest fit.
+    await new CopyBudget(replayDir, path.join(run.dir, 'serving', 'books'), () => parquet, share).settle();
+    const settled = await sizes(replayDir, '.replay');
+    t.same(
+      [...settled.keys()].sort(),
+      newest.map(([f]) => f).sort(),
+      `the ${newest.length} copies ranked highest kept, the others removed`,
+    );
+
+    const api = await start({ REPLAY_COPIES: 'on', COPIES_SHARE: String(share) }, at + HOUR);
+    t.teardown(() => api.stop());
+    const copies = api.replayCopies!;
+    const within = async (what: string) => {
+      const on = await sizes(replayDir, '.replay');
+      t.ok(
+        serving + sum(on) <= share * parquet,
+        `${what}: on disk ${serving} + ${sum(on)} B, within ${Math.floor(share * parquet)} B (${share.toFixed(3)}x of ${parquet} B)`,
+      );
+      return on;
+    };
+    await copies.idle();
+    await within('after the start');
+    // The start's sweep may write a copy that did not fit (the room is guessed, from the copies' mean size); sweeps after settle.
+    copies.sweep(at + HOUR);
+    await copies.idle();
+    const swept = copies.stats.written;
+    copies.sweep(at + HOUR);
+    await copies.idle();
+    t.equal(copies.stats.written, swept, `sweeps settle: ${swept} written since the start, none by the last`);
+    const kept = await within('after the sweeps');
+    const health = ((await (await fetch(`${api.url}/v3/health`)).json()) as { data: { api: { replay: Record<string, number> } } }).data.api
+      .replay;
+    t.equal(health.copies_bytes, sum(kept), 'health: the replay copies kept');
+    t.equal(health.serving_copies_bytes, serving, 'health: the serving copies beside them');
+    t.equal(health.copies_budget_bytes, Math.round(share * parquet - serving), 'health: what replay copies may take');
+
+    // A market without a copy plays from the lake, the same messages; replayed twice, it earns a copy
+    // (ranked by that read: the newest) and an older one makes room for it.
+    const [gone] = ranked.map(([f]) => f).filter((f) => !kept.has(f));
+    const venue = gone.split(path.sep)[0] as Venue;
+    const m = api.lake.market(venue, marketOf(gone), at)!;
+    const query = `from=${START}&to=${run.end}&speed=max`;
+    const fromLake = await replay(lakeApi.url, await key(lakeApi), venue, m, query);
+    t.ok(fromLake.length > 20, `${fromLake.length} messages of ${venue} ${m.market_id}`);
+    const reads = copies.stats.reads;
+    t.same(await replay(api.url, await key(api), venue, m, query), fromLake, 'without its copy: the same messages');
+    await copies.idle();
+    t.equal(copies.stats.written, swept, 'replayed once: not worth a copy');
+    t.same(await replay(api.url, await key(api), venue, m, query), fromLake, 'again: the same messages');
+    await copies.idle();
+    t.equal(copies.stats.written, swept + 1, 'replayed twice: its copy written');
+    const after = await within('after its copy');
+    t.ok(after.has(gone), 'its copy kept');
+    if (serving + sum(kept) + every.get(gone)!.bytes > room)
+      t.ok(
+        [...kept.keys()].some((f) => !after.has(f)),
+        'a copy read longer ago removed for it',
+      );
+    t.same(await replay(api.url, await key(api), venue, m, query), fromLake, 'then read from its copy: the same messages');
+    t.equal(copies.stats.reads, reads + 1, 'one read of a copy, the last replay');
+
+    // No room at all: no replay copy is kept, and replays are the same.
+    await api.stop();
+    const none = await start({ REPLAY_COPIES: 'on', COPIES_SHARE: '0' });
+    t.teardown(() => none.stop());
+    await none.replayCopies!.idle();
+    t.equal((await sizes(replayDir, '.replay')).size, 0, 'COPIES_SHARE=0: every replay copy removed');
+    t.same(await replay(none.url, await key(none), venue, m, query), fromLake, 'and the replay is the same');
+  },
+);
 
 const key = async (api: Awaited<ReturnType<typeof startApi>>) => (await api.keys.issue('paid', 'copies')).key;
 

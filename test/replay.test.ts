@@ -923,7 +923,7 @@ t.test('replay copies: written once for a finished market, read by later replays
   await fs.rm(path.join(run.dir, 'serving', 'replay'), { recursive: true, force: true });
   const lakeApi = await start({ REPLAY_COPIES: 'off' });
   t.teardown(() => lakeApi.stop());
-  const copyApi = await start({ REPLAY_COPIES: 'on' });
+  const copyApi = await start({ REPLAY_COPIES: 'on', COPIES_SHARE: 'unbounded' });
   t.teardown(() => copyApi.stop());
   const copies = copyApi.replayCopies!;
   await copies.idle();

@@ -246,6 +246,10 @@ t.test('config is validated and frozen', async (t) => {
   t.throws(() => loadConfig({ LOG_FORMAT: 'xml' }), /LOG_FORMAT="xml"; expected one of: json, pretty, auto/);
   t.throws(() => loadConfig({ FILL_SPEED: '1' }), /FILL_SPEED/, 'a fill must run faster than real time');
   t.throws(() => loadConfig({ CORS_ORIGINS: 'https://app.example.com/path' }), /expected an origin/);
+  t.throws(() => loadConfig({ COPIES_SHARE: '-1' }), /COPIES_SHARE="-1" is not a number in 0..1000/);
+  t.throws(() => loadConfig({ COPIES_SHARE: 'lots' }), /COPIES_SHARE/);
+  t.equal(loadConfig({}).api.replay.copiesShare, 1, 'copies at most the Parquet by default');
+  t.equal(loadConfig({ COPIES_SHARE: 'unbounded' }).api.replay.copiesShare, Infinity);
   const jobs = loadConfig({
     STANDIN_PORT: '9001',
     STANDIN_SEED: '7',

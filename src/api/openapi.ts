@@ -256,12 +256,23 @@ export const SCHEMAS: Record<string, unknown> = {
         copies_queued: { type: 'integer' },
       }),
       // Finished markets' replay messages rendered once on disk (REPLAY_COPIES; off on a bucket-served lake).
-      replay: obj({
-        copies: { type: 'boolean' },
-        copy_reads: { type: 'integer' },
-        copies_written: { type: 'integer' },
-        copies_queued: { type: 'integer' },
-      }),
+      replay: obj(
+        {
+          copies: { type: 'boolean' },
+          copy_reads: { type: 'integer' },
+          copies_written: { type: 'integer' },
+          copies_queued: { type: 'integer' },
+          // Under COPIES_SHARE (absent when unbounded): what replay copies may take (the share of the books
+          // Parquet less the serving copies), what they take, the serving copies' bytes, and copies removed or not written for want of room.
+          copies_share: { type: 'number' },
+          copies_budget_bytes: { type: 'integer' },
+          copies_bytes: { type: 'integer' },
+          serving_copies_bytes: { type: 'integer' },
+          copies_evicted: { type: 'integer' },
+          copies_skipped: { type: 'integer' },
+        },
+        ['copies', 'copy_reads', 'copies_written', 'copies_queued'],
+      ),
     }),
   }),
   Coverage: obj({

@@ -33,6 +33,7 @@ import { sqlString } from '../lake/sql.js';
 import { type ReplayEndpoint, replayEndpoint } from '../replay/server.js';
 import { TapeCache } from '../replay/tape.js';
 import { ReplayCopies } from '../replay/copy.js';
+import { lakeCopyBudget } from '../replay/copybudget.js';
 import { S3 } from '../bucket/s3.js';
 import { BucketReplica, type ReplicaHealth } from '../bucket/replica.js';
 import { type FeedHealth, FeedTails } from '../bucket/feedtail.js';
@@ -223,13 +224,20 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
     );
   // A bucket-served process's serving directory is its disk cache, emptied at each start: copies
   // of every recent market written again there would cost more than the replays they serve.
-  const replayCopies = config.api.replay.copies && !replica ? new ReplayCopies(path.join(paths.serving, 'replay'), lake, log) : null;
+  const replayCopies =
+    config.api.replay.copies && !replica
+      ? new ReplayCopies(path.join(paths.serving, 'replay'), lake, log, lakeCopyBudget(config, paths, lake))
+      : null;
   if (replayCopies) {
+    await replayCopies.settle();
     replayCopies.sweep(clock.now());
     timers.push(
       every(
         REPLAY_SWEEP_MS,
-        async () => replayCopies.sweep(clock.now()),
+        async () => {
+          await replayCopies.settle();
+          replayCopies.sweep(clock.now());
+        },
         (err) => log.warn({ err }, 'replay copy sweep failed'),
       ),
     );
@@ -253,6 +261,14 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         copy_reads: replayCopies?.stats.reads ?? 0,
         copies_written: replayCopies?.stats.written ?? 0,
         copies_queued: replayCopies?.stats.queued ?? 0,
+        ...(replayCopies?.budget?.bounded && {
+          copies_share: config.api.replay.copiesShare,
+          copies_budget_bytes: replayCopies.budget.stats.budget_bytes,
+          copies_bytes: replayCopies.budget.stats.replay_bytes,
+          serving_copies_bytes: replayCopies.budget.stats.serving_bytes,
+          copies_evicted: replayCopies.budget.stats.evicted,
+          copies_skipped: replayCopies.budget.stats.skipped,
+        }),
       },
       {
         book_cache_bytes: books.bytes,

@@ -27,13 +27,16 @@ import {
 } from './tape.js';
 import { WALLET_AGGREGATE_TOPIC, WalletWalk } from './wallet.js';
 import { marketKey } from '../records.js';
+import type { CopyBudget } from './copybudget.js';
 
 /** Bumped when the rendering or the layout changes: older copies are then simply not found. */
 export const REPLAY_COPY_VERSION = 4;
 const MAGIC = Buffer.from('PMREPLAY', 'latin1');
 const PREFIX = MAGIC.length + 8;
-/** How far back a sweep looks for markets without a copy; older ones get theirs when first replayed. */
+/** How far back a sweep looks for markets without a copy; older ones get theirs when replayed (twice, under a budget). */
 const SWEEP_BACK_MS = 6 * 3_600_000;
+/** Markets replayed once without a copy remembered (a second replay writes it, under a budget). */
+const MISSES_KEPT = 50_000;
 /** A half-written copy this old was left by a process that died: removed, and the copy made again. */
 const STALE_TMP_MS = 10 * 60_000;
 /** How long a background render runs before letting requests in. */
@@ -460,9 +463,16 @@ export interface ReplayCopyStats {
  * The copies of one lake: read for a replay, written in the background one at a time (for a
  * market replayed without one, and by a sweep over the markets that ended lately). Processes
  * sharing the directory (a cluster's workers) take a market by creating its temporary file.
+ * Under a budget (copybudget.ts), a copy ranks by its last read (its market's end until then):
+ * the sweep's copies of markets that just ended, and those of markets replayed twice, push out
+ * the copies read longest ago; a market replayed once is not worth a copy's write.
  */
 export class ReplayCopies implements ReplayCopyStore {
-  private readonly queue: { venue: Venue; market: StoredMarket; now: number }[] = [];
+  private readonly queue: { venue: Venue; market: StoredMarket; now: number; rank: number }[] = [];
+  /** Signatures of markets replayed without a copy, once. */
+  private readonly missed = new Set<string>();
+  /** Signatures whose copy was written and at once removed for want of room. */
+  private readonly unfit = new Set<string>();
   private readonly queued = new Set<string>();
   /** Signatures known to have a copy on disk. */
   private readonly present = new Set<string>();
@@ -474,6 +484,7 @@ export class ReplayCopies implements ReplayCopyStore {
     private readonly dir: string,
     private readonly lake: LakeReader,
     private readonly log: Logger,
+    readonly budget: CopyBudget | null = null,
   ) {}
 
   path(venue: Venue, marketId: string, signature: string): string {
@@ -481,19 +492,27 @@ export class ReplayCopies implements ReplayCopyStore {
   }
 
   /** The market's tape from its copy, or null: none yet, or a damaged one (removed, and written again). */
-  async read(venue: Venue, m: StoredMarket, signature: string): Promise<MarketTape | null> {
+  async read(venue: Venue, m: StoredMarket, signature: string, now: number): Promise<MarketTape | null> {
     const file = this.path(venue, m.market_id, signature);
     const bytes = await fs.readFile(file).catch(() => null);
-    if (!bytes) return null;
+    if (!bytes) {
+      // Evicted (or never written): the next write must look at the disk again.
+      this.present.delete(signature);
+      return null;
+    }
     try {
       const tape = decodeCopy(bytes, m, signature);
       this.stats.reads++;
       this.present.add(signature);
+      await this.budget?.read(file, now);
       return tape;
     } catch (err) {
       this.log.warn({ market_id: m.market_id, err: (err as Error).message }, 'replay copy damaged: removed');
       this.present.delete(signature);
       await fs.rm(file, { force: true });
+      this.budget?.removed(file);
+      // It had earned its place: written again at once.
+      this.missed.add(signature);
       return null;
     }
   }
@@ -505,19 +524,31 @@ export class ReplayCopies implements ReplayCopyStore {
   async tape(venue: Venue, m: StoredMarket, now: number): Promise<MarketTape | null> {
     const signature = copySignature(this.lake, venue, m, now);
     if (!signature) return null;
-    const tape = await this.read(venue, m, signature);
-    if (!tape) this.schedule(venue, m, now);
-    return tape;
+    const tape = await this.read(venue, m, signature, now);
+    if (tape) return tape;
+    if (!this.budget?.bounded || this.missed.has(signature)) {
+      this.missed.delete(signature);
+      // Ranked by this read now, it may fit where its market's end did not.
+      this.unfit.delete(signature);
+      this.schedule(venue, m, now, now);
+    } else {
+      if (this.missed.size >= MISSES_KEPT) this.missed.clear();
+      this.missed.add(signature);
+    }
+    return null;
   }
 
-  /** Writes the market's copy in the background, unless it has one or is waiting for it. */
-  schedule(venue: Venue, m: StoredMarket, now: number): void {
+  /**
+   * Writes the market's copy in the background, unless it has one or is waiting for it; ranked
+   * `rank` against the others under a budget (when it was read, or when its market ended).
+   */
+  schedule(venue: Venue, m: StoredMarket, now: number, rank: number): void {
     const key = marketKey(venue, m.market_id);
     if (this.stopped || this.queued.has(key)) return;
     const signature = copySignature(this.lake, venue, m, now);
-    if (!signature || this.present.has(signature)) return;
+    if (!signature || this.present.has(signature) || this.unfit.has(signature)) return;
     this.queued.add(key);
-    this.queue.push({ venue, market: m, now });
+    this.queue.push({ venue, market: m, now, rank });
     this.stats.queued = this.queue.length;
     void this.drain();
   }
@@ -532,8 +563,13 @@ export class ReplayCopies implements ReplayCopyStore {
       // Walked by window start, newest first: a start this old ends well before the span swept.
       if (m.start_time < now - backMs - 24 * 3_600_000) break;
       if (m.end_time > now || m.end_time < now - backMs) continue;
-      this.schedule(m.venue, m, now);
+      this.schedule(m.venue, m, now, m.end_time);
     }
+  }
+
+  /** Brings the copies within their budget (at start, and after each sweep: serving copies grow at every seal). */
+  async settle(): Promise<void> {
+    await this.budget?.settle();
   }
 
   /** Stops writing: what is queued is dropped, a copy being written is abandoned at its next step. */
@@ -553,10 +589,10 @@ export class ReplayCopies implements ReplayCopyStore {
     this.draining = true;
     try {
       while (this.queue.length && !this.stopped) {
-        const { venue, market, now } = this.queue.shift()!;
+        const { venue, market, now, rank } = this.queue.shift()!;
         this.stats.queued = this.queue.length;
         try {
-          await this.write(venue, market, now);
+          await this.write(venue, market, now, rank);
         } catch (err) {
           this.stats.failed++;
           this.log.warn({ market_id: market.market_id, err: (err as Error).message }, 'replay copy not written');
@@ -569,7 +605,7 @@ export class ReplayCopies implements ReplayCopyStore {
     }
   }
 
-  private async write(venue: Venue, m: StoredMarket, now: number): Promise<void> {
+  private async write(venue: Venue, m: StoredMarket, now: number, rank: number): Promise<void> {
     const signature = copySignature(this.lake, venue, m, now);
     if (!signature) return;
     const file = this.path(venue, m.market_id, signature);
@@ -577,6 +613,7 @@ export class ReplayCopies implements ReplayCopyStore {
       this.present.add(signature);
       return;
     }
+    if (this.budget && !(await this.budget.admits(rank))) return;
     await fs.mkdir(path.dirname(file), { recursive: true });
     const tmp = `${file}.tmp`;
     const handle = await fs.open(tmp, 'wx').catch(async (err: NodeJS.ErrnoException) => {
@@ -606,13 +643,18 @@ export class ReplayCopies implements ReplayCopyStore {
     await fs.rename(tmp, file);
     // Bounded over months of uptime: forgetting only costs a look at the disk.
     if (this.present.size > 100_000) this.present.clear();
+    if (this.unfit.size > MISSES_KEPT) this.unfit.clear();
     this.present.add(signature);
     this.stats.written++;
     // Copies of the market's earlier inputs are never read again.
     const mine = path.basename(file);
     for (const name of await fs.readdir(path.dirname(file)))
-      if (name.startsWith(`${m.market_id}.`) && name !== mine && !name.endsWith('.tmp'))
+      if (name.startsWith(`${m.market_id}.`) && name !== mine && !name.endsWith('.tmp')) {
         await fs.rm(path.join(path.dirname(file), name), { force: true });
+        this.budget?.removed(path.join(path.dirname(file), name));
+      }
+    // Outranked by every copy kept (the room guessed wrong): not tried again by this process.
+    if (this.budget && !(await this.budget.added(file, written.bytes, rank))) this.unfit.add(signature);
     this.log.debug({ market_id: m.market_id, ...written, ms: Math.round(performance.now() - began) }, 'replay copy written');
   }
 }

@@ -1325,6 +1325,12 @@ export interface components {
                     copy_reads: number;
                     copies_written: number;
                     copies_queued: number;
+                    copies_share?: number;
+                    copies_budget_bytes?: number;
+                    copies_bytes?: number;
+                    serving_copies_bytes?: number;
+                    copies_evicted?: number;
+                    copies_skipped?: number;
                 };
             };
         };
