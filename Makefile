@@ -84,7 +84,7 @@ seal: install
 compact: install
 	$(TSX) jobs/compact.ts
 
-## make replay-copies: the replay copy of every finished Polymarket market that lacks one (idempotent)
+## make replay-copies: the replay copy of every finished market that lacks one, newest first, within COPIES_SHARE (idempotent)
 replay-copies: install
 	$(TSX) jobs/replay-copies.ts
 

@@ -1,6 +1,6 @@
 // make replay-copies: writes the replay copy of every finished market of the lake (both venues) that
-// lacks one (the API writes those of markets ended in the last hours by itself, and older ones after
-// their first replay). Idempotent; safe beside capture and the API.
+// lacks one, newest first, as far as COPIES_SHARE leaves room (the API writes those of markets ended in
+// the last hours by itself, and older ones after their second replay). Idempotent; safe beside capture and the API.
 import path from 'node:path';
 import { proofOf, readHeartbeat } from '../src/capture/heartbeat.js';
 import { clockFrom } from '../src/clock.js';
