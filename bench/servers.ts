@@ -35,7 +35,7 @@ async function serveService(dir: string): Promise<void> {
   if (cluster.isPrimary && workers > 1) {
     await prepareApiState(config);
     const { key } = await KeyStore.at(dir).issue('paid', 'bench-compare');
-    const api = await startCluster(workers, log);
+    const api = await startCluster(workers, log, { incrementalMarking: config.api.incrementalMarking });
     console.log(JSON.stringify({ url: `http://${config.host}:${api.port}`, key, workers }));
     await new Promise((resolve) => process.stdin.once('end', resolve).resume());
     await api.stop();

@@ -15,7 +15,7 @@ const log = createLogger(config.logLevel, 'api', 1, config.logFormat);
 
 if (cluster.isPrimary && workers > 1) {
   await prepareApiState(config);
-  const api = await startCluster(workers, log);
+  const api = await startCluster(workers, log, { incrementalMarking: config.api.incrementalMarking });
   log.info({ url: `http://${config.host}:${api.port}`, workers }, 'api listening');
   const stop = async () => {
     await api.stop();

@@ -180,6 +180,13 @@ export interface Config {
     corsOrigins: string[];
     /** Processes `make api` serves with (one per core by default); keys' limits hold across them. */
     workers: number;
+    /**
+     * Whether those worker processes run V8's incremental marking (API_INCREMENTAL_MARKING, off by
+     * default): with it, a worker serving pages fell into full collections every 50-100 ms once its
+     * first one had shrunk the heap, a fifth of its time, and the p99 of every page with it
+     * (BENCHMARKS.md, "Where the slow pages went"). Without it a full collection is one pause, rare.
+     */
+    incrementalMarking: boolean;
     /** What any client's sockets may hold (api/connections.ts). */
     connections: ConnectionLimits;
     /** WebSocket replays (replay/): open at once per process and per key, and the tapes kept for the next replay of a market. */
@@ -479,6 +486,7 @@ export function loadConfig(env: Env = process.env): Config {
       servingCopies: oneOf(env, 'SERVING_COPIES', ['on', 'off'], 'on') === 'on',
       corsOrigins: origins(env, 'CORS_ORIGINS'),
       workers: int(env, 'API_WORKERS', os.availableParallelism(), 1, 64),
+      incrementalMarking: oneOf(env, 'API_INCREMENTAL_MARKING', ['on', 'off'], 'off') === 'on',
       connections: {
         // Capped again at start by what the process's descriptor limit leaves (api/connections.ts).
         total: int(env, 'API_MAX_CONNECTIONS', 10_000, 16, 1_000_000),

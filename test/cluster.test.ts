@@ -1,6 +1,7 @@
 // `make api` as deployed: API_WORKERS processes sharing one port, a key's rate limit held by the
 // primary across them, and a worker that dies replaced. Real processes, real HTTP.
 import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import t from 'tap';
 import { KeyStore } from '../src/edge/keys.js';
 import { startApiProcess, testdir } from './helpers.js';
@@ -50,6 +51,11 @@ t.test('two workers share the port and every key’s limit; a dead worker is rep
   const workers = await children(api.child.pid!, 2);
   const problems = () => JSON.stringify([...api.lines.filter((l) => Number(l.level) >= 40), ...api.stderr]);
   t.equal(workers.length, 2, `the primary has two worker processes (${workers.join(', ')}) ${problems()}`);
+  const flags = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  t.ok(
+    workers.every((pid) => flags(pid).includes('--no-incremental-marking')),
+    'each worker runs without incremental marking (API_INCREMENTAL_MARKING off by default)',
+  );
   process.kill(workers[0], 'SIGKILL');
   for (let i = 0; i < 100 && !api.lines.some((l) => l.msg === 'api worker died; starting another'); i++)
     await new Promise((r) => setTimeout(r, 100));
@@ -67,4 +73,8 @@ t.test('two workers share the port and every key’s limit; a dead worker is rep
   const again = await children(api.child.pid!, 2);
   t.equal(again.length, 2, 'by two workers again');
   t.notOk(again.includes(workers[0]), 'one of them new');
+  t.ok(
+    again.every((pid) => flags(pid).includes('--no-incremental-marking')),
+    'the new one with the same flags',
+  );
 });

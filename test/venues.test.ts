@@ -250,6 +250,9 @@ t.test('config is validated and frozen', async (t) => {
   t.throws(() => loadConfig({ COPIES_SHARE: 'lots' }), /COPIES_SHARE/);
   t.equal(loadConfig({}).api.replay.copiesShare, 1, 'copies at most the Parquet by default');
   t.equal(loadConfig({ COPIES_SHARE: 'unbounded' }).api.replay.copiesShare, Infinity);
+  t.equal(loadConfig({}).api.incrementalMarking, false, 'API workers without incremental marking by default');
+  t.equal(loadConfig({ API_INCREMENTAL_MARKING: 'on' }).api.incrementalMarking, true);
+  t.throws(() => loadConfig({ API_INCREMENTAL_MARKING: 'yes' }), /API_INCREMENTAL_MARKING="yes"; expected one of: on, off/);
   const jobs = loadConfig({
     STANDIN_PORT: '9001',
     STANDIN_SEED: '7',

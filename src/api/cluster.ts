@@ -14,8 +14,10 @@ export interface ApiCluster {
 /** Forks `workers` (running the entry point again, as workers) and resolves once all listen. */
 const STOP_MS = 15_000;
 
-export function startCluster(workers: number, log: Logger): Promise<ApiCluster> {
+export function startCluster(workers: number, log: Logger, options: { incrementalMarking: boolean }): Promise<ApiCluster> {
   const bank = new RateBank();
+  // Set before the first fork: a replaced worker starts with the same flags.
+  if (!options.incrementalMarking) cluster.setupPrimary({ execArgv: [...process.execArgv, '--no-incremental-marking'] });
   let stopping = false;
   cluster.on('message', (worker, message) => {
     const answer = bank.handle(message);

@@ -292,7 +292,10 @@ const damaged = (what: string) => new Error(`serving copy: ${what}`);
 export function decodeTable(deflated: Buffer, n: number, k: number, dataLength: number): BlockTable {
   let inflated: Buffer;
   try {
-    inflated = zlib.inflateSync(deflated, { maxOutputLength: tableBytes(n, n) });
+    // One output buffer of the most the table can be: zlib's default (16 KiB pieces, then joined)
+    // allocated three buffers a page, and buffers churned at that rate set off full collections.
+    const most = tableBytes(n, Math.ceil(n / Math.max(k, 1)));
+    inflated = zlib.inflateSync(deflated, { maxOutputLength: tableBytes(n, n), chunkSize: Math.max(64, most + 1) });
   } catch {
     throw damaged('a table does not inflate, or fails its Adler-32');
   }
@@ -327,7 +330,12 @@ export function inflateChunks(t: BlockTable, c0: number, c1: number, data: Buffe
   for (let c = c0; c < c1; c++) size += length[c];
   let text: Buffer;
   try {
-    text = zlib.inflateRawSync(data, { finishFlush: zlib.constants.Z_SYNC_FLUSH, maxOutputLength: Math.max(size, 1) });
+    // One output buffer of the known length (and a byte, so a full one is not followed by another).
+    text = zlib.inflateRawSync(data, {
+      finishFlush: zlib.constants.Z_SYNC_FLUSH,
+      maxOutputLength: Math.max(size, 1),
+      chunkSize: Math.max(64, size + 1),
+    });
   } catch {
     throw damaged('chunks that do not inflate');
   }
