@@ -16,6 +16,7 @@ import { listFiles } from '../src/lake/fsutil.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { SERVING_VERSION } from '../src/pages/copyformat.js';
 import { ReplayCopies } from '../src/replay/copy.js';
+import { CopyBudget } from '../src/replay/copybudget.js';
 import { END, buildLake } from './lake.js';
 import { writeSection } from './report.js';
 import { ensureTools, startPostgres } from './pg.js';
@@ -84,7 +85,13 @@ const replayCopies = await (async () => {
   const copies = new ReplayCopies(path.join(paths.serving, 'replay'), reader, pino({ level: 'silent' }));
   copies.sweep(Date.now(), Infinity);
   await copies.idle();
-  return { seconds: (performance.now() - began) / 1000, bytes: await bytesUnder(path.join(paths.serving, 'replay'), '') };
+  const replayDir = path.join(paths.serving, 'replay');
+  const every = { bytes: await bytesUnder(replayDir, ''), markets: (await listFiles(replayDir, '')).length };
+  // What the service keeps of them at the default COPIES_SHARE=1 (it settles so at its start): serving and
+  // replay copies within the books Parquet's bytes, the markets that ended last kept.
+  await new CopyBudget(replayDir, path.join(paths.serving, 'books'), () => lakeBytes, 1).settle();
+  const kept = { bytes: await bytesUnder(replayDir, ''), markets: (await listFiles(replayDir, '')).length };
+  return { seconds: (performance.now() - began) / 1000, bytes: every.bytes, markets: every.markets, kept };
 })();
 const disk = {
   parquet: lakeBytes,
@@ -434,6 +441,14 @@ const diskRows = [
   diskRow('1 day', 'serving copies', disk.serving, lakeRows, disk.parquet),
   diskRow('1 day', 'replay copies', disk.replay, lakeRows, disk.parquet),
   diskRow('1 day', 'all copies', disk.serving + disk.replay, lakeRows, disk.parquet),
+  diskRow(
+    '1 day',
+    `replay copies kept at COPIES_SHARE=1 (${replayCopies.kept.markets} of ${replayCopies.markets} markets)`,
+    replayCopies.kept.bytes,
+    lakeRows,
+    disk.parquet,
+  ),
+  diskRow('1 day', 'all copies kept at COPIES_SHARE=1', disk.serving + replayCopies.kept.bytes, lakeRows, disk.parquet),
   diskRow('1 day', 'PostgreSQL (table, TOAST, index)', pgBytes, lakeRows, disk.parquet),
   diskRow('1 day', 'PostgreSQL index alone', disk.pgIndexes, lakeRows, disk.parquet),
   diskRow(`${DAYS} days`, 'Parquet (books)', longLakeBytes, longPgLoad.rows, longLakeBytes),
@@ -472,7 +487,9 @@ ${compressed.join('\n')}
 
 What each side keeps on disk for the same book rows: the lake's Parquet, the copies the service derives from it
 (serving copies, written at seal, for pages; replay copies, written after a market ends, for replays), and
-PostgreSQL's table (with its TOAST) and index. Replay copies were written for the 1-day lake only (${replayCopies.seconds.toFixed(0)} s);
+PostgreSQL's table (with its TOAST) and index. Replay copies were written for every market of the 1-day lake only (${replayCopies.seconds.toFixed(0)} s),
+then bounded as the service bounds them at its start (\`kept\`: at the default \`COPIES_SHARE=1\` serving and replay copies
+together at most the books Parquet's bytes, replay copies of the markets that ended last);
 the rows of these lakes change every level every second, the worst case for every form (a recorded lake, where a
 change moves a level or two: \`make bench-replay\`'s section).
 
@@ -494,10 +511,10 @@ every other shape still costs) missed twice PostgreSQL's throughput at one conne
 The markets are 15-minute windows that are over and sealed. Until 2026-11-29 the 50 included the one ending at the
 lake's end, in its minute of capture lag and so served by SQL (20-50 ms a page): 2% of the requests, which set the p99
 of every first-page row (identity 33.6 ms against PostgreSQL's 13.6 then; markets still recording are the newest
-hour's section). The p99 is at or under PostgreSQL's in ${coldP99.met} of these ${coldP99.rows} rows (the target: all). The slow
-1-3% of pages are spread over every market; measured by hand (2026-11-29, 2026-12-02, one worker) most of their time is
-before the worker sees the request or after it has written it, not in the handler, and runs of one setup differ 2-5x in
-p99 (one 10 s run 3.6 ms, the next 16 ms); not resolved.
+hour's section). The p99 is at or under PostgreSQL's in ${coldP99.met} of these ${coldP99.rows} rows (the target: all). Until
+2026-12-03 the slow 1-3% of pages were a worker's garbage collector: V8's incremental marking restarting every 50-100 ms
+once a worker's first full collection had shrunk its heap (a fifth of its time), so runs of one setup differed 2-5x in
+p99 by which worker their connections reached; the API's workers now run without it ("Where the slow pages went").
 
 | route | encoding | connections | this service p50 / p99, req/s | PostgreSQL p50 / p99, req/s | p50 ratio | req/s ratio | half the p50 and twice the req/s |
 |---|---|---|---|---|---|---|---|
