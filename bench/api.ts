@@ -136,7 +136,7 @@ if (process.env.BENCH_CHILD) {
   const dir = process.env.BENCH_DIR!;
   if (process.env.BENCH_CHILD === 'first') console.log(JSON.stringify(await firstStart(dir)));
   else await serve(dir);
-  duck.close();
+  await duck.close();
   process.exit(0);
 }
 
@@ -219,7 +219,7 @@ if (process.env.BENCH_OVERLOAD_ONLY) {
   await writeSection('## API under overload', await overload(served));
   server.process.stdin!.end();
   await new Promise((resolve) => server.process.once('exit', resolve));
-  duck.close();
+  await duck.close();
   process.exit(0);
 }
 
@@ -255,8 +255,7 @@ const results = lakes.map(({ days, lake }, i) => ({
   markets: served[i].markets,
   files: served[i].files,
 }));
-duck.close();
-
+await duck.close();
 const base = results[0];
 const row = (f: Figure, i: number) => {
   const cells = results.map((r) => `${r.figures[i].p50} / ${r.figures[i].p99} ms, ${Math.round(r.figures[i].rps)}/s`).join(' | ');

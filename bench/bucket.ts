@@ -168,5 +168,5 @@ per API server. Warm pages are local-disk reads.
 } finally {
   rgw.stop();
   await fs.rm(cacheDir, { recursive: true, force: true });
-  duck.close();
+  await duck.close();
 }

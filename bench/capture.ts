@@ -132,5 +132,5 @@ Peak RSS includes simulating the books and the fill; the seal streams each marke
 every second before), so consecutive rows repeat and compress far better than the old figure.
 `;
 await writeSection('## Capture', report);
-duck.close();
+await duck.close();
 await fs.rm(dir, { recursive: true, force: true });

@@ -432,8 +432,7 @@ await Promise.all(
 for (const s of [service, pgServer]) s.proc.stdin!.end();
 await Promise.all([service, pgServer].map((s) => new Promise((r) => s.proc.once('exit', r))));
 stopPg();
-duck.close();
-
+await duck.close();
 const diskRow = (lakeName: string, form: string, bytes: number, rows: number, parquet: number) =>
   `| ${lakeName} | ${form} | ${(bytes / 2 ** 20).toFixed(1)} MiB | ${(bytes / rows).toFixed(1)} | ${(bytes / parquet).toFixed(2)}x |`;
 const diskRows = [

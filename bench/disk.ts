@@ -63,7 +63,7 @@ async function record(): Promise<void> {
   await capture.stop();
   await capture.seal(clock.now());
   await standin.stop();
-  duck.close();
+  await duck.close();
 }
 
 const recorded = await builtOnce(dir, record);
@@ -157,8 +157,7 @@ for (const v of VENUES) {
 }
 const pgVersion = pg.version();
 pg.stop();
-duck.close();
-
+await duck.close();
 const cpus = os.cpus();
 const perRow = (bytes: number, rows: number) => (rows ? bytes / rows : 0).toFixed(1);
 const times = (bytes: number, of: number) => `${(of ? bytes / of : 0).toFixed(2)}x`;

@@ -47,7 +47,7 @@ async function exportOnce(format: 'csv' | 'parquet') {
 await exportOnce('parquet'); // warm
 const runs = [await exportOnce('csv'), await exportOnce('parquet')];
 await api.stop();
-duck.close();
+await duck.close();
 await fs.rm(root, { recursive: true, force: true });
 
 const report = `## Exports (\`make bench-export\`)

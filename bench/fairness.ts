@@ -20,7 +20,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 30);
 const root = process.env.BENCH_ROOT ?? (await fs.mkdtemp(path.join(os.tmpdir(), 'bench-fairness-')));
 const duck = await Duck.open(2);
 const lake = await buildLake(duck, root, 1);
-duck.close();
+await duck.close();
 const store = KeyStore.at(lake.dir);
 const pushers: string[] = [];
 for (let i = 0; i < KEYS; i++) pushers.push((await store.issue('paid', `bench-fairness-${i}`)).key);

@@ -120,8 +120,7 @@ for (let i = 0; i < 200; i++) {
 }
 times.sort((a, b) => a - b);
 await api.stop();
-duck.close();
-
+await duck.close();
 const rows = [...byKind]
   .sort((a, b) => b[1] - a[1])
   .map(([kind, us]) => `| ${kind} | ${(us / 1000 / requests).toFixed(2)} | ${((100 * us) / total).toFixed(1)}% |`);

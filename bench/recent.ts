@@ -146,8 +146,7 @@ if (!(after.live_pages > 0)) throw new Error(`the service followed no market: ${
 for (const s of [followed, bySql, pgServer]) s.proc.stdin!.end();
 await Promise.all([followed, bySql, pgServer].map((s) => new Promise((r) => s.proc.once('exit', r))));
 pg.stop();
-duck.close();
-
+await duck.close();
 await writeSection(
   '## The newest hour against PostgreSQL',
   `## The newest hour against PostgreSQL (\`make bench-recent\`)

@@ -67,7 +67,7 @@ try {
     0,
   );
   const [{ n }] = await duck.rows(`SELECT count(*)::INTEGER AS n FROM read_parquet('${lakePaths(dir).lake}/reference/**/*.parquet')`);
-  duck.close();
+  await duck.close();
   const cpuMs = (cpu.user + cpu.system) / 1000;
   const perMessageUs = (cpuMs * 1000) / messages;
   const realRate = messages / (wall * SPEED);

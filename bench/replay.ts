@@ -93,7 +93,7 @@ async function record(): Promise<void> {
   process.stderr.write('\n');
   await capture.stop();
   await standin.stop();
-  duck.close();
+  await duck.close();
 }
 
 const built = await builtOnce(dir, record);
@@ -121,7 +121,7 @@ const venueRows = Object.fromEntries(
   ),
 );
 const tradeRows = await count(`SELECT count(*)::BIGINT AS n FROM read_parquet('${dir}/lake/trades/**/*.parquet')`);
-duck.close();
+await duck.close();
 const { key } = await KeyStore.at(dir).issue('paid', 'bench-replay');
 
 /** `make api` with one worker over the lake, its clock at NOW, `env` over the bench's settings; resolves once it answers. */

@@ -165,7 +165,7 @@ async function liveHour(dir: string, rows: number): Promise<LiveFigures> {
     parquetBytes: await parquetBytes(dir),
     memoryLimit: config.capture.sealMemoryLimit,
   };
-  duck.close();
+  await duck.close();
   return figures;
 }
 
@@ -191,7 +191,7 @@ if (process.argv[2] === 'spool') {
   const seconds = (performance.now() - started) / 1000;
   const hwm = Number(/VmHWM:\s+(\d+)/.exec(await fs.readFile('/proc/self/status', 'utf8'))?.[1] ?? 0) / 1024;
   const figures = { rows: report.rows, files: report.files, seconds, peakRss: hwm, parquetBytes: await parquetBytes(dir) };
-  duck.close();
+  await duck.close();
   process.send!({ ...figures, memoryLimit: config.capture.sealMemoryLimit }, () => process.exit(0));
 } else if (process.argv[2] === 'live') {
   process.send!(await liveHour(process.argv[3], Number(process.argv[4])), () => process.exit(0));

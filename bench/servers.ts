@@ -56,7 +56,7 @@ async function serveService(dir: string): Promise<void> {
   console.log(JSON.stringify({ url: api.url, key, workers: 1 }));
   await new Promise((resolve) => process.stdin.once('end', resolve).resume());
   await api.stop();
-  duck.close();
+  await duck.close();
 }
 
 /** The minimal PostgreSQL server: prepared statements, JSON from json_agg spliced into the same envelope. */

@@ -199,7 +199,7 @@ const sealRss = rssPeak.mb;
 const bookFiles = (await fs.readdir(path.join(dir, 'lake', 'books'), { recursive: true })).filter((f) => String(f).endsWith('.parquet'));
 let parquetBytes = 0;
 for (const f of bookFiles) parquetBytes += (await fs.stat(path.join(dir, 'lake', 'books', String(f)))).size;
-duck.close();
+await duck.close();
 // BENCH_STREAM_KEEP=dir keeps the sealed books there (bench/venuetext.ts reads their columns).
 if (process.env.BENCH_STREAM_KEEP)
   await fs.cp(path.join(dir, 'lake', 'books'), path.join(process.env.BENCH_STREAM_KEEP, 'books'), { recursive: true });

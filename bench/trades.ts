@@ -83,7 +83,7 @@ const parquetBytes = (await Promise.all(parquet.map((f) => fs.stat(path.join(pat
 const [{ n }] = (await duck.rows(`SELECT count(*)::INTEGER AS n FROM read_parquet('${paths.lake}/trades/**/*.parquet')`)) as {
   n: number;
 }[];
-duck.close();
+await duck.close();
 await fs.rm(dir, { recursive: true, force: true });
 if (n !== TRADES) throw new Error(`sealed ${n} trades of ${TRADES}`);
 

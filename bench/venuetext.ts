@@ -74,6 +74,6 @@ try {
   ];
   await writeSection("## The venue's text and hash in the lake", lines.join('\n'));
 } finally {
-  duck.close();
+  await duck.close();
   await fs.rm(dir, { recursive: true, force: true });
 }

@@ -71,6 +71,6 @@ try {
   if (err instanceof CoverageError) fail(err.message);
   throw err;
 } finally {
-  duck.close();
+  await duck.close();
   await standin?.stop();
 }

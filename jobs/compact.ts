@@ -17,5 +17,5 @@ const log = createLogger(config.logLevel, 'compact', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'compact');
 const duck = await Duck.open(1);
 log.info(await compact(duck, lakePaths(config.dataDir), clockFrom(config.clock).now()), 'compacted');
-duck.close();
+await duck.close();
 await release();

@@ -27,5 +27,5 @@ log.info({ hours, speed, seconds: Math.round((hours * 3600) / (speed - 1)) }, 'f
 const duck = await Duck.open(1, sealingDuck(config));
 const { capture, sealed } = await fill(config, duck, log, { hours, speed, pollMs }, new StandInUpstream());
 log.info({ ...capture.stats, sealed }, 'fill done');
-duck.close();
+await duck.close();
 await release();

@@ -19,5 +19,5 @@ const log = createLogger(config.logLevel, 'migrate', 1, config.logFormat);
 const release = await acquireLock(config.dataDir, 'compact');
 const duck = await Duck.open(1);
 log.info(await migrateTimestamps(duck, lakePaths(config.dataDir)), 'lake migrated');
-duck.close();
+await duck.close();
 await release();

@@ -29,5 +29,5 @@ try {
   console.error(`query failed: ${(err as Error).message}${views.length ? `\n(views: ${views.join(', ')} over ${lake})` : ''}`);
   process.exitCode = 1;
 } finally {
-  duck.close();
+  await duck.close();
 }

@@ -27,4 +27,4 @@ await copies.settle();
 copies.sweep(clockFrom(config.clock).now(), Infinity);
 await copies.idle();
 log.info({ ...copies.stats, ...copies.budget?.stats, ms: Math.round(performance.now() - began) }, 'replay copies');
-duck.close();
+await duck.close();

@@ -61,4 +61,4 @@ const written = await replayToFile(
 );
 if (out !== process.stdout) await new Promise<void>((resolve) => (out as fs.WriteStream).end(resolve));
 console.error(`replay: ${written.messages} messages of ${written.markets} markets${values.out ? ` to ${values.out}` : ''}`);
-duck.close();
+await duck.close();

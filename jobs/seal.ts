@@ -24,5 +24,5 @@ const all = process.argv.includes('--all');
 const now = all ? Number.MAX_SAFE_INTEGER / 2 : clockFrom(config.clock).now();
 const grace = (d: string) => (all ? 0 : d === 'markets' ? config.capture.marketsSealGraceMs : config.capture.sealGraceMs);
 log.info(await sealDue(duck, paths, now, grace), 'sealed');
-duck.close();
+await duck.close();
 await release();

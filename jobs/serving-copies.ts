@@ -13,4 +13,4 @@ const paths = lakePaths(config.dataDir);
 const duck = await Duck.open(1);
 const began = performance.now();
 log.info({ ...(await refreshLakeServingCopies(duck, paths)), ms: Math.round(performance.now() - began) }, 'serving copies');
-duck.close();
+await duck.close();

@@ -16,7 +16,7 @@ const standin = new StandIn({ clock, walletWeightPerMinute: Number.MAX_SAFE_INTE
 const config = standinConfig(testConfig(dir), await standin.start(0));
 const duck = await Duck.open(1);
 t.teardown(async () => {
-  duck.close();
+  await duck.close();
   await standin.stop();
 });
 const { createAdapter } = await import('../src/venues/index.js');

@@ -51,3 +51,20 @@ t.test('shutdown interrupts running statements, waits for them, then closes (a c
   t.same(await quick, [{ one: 1 }], 'a statement that finished kept its result');
   await t.rejects(own.rows('SELECT 1'), 'the instance is closed after');
 });
+
+t.test('close waits for every lane, forks included, and refuses statements after (a close under one crashed the process)', async (t) => {
+  const own = await Duck.open(1);
+  const fork = await own.fork(1);
+  const running = fork.rows('SELECT count(*) AS n FROM range(10000000000) a');
+  while (fork.pending === 0) await new Promise((r) => setTimeout(r, 5));
+  await new Promise((r) => setTimeout(r, 50));
+  const settled = Promise.allSettled([running]);
+  const closing = own.close();
+  // Queued on the fork while the lanes drain: run (or interrupted) before the instance goes, never under its close.
+  const queued = Promise.allSettled([fork.rows('SELECT 1 AS one')]);
+  await closing;
+  const [[first], [second]] = await Promise.all([settled, queued]);
+  t.equal(first.status, 'rejected', 'the running statement was interrupted');
+  t.ok(second.status === 'fulfilled' || /interrupt/i.test(String(second.reason)), 'the queued one ran or was interrupted');
+  await t.rejects(fork.rows('SELECT 1'), /closed/, 'a statement after the close is refused');
+});

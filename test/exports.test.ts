@@ -19,7 +19,7 @@ const dir = testdir(t);
 const duck = await Duck.open(1);
 const IDS = ['99000001', '99000002', '99000003'];
 for (const id of IDS) await syntheticMarket(duck, dir, id, START, END - START);
-duck.close();
+await duck.close();
 const key = (await KeyStore.at(dir).issue('paid', 'exports test')).key;
 const exportDir = path.join(dir, 'state', 'exports');
 

@@ -36,7 +36,7 @@ const api = await startApi(config, duck, createClock(START + 2 * HOUR, 1), log, 
 const key = (await api.keys.issue('paid', 'hardening')).key;
 t.teardown(async () => {
   await api.stop();
-  duck.close();
+  await duck.close();
 });
 
 /** One raw HTTP/1.1 exchange: what a client gets before any HTTP library tidies it. */

@@ -103,7 +103,7 @@ export async function lakeServer(t: Test, options: LakeServerOptions) {
   const api = await startApi(config, duck, createClock(options.end, 1), quiet, { ...shared, port: 0 });
   t.teardown(async () => {
     await api.stop();
-    duck.close();
+    await duck.close();
   });
   return { dir, config, duck, run, api, key: async (plan: 'free' | 'paid' = 'paid') => (await api.keys.issue(plan, 'test')).key };
 }
@@ -254,7 +254,7 @@ export async function processRig(t: Test, start: number, speed: number) {
   const url = await standin.start(0);
   const duck = await Duck.open(1);
   t.teardown(async () => {
-    duck.close();
+    await duck.close();
     await standin.stop();
   });
   return { dir, anchor, clock, standin, url, duck, clockEnv: { start, speed, anchor } };

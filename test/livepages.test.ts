@@ -28,7 +28,7 @@ const sqlApi = await startApi(testConfig(dir, { ...ENV, BOOK_CACHE_MB: '0' }), d
 t.teardown(async () => {
   await api.stop();
   await sqlApi.stop();
-  duck.close();
+  await duck.close();
 });
 const key = (await api.keys.issue('paid', 'test')).key;
 

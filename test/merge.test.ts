@@ -75,7 +75,7 @@ async function recorderLake(t: Test, rows: { books: BookRow[]; trades: TradeRow[
   await spool.close();
   const duck = await Duck.open(1);
   await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
-  duck.close();
+  await duck.close();
   const files = async (p: typeof books) =>
     (await readManifest(lakePaths(dir).manifest, p)).files.map((f) => path.join(lakePaths(dir).lake, partitionDir(p), f.name));
   return { books: await files(books), trades: await files(trades), gaps: await files(gaps) };

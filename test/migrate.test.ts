@@ -67,7 +67,7 @@ const api = await startApi(config, duck, createClock(START + 3 * HOUR, 1), quiet
 const key = (await api.keys.issue('paid', 'migrate')).key;
 t.teardown(async () => {
   await api.stop();
-  duck.close();
+  await duck.close();
 });
 
 async function answers(): Promise<string[]> {

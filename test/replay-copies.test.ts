@@ -78,7 +78,7 @@ const run = await streamRun(t, {}, 5, 10, {
       }
     } finally {
       await api.stop();
-      duck.close();
+      await duck.close();
     }
   },
 });

@@ -35,7 +35,7 @@ const api = await startApi(
 const { key } = await api.keys.issue('paid', 'tail');
 t.teardown(async () => {
   await api.stop();
-  duck.close();
+  await duck.close();
 });
 
 async function latest(venue: string, id: string, requestId: string) {

@@ -376,7 +376,7 @@ export async function startApi(config: Config, duck: Duck, clock: Clock, log: Lo
         server.closeIdleConnections();
         setTimeout(() => server.closeAllConnections(), 5000).unref();
       });
-      serving?.close();
+      await serving?.close();
     },
   };
 }

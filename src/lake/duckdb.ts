@@ -50,7 +50,16 @@ export class Lane {
     return this.tail;
   }
 
+  private closed = false;
+
+  /** After this, a statement is refused here instead of reaching a connection DuckDB has freed. */
+  close(): void {
+    this.closed = true;
+    this.connection.closeSync();
+  }
+
   run<T>(task: (c: DuckDBConnection) => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (this.closed) return Promise.reject(new DuckError('Connection', 'the DuckDB instance is closed'));
     this.pending++;
     const result = this.tail
       .then(async () => {
@@ -147,14 +156,14 @@ export class Duck {
     }, this.signal);
   }
 
-  /** Closes these lanes' connections (a fork's); `close` also closes the instance. */
-  closeLanes(): void {
-    for (const lane of this.lanes) lane.connection.closeSync();
-  }
-
-  close(): void {
-    this.closeLanes();
-    this.instance.closeSync();
+  /**
+   * Closes the instance once every lane's statements have ended (`shutdown`): closing a connection
+   * or the instance under a running statement freed what DuckDB's worker thread was using
+   * (SIGSEGV in duckdb::ClientContext::LockContext, seen in the test suite when an API stopped with
+   * a serving copy's write still running on its own lane).
+   */
+  close(): Promise<void> {
+    return this.shutdown();
   }
 
   /**
@@ -165,16 +174,20 @@ export class Duck {
    */
   async shutdown(waitMs = 10_000): Promise<void> {
     const lanes = [...this.all];
-    for (const lane of lanes) if (lane.pending > 0) lane.connection.interrupt();
+    // A statement queued while the lanes drain (a background task's next step) runs, and is waited for, too.
+    const drained = async () => {
+      while (lanes.some((l) => l.pending > 0)) {
+        for (const lane of lanes) if (lane.pending > 0) lane.connection.interrupt();
+        await Promise.all(lanes.map((l) => l.idle()));
+      }
+      return true;
+    };
     let timer: NodeJS.Timeout | undefined;
-    const idle = await Promise.race([
-      Promise.all(lanes.map((l) => l.idle())).then(() => true),
-      new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs))),
-    ]);
+    const idle = await Promise.race([drained(), new Promise<false>((r) => (timer = setTimeout(() => r(false), waitMs)))]);
     clearTimeout(timer);
     // Still running past the bound: leave the instance open rather than hang in its close; the process is ending.
     if (!idle) return;
-    for (const lane of lanes) lane.connection.closeSync();
+    for (const lane of lanes) lane.close();
     this.instance.closeSync();
   }
 }

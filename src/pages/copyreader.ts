@@ -77,7 +77,9 @@ export class ServingCopies {
   private readonly indexes = new Map<string, Promise<CopyIndex | null>>();
   /** Copies to write, by sha256, one at a time. */
   private readonly queue = new Map<string, CopySource>();
-  private writing = false;
+  /** The background writes, while they run: `close` waits for the one under way. */
+  private writing: Promise<void> | null = null;
+  private closed = false;
   /** Files that cannot have a copy (not in the writer's order): never queued again. */
   private readonly unwritable = new Set<string>();
   readonly handles = new FileHandles(HANDLES_KEPT);
@@ -99,12 +101,11 @@ export class ServingCopies {
    * SQL path, the next one will not.
    */
   schedule(files: readonly CopySource[]): void {
-    if (!this.writer) return;
+    if (!this.writer || this.closed) return;
     for (const f of files) if (!this.unwritable.has(f.sha256)) this.queue.set(f.sha256, f);
     if (this.writing) return;
-    this.writing = true;
-    void (async () => {
-      for (let next = this.queue.entries().next(); !next.done; next = this.queue.entries().next()) {
+    this.writing = (async () => {
+      for (let next = this.queue.entries().next(); !next.done && !this.closed; next = this.queue.entries().next()) {
         const [sha256, source] = next.value;
         if (!(await this.index(sha256))) {
           // A failure (a full disk, a file compacted away) is tried again when a page next finds the copy missing.
@@ -114,7 +115,7 @@ export class ServingCopies {
         }
         this.queue.delete(sha256);
       }
-      this.writing = false;
+      this.writing = null;
     })();
   }
 
@@ -122,8 +123,14 @@ export class ServingCopies {
     return this.queue.size;
   }
 
-  /** Lets go of the copies kept open (the process stops serving). */
-  close(): void {
+  /**
+   * Lets go of the copies kept open (the process stops serving), once the write under way has
+   * ended: its statement runs on a DuckDB connection the caller closes next, and closing one under
+   * a running statement crashed the process (SIGSEGV in the test suite).
+   */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.writing;
     this.handles.close();
   }
 

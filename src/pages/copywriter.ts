@@ -106,7 +106,7 @@ export async function refreshServingCopies(
   const books = files.filter((f) => f.dataset === 'books' && f.rows > 0);
   const copies = new ServingCopies(servingDir);
   const missing = await copies.missing(books);
-  copies.close();
+  await copies.close();
   let [written, unwritable] = [0, 0];
   for (const f of missing) {
     if (await writeServingCopy(duck, path.join(lakeDir, f.path), f.sha256, servingDir)) written++;
