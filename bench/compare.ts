@@ -86,11 +86,17 @@ const replayCopies = await (async () => {
   copies.sweep(Date.now(), Infinity);
   await copies.idle();
   const replayDir = path.join(paths.serving, 'replay');
-  const every = { bytes: await bytesUnder(replayDir, ''), markets: (await listFiles(replayDir, '')).length };
+  const onDisk = async () => {
+    const files = await listFiles(replayDir, '');
+    let bytes = 0;
+    for (const f of files) bytes += (await fs.stat(path.join(replayDir, f))).size;
+    return { bytes, markets: files.length };
+  };
+  const every = await onDisk();
   // What the service keeps of them at the default COPIES_SHARE=1 (it settles so at its start): serving and
   // replay copies within the books Parquet's bytes, the markets that ended last kept.
   await new CopyBudget(replayDir, path.join(paths.serving, 'books'), () => lakeBytes, 1).settle();
-  const kept = { bytes: await bytesUnder(replayDir, ''), markets: (await listFiles(replayDir, '')).length };
+  const kept = await onDisk();
   return { seconds: (performance.now() - began) / 1000, bytes: every.bytes, markets: every.markets, kept };
 })();
 const disk = {
