@@ -134,6 +134,41 @@ t.test('a hash that does not reproduce holds the book in doubt, asks REST, and w
   t.equal(token.doubt, null);
 });
 
+t.test("stream hashes that stop reproducing are doubted until REST's own hashes stop reproducing too", async (t) => {
+  const { proofs, token, gaps, stats } = setup();
+  let ts = 1_000;
+  // A change that moves the copy, with a hash the copy does not give (a lost change, or fields it lacks).
+  const miss = () => {
+    ts += 10;
+    const size = String(40 + ((ts / 10) % 2));
+    t.equal(
+      proofs.applyChecked(token, [{ asset_id: 'up', price: '0.48', size, side: 'BUY', hash: 'f'.repeat(40) }], String(ts), ts),
+      'vouched',
+    );
+  };
+  const rest = (hash: string) => ({ ...summary(ts, [['0.47', '10']], [['0.52', '25']]), hash });
+  for (let i = 0; i < 300; i++) miss();
+  t.equal(stats.undoubted, 0, 'far more misses in a row than the give-way bound: still no evidence the formula changed');
+  t.equal(token.doubt?.books.length, 300, 'every one held in doubt');
+  // REST books whose own hash reproduces: the formula is right, the copies are not.
+  const good = rest('');
+  good.hash = clobBookHash(good);
+  for (let i = 0; i < 5; i++) proofs.noteRestHash(good);
+  for (let i = 0; i < 250; i++) miss();
+  t.equal(stats.undoubted, 0, 'after REST proved the formula, still doubted');
+  // REST's own hashes stop reproducing as well: the venue changed its formula.
+  for (let i = 0; i < 3; i++) proofs.noteRestHash(rest('e'.repeat(40)));
+  miss();
+  t.equal(stats.undoubted, 1, 'taken as changed only now');
+  t.same(token.verdict, { check: 'mismatch', unexplained: 'mismatch' }, 'said so at once');
+  // One REST hash that reproduces again: back to doubting.
+  proofs.noteRestHash(good);
+  miss();
+  t.equal(stats.undoubted, 1);
+  t.equal(token.doubt?.books.length, 551);
+  t.same(gaps, [], 'no proof came, so no gap is decided yet');
+});
+
 t.test('a REST book of the same instant with other levels disproves the copy', async (t) => {
   const { proofs, token, gaps } = setup();
   proofs.checkRest(token, summary(1_000, [['0.47', '10']], [['0.52', '25']]), 1_000, 1_050);

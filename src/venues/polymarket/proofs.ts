@@ -15,6 +15,7 @@ import {
   type ClobPriceChange,
   HASH_LAYOUTS,
   type HashLayout,
+  clobBookHash,
   LocalBook,
   sameLevels,
   stateLadders,
@@ -36,9 +37,26 @@ const HISTORY = 128;
 const DOUBT_BOOKS = 4096;
 /** How far the venue's hashed timestamp may be from the message's (public recorders see a few ms). */
 const HASH_SKEW_MS = 5;
-/** After this many hashes in a row that no layout or skew reproduced, only one candidate is tried (and all, one time in PROBE_EVERY). */
+/**
+ * The venue's formula is taken as changed only after this many stream hashes in a row that no
+ * layout or skew reproduced AND REST_GIVE_WAY REST books in a row whose own hash did not reproduce
+ * (then only one candidate is tried, and all one time in PROBE_EVERY). Stream misses alone are no
+ * evidence: beside stress-ng, a restarted recorder's copies missed 200 in a row (changes dropped,
+ * fields late), stopped doubting them, and a book wrong below its best levels stood outside every
+ * gap. A REST book's hash covers only the venue's own text, so its misses are the formula's.
+ */
 const HASH_GIVE_WAY = 200;
+const REST_GIVE_WAY = 3;
 const PROBE_EVERY = 50;
+/** Whether a summary's hash is the formula's over it, in either layout, at its timestamp or within the skew. */
+function summaryHashReproduces(s: ClobBookSummary, hash: string): boolean {
+  const ts = Number(s.timestamp);
+  for (let d = 0; d <= HASH_SKEW_MS; d++)
+    for (const at of d === 0 ? [s.timestamp] : [String(ts - d), String(ts + d)])
+      for (const layout of HASH_LAYOUTS) if (clobBookHash({ ...s, timestamp: at }, layout) === hash) return true;
+  return false;
+}
+
 /** Whether the venue's best level (absent, or `empty` for an empty side) is the copy's `mine`. */
 function venueBest(given: string | undefined, empty: number, mine: number | null): boolean {
   return given === undefined || given === '' || Number(given) === (mine ?? empty) || (mine === null && Number(given) === empty);
@@ -148,7 +166,7 @@ export interface StreamStats {
   verified: number;
   /** Changes proved later: by a hash once a trade or field it covered arrived. */
   lateProofs: number;
-  /** Books whose hash did not reproduce while no hash had for long (the formula taken as changed): not held in doubt. */
+  /** Books whose hash did not reproduce while neither the stream's hashes nor REST's own had for long (the formula taken as changed): not held in doubt. */
   undoubted: number;
   /** Changes of a token that did not know every hashed field yet (REST's minimum size and neg-risk): in doubt until they come. */
   fieldless: number;
@@ -229,6 +247,8 @@ export class CopyProofs {
   private layout: HashLayout = HASH_LAYOUTS[0];
   /** Hashes in a row that no candidate reproduced. */
   private hashMisses = 0;
+  /** REST books in a row whose own hash no candidate reproduced. */
+  private restHashMisses = 0;
   private readonly stats: StreamStats;
   private readonly sink: StreamSink;
   private readonly verdicts: Verdicts<Doubted, Token>;
@@ -313,7 +333,7 @@ export class CopyProofs {
         // proved; so is every book of a token still missing hashed fields (REST has not answered
         // yet), re-tried when they come.
         if (!t.book.knowsAllFields()) this.stats.fieldless++;
-        if (!t.book.knowsAllFields() || this.hashMisses < HASH_GIVE_WAY) {
+        if (!t.book.knowsAllFields() || !this.formulaChanged()) {
           const book = this.awaitVerdict(t, ts, timestamp, hash);
           if (!t.doubt) t.doubt = { from: t.verifiedTs, books: [book], forgotten: 0 };
           else if (t.doubt.books.push(book) > DOUBT_BOOKS) {
@@ -480,7 +500,7 @@ export class CopyProofs {
     }
     // Without every hashed field no search can reproduce the venue's hash, and its misses say nothing of the formula.
     if (!t.book.knowsAllFields()) return null;
-    if (!probe && this.hashMisses >= HASH_GIVE_WAY && this.hashMisses++ % PROBE_EVERY !== 0) return null;
+    if (!probe && this.formulaChanged() && this.hashMisses++ % PROBE_EVERY !== 0) return null;
     for (const layout of this.layout === HASH_LAYOUTS[0] ? HASH_LAYOUTS : [...HASH_LAYOUTS].reverse()) {
       for (let d = 0; d <= HASH_SKEW_MS; d++) {
         for (const at of d === 0 ? [ts] : [ts - d, ts + d]) {
@@ -500,6 +520,23 @@ export class CopyProofs {
     }
     if (!probe) this.hashMisses++;
     return null;
+  }
+
+  /** Whether the venue's hash formula is taken as changed: the stream's hashes and REST's own both stopped reproducing. */
+  private formulaChanged(): boolean {
+    return this.hashMisses >= HASH_GIVE_WAY && this.restHashMisses >= REST_GIVE_WAY;
+  }
+
+  /**
+   * A REST book's own hash, over the venue's text of it: one that reproduces shows the formula is
+   * right, so the stream's misses are the copies' (or their fields'), and every such book is doubted.
+   */
+  noteRestHash(s: ClobBookSummary & { hash?: string }): void {
+    if (typeof s.hash !== 'string' || !s.hash) return;
+    if (summaryHashReproduces(s, s.hash)) {
+      this.restHashMisses = 0;
+      this.hashMisses = 0;
+    } else this.restHashMisses++;
   }
 
   /** Books still in doubt when no later proof can come: the span since the last proof is a gap. */

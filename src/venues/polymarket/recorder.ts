@@ -251,7 +251,8 @@ export class StreamRecorder implements VenueRecorder {
    * and last trade are of the moment it answered, which may be ahead of the stream, so they only
    * fill what the stream has not said yet (its `tick_size_change` and `last_trade_price` keep them).
    */
-  private noteRest(t: Token, s: ClobBookSummary): void {
+  private noteRest(t: Token, s: ClobBookSummary & { hash?: string }): void {
+    this.proofs.noteRestHash(s);
     let changed = t.book.note({ min_order_size: s.min_order_size, neg_risk: s.neg_risk });
     // Changes before the subscription are never announced: REST's tick and trade are taken once the stream is on.
     if (t.streamed) changed = t.book.note({ tick_size: s.tick_size, last_trade_price: s.last_trade_price }, false) || changed;
