@@ -210,6 +210,8 @@ export class StreamRecorder implements VenueRecorder {
       const t = this.tokens.get(s.asset_id);
       if (!t || t.market.market_id !== m.market_id) continue;
       const ts = Number(s.timestamp);
+      // Once per REST answer (a book taken as the copy is noted again, in snapshot()).
+      this.proofs.noteRestHash(s);
       this.noteRest(t, s);
       if (!t.streamed && !this.snapshotOverdue(t, recvTs)) continue;
       // Not synced, or its connection is down: the REST book is the fallback row (its gap stays open until the stream is back).
@@ -251,8 +253,7 @@ export class StreamRecorder implements VenueRecorder {
    * and last trade are of the moment it answered, which may be ahead of the stream, so they only
    * fill what the stream has not said yet (its `tick_size_change` and `last_trade_price` keep them).
    */
-  private noteRest(t: Token, s: ClobBookSummary & { hash?: string }): void {
-    this.proofs.noteRestHash(s);
+  private noteRest(t: Token, s: ClobBookSummary): void {
     let changed = t.book.note({ min_order_size: s.min_order_size, neg_risk: s.neg_risk });
     // Changes before the subscription are never announced: REST's tick and trade are taken once the stream is on.
     if (t.streamed) changed = t.book.note({ tick_size: s.tick_size, last_trade_price: s.last_trade_price }, false) || changed;
@@ -578,6 +579,7 @@ export class StreamRecorder implements VenueRecorder {
           for (const s of clobSummaries(summaries)) {
             const t = this.tokens.get(s.asset_id);
             if (!t || this.closed) continue;
+            this.proofs.noteRestHash(s);
             this.noteRest(t, s);
             if (!t.synced) this.snapshot(t, s, Number(s.timestamp), recvTs, 'rest');
             else if (this.channel.healthy(s.asset_id)) this.proofs.checkRest(t, s, Number(s.timestamp), recvTs);
