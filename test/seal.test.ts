@@ -1,7 +1,7 @@
 // Sealing by runs: books and metrics are spooled as sorted runs of one market, and a seal
 // concatenates them in order instead of sorting the hour. These tests write through the real
 // spool, seal with the real writer, and read the Parquet file back in its stored row order.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import { promisify } from 'node:util';
@@ -17,7 +17,7 @@ import { relation, sqlPath } from '../src/lake/sql.js';
 import { scansInOrder } from '../src/api/plan.js';
 import type { BookRow } from '../src/records.js';
 import { HOUR } from '../src/time.js';
-import { CHILD_ENV, exitedWithin, spawnJob, testConfig, testdir } from './helpers.js';
+import { CHILD_ENV, TS_NODE_ARGS, exitedWithin, spawnJob, testConfig, testdir } from './helpers.js';
 import { servingCopyPath } from '../src/pages/copyformat.js';
 
 const run = promisify(execFile);
@@ -465,6 +465,48 @@ t.test(
     t.equal(n, 2, 'each row once');
   },
 );
+
+t.test('a seal killed between its file and its commit leaves no row a glob over the lake reads twice', async (t) => {
+  const dir = testdir(t);
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  const paths = lakePaths(dir);
+  const spool = new Spool(paths.spool);
+  for (let s = 0; s < 50; s++) for (const m of ['a', 'b']) spool.append(books, [book(m, HOUR0 + s * 1000, 0, s)]);
+  await spool.close();
+  const partition = path.join(paths.lake, partitionDir(books));
+  const parquet = async () => (await fs.readdir(partition).catch(() => [] as string[])).filter((n) => n.endsWith('.parquet'));
+
+  // Market a's file in place, as a capture sealing a finished market leaves it when killed before the manifest.
+  const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('test/fixtures/seal-killed-before-commit.ts'), dir, 'a'], {
+    env: CHILD_ENV,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  await exitedWithin(child, 120_000);
+  t.equal(child.signalCode, 'SIGKILL', 'the sealing process died by SIGKILL');
+  const left = await parquet();
+  t.equal(left.length, 1, 'it left a file in the lake');
+  t.same((await readManifest(paths.manifest, books)).files, [], 'that no manifest names');
+
+  // A file of a writer still running (another job's commit in flight) is not its to remove.
+  await fs.copyFile(path.join(partition, left[0]), path.join(partition, 'inflight.parquet'));
+  await fs.writeFile(path.join(partition, '.inflight.parquet.pending'), String(process.ppid));
+
+  await sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0);
+  const named = (await readManifest(paths.manifest, books)).files.map((f) => f.name);
+  t.equal(named.length, 1, 'the hour sealed as one file');
+  t.same((await parquet()).sort(), [...named, 'inflight.parquet'].sort(), 'the dead seal’s file is gone; the live writer’s stays');
+  await fs.rm(path.join(partition, 'inflight.parquet'));
+  const [{ n, keys }] = await duck.rows(
+    `SELECT count(*)::INTEGER AS n, count(DISTINCT (market_id, token_id, ts))::INTEGER AS keys FROM read_parquet(${sqlPath(path.join(paths.lake, 'books', '**', '*.parquet'))})`,
+  );
+  t.same({ n, keys }, { n: 100, keys: 100 }, 'a glob over the lake reads each row once');
+  t.same(
+    (await fs.readdir(partition)).filter((n) => n.endsWith('.pending')),
+    ['.inflight.parquet.pending'],
+    'no marker of a commit left behind but the live writer’s',
+  );
+});
 
 t.test('a series gap (no market) is sealed with the others', async (t) => {
   const dir = testdir(t);

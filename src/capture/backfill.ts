@@ -145,9 +145,17 @@ async function writeDay(duck: Duck, paths: LakePaths, req: BackfillRequest, mark
   for (const { partition, rows } of groups.values()) {
     const file = path.join(staging, `${partitionDir(partition).replaceAll('/', '_')}.ndjson`);
     await fs.writeFile(file, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
-    const entry = await writeParquet(duck, paths.lake, partition, BACKFILL_FILE, spoolSource(partition.dataset, [file], false), [
-      'backfill',
-    ]);
+    const entry = await writeParquet(
+      duck,
+      paths.lake,
+      partition,
+      BACKFILL_FILE,
+      spoolSource(partition.dataset, [file], false),
+      ['backfill'],
+      {
+        manifestDir: paths.manifest,
+      },
+    );
     entry.written_at = 0; // the manifest of a re-run is byte-identical too
     await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
     await fs.rm(file, { force: true });

@@ -63,6 +63,7 @@ export async function compact(
         'union_by_name=true',
       ),
       sources,
+      { manifestDir: paths.manifest },
     );
     // The same rows in fewer files: written when the newest of them was (a window's last_modified).
     entry.written_at = Math.max(...manifest.files.map((f) => f.written_at));

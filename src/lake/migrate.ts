@@ -56,7 +56,9 @@ export async function migrateTimestamps(duck: Duck, paths: LakePaths, trashDir =
         continue;
       }
       const name = f.name.replace(/\.parquet$/, utc ? '-cols.parquet' : '-utc.parquet');
-      const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource([file]), f.sources);
+      const entry = await writeParquet(duck, paths.lake, partition, name, parquetSource([file]), f.sources, {
+        manifestDir: paths.manifest,
+      });
       if (entry.rows !== f.rows) throw new Error(`${partitionDir(partition)}/${f.name}: rewrote ${entry.rows} rows of ${f.rows}`);
       // The same rows: the record did not change, so neither does when it was written (a window's last_modified).
       added.push({ ...entry, written_at: f.written_at });
@@ -83,7 +85,7 @@ export async function ensureGapsDataset(duck: Duck, paths: LakePaths): Promise<b
   if (!first) return false;
   const p: Partition = { ...first, dataset: 'gaps' };
   const empty = `(SELECT ${SCHEMAS.gaps.map((c) => `NULL::${c.type} AS "${c.name}"`).join(', ')} WHERE false)`;
-  const entry = await writeParquet(duck, paths.lake, p, 'empty.parquet', empty, []);
+  const entry = await writeParquet(duck, paths.lake, p, 'empty.parquet', empty, [], { manifestDir: paths.manifest });
   await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), p, [entry], []);
   return true;
 }

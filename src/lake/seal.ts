@@ -164,6 +164,7 @@ async function sealPartition(
       const entry = await writeParquet(duck, paths.lake, partition, name, source, sources, {
         sorted: stretch.span !== undefined,
         span: stretch.span,
+        manifestDir: paths.manifest,
       });
       await commitFiles(paths.lake, paths.manifest, path.join(paths.root, 'trash'), partition, [entry], []);
       sealed.files++;

@@ -1,10 +1,13 @@
 // Turns rows into sealed Parquet: one COPY per output file, each with its own ORDER BY
 // (PARTITION_BY does not keep order inside files, MEASURED.md), written to a temporary name,
-// fsynced and renamed into place, then recorded in the partition's manifest.
+// fsynced and renamed into place, then recorded in the partition's manifest. Between the rename
+// and the manifest a file is marked pending with its writer's pid, so a file a killed writer left
+// in place but never committed is found and removed before a glob reads its rows twice.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck } from './duckdb.js';
 import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
+import { alive } from './lock.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
 import {
   type HashChecks,
@@ -56,9 +59,45 @@ function fileHashChecks(spans: Record<string, unknown>[], rows: number): HashChe
   return by;
 }
 
+/** Beside a file in place but not yet in its manifest: the pid of the process that put it there. */
+function pendingMarker(dir: string, name: string): string {
+  return path.join(dir, `.${name}.pending`);
+}
+
+/**
+ * Removes the files of partition `p` that a process now dead put in place and never committed
+ * (killed between the rename and the manifest). Their rows are still in their sources (spool
+ * parts, the files a compaction would replace), which the next writer commits under another
+ * name: a glob over the lake (an analyst's, a bucket's) would read them twice. A file the manifest
+ * names stays; so does one whose writer still runs (another job's commit in flight). The number removed.
+ */
+export async function sweepUncommitted(lakeDir: string, manifestDir: string, p: Partition): Promise<number> {
+  const dir = path.join(lakeDir, partitionDir(p));
+  const names = await fs.readdir(dir).catch(() => [] as string[]);
+  const markers = names.filter((n) => n.startsWith('.') && n.endsWith('.parquet.pending'));
+  if (markers.length === 0) return 0;
+  const named = new Set((await readManifest(manifestDir, p)).files.map((f) => f.name));
+  let removed = 0;
+  for (const marker of markers) {
+    const pid = Number(await fs.readFile(path.join(dir, marker), 'utf8').catch(() => '0'));
+    if (pid > 0 && (pid === process.pid || alive(pid))) continue;
+    const name = marker.slice(1, -'.pending'.length);
+    if (!named.has(name)) {
+      await fs.rm(path.join(dir, name), { force: true });
+      removed++;
+    }
+    await fs.rm(path.join(dir, marker), { force: true });
+  }
+  await fsyncDir(dir);
+  return removed;
+}
+
 /**
  * Writes `source` (a SQL relation) sorted into `<lake>/<partition>/<name>`, and returns its
- * manifest entry. Does not touch the manifest: callers swap it once every file is in place.
+ * manifest entry. Does not touch the manifest: callers swap it once every file is in place
+ * (`commitFiles`). With `manifestDir` (a lake's, whose commits go through `commitFiles`), the
+ * partition's files left uncommitted by a dead writer are swept first, and this one is marked
+ * pending until its commit.
  */
 export async function writeParquet(
   duck: Duck,
@@ -74,6 +113,7 @@ export async function writeParquet(
     writtenAt = Date.now(),
     servingCopy = true,
     order = SORT_KEYS[p.dataset],
+    manifestDir,
   }: {
     sorted?: boolean;
     span?: { min_ts: number; max_ts: number };
@@ -85,10 +125,13 @@ export async function writeParquet(
     servingCopy?: boolean;
     /** The file's order, when the dataset's sort keys leave ties whose order must be fixed too. */
     order?: readonly string[];
+    /** The lake's manifests: set, the file is marked pending until `commitFiles` (see `sweepUncommitted`). */
+    manifestDir?: string;
   } = {},
 ): Promise<ManifestFile> {
   const dir = path.join(lakeDir, partitionDir(p));
   await fs.mkdir(dir, { recursive: true });
+  if (manifestDir !== undefined) await sweepUncommitted(lakeDir, manifestDir, p);
   const file = path.join(dir, name);
   const tmp = path.join(dir, `.${name}.tmp`);
   const orderBy = order.map((k) => `"${k}"`).join(', ');
@@ -156,6 +199,11 @@ export async function writeParquet(
   // SQL and writes the copy itself (api/books.ts).
   if (servingCopy && booksFileHook && p.dataset === 'books' && rows > 0)
     await booksFileHook(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
+  if (manifestDir !== undefined) {
+    const marker = pendingMarker(dir, name);
+    await fs.writeFile(marker, String(process.pid));
+    await fsyncFile(marker);
+  }
   await fs.rename(tmp, file);
   await fsyncDir(dir);
   return {
@@ -198,11 +246,15 @@ export async function commitFiles(
     // its rows twice once the retry commits them under another name. Unless the manifest named
     // it all along (the same rows, sealed before under the same name), it goes.
     const named = new Set((await readManifest(manifestDir, p).catch(() => ({ files: [] }))).files.map((f) => f.name));
-    for (const f of added)
+    for (const f of added) {
       if (!before.has(f.name) && !named.has(f.name))
         await fs.rm(path.join(lakeDir, partitionDir(p), f.name), { force: true }).catch(() => undefined);
+      await fs.rm(pendingMarker(path.join(lakeDir, partitionDir(p)), f.name), { force: true }).catch(() => undefined);
+    }
     throw err;
   }
+  // Committed: a marker a crash leaves from here on is swept as named, the file kept.
+  for (const f of added) await fs.rm(pendingMarker(path.join(lakeDir, partitionDir(p)), f.name), { force: true });
   const keep = new Set(added.map((f) => f.name));
   for (const name of replaces) {
     if (keep.has(name)) continue;
