@@ -2,6 +2,7 @@
 // concatenates them in order instead of sorting the hour. These tests write through the real
 // spool, seal with the real writer, and read the Parquet file back in its stored row order.
 import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import { promisify } from 'node:util';
@@ -12,6 +13,7 @@ import { lakePaths, partitionDir, partitionOf } from '../src/lake/layout.js';
 import { manifestFile, readManifest } from '../src/lake/manifest.js';
 import { LakeReader } from '../src/lake/reader.js';
 import { runsInOrder, sealDue, sealingDuck } from '../src/lake/seal.js';
+import { sweepUncommitted } from '../src/lake/writer.js';
 import { Spool, listSpool } from '../src/lake/spool.js';
 import { relation, sqlPath } from '../src/lake/sql.js';
 import { scansInOrder } from '../src/api/plan.js';
@@ -477,35 +479,43 @@ t.test('a seal killed between its file and its commit leaves no row a glob over 
   const partition = path.join(paths.lake, partitionDir(books));
   const parquet = async () => (await fs.readdir(partition).catch(() => [] as string[])).filter((n) => n.endsWith('.parquet'));
 
+  const sealing = (market: string, hang = false) =>
+    spawn(
+      process.execPath,
+      [...TS_NODE_ARGS, path.resolve('test/fixtures/seal-killed-before-commit.ts'), dir, market, ...(hang ? ['hang'] : [])],
+      { env: CHILD_ENV, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+
   // Market a's file in place, as a capture sealing a finished market leaves it when killed before the manifest.
-  const child = spawn(process.execPath, [...TS_NODE_ARGS, path.resolve('test/fixtures/seal-killed-before-commit.ts'), dir, 'a'], {
-    env: CHILD_ENV,
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  await exitedWithin(child, 120_000);
-  t.equal(child.signalCode, 'SIGKILL', 'the sealing process died by SIGKILL');
+  const dead = sealing('a');
+  await exitedWithin(dead, 120_000);
+  t.equal(dead.signalCode, 'SIGKILL', 'the sealing process died by SIGKILL');
   const left = await parquet();
   t.equal(left.length, 1, 'it left a file in the lake');
   t.same((await readManifest(paths.manifest, books)).files, [], 'that no manifest names');
 
-  // A file of a writer still running (another job's commit in flight) is not its to remove.
-  await fs.copyFile(path.join(partition, left[0]), path.join(partition, 'inflight.parquet'));
-  await fs.writeFile(path.join(partition, '.inflight.parquet.pending'), String(process.ppid));
+  // Another writer of the partition, its commit in flight: it removed the dead one's file before writing its own.
+  const inflight = sealing('b', true);
+  t.teardown(() => inflight.kill('SIGKILL'));
+  await once(inflight.stdout!, 'data');
+  const written = (await parquet()).filter((n) => !left.includes(n));
+  t.equal(written.length, 1, 'the writer in flight put its file in place');
+  t.same(await parquet(), written, 'and the dead writer’s file is gone');
 
   await sealDue(duck, paths, HOUR0 + 2 * HOUR, () => 0);
   const named = (await readManifest(paths.manifest, books)).files.map((f) => f.name);
   t.equal(named.length, 1, 'the hour sealed as one file');
-  t.same((await parquet()).sort(), [...named, 'inflight.parquet'].sort(), 'the dead seal’s file is gone; the live writer’s stays');
-  await fs.rm(path.join(partition, 'inflight.parquet'));
+  t.same((await parquet()).sort(), [...named, ...written].sort(), 'a seal leaves the file of a writer still running alone');
+
+  inflight.kill('SIGKILL');
+  await exitedWithin(inflight, 120_000);
+  t.equal(await sweepUncommitted(paths.lake, paths.manifest), 1, 'once that writer is dead, a sweep (as capture starts) removes its file');
+  t.same(await parquet(), named, 'only the committed file is left');
   const [{ n, keys }] = await duck.rows(
     `SELECT count(*)::INTEGER AS n, count(DISTINCT (market_id, token_id, ts))::INTEGER AS keys FROM read_parquet(${sqlPath(path.join(paths.lake, 'books', '**', '*.parquet'))})`,
   );
   t.same({ n, keys }, { n: 100, keys: 100 }, 'a glob over the lake reads each row once');
-  t.same(
-    (await fs.readdir(partition)).filter((n) => n.endsWith('.pending')),
-    ['.inflight.parquet.pending'],
-    'no marker of a commit left behind but the live writer’s',
-  );
+  t.same(await fs.readdir(path.join(paths.manifest, '.pending')), [], 'no marker of a commit left behind');
 });
 
 t.test('a series gap (no market) is sealed with the others', async (t) => {

@@ -11,6 +11,7 @@ import { ALL_WINDOWS, type LakePaths, type Partition, lakePaths, partitionDir, p
 import { type Grace, type SealReport, isDue, sealDue } from '../lake/seal.js';
 import { HOUR, WINDOW_MS, floorTo } from '../time.js';
 import { Spool, listSpool, recoverSpool } from '../lake/spool.js';
+import { sweepUncommitted } from '../lake/writer.js';
 import { type Heartbeat, type HeartbeatMarket, readHeartbeat } from './heartbeat.js';
 import { GapLedger, type GapScope, type OpenGap, gapKey, scopeOf } from './gaps.js';
 import { SpoolKeeper } from './keeper.js';
@@ -218,6 +219,8 @@ export class Capture {
   /** Recovers what a previous process left, then starts the loops. */
   async start(): Promise<void> {
     const { lastTs, bookPartitions, unprovedFrom, ...recovered } = await recoverSpool(this.paths.spool, this.spool.segment);
+    // A seal the previous process was killed in may have left a file no manifest names, which a glob reads beside its re-seal.
+    const uncommitted = await sweepUncommitted(this.paths.lake, this.paths.manifest);
     const beat = await this.resumeFromHeartbeat(lastTs, unprovedFrom);
     if (beat && this.reference) this.referenceDown(beat, lastTs, this.reference.feedList());
     const books = new Map([...lastTs].filter(([key]) => key.startsWith('books:')).map(([key, ts]) => [key.slice('books:'.length), ts]));
@@ -230,7 +233,7 @@ export class Capture {
       this.unheldRead = this.unheldFromLake(bookPartitions);
     }
     for (const s of this.streams.values()) s.resumeAfter(books);
-    this.log.info({ segment: this.spool.segment, ...recovered }, 'capture starting');
+    this.log.info({ segment: this.spool.segment, ...recovered, uncommitted }, 'capture starting');
     this.running = true;
     this.startedAt = Date.now();
     this.startedClockAt = this.clock.now();

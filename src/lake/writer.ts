@@ -1,14 +1,14 @@
 // Turns rows into sealed Parquet: one COPY per output file, each with its own ORDER BY
 // (PARTITION_BY does not keep order inside files, MEASURED.md), written to a temporary name,
 // fsynced and renamed into place, then recorded in the partition's manifest. Between the rename
-// and the manifest a file is marked pending with its writer's pid, so a file a killed writer left
-// in place but never committed is found and removed before a glob reads its rows twice.
+// and the manifest a file is marked pending (with its writer's pid, beside the manifests), so a
+// file a killed writer left in place but never committed is found and removed.
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type Duck } from './duckdb.js';
-import { fsyncDir, fsyncFile, sha256File } from './fsutil.js';
+import { fsyncDir, fsyncFile, sha256File, shortHash } from './fsutil.js';
 import { alive } from './lock.js';
-import { type Column, type Partition, SCHEMAS, SORT_KEYS, partitionDir, servingDirOf } from './layout.js';
+import { type Column, type Partition, SCHEMAS, SORT_KEYS, parsePartitionDir, partitionDir, servingDirOf } from './layout.js';
 import {
   type HashChecks,
   type ManifestFile,
@@ -59,36 +59,53 @@ function fileHashChecks(spans: Record<string, unknown>[], rows: number): HashChe
   return by;
 }
 
-/** Beside a file in place but not yet in its manifest: the pid of the process that put it there. */
-function pendingMarker(dir: string, name: string): string {
-  return path.join(dir, `.${name}.pending`);
+/** Where a lake's files in place but not yet in their manifest are marked (one small file each, beside the manifests). */
+function pendingDir(manifestDir: string): string {
+  return path.join(manifestDir, '.pending');
+}
+
+function pendingMarker(manifestDir: string, p: Partition, name: string): string {
+  return path.join(pendingDir(manifestDir), `${shortHash(`${partitionDir(p)}/${name}`)}.pending`);
+}
+
+interface Pending {
+  pid: number;
+  partition: string;
+  name: string;
 }
 
 /**
- * Removes the files of partition `p` that a process now dead put in place and never committed
- * (killed between the rename and the manifest). Their rows are still in their sources (spool
- * parts, the files a compaction would replace), which the next writer commits under another
- * name: a glob over the lake (an analyst's, a bucket's) would read them twice. A file the manifest
- * names stays; so does one whose writer still runs (another job's commit in flight). The number removed.
+ * Removes the files that a process now dead put in the lake and never committed (killed between
+ * the rename and the manifest): of partition `only`, or of every partition. Their rows are still in
+ * their sources (spool parts, the files a compaction would replace), which the next writer commits
+ * under another name, and a glob over the lake (an analyst's) would read them twice. A file its
+ * manifest names stays; so does one whose writer still runs (another job's commit in flight). The
+ * number of files removed.
  */
-export async function sweepUncommitted(lakeDir: string, manifestDir: string, p: Partition): Promise<number> {
-  const dir = path.join(lakeDir, partitionDir(p));
-  const names = await fs.readdir(dir).catch(() => [] as string[]);
-  const markers = names.filter((n) => n.startsWith('.') && n.endsWith('.parquet.pending'));
-  if (markers.length === 0) return 0;
-  const named = new Set((await readManifest(manifestDir, p)).files.map((f) => f.name));
+export async function sweepUncommitted(lakeDir: string, manifestDir: string, only?: Partition): Promise<number> {
+  const dir = pendingDir(manifestDir);
+  const markers = (await fs.readdir(dir).catch(() => [] as string[])).filter((n) => n.endsWith('.pending'));
   let removed = 0;
   for (const marker of markers) {
-    const pid = Number(await fs.readFile(path.join(dir, marker), 'utf8').catch(() => '0'));
-    if (pid > 0 && (pid === process.pid || alive(pid))) continue;
-    const name = marker.slice(1, -'.pending'.length);
-    if (!named.has(name)) {
-      await fs.rm(path.join(dir, name), { force: true });
+    const file = path.join(dir, marker);
+    const pending = await fs
+      .readFile(file, 'utf8')
+      .then((text) => JSON.parse(text) as Pending)
+      .catch(() => null);
+    // Half written: its writer died before its rename, so no file of it is in the lake.
+    if (pending === null) {
+      await fs.rm(file, { force: true });
+      continue;
+    }
+    const partition = parsePartitionDir(pending.partition);
+    if (!partition || (only && partitionDir(only) !== pending.partition)) continue;
+    if (pending.pid === process.pid || alive(pending.pid)) continue;
+    if (!(await readManifest(manifestDir, partition)).files.some((f) => f.name === pending.name)) {
+      await fs.rm(path.join(lakeDir, pending.partition, pending.name), { force: true });
       removed++;
     }
-    await fs.rm(path.join(dir, marker), { force: true });
+    await fs.rm(file, { force: true });
   }
-  await fsyncDir(dir);
   return removed;
 }
 
@@ -200,8 +217,10 @@ export async function writeParquet(
   if (servingCopy && booksFileHook && p.dataset === 'books' && rows > 0)
     await booksFileHook(duck, tmp, sha256, servingDirOf(lakeDir)).catch(() => null);
   if (manifestDir !== undefined) {
-    const marker = pendingMarker(dir, name);
-    await fs.writeFile(marker, String(process.pid));
+    const marker = pendingMarker(manifestDir, p, name);
+    await fs.mkdir(path.dirname(marker), { recursive: true });
+    const pending: Pending = { pid: process.pid, partition: partitionDir(p), name };
+    await fs.writeFile(marker, JSON.stringify(pending));
     await fsyncFile(marker);
   }
   await fs.rename(tmp, file);
@@ -249,12 +268,12 @@ export async function commitFiles(
     for (const f of added) {
       if (!before.has(f.name) && !named.has(f.name))
         await fs.rm(path.join(lakeDir, partitionDir(p), f.name), { force: true }).catch(() => undefined);
-      await fs.rm(pendingMarker(path.join(lakeDir, partitionDir(p)), f.name), { force: true }).catch(() => undefined);
+      await fs.rm(pendingMarker(manifestDir, p, f.name), { force: true }).catch(() => undefined);
     }
     throw err;
   }
   // Committed: a marker a crash leaves from here on is swept as named, the file kept.
-  for (const f of added) await fs.rm(pendingMarker(path.join(lakeDir, partitionDir(p)), f.name), { force: true });
+  for (const f of added) await fs.rm(pendingMarker(manifestDir, p, f.name), { force: true });
   const keep = new Set(added.map((f) => f.name));
   for (const name of replaces) {
     if (keep.has(name)) continue;
