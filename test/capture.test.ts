@@ -4,7 +4,9 @@ import path from 'node:path';
 import t from 'tap';
 import { fill } from '../src/capture/fill.js';
 import type { Heartbeat } from '../src/capture/heartbeat.js';
-import { clockFromParams, pacedClock } from '../src/clock.js';
+import { Capture } from '../src/capture/capture.js';
+import { clockFromParams, createClock, pacedClock } from '../src/clock.js';
+import { createAdapters } from '../src/venues/index.js';
 import { StandInUpstream } from '../src/standin/upstream.js';
 import { compact } from '../src/lake/compact.js';
 import { Duck } from '../src/lake/duckdb.js';
@@ -308,4 +310,37 @@ t.test('capture forgets the newest books of markets long over: memory stays flat
   );
   const recent = ends.filter((m) => m.end_time <= long.endedAt && m.end_time > long.endedAt - HOUR);
   t.ok(recent.filter((m) => long.capture.latest.has(m.key)).length > 0, "the last hour's are kept");
+});
+
+t.test('a book is the newest readers and the feed see only once its rows are on disk', async (t) => {
+  const d = testdir(t);
+  const clock = createClock(START + 10 * 60_000, 1);
+  const standin = new StandInUpstream();
+  const polled = await standin.start(clock, testConfig(d), 2000);
+  t.teardown(() => standin.stop());
+  const cfg = { ...polled, capture: { ...polled.capture, stream: { ...polled.capture.stream, venues: [] } } };
+  const adapters = createAdapters(cfg, clock);
+  const capture = new Capture(cfg, clock, duck, adapters, quiet, null);
+  for (const adapter of adapters) await capture.cycle(adapter, clock.now());
+  t.ok(capture.stats.books > 0, `a cycle captured ${capture.stats.books} books`);
+  const onDisk = async () => {
+    const keys = new Set<string>();
+    for (const part of (await listSpool(lakePaths(d).spool)).filter((p) => p.partition.dataset === 'books'))
+      for (const line of (await fs.readFile(part.file, 'utf8')).split('\n').filter(Boolean)) {
+        const r = JSON.parse(line) as { market_id: string; ts: number };
+        keys.add(`${r.market_id}@${r.ts}`);
+      }
+    return keys;
+  };
+  t.same([...capture.latest.keys()], [], 'before the flush that writes their rows, no newest book (a kill -9 now would take them back)');
+  await capture.flush();
+  const written = await onDisk();
+  const newest = [...capture.latest].map(([key, book]) => `${key.slice(key.indexOf(':') + 1)}@${book.ts}`);
+  t.ok(newest.length > 0, `${newest.length} newest books once flushed`);
+  t.same(
+    newest.filter((k) => !written.has(k)),
+    [],
+    'each of them a row on disk',
+  );
+  await capture.stop();
 });

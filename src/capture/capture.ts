@@ -76,8 +76,13 @@ export class Capture {
    */
   private readonly unheld = new Map<string, { since: number; segment: string; beat: number }>();
   readonly stats: CaptureStats = { cycles: 0, books: 0, metrics: 0, versions: 0, trades: 0, reference: 0, gaps: 0, discoverFailures: 0 };
-  /** Newest captured books of each market, for readers in this process. */
+  /**
+   * Newest captured books of each market whose rows are on disk (acknowledged), for readers in this
+   * process and the feed: a book served as the newest recorded is one a kill -9 cannot take back.
+   */
   readonly latest = new Map<string, LatestBook>();
+  /** Newest books whose rows the next flush writes: `latest` once it has. */
+  private unacknowledged = new Map<string, LatestBook>();
   /** The time of each market's first book this process recorded: from it on, the heartbeat says the market held. */
   private readonly firstBook = new Map<string, number>();
   /** The newest version this process recorded of each market it knows, and when: a new entry per version (the feed's changes). */
@@ -212,7 +217,7 @@ export class Capture {
           this.gaps.succeed(m, 'metrics', run.first.ts);
         }
       },
-      latest: (m, ts, books) => this.latest.set(marketKey(m.venue, m.market_id), { ts, books }),
+      latest: (m, ts, books) => this.unacknowledged.set(marketKey(m.venue, m.market_id), { ts, books }),
     };
   }
 
@@ -403,6 +408,10 @@ export class Capture {
 
   private async flushOnce(stopped: boolean): Promise<void> {
     const ts = this.clock.now();
+    // Every row of these books was appended by now, so this flush writes it (rows appended later wait for the next).
+    const flushing = this.unacknowledged;
+    this.unacknowledged = new Map();
+    const newest = (key: string) => flushing.get(key)?.ts ?? this.latest.get(key)?.ts ?? null;
     // Before the flush: every book handed over by now is in it. Pre-open markets already subscribed
     // too: a book recorded before the open would otherwise hold through a downtime after it. A market
     // is held until every loop and stream thread has passed its end, not the clock: a starved thread
@@ -423,12 +432,17 @@ export class Capture {
         window: m.window,
         market_id: m.market_id,
         end_time: m.end_time,
-        newest: this.latest.get(marketKey(m.venue, m.market_id))?.ts ?? null,
+        newest: newest(marketKey(m.venue, m.market_id)),
         ...this.heldSince(m),
       }));
     await this.announce(open);
     const flushedAt = await this.keeper.flush();
-    if (flushedAt === null) return;
+    if (flushedAt === null) {
+      // Still unacknowledged: the next flush that succeeds acknowledges them, unless newer ones came meanwhile.
+      for (const [key, book] of flushing) if (!this.unacknowledged.has(key)) this.unacknowledged.set(key, book);
+      return;
+    }
+    for (const [key, book] of flushing) if ((this.latest.get(key)?.ts ?? -Infinity) <= book.ts) this.latest.set(key, book);
     const { buffered_rows, dropped_rows, seal_backlog, seal_error, publish } = this.health();
     const beat: Heartbeat = {
       ts,
@@ -647,6 +661,7 @@ export class Capture {
       if (market.venue !== adapter.venue || market.end_time >= now - 6 * 3_600_000) continue;
       this.known.delete(key);
       this.latest.delete(key);
+      this.unacknowledged.delete(key);
       this.firstBook.delete(key);
     }
     this.gaps.forgetBefore(now - 6 * 3_600_000);
@@ -673,7 +688,7 @@ export class Capture {
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
-    this.latest.set(marketKey(m.venue, m.market_id), { ts, books });
+    this.unacknowledged.set(marketKey(m.venue, m.market_id), { ts, books });
     this.heldFrom(m, ts);
     this.stats.books += rows.length;
     if (closesGaps) this.gaps.succeed(m, 'books', ts);
