@@ -439,10 +439,12 @@ export class Capture {
     const flushedAt = await this.keeper.flush();
     if (flushedAt === null) {
       // Still unacknowledged: the next flush that succeeds acknowledges them, unless newer ones came meanwhile.
-      for (const [key, book] of flushing) if (!this.unacknowledged.has(key)) this.unacknowledged.set(key, book);
+      for (const [key, book] of flushing) if (this.known.has(key) && !this.unacknowledged.has(key)) this.unacknowledged.set(key, book);
       return;
     }
-    for (const [key, book] of flushing) if ((this.latest.get(key)?.ts ?? -Infinity) <= book.ts) this.latest.set(key, book);
+    // Not of a market forgotten while the flush wrote (discovery lets go of markets long over).
+    for (const [key, book] of flushing)
+      if (this.known.has(key) && (this.latest.get(key)?.ts ?? -Infinity) <= book.ts) this.latest.set(key, book);
     const { buffered_rows, dropped_rows, seal_backlog, seal_error, publish } = this.health();
     const beat: Heartbeat = {
       ts,
