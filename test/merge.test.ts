@@ -16,6 +16,7 @@ import {
   readGaps,
   recorderClaims,
   stageDoubts,
+  wholeFrom,
   writeGaps,
 } from '../src/lake/merge.js';
 import { sealDue } from '../src/lake/seal.js';
@@ -401,5 +402,46 @@ t.test('a gap survives only where no other recorder vouches for the span', async
   t.same(
     (await duck.rows(`SELECT recorders FROM read_parquet(${sqlPath(file)}) ORDER BY reason`)).map((r) => r.recorders),
     [['a'], ['b']],
+  );
+});
+
+t.test('a recorder holds a market whole only from its first book of every outcome: before, another’s gap stands', async (t) => {
+  const S = HOUR0 + 60_000;
+  // B's first rows hold the Down book alone (its Up snapshot came 20 s later), then both.
+  const rows = [
+    ...[0, 5000, 10_000, 15_000].map((d) => book(S + d, 1, d)),
+    ...[20_000, 25_000].flatMap((d) => [book(S + d, 0, d), book(S + d, 1, d)]),
+  ];
+  const dir = testdir(t);
+  const spool = new Spool(lakePaths(dir).spool);
+  spool.append(books, rows);
+  await spool.close();
+  const duck = await Duck.open(1);
+  t.teardown(() => duck.close());
+  await sealDue(duck, lakePaths(dir), HOUR0 + 2 * HOUR, () => 0);
+  const files = (await readManifest(lakePaths(dir).manifest, books)).files;
+  t.same(files[0].markets?.m1?.[5], [S + 20_000, S], 'the manifest gives each outcome’s first book');
+  t.same([...wholeFrom(files)], [['m1', S + 20_000]], 'whole from the Up book’s first');
+  t.same(
+    [...wholeFrom([{ markets: { m1: [2, S + 1000, S + 2000, 2, 0] } }, { markets: { m1: [1, S + 500, S + 500, 1, 0] } }])],
+    [['m1', S + 500]],
+    'files sealed before outcomes were kept: the market’s first book, as before',
+  );
+  t.same([...wholeFrom([{ markets: { m2: [1, S, S, 1, 0, [null, S]] } }])], [], 'one outcome alone: never whole');
+
+  // A was down over B's first 30 s: B vouches from S + 20 s only, so A's gap stands before it.
+  const end = HOUR0 + HOUR;
+  const claims = (recorder: string, own: GapRow[], first: Map<string, number>): RecorderClaims => ({
+    recorder,
+    own,
+    near: own,
+    first,
+    horizon: 2 * end,
+  });
+  t.same(
+    mergeGaps([claims('a', [gap(S - 1000, S + 30_000)], new Map([['m1', S - 60_000]])), claims('b', [], wholeFrom(files))], [], end).map(
+      (g) => [g.from_ts - S, g.to_ts - S, g.recorders],
+    ),
+    [[-1000, 20_000, ['a']]],
   );
 });

@@ -24,6 +24,7 @@ import {
   readGaps,
   recorderClaims,
   stageDoubts,
+  wholeFrom,
   writeGaps,
 } from '../lake/merge.js';
 import type { Logger } from '../log.js';
@@ -334,11 +335,7 @@ export class Merger {
                 )
               ).files,
             );
-          const first = new Map<string, number>();
-          for (const n of mine.filter((x) => x.d === 'books'))
-            for (const f of n.m?.files ?? [])
-              for (const [market, span] of Object.entries(f.markets ?? {}))
-                first.set(market, Math.min(first.get(market) ?? Infinity, span[1]));
+          const first = wholeFrom(mine.filter((x) => x.d === 'books').flatMap((n) => n.m?.files ?? []));
           const own = await gapsOf(g.hour);
           const nearGaps = [...own, ...openGaps(r), ...(await gapsOf(g.hour - HOUR)), ...(await gapsOf(g.hour + HOUR))];
           return { recorder: r, own, near: nearGaps, first, horizon: clip(r) };

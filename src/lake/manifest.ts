@@ -85,9 +85,21 @@ export function lackedColumns(f: ManifestFile & { partition: Partition }): strin
 /**
  * One market's rows in one file: how many, the first and last `ts` (epoch ms), and for books
  * files with `verified_by`, how many a venue check vouched for (every label but `none`) and how
- * many nothing checked (`none`); the rest were recorded before labels were kept.
+ * many nothing checked (`none`); the rest were recorded before labels were kept. Books files
+ * sealed since 2026-12-03 also give each outcome's first `ts` (by `outcome_index`, null for an
+ * outcome without a book in the file): a market's first row may hold one outcome's book alone.
  */
-export type MarketRows = [rows: number, first: number, last: number, verified?: number, unverified?: number];
+export type MarketRows = [
+  rows: number,
+  first: number,
+  last: number,
+  verified?: number,
+  unverified?: number,
+  outcomeFirsts?: (number | null)[],
+];
+
+/** The outcomes of every market the venues list (up or down): `outcome_index` 0 and 1. */
+export const OUTCOME_INDEXES = [0, 1] as const;
 
 /** Datasets whose manifest entries carry `markets`. */
 export const SPANNED_DATASETS: ReadonlySet<string> = new Set(['books', 'trades']);

@@ -15,7 +15,7 @@ import type { Duck } from './duckdb.js';
 import { causeOf } from './certificate.js';
 import { shortHash } from './fsutil.js';
 import { type Column, type Partition, SCHEMAS, SORT_KEYS } from './layout.js';
-import type { ManifestFile, RecorderClaim } from './manifest.js';
+import { type ManifestFile, OUTCOME_INDEXES, type RecorderClaim } from './manifest.js';
 import { parquetSource, spoolSource, sqlIdent, sqlPath, sqlString } from './sql.js';
 import { writeParquet } from './writer.js';
 import { type Span, subtract } from '../time.js';
@@ -228,13 +228,34 @@ export interface RecorderClaims {
   own: readonly GapRow[];
   /** Its gaps that may reach into the partition's spans: its own and the hours either side. */
   near: readonly GapRow[];
-  /** Its first book of each market (the hours either side included). */
+  /** When it first held each market whole, a book of every outcome (`wholeFrom`; the hours either side included). */
   first: ReadonlyMap<string, number>;
   /** Everything it recorded before this is sealed and published; after it, it vouches for nothing. */
   horizon: number;
 }
 
 export type MergedGap = GapRow & { recorders: string[] };
+
+/**
+ * From when a recorder's books files hold each market whole: the instant every outcome has a
+ * book (`RecorderClaims.first`). A recorder that holds one outcome's book alone (the other's
+ * snapshot still to come) vouches for nothing of the other, so a change of it another recorder
+ * missed must stay that one's gap. Files sealed before outcomes' first times were kept give the
+ * market's first book for every outcome, as before.
+ */
+export function wholeFrom(files: readonly Pick<ManifestFile, 'markets'>[]): Map<string, number> {
+  const firsts = new Map<string, number[]>();
+  for (const f of files)
+    for (const [market, span] of Object.entries(f.markets ?? {})) {
+      const mine = firsts.get(market) ?? OUTCOME_INDEXES.map(() => Infinity);
+      const byOutcome = span[5] ?? OUTCOME_INDEXES.map(() => span[1]);
+      for (const o of OUTCOME_INDEXES) mine[o] = Math.min(mine[o], byOutcome[o] ?? Infinity);
+      firsts.set(market, mine);
+    }
+  const whole = new Map<string, number>();
+  for (const [market, mine] of firsts) if (mine.every(Number.isFinite)) whole.set(market, Math.max(...mine));
+  return whole;
+}
 
 /** What `r` vouches for of a market's books: from its first book to its horizon, less its gaps. */
 function covered(r: RecorderClaims, market: string): Span[] {

@@ -13,6 +13,7 @@ import {
   type HashChecks,
   type ManifestFile,
   type MarketRows,
+  OUTCOME_INDEXES,
   SPANNED_DATASETS,
   type Verifications,
   type VenueTextCounts,
@@ -192,13 +193,21 @@ export async function writeParquet(
        ${books ? `, ${VERIFICATIONS.map((v) => `count(*) FILTER (WHERE verified_by = '${v}')::DOUBLE AS "${v}"`).join(', ')}` : ''}
        ${books ? `, ${HASH_CHECKS.map((v) => `count(*) FILTER (WHERE hash_check = '${v}')::DOUBLE AS "hash_${v}"`).join(', ')}` : ''}
        ${books ? ', count(level_texts)::DOUBLE AS level_texts, count(venue_hash)::DOUBLE AS venue_hash' : ''}
+       ${books ? `, ${OUTCOME_INDEXES.map((o) => `epoch_ms(min(ts) FILTER (WHERE outcome_index = ${o}))::DOUBLE AS "first_${o}"`).join(', ')}` : ''}
        FROM read_parquet(${sqlPath(tmp)}) GROUP BY market_id ORDER BY market_id`,
     );
     markets = Object.fromEntries(
       spans.map((r) => [
         String(r.market_id),
         (books
-          ? [Number(r.n), Number(r.lo), Number(r.hi), verifiedRows(r), Number(r.none)]
+          ? [
+              Number(r.n),
+              Number(r.lo),
+              Number(r.hi),
+              verifiedRows(r),
+              Number(r.none),
+              OUTCOME_INDEXES.map((o) => (r[`first_${o}`] === null ? null : Number(r[`first_${o}`]))),
+            ]
           : [Number(r.n), Number(r.lo), Number(r.hi)]) as MarketRows,
       ]),
     );
