@@ -83,7 +83,7 @@ export class Capture {
   readonly latest = new Map<string, LatestBook>();
   /** Newest books whose rows the next flush writes: `latest` once it has. */
   private unacknowledged = new Map<string, LatestBook>();
-  /** The time of each market's first book this process recorded: from it on, the heartbeat says the market held. */
+  /** The time of each market's first row this process recorded with a book of every outcome: from it on, the heartbeat says the market held. */
   private readonly firstBook = new Map<string, number>();
   /** The newest version this process recorded of each market it knows, and when: a new entry per version (the feed's changes). */
   readonly known = new Map<string, { market: Market; version: string; ts: number }>();
@@ -208,16 +208,19 @@ export class Capture {
         const dataset = run.partition.dataset as 'books' | 'metrics' | 'trades';
         if (!this.keeper.keeps(m, dataset, run.first.ts, run.rows)) return;
         this.spool.appendRun(run);
-        if (dataset === 'books') {
-          this.stats.books += run.rows;
-          this.heldFrom(m, run.first.ts);
-        } else if (dataset === 'trades') this.stats.trades += run.rows;
+        if (dataset === 'books') this.stats.books += run.rows;
+        else if (dataset === 'trades') this.stats.trades += run.rows;
         else {
           this.stats.metrics += run.rows;
           this.gaps.succeed(m, 'metrics', run.first.ts);
         }
       },
-      latest: (m, ts, books) => this.unacknowledged.set(marketKey(m.venue, m.market_id), { ts, books }),
+      // A thread sends each market's newest books of a batch: held whole from one holding every outcome (a bound
+      // later than the first such row, if that came earlier in the batch, which vouches for less, never more).
+      latest: (m, ts, books) => {
+        this.unacknowledged.set(marketKey(m.venue, m.market_id), { ts, books });
+        this.heldFrom(m, ts, books);
+      },
     };
   }
 
@@ -463,8 +466,8 @@ export class Capture {
   }
 
   /**
-   * Since when this process has held the market (its first book of it: before, it had no copy of
-   * the book to vouch for), and the gaps on it it wrote since; none before its first book.
+   * Since when this process has held the market (its first row with a book of every outcome: before,
+   * it had no copy of some book to vouch for), and the gaps on it it wrote since; none before then.
    */
   private heldSince(m: Market): Pick<HeartbeatMarket, 'since' | 'written'> {
     const since = this.firstBook.get(marketKey(m.venue, m.market_id));
@@ -682,16 +685,22 @@ export class Capture {
     this.stats.versions++;
   }
 
-  private heldFrom(m: Market, ts: number): void {
+  /**
+   * A row's books hold the market from `ts` once they hold every outcome: one outcome's book alone
+   * (the other's snapshot still to come) vouches for nothing of the other, whose changes until its
+   * snapshot another recorder's downtime gap must keep saying were missed.
+   */
+  private heldFrom(m: Market, ts: number, books: readonly Book[]): void {
     const key = marketKey(m.venue, m.market_id);
-    if (!this.firstBook.has(key)) this.firstBook.set(key, ts);
+    if (this.firstBook.has(key) || !m.outcomes.every((o) => books.some((b) => b.outcome_index === o.index))) return;
+    this.firstBook.set(key, ts);
   }
 
   private recordBooks(m: Market, ts: number, recvTs: number, books: Book[], closesGaps = true): void {
     const rows = bookRows(ts, recvTs, books);
     this.spool.append(partitionOf('books', m.venue, m.coin, m.window, ts), rows);
     this.unacknowledged.set(marketKey(m.venue, m.market_id), { ts, books });
-    this.heldFrom(m, ts);
+    this.heldFrom(m, ts, books);
     this.stats.books += rows.length;
     if (closesGaps) this.gaps.succeed(m, 'books', ts);
   }
