@@ -190,16 +190,25 @@ t.test('every book the stand-in served is recorded, or lies in a gap of its mark
   const gaps = (await duck.rows(
     `SELECT market_id, epoch_ms(from_ts)::DOUBLE AS f, epoch_ms(to_ts)::DOUBLE AS t FROM ${lakeTable(dir, 'gaps')} WHERE dataset = 'books'`,
   )) as { market_id: string; f: number; t: number }[];
+  // A request whose answer did not arrive in time (a starved machine) is asked again: the venue served
+  // the book twice, and the first answer never reached capture. Such books are bounded by the retries.
+  const retries = Object.values(run.capture.upstreamStats()).reduce((n, s) => n + s.retries, 0);
   const wrong: Record<string, unknown>[] = [];
   let inGaps = 0;
+  let retried = 0;
   for (const [token, times] of run.standin.stats.served!) {
     const market = marketOf.get(token);
     const gapped = times.filter((at) => gaps.some((g) => g.market_id === market && g.f <= at && at < g.t)).length;
     const recorded = rows.get(token) ?? 0;
-    inGaps += times.length - recorded;
-    if (recorded > times.length || recorded + gapped < times.length) wrong.push({ token, market, served: times.length, recorded, gapped });
+    inGaps += Math.min(gapped, times.length - recorded);
+    retried += Math.max(0, times.length - recorded - gapped);
+    if (recorded > times.length) wrong.push({ token, market, served: times.length, recorded, gapped });
   }
-  t.same(wrong, [], `${served} books served: ${Number(lake.n)} recorded, the ${inGaps} others each served inside a gap of its market`);
+  t.same(wrong, [], 'no token has more books recorded than served');
+  t.ok(
+    retried <= retries,
+    `${served} books served: ${Number(lake.n)} recorded, ${inGaps} others served inside a gap of their market, ${retried} outside one (at most the ${retries} requests retried)`,
+  );
   const dups = await one(duck, `SELECT count(*) - count(DISTINCT (market_id, token_id, ts)) AS d FROM ${lakeTable(dir, 'books')}`);
   t.equal(Number(dups.d), 0);
 });

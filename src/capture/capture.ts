@@ -31,7 +31,7 @@ import {
   marketKey,
 } from '../records.js';
 import type { VenueAdapter } from '../venues/adapter.js';
-import { UpstreamError } from '../venues/http.js';
+import { type ClientStats, UpstreamError } from '../venues/http.js';
 import { type BookStream, type StreamSink } from '../venues/stream.js';
 import { type ThreadSink, ThreadedStream } from './streamthreads.js';
 import {
@@ -499,6 +499,11 @@ export class Capture {
     const beat = { ...base, open: [...base.open, ...added.map((m) => ({ ...m, newest: null }))] };
     await writeFileAtomic(this.paths.heartbeat, JSON.stringify(beat)).catch(() => undefined);
     this.lastBeat = beat;
+  }
+
+  /** Each venue's HTTP requests, retries and failures since start. */
+  upstreamStats(): Partial<Record<Venue, Readonly<ClientStats>>> {
+    return Object.fromEntries(this.adapters.flatMap((a) => (a.http ? [[a.venue, { ...a.http.stats }]] : [])));
   }
 
   health(now = Date.now()): CaptureHealth {

@@ -1,7 +1,7 @@
 // What capture and backfill need from a venue. Everything returned is already normalized.
 import type { Venue, Window } from '../config.js';
 import type { Book, Market } from '../records.js';
-import { UpstreamError } from './http.js';
+import { type ClientStats, UpstreamError } from './http.js';
 import { type BookTextForm, bookTextForm } from '../numbertext.js';
 
 export interface Quote {
@@ -45,6 +45,8 @@ export interface VenueAdapter {
   bookSummaries?(tokenIds: string[]): Promise<{ summaries: VenueBookSummary[]; recvTs: number }>;
   /** Price history the venue keeps for a market; [] where it keeps none. */
   priceHistory(market: Market): Promise<{ ts: number; outcome_index: number; price: number }[]>;
+  /** Its HTTP client's counts: an attempt retried was served by the venue, and its answer never arrived. */
+  readonly http?: { readonly stats: Readonly<ClientStats> };
 }
 
 /** Parses a decimal string (or number) from an upstream body exactly as the nearest double. */
