@@ -258,6 +258,7 @@ t.test('a market in several files, interleaved in time, comes out in SQL order; 
   await scratch.run(`COPY (${table('i % 40 >= 20')} ORDER BY market_id, ts, outcome_index) TO '${files[1]}' (FORMAT parquet)`);
   for (const [i, f] of files.entries()) t.ok(await writeServingCopy(scratch, f, `sha-${i}`, work), `copy of ${f}`);
   const copies = new ServingCopies(work);
+  t.teardown(() => copies.close());
   const [from, to] = [T0 + 15_000, T0 + 250_000];
   const got = await copies.market([{ sha256: 'sha-0' }, { sha256: 'sha-1' }], 'm2', from, to);
   const { sql, params } = marketBooksSql(`SELECT * FROM ${parquetSource(files)}`, 'm2', from, to);
@@ -310,7 +311,9 @@ t.test('summaries are cut from the ladders byte for byte, whatever the labels an
       CASE WHEN i % 5 = 0 THEN []::DOUBLE[] ELSE [o + 0.5, i / 3]::DOUBLE[] END AS ask_sizes
     FROM range(250) r(i), range(2) x(o) ORDER BY ts, outcome_index) TO '${file}' (FORMAT parquet)`);
   t.ok(await writeServingCopy(scratch, file, 'sha-odd', work), 'a copy');
-  const got = await new ServingCopies(work).market([{ sha256: 'sha-odd' }], 'm', T0, T0 + 250_000);
+  const copies = new ServingCopies(work);
+  t.teardown(() => copies.close());
+  const got = await copies.market([{ sha256: 'sha-odd' }], 'm', T0, T0 + 250_000);
   const { sql, params } = marketBooksSql(`SELECT * FROM ${parquetSource([file])}`, 'm', T0, T0 + 250_000);
   const want = marketBooks(await scratch.chunks(sql, params));
   const views = (b: typeof want) =>
@@ -331,7 +334,7 @@ t.test('summaries are cut from the ladders byte for byte, whatever the labels an
   );
   for (const order of ['asc', 'desc'] as const) {
     const q = { from: T0, to: T0 + 250_000, order, after: null, intervalMs: null, outcomeIndex: 1 };
-    const piece = await new ServingCopies(work).page([{ sha256: 'sha-odd' }], 'm', {
+    const piece = await copies.page([{ sha256: 'sha-odd' }], 'm', {
       span: { from: T0, to: T0 + 250_000 },
       q,
       ladders: false,
