@@ -2,6 +2,8 @@
 // capture recording every change over a real WebSocket, clean and under injected faults. The
 // recorded books are compared with the books the model says the venue held at each instant.
 import t from 'tap';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import WebSocket, { WebSocketServer } from 'ws';
 import { Capture } from '../src/capture/capture.js';
@@ -469,6 +471,29 @@ t.test('a snapshot that never comes: the book is taken from REST after the bound
       `${id}: a gap from its subscription to its first book`,
     );
   }
+});
+
+t.test("a market is held from its first row with every outcome's book, not from one outcome's alone", async (t) => {
+  // Half the snapshots lost: a market whose one token's snapshot came has rows of that outcome alone until the
+  // other's REST book comes on its timeout. Such rows vouch for nothing of the other outcome's changes.
+  const run = await streamRun(t, {}, 4, 20, { quirks: { snapshotLossRate: 0.5 }, spanMs: 60 * SECOND });
+  const beat = JSON.parse(await fs.readFile(path.join(run.dir, 'state', 'capture-heartbeat.json'), 'utf8')) as {
+    open: { market_id: string; since?: number }[];
+  };
+  let partial = 0;
+  for (const id of new Set(run.rows.map((r) => r.market_id))) {
+    const outcomes = new Map<number, Set<number>>();
+    for (const r of run.rows.filter((r) => r.market_id === id)) outcomes.set(r.ts, (outcomes.get(r.ts) ?? new Set()).add(r.outcome_index));
+    const first = Math.min(...[...outcomes].filter(([, o]) => o.size === 2).map(([ts]) => ts));
+    const before = [...outcomes.keys()].filter((ts) => ts < first).length;
+    partial += before;
+    t.equal(
+      beat.open.find((m) => m.market_id === id)?.since,
+      first,
+      `${id}: held from its first whole row (${before} rows of one outcome before it)`,
+    );
+  }
+  t.ok(partial > 0, `some market had rows of one outcome alone first (${partial})`);
 });
 
 t.test("on capture's own thread (STREAM_THREADS=0) the recording is the same", async (t) => {
