@@ -30,7 +30,8 @@ const BOOK = `json_build_object('outcome_index', outcome_index, 'outcome', outco
  */
 async function serveService(dir: string): Promise<void> {
   const config = loadConfig({ ...process.env, DATA_DIR: dir, RATE_PAID_PER_SECOND: '100000', LOG_LEVEL: 'info' });
-  const log = createLogger('info', 'api', openSync('/dev/null', 'w'));
+  // COMPARE_LOG: a file to keep the request log in (by hand: each request's time inside the service).
+  const log = createLogger('info', 'api', openSync(process.env.COMPARE_LOG ?? '/dev/null', 'a'));
   const workers = config.api.workers;
   if (cluster.isPrimary && workers > 1) {
     await prepareApiState(config);
@@ -114,10 +115,20 @@ if (process.env.COMPARE_CHILD === 'pg') {
 }
 
 export function child(mode: 'service' | 'pg', env: Record<string, string>): { proc: ChildProcess; ready: Promise<Record<string, string>> } {
-  const proc = spawn(process.execPath, [...(env.TRACE_GC ? ['--trace-gc'] : []), '--import', 'tsx', fileURLToPath(import.meta.url)], {
-    env: { ...process.env, COMPARE_CHILD: mode, ...env },
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+  const proc = spawn(
+    process.execPath,
+    [
+      ...(env.TRACE_GC ? ['--trace-gc'] : []),
+      ...(env.CHILD_NODE_ARGS?.split(' ') ?? []),
+      '--import',
+      'tsx',
+      fileURLToPath(import.meta.url),
+    ],
+    {
+      env: { ...process.env, COMPARE_CHILD: mode, ...env },
+      stdio: ['pipe', 'pipe', 'inherit'],
+    },
+  );
   const ready = new Promise<Record<string, string>>((resolve, reject) => {
     let out = '';
     proc.stdout!.on('data', (d: Buffer) => {
