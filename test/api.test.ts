@@ -351,12 +351,15 @@ t.test('a lake file that cannot be read is 503 UNAVAILABLE, saying nothing inter
     ],
     market.market_id,
   );
-  // A file that holds the market's rows: its pages read no other.
+  // A file that holds the market's rows: its changes are read from it alone (its snapshot pages
+  // come from the serving copy written when it was sealed, and read no Parquet).
   const victim = files.sealed[0];
   const saved = await fs.readFile(victim);
   await fs.writeFile(victim, 'not parquet');
-  const r = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1`);
+  const r = await get(`/v3/wallet-prediction/${market.market_id}/orderbook/changes?limit=1`);
+  const copied = await get(`/v3/wallet-prediction/${market.market_id}/snapshots?limit=1`);
   await fs.writeFile(victim, saved);
+  t.equal(copied.status, 200, 'a page from its serving copy still served');
   t.equal(r.status, 503, JSON.stringify(r.body));
   t.equal(r.body.error.code, 'UNAVAILABLE');
   t.notMatch(r.body.error.message, /parquet|\/tmp|duckdb/i);

@@ -8,7 +8,6 @@ import { type LatestBook, marketKey } from '../records.js';
 import { parseTime } from '../time.js';
 import { exportFile } from './bulk.js';
 import {
-  CAPTURE_LAG_MS,
   bookCountsSql,
   type PageQuery,
   latestSql,
@@ -47,17 +46,19 @@ export function bookHandlers(kit: RouteKit) {
    * written), asked again lately (a client walking it), the whole market by SQL into the book
    * cache. Null for a market still recording or with rows (partly) in the spool, and for a first
    * page without copies: those take the SQL path. With `gzip`, a page of the pre-deflated shape
-   * comes from the copies as the pieces they hold pre-deflated.
+   * comes from the copies as the pieces they hold pre-deflated. A market just over (capture seals
+   * it at its end) is served so at once, in its minute of capture lag too: the page is what its
+   * files hold now, as SQL's would be, and a late row spooled after it sends its pages to SQL
+   * until sealed (waiting out the lag sent the markets users look at most to SQL, 10-13 ms a page).
    */
   const bookPage = async (
     venue: Venue,
     m: StoredMarket,
     pq: PageQuery,
     ladders: boolean,
-    now: number,
     gzip: boolean,
   ): Promise<RenderedSnapshots | DeflatedSnapshots | null> => {
-    if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time + CAPTURE_LAG_MS >= now) return null;
+    if (deps.books.maxBytes === 0 && !deps.serving) return null;
     const span = planPartitions('books', m, null, null);
     // What its files hold of this market alone: capture seals a market at its end, while its hour's others still record.
     const signature = lake.marketSignature(span.partitions, m.market_id);
@@ -131,7 +132,7 @@ export function bookHandlers(kit: RouteKit) {
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
       const rendered =
-        (await bookPage(venue, m, pq, ladders, ctx.now, ctx.gzip)) ??
+        (await bookPage(venue, m, pq, ladders, ctx.gzip)) ??
         (await livePage(venue, m, pq, ladders)) ??
         (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
