@@ -276,14 +276,17 @@ async function measure(venue: Venue): Promise<Figures> {
   };
 }
 
-/** Done when nothing is queued and nothing more was written for a second (the last copy is written after it leaves the queue). */
-async function copiesWritten(): Promise<{ written: number; seconds: number }> {
+/**
+ * Done when nothing is queued and nothing more was written for a second (the last copy is written after it leaves the queue).
+ * `first`: the copies are not on disk yet, so done only once one was written; a restart over copies already written writes none.
+ */
+async function copiesWritten(first = true): Promise<{ written: number; seconds: number }> {
   const began = performance.now();
   const health = async () =>
     ((await (await fetch(`http://127.0.0.1:${port}/v3/health`)).json()) as { data: { api: { replay: Record<string, number> } } }).data.api
       .replay;
   let h = await health();
-  for (let last = -1; h.copies_queued > 0 || h.copies_written !== last || last <= 0; h = await health()) {
+  for (let last = -1; h.copies_queued > 0 || h.copies_written !== last || (first && last <= 0); h = await health()) {
     last = h.copies_written;
     await new Promise((r) => setTimeout(r, 1000));
   }
@@ -333,7 +336,7 @@ for (const f of await fs.readdir(path.join(dir, 'serving', 'books'), { recursive
   if (String(f).endsWith(`.v${SERVING_VERSION}.pages`)) servingBytes += (await fs.stat(path.join(dir, 'serving', 'books', String(f)))).size;
 // Tapes cached: a first pass reads them, the measured one only sends.
 await restart({ REPLAY_CACHE_MB: CACHE_MB, COPIES_SHARE: 'unbounded' });
-await copiesWritten();
+await copiesWritten(false);
 figures.cached = {} as Record<Venue, Figures>;
 for (const v of VENUES) await measure(v);
 for (const v of VENUES) figures.cached[v] = await measure(v);
