@@ -119,7 +119,7 @@ export function child(mode: 'service' | 'pg', env: Record<string, string>): { pr
     process.execPath,
     [
       ...(env.TRACE_GC ? ['--trace-gc'] : []),
-      ...(env.CHILD_NODE_ARGS?.split(' ') ?? []),
+      ...(env.CHILD_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
       '--import',
       'tsx',
       fileURLToPath(import.meta.url),

@@ -2,11 +2,11 @@
 // capture recording every change over a real WebSocket, clean and under injected faults. The
 // recorded books are compared with the books the model says the venue held at each instant.
 import t from 'tap';
-import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import WebSocket, { WebSocketServer } from 'ws';
 import { Capture } from '../src/capture/capture.js';
+import { readHeartbeat } from '../src/capture/heartbeat.js';
+import { lakePaths } from '../src/lake/layout.js';
 import { type StreamSink } from '../src/venues/stream.js';
 import { StreamRecorder } from '../src/venues/polymarket/recorder.js';
 import { ThreadedStream } from '../src/capture/streamthreads.js';
@@ -477,9 +477,7 @@ t.test("a market is held from its first row with every outcome's book, not from 
   // Half the snapshots lost: a market whose one token's snapshot came has rows of that outcome alone until the
   // other's REST book comes on its timeout. Such rows vouch for nothing of the other outcome's changes.
   const run = await streamRun(t, {}, 4, 20, { quirks: { snapshotLossRate: 0.5 }, spanMs: 60 * SECOND });
-  const beat = JSON.parse(await fs.readFile(path.join(run.dir, 'state', 'capture-heartbeat.json'), 'utf8')) as {
-    open: { market_id: string; since?: number }[];
-  };
+  const beat = (await readHeartbeat(lakePaths(run.dir)))!;
   let partial = 0;
   for (const id of new Set(run.rows.map((r) => r.market_id))) {
     const outcomes = new Map<number, Set<number>>();

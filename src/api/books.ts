@@ -56,9 +56,11 @@ export function bookHandlers(kit: RouteKit) {
     m: StoredMarket,
     pq: PageQuery,
     ladders: boolean,
+    now: number,
     gzip: boolean,
   ): Promise<RenderedSnapshots | DeflatedSnapshots | null> => {
-    if (deps.books.maxBytes === 0 && !deps.serving) return null;
+    // A market still recording has rows in the spool: its pages go straight to the live path, no look at its files.
+    if ((deps.books.maxBytes === 0 && !deps.serving) || m.end_time > now) return null;
     const span = planPartitions('books', m, null, null);
     // What its files hold of this market alone: capture seals a market at its end, while its hour's others still record.
     const signature = lake.marketSignature(span.partitions, m.market_id);
@@ -132,7 +134,7 @@ export function bookHandlers(kit: RouteKit) {
       const limit = pq.limit;
       const meta = { coverage: coverageMeta('books', venue, [m.coin], req.from), gaps: gapsMeta(venue, m, 'books', pq.from, pq.to) };
       const rendered =
-        (await bookPage(venue, m, pq, ladders, ctx.gzip)) ??
+        (await bookPage(venue, m, pq, ladders, ctx.now, ctx.gzip)) ??
         (await livePage(venue, m, pq, ladders)) ??
         (await sqlPage(ctx, m, plan.partitions, pq, ladders, limit));
       ctx.stats.rows = rendered.books;
